@@ -1,0 +1,141 @@
+/* generated from templates/common.c.in by cuvil_edge/codegen/kernels/generate.py; do not edit */
+/* Shared prelude of every generated model: types, tier/host-family macros, vector math, activations.
+ *
+ * Build macros (set by the compiler driver, one module per combination):
+ *   CUVIL_RELAXED  1 when the module may use relaxed-SIMD opcodes (tier "relaxed")
+ *   CUVIL_ARM      1 for ARM hosts (f32x4.min/max are single instructions there; x86 prefers pmin/pmax)
+ */
+#include <stdint.h>
+#include <stddef.h>
+#include <wasm_simd128.h>
+
+#define EXPORT(name) __attribute__((export_name(name)))
+#define KERNEL static __attribute__((noinline))
+#define INLINE static inline __attribute__((always_inline))
+
+#ifndef CUVIL_RELAXED
+#define CUVIL_RELAXED 0
+#endif
+#ifndef CUVIL_ARM
+#define CUVIL_ARM 0
+#endif
+
+#if CUVIL_RELAXED
+#define VFMA(a, b, c) wasm_f32x4_relaxed_madd((a), (b), (c))
+#else
+#define VFMA(a, b, c) wasm_f32x4_add(wasm_f32x4_mul((a), (b)), (c))
+#endif
+#if CUVIL_ARM
+#define VMIN(a, b) wasm_f32x4_min((a), (b))
+#define VMAX(a, b) wasm_f32x4_max((a), (b))
+#else
+#define VMIN(a, b) wasm_f32x4_pmin((a), (b))
+#define VMAX(a, b) wasm_f32x4_pmax((a), (b))
+#endif
+#define VLOAD(p) wasm_v128_load((const void*)(p))
+#define VSTORE(p, v) wasm_v128_store((void*)(p), (v))
+#define VSPLAT(x) wasm_f32x4_splat(x)
+
+/* freestanding: the compiler may still emit these for struct copies and recognised loops */
+void* memcpy(void* d, const void* s, size_t n) {
+  unsigned char* dp = (unsigned char*)d; const unsigned char* sp = (const unsigned char*)s;
+  while (n--) *dp++ = *sp++;
+  return d;
+}
+void* memmove(void* d, const void* s, size_t n) {
+  unsigned char* dp = (unsigned char*)d; const unsigned char* sp = (const unsigned char*)s;
+  if (dp < sp) { while (n--) *dp++ = *sp++; } else { while (n--) dp[n] = sp[n]; }
+  return d;
+}
+void* memset(void* d, int c, size_t n) {
+  unsigned char* dp = (unsigned char*)d;
+  while (n--) *dp++ = (unsigned char)c;
+  return d;
+}
+
+INLINE void copy_f32(float* dst, const float* src, int n) {
+  int i = 0;
+  for (; i + 4 <= n; i += 4) VSTORE(dst + i, VLOAD(src + i));
+  for (; i < n; i++) dst[i] = src[i];
+}
+INLINE void fill_f32(float* dst, float v, int n) {
+  int i = 0; v128_t vv = VSPLAT(v);
+  for (; i + 4 <= n; i += 4) VSTORE(dst + i, vv);
+  for (; i < n; i++) dst[i] = v;
+}
+
+/* exp(x) for 4 lanes: 2^n * p(r), r = x - n ln2, |r| <= ln2/2; about 1 ulp on [-87, 88]. */
+INLINE v128_t v_exp(v128_t x) {
+  x = wasm_f32x4_min(wasm_f32x4_max(x, VSPLAT(-87.33654f)), VSPLAT(88.72283f));
+  v128_t n = wasm_f32x4_nearest(wasm_f32x4_mul(x, VSPLAT(1.44269504f)));
+  v128_t r = VFMA(n, VSPLAT(-0.693359375f), x);
+  r = VFMA(n, VSPLAT(2.12194440e-4f), r);
+  v128_t p = VSPLAT(1.9875691500e-4f);
+  p = VFMA(p, r, VSPLAT(1.3981999507e-3f));
+  p = VFMA(p, r, VSPLAT(8.3334519073e-3f));
+  p = VFMA(p, r, VSPLAT(4.1665795894e-2f));
+  p = VFMA(p, r, VSPLAT(1.6666665459e-1f));
+  p = VFMA(p, r, VSPLAT(5.0000001201e-1f));
+  p = VFMA(p, wasm_f32x4_mul(r, r), wasm_f32x4_add(r, VSPLAT(1.0f)));
+  /* n may be 128 at the top of the range: scale in two steps so 2^n never overflows the exponent */
+  v128_t ni = wasm_i32x4_trunc_sat_f32x4(n);
+  v128_t half = wasm_i32x4_shr(ni, 1);
+  v128_t s1 = wasm_i32x4_shl(wasm_i32x4_add(half, wasm_i32x4_splat(127)), 23);
+  v128_t s2 = wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_sub(ni, half), wasm_i32x4_splat(127)), 23);
+  return wasm_f32x4_mul(wasm_f32x4_mul(p, s1), s2);
+}
+INLINE v128_t v_sigmoid(v128_t x) {
+  /* 1/(1+e^-x), computed from e^-|x| so neither tail overflows */
+  v128_t e = v_exp(wasm_f32x4_neg(wasm_f32x4_abs(x)));
+  v128_t s = wasm_f32x4_div(VSPLAT(1.0f), wasm_f32x4_add(VSPLAT(1.0f), e));
+  return wasm_v128_bitselect(s, wasm_f32x4_sub(VSPLAT(1.0f), s), wasm_f32x4_ge(x, VSPLAT(0.0f)));
+}
+INLINE v128_t v_tanh(v128_t x) {
+  /* tanh x = sign(x) (1 - e^-2|x|) / (1 + e^-2|x|); small |x| uses the odd series for accuracy */
+  v128_t ax = wasm_f32x4_abs(x);
+  v128_t e = v_exp(wasm_f32x4_mul(ax, VSPLAT(-2.0f)));
+  v128_t t = wasm_f32x4_div(wasm_f32x4_sub(VSPLAT(1.0f), e), wasm_f32x4_add(VSPLAT(1.0f), e));
+  v128_t x2 = wasm_f32x4_mul(x, x);
+  v128_t s = VFMA(x2, VSPLAT(2.0f / 15.0f), VSPLAT(-1.0f / 3.0f));
+  s = VFMA(wasm_f32x4_mul(s, x2), ax, ax);
+  t = wasm_v128_bitselect(s, t, wasm_f32x4_lt(ax, VSPLAT(0.0625f)));
+  return wasm_v128_or(t, wasm_v128_and(x, wasm_i32x4_splat((int)0x80000000)));
+}
+
+/* Fused activations (the epilogue of conv/gemm/elementwise kernels). */
+enum { ACT_NONE = 0, ACT_RELU, ACT_CLIP, ACT_HARDSIGMOID, ACT_HARDSWISH, ACT_SIGMOID, ACT_LEAKYRELU,
+       ACT_TANH };
+typedef struct { int kind; float a, b; } Act;
+
+INLINE v128_t act_apply(v128_t x, Act act) {
+  switch (act.kind) {
+    case ACT_RELU: return VMAX(x, wasm_f32x4_const_splat(0.0f));
+    case ACT_CLIP: return VMIN(VMAX(x, VSPLAT(act.a)), VSPLAT(act.b));
+    case ACT_HARDSIGMOID:
+      return VMIN(VMAX(VFMA(x, VSPLAT(act.a), VSPLAT(act.b)), wasm_f32x4_const_splat(0.0f)),
+                  wasm_f32x4_const_splat(1.0f));
+    case ACT_HARDSWISH: {
+      v128_t g = VMIN(VMAX(VFMA(x, VSPLAT(1.0f / 6.0f), VSPLAT(0.5f)), wasm_f32x4_const_splat(0.0f)),
+                      wasm_f32x4_const_splat(1.0f));
+      return wasm_f32x4_mul(x, g);
+    }
+    case ACT_SIGMOID: return v_sigmoid(x);
+    case ACT_LEAKYRELU:
+      return wasm_v128_bitselect(x, wasm_f32x4_mul(x, VSPLAT(act.a)), wasm_f32x4_ge(x, VSPLAT(0.0f)));
+    case ACT_TANH: return v_tanh(x);
+    default: return x;
+  }
+}
+
+/* Apply an activation in place over n floats (used when it cannot be fused into a producer). */
+KERNEL void f32_act(float* x, int n, Act act) {
+  int i = 0;
+  for (; i + 4 <= n; i += 4) VSTORE(x + i, act_apply(VLOAD(x + i), act));
+  if (i < n) {
+    float t[4] = {0, 0, 0, 0};
+    for (int j = 0; i + j < n; j++) t[j] = x[i + j];
+    v128_t r = act_apply(VLOAD(t), act);
+    VSTORE(t, r);
+    for (int j = 0; i + j < n; j++) x[i + j] = t[j];
+  }
+}

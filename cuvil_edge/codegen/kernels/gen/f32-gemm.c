@@ -1,0 +1,481 @@
+/* generated from templates/f32-gemm.c.in by cuvil_edge/codegen/kernels/generate.py; do not edit */
+/* f32 GEMM: C[M,N] = act(A[M,K] . B[K,N] + bias), with B packed in 8-column panels.
+ *
+ * Packed B layout: panel p holds columns 8p..8p+7 as [K][8] (zero padded past N), so the microkernel
+ * streams B contiguously. A is row-major with stride lda and is broadcast one lane at a time with
+ * i32x4.shuffle from a 4-float load (v128.load32_splat lowers to a scalar load + shuffle on x86).
+ * Tiles: MRx8 for MR in 1..4; 4x8 keeps 8 accumulators + 4 A + 2 B + 1 broadcast in 16 registers
+ * (Cranelift uses only xmm0-15 on x86: bigger tiles spill).
+ * Bias: bias_row (per output row, conv) or bias_col (per column, padded to 8; gemm), or neither.
+ */
+INLINE void f32_gemm_ukernel_4x8(int K, const float* a, int lda, const float* bp, float* c, int ldc,
+                                     int nr, const float* bias_row, const float* bias_col, Act act) {
+  const float* a0 = a + 0 * lda;
+  const float* a1 = a + 1 * lda;
+  const float* a2 = a + 2 * lda;
+  const float* a3 = a + 3 * lda;
+  v128_t b0 = wasm_f32x4_const_splat(0.0f), b1 = b0;
+  if (bias_col) { b0 = VLOAD(bias_col); b1 = VLOAD(bias_col + 4); }
+  v128_t c00 = b0, c01 = b1;
+  if (bias_row) { c00 = VSPLAT(bias_row[0]); c01 = c00; }
+  v128_t c10 = b0, c11 = b1;
+  if (bias_row) { c10 = VSPLAT(bias_row[1]); c11 = c10; }
+  v128_t c20 = b0, c21 = b1;
+  if (bias_row) { c20 = VSPLAT(bias_row[2]); c21 = c20; }
+  v128_t c30 = b0, c31 = b1;
+  if (bias_row) { c30 = VSPLAT(bias_row[3]); c31 = c30; }
+  int k = 0;
+  for (; k + 4 <= K; k += 4) {
+    const v128_t va0 = VLOAD(a0 + k);
+    const v128_t va1 = VLOAD(a1 + k);
+    const v128_t va2 = VLOAD(a2 + k);
+    const v128_t va3 = VLOAD(a3 + k);
+    b0 = VLOAD(bp + 0); b1 = VLOAD(bp + 4);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 0, 0, 0, 0);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va1, va1, 0, 0, 0, 0);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va2, va2, 0, 0, 0, 0);
+      c20 = VFMA(s, b0, c20);
+      c21 = VFMA(s, b1, c21);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va3, va3, 0, 0, 0, 0);
+      c30 = VFMA(s, b0, c30);
+      c31 = VFMA(s, b1, c31);
+    }
+    b0 = VLOAD(bp + 8); b1 = VLOAD(bp + 12);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 1, 1, 1, 1);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va1, va1, 1, 1, 1, 1);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va2, va2, 1, 1, 1, 1);
+      c20 = VFMA(s, b0, c20);
+      c21 = VFMA(s, b1, c21);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va3, va3, 1, 1, 1, 1);
+      c30 = VFMA(s, b0, c30);
+      c31 = VFMA(s, b1, c31);
+    }
+    b0 = VLOAD(bp + 16); b1 = VLOAD(bp + 20);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 2, 2, 2, 2);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va1, va1, 2, 2, 2, 2);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va2, va2, 2, 2, 2, 2);
+      c20 = VFMA(s, b0, c20);
+      c21 = VFMA(s, b1, c21);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va3, va3, 2, 2, 2, 2);
+      c30 = VFMA(s, b0, c30);
+      c31 = VFMA(s, b1, c31);
+    }
+    b0 = VLOAD(bp + 24); b1 = VLOAD(bp + 28);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 3, 3, 3, 3);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va1, va1, 3, 3, 3, 3);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va2, va2, 3, 3, 3, 3);
+      c20 = VFMA(s, b0, c20);
+      c21 = VFMA(s, b1, c21);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va3, va3, 3, 3, 3, 3);
+      c30 = VFMA(s, b0, c30);
+      c31 = VFMA(s, b1, c31);
+    }
+    bp += 32;
+  }
+  for (; k < K; k++) {
+    b0 = VLOAD(bp); b1 = VLOAD(bp + 4);
+    {
+      const v128_t s = VSPLAT(a0[k]);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = VSPLAT(a1[k]);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    {
+      const v128_t s = VSPLAT(a2[k]);
+      c20 = VFMA(s, b0, c20);
+      c21 = VFMA(s, b1, c21);
+    }
+    {
+      const v128_t s = VSPLAT(a3[k]);
+      c30 = VFMA(s, b0, c30);
+      c31 = VFMA(s, b1, c31);
+    }
+    bp += 8;
+  }
+  c00 = act_apply(c00, act); c01 = act_apply(c01, act);
+  c10 = act_apply(c10, act); c11 = act_apply(c11, act);
+  c20 = act_apply(c20, act); c21 = act_apply(c21, act);
+  c30 = act_apply(c30, act); c31 = act_apply(c31, act);
+  if (nr == 8) {
+    VSTORE(c + 0 * ldc, c00); VSTORE(c + 0 * ldc + 4, c01);
+    VSTORE(c + 1 * ldc, c10); VSTORE(c + 1 * ldc + 4, c11);
+    VSTORE(c + 2 * ldc, c20); VSTORE(c + 2 * ldc + 4, c21);
+    VSTORE(c + 3 * ldc, c30); VSTORE(c + 3 * ldc + 4, c31);
+  } else {
+    float t[8] __attribute__((aligned(16)));
+    VSTORE(t, c00); VSTORE(t + 4, c01);
+    for (int j = 0; j < nr; j++) c[0 * ldc + j] = t[j];
+    VSTORE(t, c10); VSTORE(t + 4, c11);
+    for (int j = 0; j < nr; j++) c[1 * ldc + j] = t[j];
+    VSTORE(t, c20); VSTORE(t + 4, c21);
+    for (int j = 0; j < nr; j++) c[2 * ldc + j] = t[j];
+    VSTORE(t, c30); VSTORE(t + 4, c31);
+    for (int j = 0; j < nr; j++) c[3 * ldc + j] = t[j];
+  }
+}
+
+INLINE void f32_gemm_ukernel_3x8(int K, const float* a, int lda, const float* bp, float* c, int ldc,
+                                     int nr, const float* bias_row, const float* bias_col, Act act) {
+  const float* a0 = a + 0 * lda;
+  const float* a1 = a + 1 * lda;
+  const float* a2 = a + 2 * lda;
+  v128_t b0 = wasm_f32x4_const_splat(0.0f), b1 = b0;
+  if (bias_col) { b0 = VLOAD(bias_col); b1 = VLOAD(bias_col + 4); }
+  v128_t c00 = b0, c01 = b1;
+  if (bias_row) { c00 = VSPLAT(bias_row[0]); c01 = c00; }
+  v128_t c10 = b0, c11 = b1;
+  if (bias_row) { c10 = VSPLAT(bias_row[1]); c11 = c10; }
+  v128_t c20 = b0, c21 = b1;
+  if (bias_row) { c20 = VSPLAT(bias_row[2]); c21 = c20; }
+  int k = 0;
+  for (; k + 4 <= K; k += 4) {
+    const v128_t va0 = VLOAD(a0 + k);
+    const v128_t va1 = VLOAD(a1 + k);
+    const v128_t va2 = VLOAD(a2 + k);
+    b0 = VLOAD(bp + 0); b1 = VLOAD(bp + 4);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 0, 0, 0, 0);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va1, va1, 0, 0, 0, 0);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va2, va2, 0, 0, 0, 0);
+      c20 = VFMA(s, b0, c20);
+      c21 = VFMA(s, b1, c21);
+    }
+    b0 = VLOAD(bp + 8); b1 = VLOAD(bp + 12);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 1, 1, 1, 1);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va1, va1, 1, 1, 1, 1);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va2, va2, 1, 1, 1, 1);
+      c20 = VFMA(s, b0, c20);
+      c21 = VFMA(s, b1, c21);
+    }
+    b0 = VLOAD(bp + 16); b1 = VLOAD(bp + 20);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 2, 2, 2, 2);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va1, va1, 2, 2, 2, 2);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va2, va2, 2, 2, 2, 2);
+      c20 = VFMA(s, b0, c20);
+      c21 = VFMA(s, b1, c21);
+    }
+    b0 = VLOAD(bp + 24); b1 = VLOAD(bp + 28);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 3, 3, 3, 3);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va1, va1, 3, 3, 3, 3);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va2, va2, 3, 3, 3, 3);
+      c20 = VFMA(s, b0, c20);
+      c21 = VFMA(s, b1, c21);
+    }
+    bp += 32;
+  }
+  for (; k < K; k++) {
+    b0 = VLOAD(bp); b1 = VLOAD(bp + 4);
+    {
+      const v128_t s = VSPLAT(a0[k]);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = VSPLAT(a1[k]);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    {
+      const v128_t s = VSPLAT(a2[k]);
+      c20 = VFMA(s, b0, c20);
+      c21 = VFMA(s, b1, c21);
+    }
+    bp += 8;
+  }
+  c00 = act_apply(c00, act); c01 = act_apply(c01, act);
+  c10 = act_apply(c10, act); c11 = act_apply(c11, act);
+  c20 = act_apply(c20, act); c21 = act_apply(c21, act);
+  if (nr == 8) {
+    VSTORE(c + 0 * ldc, c00); VSTORE(c + 0 * ldc + 4, c01);
+    VSTORE(c + 1 * ldc, c10); VSTORE(c + 1 * ldc + 4, c11);
+    VSTORE(c + 2 * ldc, c20); VSTORE(c + 2 * ldc + 4, c21);
+  } else {
+    float t[8] __attribute__((aligned(16)));
+    VSTORE(t, c00); VSTORE(t + 4, c01);
+    for (int j = 0; j < nr; j++) c[0 * ldc + j] = t[j];
+    VSTORE(t, c10); VSTORE(t + 4, c11);
+    for (int j = 0; j < nr; j++) c[1 * ldc + j] = t[j];
+    VSTORE(t, c20); VSTORE(t + 4, c21);
+    for (int j = 0; j < nr; j++) c[2 * ldc + j] = t[j];
+  }
+}
+
+INLINE void f32_gemm_ukernel_2x8(int K, const float* a, int lda, const float* bp, float* c, int ldc,
+                                     int nr, const float* bias_row, const float* bias_col, Act act) {
+  const float* a0 = a + 0 * lda;
+  const float* a1 = a + 1 * lda;
+  v128_t b0 = wasm_f32x4_const_splat(0.0f), b1 = b0;
+  if (bias_col) { b0 = VLOAD(bias_col); b1 = VLOAD(bias_col + 4); }
+  v128_t c00 = b0, c01 = b1;
+  if (bias_row) { c00 = VSPLAT(bias_row[0]); c01 = c00; }
+  v128_t c10 = b0, c11 = b1;
+  if (bias_row) { c10 = VSPLAT(bias_row[1]); c11 = c10; }
+  int k = 0;
+  for (; k + 4 <= K; k += 4) {
+    const v128_t va0 = VLOAD(a0 + k);
+    const v128_t va1 = VLOAD(a1 + k);
+    b0 = VLOAD(bp + 0); b1 = VLOAD(bp + 4);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 0, 0, 0, 0);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va1, va1, 0, 0, 0, 0);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    b0 = VLOAD(bp + 8); b1 = VLOAD(bp + 12);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 1, 1, 1, 1);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va1, va1, 1, 1, 1, 1);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    b0 = VLOAD(bp + 16); b1 = VLOAD(bp + 20);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 2, 2, 2, 2);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va1, va1, 2, 2, 2, 2);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    b0 = VLOAD(bp + 24); b1 = VLOAD(bp + 28);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 3, 3, 3, 3);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(va1, va1, 3, 3, 3, 3);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    bp += 32;
+  }
+  for (; k < K; k++) {
+    b0 = VLOAD(bp); b1 = VLOAD(bp + 4);
+    {
+      const v128_t s = VSPLAT(a0[k]);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = VSPLAT(a1[k]);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    bp += 8;
+  }
+  c00 = act_apply(c00, act); c01 = act_apply(c01, act);
+  c10 = act_apply(c10, act); c11 = act_apply(c11, act);
+  if (nr == 8) {
+    VSTORE(c + 0 * ldc, c00); VSTORE(c + 0 * ldc + 4, c01);
+    VSTORE(c + 1 * ldc, c10); VSTORE(c + 1 * ldc + 4, c11);
+  } else {
+    float t[8] __attribute__((aligned(16)));
+    VSTORE(t, c00); VSTORE(t + 4, c01);
+    for (int j = 0; j < nr; j++) c[0 * ldc + j] = t[j];
+    VSTORE(t, c10); VSTORE(t + 4, c11);
+    for (int j = 0; j < nr; j++) c[1 * ldc + j] = t[j];
+  }
+}
+
+INLINE void f32_gemm_ukernel_1x8(int K, const float* a, int lda, const float* bp, float* c, int ldc,
+                                     int nr, const float* bias_row, const float* bias_col, Act act) {
+  const float* a0 = a + 0 * lda;
+  v128_t b0 = wasm_f32x4_const_splat(0.0f), b1 = b0;
+  if (bias_col) { b0 = VLOAD(bias_col); b1 = VLOAD(bias_col + 4); }
+  v128_t c00 = b0, c01 = b1;
+  if (bias_row) { c00 = VSPLAT(bias_row[0]); c01 = c00; }
+  int k = 0;
+  for (; k + 4 <= K; k += 4) {
+    const v128_t va0 = VLOAD(a0 + k);
+    b0 = VLOAD(bp + 0); b1 = VLOAD(bp + 4);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 0, 0, 0, 0);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    b0 = VLOAD(bp + 8); b1 = VLOAD(bp + 12);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 1, 1, 1, 1);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    b0 = VLOAD(bp + 16); b1 = VLOAD(bp + 20);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 2, 2, 2, 2);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    b0 = VLOAD(bp + 24); b1 = VLOAD(bp + 28);
+    {
+      const v128_t s = wasm_i32x4_shuffle(va0, va0, 3, 3, 3, 3);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    bp += 32;
+  }
+  for (; k < K; k++) {
+    b0 = VLOAD(bp); b1 = VLOAD(bp + 4);
+    {
+      const v128_t s = VSPLAT(a0[k]);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    bp += 8;
+  }
+  c00 = act_apply(c00, act); c01 = act_apply(c01, act);
+  if (nr == 8) {
+    VSTORE(c + 0 * ldc, c00); VSTORE(c + 0 * ldc + 4, c01);
+  } else {
+    float t[8] __attribute__((aligned(16)));
+    VSTORE(t, c00); VSTORE(t + 4, c01);
+    for (int j = 0; j < nr; j++) c[0 * ldc + j] = t[j];
+  }
+}
+
+/* Rows of A kept hot per pass over B's panels: about 256 KiB of A (L2-resident on the hosts we target). */
+INLINE int gemm_row_block(int K) {
+  int mc = (65536 / (K > 0 ? K : 1)) & ~3;
+  return mc < 4 ? 4 : mc;
+}
+
+KERNEL void f32_gemm(int M, int N, int K, const float* A, int lda, const float* Bp, float* C, int ldc,
+                     const float* bias_row, const float* bias_col, Act act) {
+  const int MC = gemm_row_block(K);
+  for (int i0 = 0; i0 < M; i0 += MC) {
+    const int i1 = i0 + MC < M ? i0 + MC : M;
+    for (int j = 0; j < N; j += 8) {
+      const float* bp = Bp + (size_t)(j / 8) * K * 8;
+      const float* bc = bias_col ? bias_col + j : 0;
+      const int nr = N - j < 8 ? N - j : 8;
+      int i = i0;
+      for (; i + 4 <= i1; i += 4)
+        f32_gemm_ukernel_4x8(K, A + (size_t)i * lda, lda, bp, C + (size_t)i * ldc + j, ldc, nr,
+                             bias_row ? bias_row + i : 0, bc, act);
+      switch (i1 - i) {
+        case 3:
+          f32_gemm_ukernel_3x8(K, A + (size_t)i * lda, lda, bp, C + (size_t)i * ldc + j, ldc, nr,
+                               bias_row ? bias_row + i : 0, bc, act);
+          break;
+        case 2:
+          f32_gemm_ukernel_2x8(K, A + (size_t)i * lda, lda, bp, C + (size_t)i * ldc + j, ldc, nr,
+                               bias_row ? bias_row + i : 0, bc, act);
+          break;
+        case 1:
+          f32_gemm_ukernel_1x8(K, A + (size_t)i * lda, lda, bp, C + (size_t)i * ldc + j, ldc, nr,
+                               bias_row ? bias_row + i : 0, bc, act);
+          break;
+        default: break;
+      }
+    }
+  }
+}
+
+/* Pack a row-major B[K,N] (stride ldb) into 8-column panels, zero padded: [ceil(N/8)][K][8]. */
+KERNEL void f32_pack_b(int K, int N, const float* B, int ldb, float* Bp) {
+  for (int j = 0; j < N; j += 8) {
+    const int nr = N - j < 8 ? N - j : 8;
+    for (int k = 0; k < K; k++) {
+      const float* src = B + (size_t)k * ldb + j;
+      if (nr == 8) {
+        VSTORE(Bp, VLOAD(src)); VSTORE(Bp + 4, VLOAD(src + 4));
+      } else {
+        for (int l = 0; l < 8; l++) Bp[l] = l < nr ? src[l] : 0.0f;
+      }
+      Bp += 8;
+    }
+  }
+}

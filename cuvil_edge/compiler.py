@@ -1,0 +1,64 @@
+"""The build pipeline as named stages: import -> passes -> plan + emit C -> compile one module per target."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from runtime_wasm.spec import ModelSpec, TensorSpec, VariantSpec
+
+from .codegen.emit import CProgram, emit_c
+from .codegen.toolchain import Target, compile_c
+from .ir.graph import Graph
+from .passes import run_passes
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class CompiledModel:
+    """Everything a device needs (spec, modules, weights) plus the host's view (graph, C, kernels)."""
+
+    spec: ModelSpec
+    modules: dict[str, bytes]  # variant name -> wasm bytes
+    weights: bytes
+    graph: Graph
+    program: CProgram
+    kernels: dict[str, str] = field(default_factory=dict)
+
+
+def optimize_graph(graph: Graph, progress: Progress | None = None) -> Graph:
+    return run_passes(graph, log=progress)
+
+
+def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
+                  progress: Progress | None = None) -> CompiledModel:
+    say = progress or (lambda _msg: None)
+    say(f"emit: {len(graph.nodes)} nodes -> C")
+    program = emit_c(graph)
+    plan = program.plan
+    names = graph.meta.get("output_names") or [v.name for v in graph.outputs]
+
+    def tensor(v, name: str) -> TensorSpec:
+        return TensorSpec(name, v.type.dtype, v.type.shape, plan.offset(v))
+
+    modules: dict[str, bytes] = {}
+    variants = []
+    for i, t in enumerate(targets, 1):
+        say(f"compile [{i}/{len(targets)}] {t.name}")
+        wasm = compile_c(program.source, t)
+        modules[t.name] = wasm
+        variants.append(VariantSpec(t.name, t.tier, t.family, f"{t.name}.wasm",
+                                    hashlib.sha256(wasm).hexdigest(), len(wasm)))
+    spec = ModelSpec(
+        name=graph.name,
+        inputs=tuple(tensor(v, v.name) for v in graph.inputs),
+        outputs=tuple(tensor(v, n) for v, n in zip(graph.outputs, names)),
+        weights_size=len(program.weights),
+        arena_size=program.arena_size,
+        variants=tuple(variants),
+        weights_sha256=hashlib.sha256(program.weights).hexdigest(),
+    )
+    spec.check()
+    return CompiledModel(spec, modules, program.weights, graph, program, program.kernels_used)

@@ -1,0 +1,1 @@
+"""Model frontends: each turns a file format into the IR (ONNX now; TFLite later)."""

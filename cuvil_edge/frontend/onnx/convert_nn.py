@@ -1,0 +1,166 @@
+"""Converters for the NN core: Conv, Gemm, MatMul, BatchNormalization and fusable activations."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import ConvertContext, converter
+
+
+def _conv_pads(ctx: ConvertContext, spatial: list[int], kernel: list[int], strides: list[int],
+               dilations: list[int]) -> list[int]:
+    """Explicit [begins..., ends...] pads for every auto_pad mode."""
+    n = len(spatial)
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        pads = list(ctx.attr("pads", [0] * 2 * n))
+        if len(pads) != 2 * n:
+            raise ctx.unsupported(f"pads {pads} do not match {n} spatial dims")
+        return pads
+    if auto == "VALID":
+        return [0] * 2 * n
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        begins, ends = [], []
+        for size, k, s, d in zip(spatial, kernel, strides, dilations):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+            small, big = total // 2, total - total // 2
+            begins.append(small if auto == "SAME_UPPER" else big)
+            ends.append(big if auto == "SAME_UPPER" else small)
+        return begins + ends
+    raise ctx.unsupported(f"auto_pad={auto!r}")
+
+
+@converter("Conv")
+def conv(ctx: ConvertContext) -> None:
+    x, w = ctx.input(0), ctx.input(1)
+    if not w.is_const:
+        raise ctx.unsupported("weights must be constant")
+    n = len(w.type.shape) - 2
+    if n not in (1, 2):
+        raise ctx.unsupported(f"{n}D convolution (1D and 2D are supported)")
+    kernel = list(ctx.attr("kernel_shape", w.type.shape[2:]))
+    strides = list(ctx.attr("strides", [1] * n))
+    dilations = list(ctx.attr("dilations", [1] * n))
+    pads = _conv_pads(ctx, list(x.type.shape[2:]), kernel, strides, dilations)
+    ins = [x, w] + ([ctx.input(2)] if ctx.has_input(2) else [])
+    ctx.set_outputs(ctx.emit1("conv", ins, dict(strides=strides, dilations=dilations, pads=pads,
+                                                group=int(ctx.attr("group", 1)))))
+
+
+def _scaled(ctx: ConvertContext, v, factor: float, what: str):
+    """``v * factor`` as a Value (folded when v is constant)."""
+    if factor == 1.0:
+        return v
+    return ctx.emit1("binary", [v, ctx.constant(np.float32(factor), what)], {"kind": "mul"},
+                     name=f"{ctx.name}/{what}")
+
+
+@converter("Gemm")
+def gemm(ctx: ConvertContext) -> None:
+    a, b = ctx.input(0), ctx.input(1)
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    if ctx.attr("transA", 0):
+        a = ctx.emit1("transpose", [a], {"perm": [1, 0]}, name=f"{ctx.name}/transA")
+    if b.is_const:
+        w = b.const.astype(np.float32)
+        w = np.ascontiguousarray((w.T if ctx.attr("transB", 0) else w) * np.float32(alpha))
+        ins, post_alpha = [a, ctx.constant(w, "w")], 1.0
+    else:
+        if ctx.attr("transB", 0):
+            b = ctx.emit1("transpose", [b], {"perm": [1, 0]}, name=f"{ctx.name}/transB")
+        ins, post_alpha = [a, b], alpha
+    n = ins[1].type.shape[1]
+    c = ctx.input(2) if ctx.has_input(2) and beta != 0.0 else None
+    if c is not None and b.is_const and c.is_const and c.type.size in (1, n) and \
+            c.type.shape[-1:] in ((), (1,), (n,)):
+        bias = np.broadcast_to(c.const.astype(np.float32).reshape(-1) * np.float32(beta), (n,))
+        ins.append(ctx.constant(bias.copy(), "bias"))
+        c = None
+    y = ctx.emit1("gemm" if b.is_const else "matmul", ins, name=ctx.name if c is None else f"{ctx.name}/mm")
+    y = _scaled(ctx, y, post_alpha, "alpha")
+    if c is not None:
+        y = ctx.emit1("binary", [y, _scaled(ctx, c, beta, "beta")], {"kind": "add"})
+    ctx.set_outputs(y)
+
+
+@converter("MatMul")
+def matmul(ctx: ConvertContext) -> None:
+    a, b = ctx.input(0), ctx.input(1)
+    squeeze_front = len(a.type.shape) == 1
+    squeeze_back = len(b.type.shape) == 1
+    if squeeze_front:
+        a = ctx.emit1("reshape", [a], {"shape": [1, a.type.shape[0]]}, name=f"{ctx.name}/a2d")
+    if squeeze_back:
+        b = ctx.emit1("reshape", [b], {"shape": [b.type.shape[0], 1]}, name=f"{ctx.name}/b2d")
+    if b.is_const and len(b.type.shape) == 2:
+        y = ctx.emit1("gemm", [a, ctx.constant(b.const.astype(np.float32), "w")])
+    else:
+        y = ctx.emit1("matmul", [a, b])
+    shape = list(y.type.shape)
+    if squeeze_front:
+        del shape[-2]
+    if squeeze_back:
+        del shape[-1]
+    if squeeze_front or squeeze_back:
+        y = ctx.emit1("reshape", [y], {"shape": shape}, name=f"{ctx.name}/out")
+    ctx.set_outputs(y)
+
+
+@converter("BatchNormalization")
+def batchnorm(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    params = [ctx.const(i) for i in range(1, 5)]
+    if any(p is None for p in params):
+        raise ctx.unsupported("scale, bias, mean and var must be constant")
+    if ctx.opset < 9 and ctx.attr("spatial", 1) != 1:
+        raise ctx.unsupported("spatial=0")
+    scale, bias, mean, var = (p.astype(np.float64) for p in params)
+    a = scale / np.sqrt(var + float(ctx.attr("epsilon", 1e-5)))
+    b = bias - mean * a
+    ctx.set_outputs(ctx.emit1("batchnorm", [x, ctx.constant(a.astype(np.float32), "a"),
+                                            ctx.constant(b.astype(np.float32), "b")]))
+
+
+def _act(ctx: ConvertContext, kind: str, a: float = 0.0, b: float = 0.0) -> None:
+    ctx.set_outputs(ctx.emit1("act", [ctx.input(0)], {"act": (kind, float(a), float(b))}))
+
+
+@converter("Relu")
+def relu(ctx: ConvertContext) -> None:
+    _act(ctx, "relu")
+
+
+@converter("Sigmoid")
+def sigmoid(ctx: ConvertContext) -> None:
+    _act(ctx, "sigmoid")
+
+
+@converter("Tanh")
+def tanh(ctx: ConvertContext) -> None:
+    _act(ctx, "tanh")
+
+
+@converter("HardSigmoid")
+def hardsigmoid(ctx: ConvertContext) -> None:
+    _act(ctx, "hardsigmoid", ctx.attr("alpha", 0.2), ctx.attr("beta", 0.5))
+
+
+@converter("HardSwish")
+def hardswish(ctx: ConvertContext) -> None:
+    _act(ctx, "hardswish")
+
+
+@converter("LeakyRelu")
+def leakyrelu(ctx: ConvertContext) -> None:
+    _act(ctx, "leakyrelu", ctx.attr("alpha", 0.01))
+
+
+@converter("Clip")
+def clip(ctx: ConvertContext) -> None:
+    if ctx.opset < 11:
+        lo, hi = ctx.attr("min", -np.inf), ctx.attr("max", np.inf)
+    else:
+        lo = ctx.const(1, np.float32(-np.inf))
+        hi = ctx.const(2, np.float32(np.inf))
+    _act(ctx, "clip", float(np.asarray(lo).reshape(())), float(np.asarray(hi).reshape(())))

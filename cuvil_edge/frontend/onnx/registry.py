@@ -1,0 +1,123 @@
+"""ONNX converter registry and the per-node conversion context."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ...errors import ShapeError, UnsupportedOperator
+from ...ir.graph import Graph, TensorType, Value
+from ...ops import get as get_op
+
+if TYPE_CHECKING:
+    import onnx
+
+Converter = Callable[["ConvertContext"], None]
+_CONVERTERS: dict[str, Converter] = {}
+
+
+def converter(*op_types: str) -> Callable[[Converter], Converter]:
+    """Register ``fn`` as the converter for ONNX ``op_types`` (default domain)."""
+
+    def deco(fn: Converter) -> Converter:
+        for t in op_types:
+            if t in _CONVERTERS:
+                raise ValueError(f"ONNX op {t!r} has two converters")
+            _CONVERTERS[t] = fn
+        return fn
+
+    return deco
+
+
+def converters() -> dict[str, Converter]:
+    from . import _load_all  # noqa: F401
+
+    return _CONVERTERS
+
+
+class ConvertContext:
+    """What a converter sees for one ONNX node: inputs, attributes, opset, and ``emit`` for IR nodes."""
+
+    def __init__(self, graph: Graph, env: dict[str, Value], node: onnx.NodeProto, opset: int) -> None:
+        from onnx import helper
+
+        self.graph, self.env, self.proto, self.opset = graph, env, node, opset
+        self.op_type = node.op_type
+        self.name = node.name or f"{node.op_type}_{node.output[0]}"
+        self._attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+    # -- reading the node ---------------------------------------------------------------------
+    @property
+    def n_inputs(self) -> int:
+        return len(self.proto.input)
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.proto.input) and self.proto.input[i] != ""
+
+    def input(self, i: int) -> Value:
+        if not self.has_input(i):
+            raise self.unsupported(f"input {i} is required")
+        try:
+            return self.env[self.proto.input[i]]
+        except KeyError:
+            raise ShapeError(f"node {self.name!r} reads undefined tensor {self.proto.input[i]!r}") from None
+
+    def inputs(self) -> list[Value]:
+        return [self.input(i) for i in range(self.n_inputs) if self.has_input(i)]
+
+    def const(self, i: int, default: Any = None) -> np.ndarray | None:
+        """Input i's value, which must be known at build time (weights, folded shape chains)."""
+        if not self.has_input(i):
+            return default
+        v = self.input(i)
+        if not v.is_const:
+            raise self.unsupported(f"input {i} ({self.proto.input[i]!r}) must be a build-time constant")
+        return v.const
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        v = self._attrs.get(name, default)
+        return v.decode() if isinstance(v, bytes) else v
+
+    def unsupported(self, detail: str = "") -> UnsupportedOperator:
+        return UnsupportedOperator(self.op_type, self.name, self.opset, detail)
+
+    # -- producing IR -------------------------------------------------------------------------
+    def emit(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None,
+             name: str | None = None, n_outputs: int = 1) -> list[Value]:
+        """Add an IR node (or fold it now when every input is a constant) and return its outputs."""
+        return emit_node(self.graph, op, list(inputs), attrs or {}, name or self.name, n_outputs)
+
+    def emit1(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None,
+              name: str | None = None) -> Value:
+        return self.emit(op, inputs, attrs, name)[0]
+
+    def set_outputs(self, *values: Value) -> None:
+        for out_name, v in zip(self.proto.output, values):
+            if out_name:
+                self.env[out_name] = v
+
+    def constant(self, array: np.ndarray, name: str = "const") -> Value:
+        return self.graph.constant(f"{self.name}/{name}", np.asarray(array))
+
+
+def emit_node(graph: Graph, op: str, inputs: list[Value], attrs: dict[str, Any], name: str,
+              n_outputs: int = 1) -> list[Value]:
+    """Shared by importers and passes: infer types, fold constant nodes eagerly, else append."""
+    from ...ir.graph import Node
+
+    opdef = get_op(op)
+    probe = Node(op, name, inputs, [], attrs)
+    types = list(opdef.infer(probe))
+    if all(v.is_const for v in inputs) and opdef.fold is not None:
+        arrays = opdef.fold(probe, [v.const for v in inputs])
+        return [graph.constant(f"{name}:{i}", np.asarray(a, dtype=t.dtype).reshape(t.shape))
+                for i, (a, t) in enumerate(zip(arrays, types))]
+    outs = [graph.value(f"{name}:{i}" if n_outputs > 1 else name, t) for i, t in enumerate(types)]
+    graph.add_node(op, name, inputs, outs, attrs)
+    return outs
+
+
+def tensor_type_of(shape: Sequence[int], dtype: np.dtype | str) -> TensorType:
+    return TensorType(tuple(int(d) for d in shape), str(np.dtype(dtype)))

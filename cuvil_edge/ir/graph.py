@@ -1,0 +1,146 @@
+"""The typed IR: static-shape tensors, nodes in topological order, constants held by value.
+
+Every value has a static shape and dtype once imported. Runtime nodes carry normalised attributes
+(explicit pads, fused activation, ...), so passes and code generation never see format quirks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: dtypes the IR knows; quantized types add to this with their params on ``TensorType.quant``.
+DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool", "float64")
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A static shape and dtype (``quant`` holds scale/zero-point for quantized tensors later)."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    quant: tuple[Any, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}")
+        if any((not isinstance(d, (int, np.integer))) or d < 0 for d in self.shape):
+            raise ValueError(f"shape must be static non-negative ints, got {self.shape}")
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+@dataclass(eq=False)
+class Value:
+    """An SSA value. ``const`` is set for weights and folded tensors."""
+
+    name: str
+    type: TensorType
+    const: np.ndarray | None = None
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+
+@dataclass(eq=False)
+class Node:
+    op: str
+    name: str
+    inputs: list[Value]
+    outputs: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(v.name for v in self.inputs)
+        outs = ", ".join(f"{v.name}:{v.type}" for v in self.outputs)
+        return f"{self.name} = {self.op}({ins}) -> {outs} {self.attrs or ''}"
+
+
+class Graph:
+    """Nodes in execution order, graph inputs/outputs and a name-unique value namespace."""
+
+    def __init__(self, name: str = "model") -> None:
+        self.name = name
+        self.nodes: list[Node] = []
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.meta: dict[str, Any] = {}
+        self._names: set[str] = set()
+        self._counter = itertools.count()
+
+    # -- construction -------------------------------------------------------------------------
+    def unique(self, base: str) -> str:
+        name = base
+        while name in self._names:
+            name = f"{base}_{next(self._counter)}"
+        self._names.add(name)
+        return name
+
+    def value(self, name: str, ttype: TensorType, const: np.ndarray | None = None) -> Value:
+        return Value(self.unique(name), ttype, const)
+
+    def constant(self, name: str, array: np.ndarray) -> Value:
+        array = np.ascontiguousarray(array)
+        return self.value(name, TensorType(array.shape, str(array.dtype)), array)
+
+    def add_node(self, op: str, name: str, inputs: list[Value], outputs: list[Value],
+                 attrs: dict[str, Any] | None = None) -> Node:
+        node = Node(op, self.unique(name or op), inputs, outputs, dict(attrs or {}))
+        self.nodes.append(node)
+        return node
+
+    # -- queries ------------------------------------------------------------------------------
+    def consumers(self) -> dict[int, list[Node]]:
+        """Map ``id(value)`` to the nodes that read it (graph outputs are not nodes)."""
+        uses: dict[int, list[Node]] = {}
+        for n in self.nodes:
+            for v in n.inputs:
+                uses.setdefault(id(v), []).append(n)
+        return uses
+
+    def producers(self) -> dict[int, Node]:
+        return {id(v): n for n in self.nodes for v in n.outputs}
+
+    def values(self) -> Iterator[Value]:
+        seen: set[int] = set()
+        for v in itertools.chain(self.inputs, (x for n in self.nodes for x in (*n.inputs, *n.outputs)),
+                                 self.outputs):
+            if id(v) not in seen:
+                seen.add(id(v))
+                yield v
+
+    def replace_uses(self, old: Value, new: Value, nodes: Iterable[Node] | None = None) -> None:
+        for n in self.nodes if nodes is None else nodes:
+            n.inputs = [new if v is old else v for v in n.inputs]
+        self.outputs = [new if v is old else v for v in self.outputs]
+
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for n in self.nodes:
+            counts[n.op] = counts.get(n.op, 0) + 1
+        return counts
+
+    def __repr__(self) -> str:
+        lines = [f"graph {self.name}(" + ", ".join(f"{v.name}:{v.type}" for v in self.inputs) + ")"]
+        lines += [f"  {n!r}" for n in self.nodes]
+        lines.append("  return " + ", ".join(v.name for v in self.outputs))
+        return "\n".join(lines)

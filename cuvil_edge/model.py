@@ -1,0 +1,131 @@
+"""``CuvilModel``: load -> optimize -> predict / save, the host-side Python API."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runtime_wasm import InferenceInputError, ModuleCache, WasmModel
+from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE, instantiate
+from runtime_wasm.variants import probe_host, select_variant
+
+from .codegen.toolchain import ALL_TARGETS, Target
+from .compiler import CompiledModel, compile_graph, optimize_graph
+from .errors import InputError
+from .ir.graph import Graph
+
+PRECISIONS = ("fp32",)
+
+
+class CuvilModel:
+    """A model on its way to the edge: imported graph, optimized IR, compiled modules, a live instance."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.compiled: CompiledModel | None = None
+        self._instance: WasmModel | None = None
+        self._optimized = False
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | bytes | Any,
+             input_shapes: Mapping[str, Sequence[int]] | None = None) -> CuvilModel:
+        """Import an ONNX model (path, bytes or ModelProto); input shapes fix dynamic dims."""
+        from .frontend.onnx import import_onnx
+
+        name = Path(os.fspath(path)).stem if isinstance(path, (str, os.PathLike)) else None
+        return cls(import_onnx(path, input_shapes, name=name))
+
+    # -- build --------------------------------------------------------------------------------
+    def optimize(self, precision: str = "fp32", targets: Sequence[Target] | str = "host",
+                 progress: Callable[[str], None] | None = None) -> CuvilModel:
+        """Run the passes and compile modules: ``targets`` = "host" (this machine's family, both
+        tiers), "all" (every tier x family) or a list of ``Target``."""
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS} (int8/int4/fp16 come with quantization)")
+        if not self._optimized:
+            optimize_graph(self.graph, progress)
+            self._optimized = True
+        self.compiled = compile_graph(self.graph, _resolve_targets(targets), progress)
+        self._close_instance()
+        return self
+
+    # -- run ----------------------------------------------------------------------------------
+    @property
+    def instance(self) -> WasmModel:
+        if self._instance is None:
+            if self.compiled is None:
+                self.optimize()
+            c = self.compiled
+            assert c is not None
+            variant = select_variant(c.spec.variants, probe_host())
+            self._instance = instantiate(c.spec, c.modules[variant.name], c.weights, variant, ModuleCache())
+        return self._instance
+
+    def predict(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray) -> dict[str, np.ndarray]:
+        """Run once in wasmtime. Inputs: dict by name, list in order, or one array for one input."""
+        if isinstance(inputs, np.ndarray):
+            inputs = [inputs]
+        try:
+            return self.instance.predict(inputs)
+        except InferenceInputError as exc:
+            raise InputError(str(exc)) from exc
+
+    @property
+    def input_names(self) -> list[str]:
+        return [v.name for v in self.graph.inputs]
+
+    # -- persistence --------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write spec, modules and weights to a directory (written aside, then renamed into place)."""
+        if self.compiled is None:
+            self.optimize()
+        c = self.compiled
+        assert c is not None
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        (tmp / SPEC_FILE).write_text(c.spec.to_json())
+        (tmp / WEIGHTS_FILE).write_bytes(c.weights)
+        for v in c.spec.variants:
+            (tmp / v.file).write_bytes(c.modules[v.name])
+        if out.exists():
+            import shutil
+
+            old = out.with_name(f".{out.name}.old")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+        return out
+
+    def close(self) -> None:
+        self._close_instance()
+
+    def _close_instance(self) -> None:
+        if self._instance is not None:
+            self._instance.close()
+            self._instance = None
+
+    def __enter__(self) -> CuvilModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _resolve_targets(targets: Sequence[Target] | str) -> tuple[Target, ...]:
+    if targets == "all":
+        return ALL_TARGETS
+    if targets == "host":
+        fam = probe_host().family
+        return tuple(t for t in ALL_TARGETS if t.family == fam)
+    if isinstance(targets, str):
+        raise ValueError(f"targets must be 'host', 'all' or a list of Target, got {targets!r}")
+    return tuple(targets)

@@ -1,0 +1,28 @@
+"""Activation ops: ``act`` applies one of the fusable activations (relu, clip, hardsigmoid, ...).
+
+Standalone it runs ``f32_act`` in place; the fusion pass folds it into its producer's epilogue.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..codegen.emit import EmitContext
+from ..ir.graph import Node
+from .common import act_c, act_numpy, same_type
+from .registry import OpDef, register
+
+
+def _fold(node: Node, args) -> list[np.ndarray]:
+    return [act_numpy(args[0], node.attrs["act"]).astype(args[0].dtype)]
+
+
+def _emit(node: Node, ctx: EmitContext) -> str:
+    x, y = node.inputs[0], node.outputs[0]
+    ctx.use_kernel(f"f32-act-{node.attrs['act'][0]}-4")
+    copy = "" if ctx.plan.offset(x) == ctx.plan.offset(y) or x.is_const else \
+        f"copy_f32({ctx.ptr(y)}, {ctx.ptr(x)}, {x.type.size});\n"
+    return copy + f"f32_act({ctx.ptr(y)}, {x.type.size}, {act_c(node)});"
+
+
+register(OpDef("act", same_type, _fold, _emit, inplace=True))

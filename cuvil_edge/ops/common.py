@@ -1,0 +1,64 @@
+"""Helpers shared by op definitions: fused-activation encoding and broadcasting."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir.graph import Node, TensorType
+
+#: fused activations: name -> C enum (see kernels/templates/common.c.in)
+ACTS = {"none": "ACT_NONE", "relu": "ACT_RELU", "clip": "ACT_CLIP", "hardsigmoid": "ACT_HARDSIGMOID",
+        "hardswish": "ACT_HARDSWISH", "sigmoid": "ACT_SIGMOID", "leakyrelu": "ACT_LEAKYRELU",
+        "tanh": "ACT_TANH"}
+
+
+def act_c(node: Node) -> str:
+    """C ``Act`` literal for a node's ``act`` attr: ``(kind, a, b)`` with kind a key of ``ACTS``."""
+    kind, a, b = node.attrs.get("act") or ("none", 0.0, 0.0)
+    return f"(Act){{{ACTS[kind]}, {_cfloat(a)}, {_cfloat(b)}}}"
+
+
+def _cfloat(x: float) -> str:
+    x = float(x)
+    if np.isinf(x):
+        return "(-__builtin_inff())" if x < 0 else "__builtin_inff()"
+    return f"{float(np.float32(x))!r}f"
+
+
+def act_numpy(x: np.ndarray, act: tuple[str, float, float] | None) -> np.ndarray:
+    """Reference semantics of fused activations (used by folding and tests)."""
+    kind, a, b = act or ("none", 0.0, 0.0)
+    if kind == "relu":
+        return np.maximum(x, 0)
+    if kind == "clip":
+        return np.clip(x, a, b)
+    if kind == "hardsigmoid":
+        return np.clip(x * a + b, 0, 1)
+    if kind == "hardswish":
+        return x * np.clip(x / 6 + 0.5, 0, 1)
+    if kind == "sigmoid":
+        return 1 / (1 + np.exp(-x))
+    if kind == "leakyrelu":
+        return np.where(x >= 0, x, x * a)
+    if kind == "tanh":
+        return np.tanh(x)
+    return x
+
+
+def broadcast_shape(shapes: Sequence[Sequence[int]], where: str) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError as exc:
+        raise ShapeError(f"{where}: shapes {list(map(tuple, shapes))} do not broadcast") from exc
+
+
+def same_type(node: Node) -> list[TensorType]:
+    """Output type equals input 0's type."""
+    return [node.inputs[0].type]
+
+
+def cint_list(values: Sequence[int]) -> str:
+    return ", ".join(str(int(v)) for v in values)

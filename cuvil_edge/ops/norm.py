@@ -1,0 +1,32 @@
+"""Normalisation ops. ``batchnorm`` is a per-channel affine y = a[c] * x + b[c] (axis 1).
+
+BatchNormalization is converted to this form at import; the fold pass merges it into a preceding
+conv/gemm, and what remains runs as one pass over the data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..codegen.emit import EmitContext
+from ..ir.graph import Node
+from .common import act_c, act_numpy, same_type
+from .registry import OpDef, register
+
+
+def _bn_fold(node: Node, args) -> list[np.ndarray]:
+    x, a, b = args
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    return [act_numpy(x * a.reshape(shape) + b.reshape(shape), node.attrs.get("act")).astype(np.float32)]
+
+
+def _bn_emit(node: Node, ctx: EmitContext) -> str:
+    x, a, b = node.inputs
+    s = x.type.shape
+    inner = int(np.prod(s[2:])) if len(s) > 2 else 1
+    ctx.use_kernel("f32-vaffinec-4")
+    return (f"f32_channel_affine({ctx.ptr(x)}, {ctx.ptr(node.outputs[0])}, {s[0]}, {s[1]}, {inner}, "
+            f"{ctx.ptr(a)}, {ctx.ptr(b)}, {act_c(node)});")
+
+
+register(OpDef("batchnorm", same_type, _bn_fold, _bn_emit, kernels=("f32-norm",), inplace=True))

@@ -1,0 +1,5 @@
+"""Graph passes as named stages; the verifier runs after each one."""
+
+from .pipeline import DEFAULT_PIPELINE, Pass, run_passes
+
+__all__ = ["DEFAULT_PIPELINE", "Pass", "run_passes"]

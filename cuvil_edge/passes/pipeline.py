@@ -1,0 +1,38 @@
+"""The pass pipeline: a list of named stages over the IR, each followed by the verifier."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..ir.graph import Graph
+from ..ir.verify import verify
+from . import simplify
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[[Graph], bool]  # returns True when it changed the graph
+    doc: str = ""
+
+
+DEFAULT_PIPELINE: tuple[Pass, ...] = (
+    Pass("fold_constants", simplify.fold_constants, "evaluate nodes whose inputs are all constant"),
+    Pass("fold_batchnorm", simplify.fold_batchnorm, "merge per-channel affine into conv/gemm weights"),
+    Pass("fuse_activations", simplify.fuse_activations, "move activations into producers' epilogues"),
+    Pass("eliminate_dead", simplify.eliminate_dead, "drop nodes nothing reads"),
+    Pass("materialize_outputs", simplify.materialize_outputs, "give every graph output its own buffer"),
+)
+
+
+def run_passes(graph: Graph, passes: Sequence[Pass] = DEFAULT_PIPELINE,
+               log: Callable[[str], None] | None = None) -> Graph:
+    verify(graph, "import")
+    for p in passes:
+        before = len(graph.nodes)
+        changed = p.run(graph)
+        verify(graph, p.name)
+        if log is not None:
+            log(f"{p.name}: {before} -> {len(graph.nodes)} nodes" + ("" if changed else " (no change)"))
+    return graph

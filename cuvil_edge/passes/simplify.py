@@ -1,0 +1,114 @@
+"""Graph simplification passes: folding, BN merging, activation fusion, dead code, output buffers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import Graph, Node, Value
+from ..ops import get as get_op
+
+#: ops whose kernels apply a fused activation (``act`` attr) in their epilogue
+FUSABLE = {"conv", "gemm", "matmul", "batchnorm", "binary"}
+
+
+def fold_constants(graph: Graph) -> bool:
+    changed = False
+    for n in list(graph.nodes):
+        op = get_op(n.op)
+        if op.fold is None or not all(v.is_const for v in n.inputs):
+            continue
+        arrays = op.fold(n, [v.const for v in n.inputs])
+        for out, arr in zip(n.outputs, arrays):
+            graph.replace_uses(out, graph.constant(out.name, np.asarray(arr, out.type.dtype).reshape(
+                out.type.shape)))
+        graph.nodes.remove(n)
+        changed = True
+    return changed
+
+
+def _sole_consumer(graph: Graph, v: Value, uses: dict[int, list[Node]]) -> Node | None:
+    users = uses.get(id(v), [])
+    if len(users) != 1 or any(o is v for o in graph.outputs):
+        return None
+    return users[0]
+
+
+def fold_batchnorm(graph: Graph) -> bool:
+    changed = False
+    producers, uses = graph.producers(), graph.consumers()
+    for bn in [n for n in graph.nodes if n.op == "batchnorm" and not n.attrs.get("act")]:
+        x, a, b = bn.inputs
+        p = producers.get(id(x))
+        if p is None or p.op not in ("conv", "gemm") or p.attrs.get("act") or \
+                _sole_consumer(graph, x, uses) is not bn or not p.inputs[1].is_const:
+            continue
+        if p.op == "gemm" and len(x.type.shape) != 2:
+            continue
+        av, bv = a.const.astype(np.float32), b.const.astype(np.float32)
+        w = p.inputs[1].const.astype(np.float32)
+        m = av.size
+        bias = p.inputs[2].const.astype(np.float32) if len(p.inputs) > 2 else np.zeros(m, np.float32)
+        w = w * (av.reshape((-1,) + (1,) * (w.ndim - 1)) if p.op == "conv" else av.reshape(1, -1))
+        p.inputs = [p.inputs[0], graph.constant(f"{p.name}/w_bn", w), graph.constant(f"{p.name}/b_bn",
+                                                                                    bias * av + bv)]
+        graph.replace_uses(bn.outputs[0], x)
+        graph.nodes.remove(bn)
+        uses = graph.consumers()
+        changed = True
+    return changed
+
+
+def fuse_activations(graph: Graph) -> bool:
+    changed = False
+    producers, uses = graph.producers(), graph.consumers()
+    for act in [n for n in graph.nodes if n.op == "act"]:
+        x = act.inputs[0]
+        p = producers.get(id(x))
+        if p is None or p.op not in FUSABLE or p.attrs.get("act") or len(p.outputs) != 1 or \
+                _sole_consumer(graph, x, uses) is not act:
+            continue
+        p.attrs["act"] = act.attrs["act"]
+        p.outputs = [act.outputs[0]]
+        graph.nodes.remove(act)
+        producers, uses = graph.producers(), graph.consumers()
+        changed = True
+    return changed
+
+
+def eliminate_dead(graph: Graph) -> bool:
+    live = {id(v) for v in graph.outputs}
+    keep: list[Node] = []
+    for n in reversed(graph.nodes):
+        if any(id(o) in live for o in n.outputs):
+            keep.append(n)
+            live.update(id(v) for v in n.inputs)
+    changed = len(keep) != len(graph.nodes)
+    graph.nodes = keep[::-1]
+    return changed
+
+
+def materialize_outputs(graph: Graph) -> bool:
+    """Outputs that are constants, graph inputs or repeated get a copy, so each has its own buffer."""
+    changed = False
+    seen: set[int] = set()
+    inputs = {id(v) for v in graph.inputs}
+    for i, v in enumerate(graph.outputs):
+        if v.is_const or id(v) in inputs or id(v) in seen or _aliases_input(graph, v):
+            src = v
+            if v.is_const:
+                src = graph.constant(f"{v.name}/const", v.const)
+            out = graph.value(f"{v.name}/out", v.type)
+            graph.add_node("copy", f"{v.name}/copy", [src], [out])
+            graph.outputs[i] = out
+            changed = True
+        seen.add(id(graph.outputs[i]))
+    return changed
+
+
+def _aliases_input(graph: Graph, v: Value) -> bool:
+    """True when v is a reshape view whose buffer is a graph input."""
+    producers = graph.producers()
+    inputs = {id(x) for x in graph.inputs}
+    while id(v) in producers and get_op(producers[id(v)].op).alias:
+        v = producers[id(v)].inputs[0]
+    return id(v) in inputs

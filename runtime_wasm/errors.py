@@ -1,0 +1,27 @@
+"""One error hierarchy for the device runtime (no host dependencies)."""
+
+from __future__ import annotations
+
+
+class RuntimeWasmError(Exception):
+    """Base class of every error the device runtime raises."""
+
+
+class SpecError(RuntimeWasmError):
+    """A model spec (I/O signature, offsets, variants) is malformed or does not match its module."""
+
+
+class NoUsableVariant(RuntimeWasmError):
+    """None of a model's module variants can run on this host (tier or family mismatch)."""
+
+
+class ModuleLoadError(RuntimeWasmError):
+    """wasmtime rejected a module, or it does not export what a cuvil-edge model must."""
+
+
+class InferenceInputError(RuntimeWasmError, ValueError):
+    """Inputs do not match the model signature: wrong names, count, dtype or shape."""
+
+
+class InferenceTrap(RuntimeWasmError):
+    """The module trapped while running (out of bounds, deadline, stack)."""

@@ -1,0 +1,89 @@
+"""The model spec: what a device needs to know to run a compiled module (JSON, no host deps)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import SpecError
+
+SPEC_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One graph input or output: where it lives in the arena and what it holds."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int  # bytes from the arena base
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """One compiled module of the model: a (dtype tier, host family) build."""
+
+    name: str  # e.g. "f32-wasmsimd-x86", see docs in cuvil_edge/codegen/kernels/NAMING.md
+    tier: str  # "simd128" or "relaxed"
+    family: str  # "x86" or "arm"
+    file: str
+    sha256: str = ""
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    weights_size: int
+    arena_size: int
+    variants: tuple[VariantSpec, ...] = ()
+    weights_sha256: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # unknown fields survive a round trip
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["format"] = SPEC_FORMAT
+        return json.dumps(d, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ModelSpec:
+        try:
+            d = json.loads(text)
+            if d.pop("format", None) != SPEC_FORMAT:
+                raise SpecError(f"unsupported model spec format (want {SPEC_FORMAT})")
+            tensors = lambda key: tuple(  # noqa: E731
+                TensorSpec(t["name"], t["dtype"], tuple(int(x) for x in t["shape"]), int(t["offset"]))
+                for t in d.pop(key))
+            inputs, outputs = tensors("inputs"), tensors("outputs")
+            variants = tuple(VariantSpec(**v) for v in d.pop("variants", []))
+            known = {k: d.pop(k) for k in ("name", "weights_size", "arena_size", "weights_sha256")
+                     if k in d}
+            extra = d.pop("extra", {})
+            extra.update(d)
+            spec = cls(inputs=inputs, outputs=outputs, variants=variants, extra=extra, **known)
+        except SpecError:
+            raise
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SpecError(f"malformed model spec: {exc}") from exc
+        spec.check()
+        return spec
+
+    def check(self) -> None:
+        """Every tensor lies inside the arena and dtypes are ones numpy knows."""
+        for t in (*self.inputs, *self.outputs):
+            try:
+                np.dtype(t.dtype)
+            except TypeError as exc:
+                raise SpecError(f"tensor {t.name!r} has unknown dtype {t.dtype!r}") from exc
+            if t.offset < 0 or t.offset + t.nbytes > self.arena_size:
+                raise SpecError(f"tensor {t.name!r} lies outside the arena")

@@ -1,0 +1,52 @@
+"""Variant selection: a pure function from (host probes, available variants) to one variant."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import wasmtime
+
+from .engine import EngineConfig, engine_for
+from .errors import NoUsableVariant
+from .spec import VariantSpec
+
+#: preference order: the faster tier first; a host family mismatch still runs (it is only slower).
+TIER_ORDER = ("relaxed", "simd128")
+
+_RELAXED_PROBE_WAT = ("(module (func (result v128) v128.const i64x2 0 0 v128.const i64x2 0 0 "
+                      "v128.const i64x2 0 0 f32x4.relaxed_madd))")
+
+
+@dataclass(frozen=True)
+class HostProbes:
+    family: str  # "x86" or "arm"
+    relaxed_simd: bool
+
+
+def host_family(machine: str | None = None) -> str:
+    m = (machine or platform.machine()).lower()
+    return "arm" if m.startswith(("arm", "aarch64")) else "x86"
+
+
+@lru_cache(maxsize=1)
+def probe_host() -> HostProbes:
+    """Ask the engine itself: a relaxed-SIMD module must validate, or that tier cannot load here."""
+    try:
+        wasmtime.Module.validate(engine_for(EngineConfig("relaxed")), wasmtime.wat2wasm(_RELAXED_PROBE_WAT))
+        relaxed = True
+    except wasmtime.WasmtimeError:
+        relaxed = False
+    return HostProbes(family=host_family(), relaxed_simd=relaxed)
+
+
+def select_variant(variants: Sequence[VariantSpec], probes: HostProbes,
+                   allow_relaxed: bool = True) -> VariantSpec:
+    """Best runnable variant: relaxed tier if the engine validates it, matching host family first."""
+    usable = [v for v in variants if v.tier == "simd128" or (v.tier == "relaxed" and probes.relaxed_simd
+                                                                and allow_relaxed)]
+    if not usable:
+        raise NoUsableVariant(f"no variant runs here (have {[v.name for v in variants]}, host {probes})")
+    return min(usable, key=lambda v: (v.family != probes.family, TIER_ORDER.index(v.tier)))
