@@ -1,3 +1,9 @@
-"""Registers every built-in op family (imported lazily by ``registry.get``)."""
+"""Registers every built-in family: each public module of this package is one family."""
 
-from . import activation, conv, gemm, norm, shape  # noqa: F401
+import importlib
+import pkgutil
+from pathlib import Path
+
+for _mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
+    if not _mod.name.startswith("_") and _mod.name not in ("registry", "common"):
+        importlib.import_module(f"{__package__}.{_mod.name}")

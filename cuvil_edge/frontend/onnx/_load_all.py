@@ -1,3 +1,9 @@
-"""Registers every ONNX converter family (imported lazily by ``converters()``)."""
+"""Registers every built-in family: each public module of this package is one family."""
 
-from . import convert_core, convert_nn  # noqa: F401
+import importlib
+import pkgutil
+from pathlib import Path
+
+for _mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
+    if not _mod.name.startswith("_") and _mod.name not in ("registry", "importer"):
+        importlib.import_module(f"{__package__}.{_mod.name}")
