@@ -28,6 +28,19 @@ class CompiledModel:
     kernels: dict[str, str] = field(default_factory=dict)
 
 
+def node_table(graph: Graph, program: CProgram) -> list[dict[str, object]]:
+    """Per-node record of op, output type, arena offset and kernel: what ``inspect`` shows."""
+    from .ops import get as get_op
+
+    rows = []
+    for n in graph.nodes:
+        out = n.outputs[0]
+        alias = get_op(n.op).alias
+        rows.append({"name": n.name, "op": n.op, "output": str(out.type), "offset": program.plan.offset(out),
+                     "kernel": "view (no code)" if alias else program.kernels_used.get(n.name, "-")})
+    return rows
+
+
 def optimize_graph(graph: Graph, progress: Progress | None = None) -> Graph:
     return run_passes(graph, log=progress)
 
@@ -59,6 +72,7 @@ def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
         arena_size=program.arena_size,
         variants=tuple(variants),
         weights_sha256=hashlib.sha256(program.weights).hexdigest(),
+        extra={"nodes": node_table(graph, program)},
     )
     spec.check()
     return CompiledModel(spec, modules, program.weights, graph, program, program.kernels_used)

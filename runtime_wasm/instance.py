@@ -101,9 +101,9 @@ class WasmModel:
             unknown = set(inputs) - {t.name for t in specs}
             missing = [t.name for t in specs if t.name not in inputs]
             if unknown or missing:
-                raise InferenceInputError(
-                    f"inputs must be exactly {[t.name for t in specs]}: "
-                    + (f"missing {missing} " if missing else "") + (f"unknown {sorted(unknown)}" if unknown else ""))
+                detail = (f"missing {missing} " if missing else "") + (
+                    f"unknown {sorted(unknown)}" if unknown else "")
+                raise InferenceInputError(f"inputs must be exactly {[t.name for t in specs]}: {detail}")
             arrays = [inputs[t.name] for t in specs]
         else:
             arrays = list(inputs)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import wasmtime
+
+from device_profiles import DeviceProfile, detect_cpu
 
 from .engine import EngineConfig, engine_for
 from .errors import NoUsableVariant
@@ -22,13 +23,14 @@ _RELAXED_PROBE_WAT = ("(module (func (result v128) v128.const i64x2 0 0 v128.con
 
 @dataclass(frozen=True)
 class HostProbes:
+    """What selection needs to know about a host: measured on the device, or read from its profile."""
+
     family: str  # "x86" or "arm"
     relaxed_simd: bool
 
-
-def host_family(machine: str | None = None) -> str:
-    m = (machine or platform.machine()).lower()
-    return "arm" if m.startswith(("arm", "aarch64")) else "x86"
+    @classmethod
+    def from_profile(cls, profile: DeviceProfile) -> HostProbes:
+        return cls(profile.family, profile.relaxed_simd)
 
 
 @lru_cache(maxsize=1)
@@ -39,7 +41,7 @@ def probe_host() -> HostProbes:
         relaxed = True
     except wasmtime.WasmtimeError:
         relaxed = False
-    return HostProbes(family=host_family(), relaxed_simd=relaxed)
+    return HostProbes(family=detect_cpu().family, relaxed_simd=relaxed)
 
 
 def select_variant(variants: Sequence[VariantSpec], probes: HostProbes,

@@ -45,8 +45,9 @@ def plan_memory(graph: Graph) -> MemoryPlan:
         first[id(r)] = min(first.get(id(r), t), t)
         last[id(r)] = max(last.get(id(r), t), t)
 
-    for v in graph.inputs:
+    for v in graph.inputs:  # inputs stay intact for the whole run: callers may run() again on them
         touch(v, -1)
+        touch(v, n_nodes)
         pinned.add(id(v))
     last_use: dict[int, int] = {}
     for t, n in enumerate(graph.nodes):

@@ -6,8 +6,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from ...errors import ModelFormatError, ShapeError, UnsupportedOperator
 from ...ir.graph import Graph, TensorType, Value
 from .registry import ConvertContext, converters
@@ -95,7 +93,8 @@ def _input_type(inp: Any, override: Sequence[int] | None) -> TensorType:
     tt = inp.type.tensor_type
     dtype = _ONNX_DTYPES.get(tt.elem_type)
     if dtype is None:
-        raise UnsupportedOperator("Input", inp.name, None, f"input element type {tt.elem_type} is not supported")
+        raise UnsupportedOperator("Input", inp.name, None,
+                                  f"input element type {tt.elem_type} is not supported")
     if override is not None:
         shape = tuple(int(d) for d in override)
         declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]

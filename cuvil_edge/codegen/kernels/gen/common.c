@@ -36,22 +36,11 @@
 #define VSTORE(p, v) wasm_v128_store((void*)(p), (v))
 #define VSPLAT(x) wasm_f32x4_splat(x)
 
-/* freestanding: the compiler may still emit these for struct copies and recognised loops */
-void* memcpy(void* d, const void* s, size_t n) {
-  unsigned char* dp = (unsigned char*)d; const unsigned char* sp = (const unsigned char*)s;
-  while (n--) *dp++ = *sp++;
-  return d;
-}
-void* memmove(void* d, const void* s, size_t n) {
-  unsigned char* dp = (unsigned char*)d; const unsigned char* sp = (const unsigned char*)s;
-  if (dp < sp) { while (n--) *dp++ = *sp++; } else { while (n--) dp[n] = sp[n]; }
-  return d;
-}
-void* memset(void* d, int c, size_t n) {
-  unsigned char* dp = (unsigned char*)d;
-  while (n--) *dp++ = (unsigned char)c;
-  return d;
-}
+/* Freestanding: the compiler may still emit calls to these for struct copies and recognised loops.
+ * With bulk memory (on by default for wasm32) the builtins lower to memory.copy / memory.fill. */
+void* memcpy(void* d, const void* s, size_t n) { __builtin_memmove(d, s, n); return d; }
+void* memmove(void* d, const void* s, size_t n) { __builtin_memmove(d, s, n); return d; }
+void* memset(void* d, int c, size_t n) { __builtin_memset(d, c, n); return d; }
 
 INLINE void copy_f32(float* dst, const float* src, int n) {
   int i = 0;

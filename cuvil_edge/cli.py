@@ -1,0 +1,196 @@
+"""``cuvil-edge`` command line: build, run, inspect, bench-free demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .errors import CuvilError
+
+
+def _parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
+    shapes: dict[str, list[int]] = {}
+    for item in items:
+        name, sep, dims = item.rpartition("=")
+        if not sep or not name:
+            raise SystemExit(f"--input-shape wants name=d0,d1,..., got {item!r}")
+        try:
+            shapes[name] = [int(d) for d in dims.split(",")]
+        except ValueError:
+            raise SystemExit(f"--input-shape {item!r}: dimensions must be integers") from None
+    return shapes
+
+
+def _targets(text: str):
+    from .codegen.toolchain import ALL_TARGETS
+
+    if text in ("host", "all"):
+        return text
+    chosen = []
+    for part in text.split(","):
+        match = [t for t in ALL_TARGETS if t.name == part or f"{t.tier}-{t.family}" == part]
+        if not match:
+            names = ", ".join(f"{t.tier}-{t.family}" for t in ALL_TARGETS)
+            raise SystemExit(f"unknown target {part!r}; use host, all or a list of: {names}")
+        chosen += match
+    return chosen
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .model import CuvilModel
+
+    t0 = time.perf_counter()
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(f"  [{time.perf_counter() - t0:6.2f}s] {msg}", flush=True)
+
+    say(f"import {args.model}")
+    model = CuvilModel.load(args.model, input_shapes=_parse_shapes(args.input_shape))
+    model.optimize(precision=args.precision, targets=_targets(args.targets), progress=say)
+    out = Path(args.output or Path(args.model).with_suffix(".cuvil"))
+    model.save(out)
+    c = model.compiled
+    assert c is not None
+    print(f"built {out} in {time.perf_counter() - t0:.2f}s: {len(c.graph.nodes)} nodes, "
+          f"weights {_human(c.spec.weights_size)}, arena {_human(c.spec.arena_size)}")
+    for v in c.spec.variants:
+        print(f"  {v.file:36s} {_human(v.size):>10s}  sha256 {v.sha256[:16]}")
+    return 0
+
+
+def _load_inputs(args: argparse.Namespace, names: list[str], specs) -> dict[str, np.ndarray]:
+    if args.inputs:
+        path = Path(args.inputs)
+        if path.suffix == ".npz":
+            with np.load(path) as z:
+                return {k: z[k] for k in z.files}
+        return {names[0]: np.load(path)}
+    rng = np.random.default_rng(args.seed)
+    return {t.name: rng.standard_normal(t.shape).astype(t.dtype) for t in specs}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from runtime_wasm.loader import load_model_dir
+
+    with load_model_dir(args.model, variant=args.variant) as m:
+        inputs = _load_inputs(args, [t.name for t in m.spec.inputs], m.spec.inputs)
+        t0 = time.perf_counter()
+        outputs = m.predict(inputs)
+        dt = (time.perf_counter() - t0) * 1e3
+        for name, y in outputs.items():
+            print(f"{name}: {y.dtype}{list(y.shape)} min {y.min():.6g} max {y.max():.6g} "
+                  f"mean {y.mean():.6g}")
+        print(f"one inference: {dt:.3f} ms")
+        if args.output:
+            np.savez(args.output, **outputs)
+            print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from runtime_wasm.spec import ModelSpec
+
+    path = Path(args.model)
+    if path.is_dir():
+        spec = ModelSpec.from_json((path / "model.json").read_bytes())
+    else:
+        from .model import CuvilModel
+
+        model = CuvilModel.load(path, input_shapes=_parse_shapes(args.input_shape))
+        model.optimize(targets=[_first_target()])
+        assert model.compiled is not None
+        spec = model.compiled.spec
+    print(f"model {spec.name}: weights {_human(spec.weights_size)}, arena {_human(spec.arena_size)}")
+    for kind, tensors in (("input", spec.inputs), ("output", spec.outputs)):
+        for t in tensors:
+            print(f"  {kind:6s} {t.name}: {t.dtype}{list(t.shape)} @arena+{t.offset}")
+    nodes = spec.extra.get("nodes", [])
+    counts: dict[str, int] = {}
+    for n in nodes:
+        counts[n["op"]] = counts.get(n["op"], 0) + 1
+    print("ops: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())))
+    print(f"{'node':40s} {'op':16s} {'output':28s} {'arena offset':>12s}  kernel")
+    for n in nodes:
+        print(f"{n['name'][:40]:40s} {n['op']:16s} {n['output'][:28]:28s} {n['offset']:>12}  {n['kernel']}")
+    print("variants: " + ", ".join(f"{v.name} ({_human(v.size)})" for v in spec.variants))
+    return 0
+
+
+def _first_target():
+    from .codegen.toolchain import Target
+
+    return Target()
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(workdir=args.workdir, repeat=args.repeat)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="cuvil-edge",
+                                 description="Compile ONNX models to WASM-SIMD and run them.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    b = sub.add_parser("build", help="compile an ONNX model into a model directory (spec, modules, weights)")
+    b.add_argument("model")
+    b.add_argument("-o", "--output", help="output directory (default: MODEL.cuvil)")
+    b.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    b.add_argument("--precision", default="fp32")
+    b.add_argument("--targets", default="host", help="host, all, or e.g. simd128-x86,relaxed-x86")
+    b.add_argument("-q", "--quiet", action="store_true")
+    b.set_defaults(fn=cmd_build)
+
+    r = sub.add_parser("run", help="run a built model directory in wasmtime")
+    r.add_argument("model")
+    r.add_argument("-i", "--inputs", help=".npy (single input) or .npz (by input name); default random")
+    r.add_argument("-o", "--output", help="write outputs to this .npz")
+    r.add_argument("--variant", help="force a module variant (default: best for this host)")
+    r.add_argument("--seed", type=int, default=0)
+    r.set_defaults(fn=cmd_run)
+
+    i = sub.add_parser("inspect", help="ops, shapes, memory plan and kernel per node")
+    i.add_argument("model", help="an .onnx file or a built model directory")
+    i.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    i.set_defaults(fn=cmd_inspect)
+
+    d = sub.add_parser("demo",
+                       help="end to end: generate a model, build, load it as a device would, check, time")
+    d.add_argument("--workdir", help="where to write the model and build (default: a temp dir)")
+    d.add_argument("--repeat", type=int, default=50)
+    d.set_defaults(fn=cmd_demo)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except CuvilError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # device-side errors have their own hierarchy
+        from runtime_wasm.errors import RuntimeWasmError
+
+        if isinstance(exc, RuntimeWasmError):
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
