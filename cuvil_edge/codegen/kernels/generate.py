@@ -68,6 +68,13 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(out.name)
             if not args.check:
                 out.write_text(text)
+    orphans = sorted(p.name for p in GEN_DIR.glob("*.c")
+                     if not (TEMPLATE_DIR / f"{p.name}.in").exists())
+    if orphans:
+        stale += orphans
+        if not args.check:
+            for name in orphans:
+                (GEN_DIR / name).unlink()
     if args.check and stale:
         print("stale generated kernels: " + ", ".join(stale), file=sys.stderr)
         return 1
