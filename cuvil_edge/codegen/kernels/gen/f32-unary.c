@@ -14,6 +14,11 @@ INLINE void store_tail(float* p, v128_t v, int k) {
   VSTORE(t, v);
   for (int j = 0; j < k; j++) p[j] = t[j];
 }
+/* k (1..4) lanes at p: the kernels that walk 4 columns at a time end with a partial block */
+INLINE v128_t load_k(const float* p, int k) { return k == 4 ? VLOAD(p) : load_tail(p, k); }
+INLINE void store_k(float* p, v128_t v, int k) {
+  if (k == 4) VSTORE(p, v); else store_tail(p, v, k);
+}
 INLINE float hsum(v128_t v) {
   return (wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1)) +
          (wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3));

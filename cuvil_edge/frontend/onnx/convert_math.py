@@ -1,0 +1,135 @@
+"""Converters for elementwise math, softmax, reductions, LRN and Cast."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...ir.graph import Value
+from ...ops.cast import RUNTIME_CASTS
+from ...ops.common import broadcast_shape
+from .importer import np_dtype_of_onnx
+from .registry import ConvertContext, converter
+
+_COMMUTATIVE = ("add", "mul", "max", "min")
+
+
+def _binary(ctx: ConvertContext, kind: str, a: Value, b: Value, name: str | None = None) -> Value:
+    """One IR ``binary``; the full-size run-time operand goes first so the op can run in place."""
+    if a.type.dtype != b.type.dtype:
+        if kind != "pow" or not b.is_const:
+            raise ctx.unsupported(f"operands of different types ({a.type.dtype}, {b.type.dtype})")
+        b = ctx.constant(b.const.astype(a.type.dtype), "exponent")
+    if not (a.is_const and b.is_const) and a.type.dtype != "float32":
+        raise ctx.unsupported(f"{kind} on {a.type.dtype} tensors at run time (float32 only)")
+    out = broadcast_shape([a.type.shape, b.type.shape], ctx.name)
+
+    def rank(v: Value) -> tuple[bool, bool]:
+        return v.type.shape == out, not v.is_const
+
+    if kind in _COMMUTATIVE and rank(b) > rank(a):
+        a, b = b, a
+    return ctx.emit1("binary", [a, b], {"kind": kind}, name=name)
+
+
+@converter("Add", "Sub", "Mul", "Div", "Pow")
+def binary(ctx: ConvertContext) -> None:
+    kind = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}[ctx.op_type]
+    ctx.set_outputs(_binary(ctx, kind, ctx.input(0), ctx.input(1)))
+
+
+def _chain(ctx: ConvertContext, kind: str, final: bool = True) -> Value:
+    """Left fold of a variadic op into binary nodes; the last one takes the node's name if ``final``."""
+    xs = ctx.inputs()
+    acc = xs[0]
+    for i, x in enumerate(xs[1:], 1):
+        last = final and i == len(xs) - 1
+        acc = _binary(ctx, kind, acc, x, name=None if last else f"{ctx.name}/{i}")
+    return acc
+
+
+@converter("Max", "Min", "Sum")
+def variadic(ctx: ConvertContext) -> None:
+    ctx.set_outputs(_chain(ctx, {"Max": "max", "Min": "min", "Sum": "add"}[ctx.op_type]))
+
+
+@converter("Mean")
+def mean(ctx: ConvertContext) -> None:
+    n = len(ctx.inputs())
+    total = _chain(ctx, "add", final=False)
+    if n > 1:
+        total = _binary(ctx, "mul", total, ctx.constant(np.asarray(1.0 / n, total.type.dtype), "inv_n"))
+    ctx.set_outputs(total)
+
+
+_UNARY = {"Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal", "Neg": "neg", "Abs": "abs",
+          "Erf": "erf", "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign"}
+
+
+@converter(*_UNARY)
+def unary(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    if not x.is_const and x.type.dtype != "float32":
+        raise ctx.unsupported(f"{ctx.op_type} on {x.type.dtype} at run time (float32 only)")
+    ctx.set_outputs(ctx.emit1("unary", [x], {"kind": _UNARY[ctx.op_type]}))
+
+
+@converter("Softmax", "LogSoftmax")
+def softmax(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    s = x.type.shape
+    attrs = {"log": ctx.op_type == "LogSoftmax"}
+    axis = int(ctx.attr("axis", 1 if ctx.opset < 13 else -1)) % max(len(s), 1)
+    if ctx.opset >= 13 or axis == len(s) - 1:
+        ctx.set_outputs(ctx.emit1("softmax", [x], {**attrs, "axis": axis}))
+        return
+    # opset < 13: softmax over the flattened trailing dims [axis:]
+    flat = ctx.emit1("reshape", [x], {"shape": [math.prod(s[:axis]), math.prod(s[axis:])]},
+                     name=f"{ctx.name}/2d")
+    y = ctx.emit1("softmax", [flat], {**attrs, "axis": 1}, name=f"{ctx.name}/softmax")
+    ctx.set_outputs(ctx.emit1("reshape", [y], {"shape": list(s)}))
+
+
+_REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min",
+           "ReduceProd": "prod", "ReduceSumSquare": "sumsquare", "ReduceL1": "l1", "ReduceL2": "l2"}
+
+
+@converter(*_REDUCE)
+def reduce(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    rank = len(x.type.shape)
+    axes_as_input = ctx.opset >= (13 if ctx.op_type == "ReduceSum" else 18)
+    axes = ctx.const(1) if axes_as_input else ctx.attr("axes")
+    axes = [] if axes is None else [int(a) % max(rank, 1) for a in np.asarray(axes).reshape(-1)]
+    if not axes:
+        if ctx.attr("noop_with_empty_axes", 0):
+            ctx.set_outputs(x)
+            return
+        axes = list(range(rank))
+    if not x.is_const and x.type.dtype != "float32":
+        raise ctx.unsupported(f"{ctx.op_type} on {x.type.dtype} at run time (float32 only)")
+    ctx.set_outputs(ctx.emit1("reduce", [x], {"kind": _REDUCE[ctx.op_type], "axes": sorted(set(axes)),
+                                              "keepdims": bool(ctx.attr("keepdims", 1))}))
+
+
+@converter("LRN")
+def lrn(ctx: ConvertContext) -> None:
+    size = ctx.attr("size")
+    if size is None:
+        raise ctx.unsupported("LRN needs a size")
+    ctx.set_outputs(ctx.emit1("lrn", [ctx.input(0)], {
+        "size": int(size), "alpha": float(ctx.attr("alpha", 1e-4)), "beta": float(ctx.attr("beta", 0.75)),
+        "bias": float(ctx.attr("bias", 1.0))}))
+
+
+@converter("Cast")
+def cast(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    to = np_dtype_of_onnx(int(ctx.attr("to")))
+    if to == x.type.dtype:
+        ctx.set_outputs(x)
+        return
+    if not x.is_const and (x.type.dtype, to) not in RUNTIME_CASTS:
+        raise ctx.unsupported(f"Cast {x.type.dtype} -> {to} at run time")
+    ctx.set_outputs(ctx.emit1("cast", [x], {"to": to}))
