@@ -99,7 +99,7 @@ class Graph:
         return Value(self.unique(name), ttype, const)
 
     def constant(self, name: str, array: np.ndarray) -> Value:
-        array = np.ascontiguousarray(array)
+        array = np.ascontiguousarray(array).reshape(np.shape(array))  # keep 0-d scalars 0-d
         return self.value(name, TensorType(array.shape, str(array.dtype)), array)
 
     def add_node(self, op: str, name: str, inputs: list[Value], outputs: list[Value],

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..ir.graph import Graph
 from ..ir.verify import verify
-from . import simplify
+from . import layout, simplify
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class Pass:
 
 DEFAULT_PIPELINE: tuple[Pass, ...] = (
     Pass("fold_constants", simplify.fold_constants, "evaluate nodes whose inputs are all constant"),
+    Pass("simplify_layout", layout.simplify_layout, "merge/drop transposes, drop no-op slices/concats"),
     Pass("fold_batchnorm", simplify.fold_batchnorm, "merge per-channel affine into conv/gemm weights"),
     Pass("fuse_activations", simplify.fuse_activations, "move activations into producers' epilogues"),
     Pass("eliminate_dead", simplify.eliminate_dead, "drop nodes nothing reads"),

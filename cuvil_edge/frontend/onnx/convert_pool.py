@@ -1,0 +1,40 @@
+"""Converters for MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool (1D and 2D, NCHW)."""
+
+from __future__ import annotations
+
+from .convert_nn import _conv_pads
+from .registry import ConvertContext, converter
+
+
+def _pool(ctx: ConvertContext, kind: str) -> None:
+    x = ctx.input(0)
+    n = len(x.type.shape) - 2
+    if n not in (1, 2):
+        raise ctx.unsupported(f"{n}D pooling (1D and 2D are supported)")
+    kernel = ctx.attr("kernel_shape")
+    if kernel is None or len(kernel) != n:
+        raise ctx.unsupported(f"kernel_shape {kernel} does not match {n} spatial dims")
+    strides = list(ctx.attr("strides", [1] * n))
+    dilations = list(ctx.attr("dilations", [1] * n))
+    pads = _conv_pads(ctx, list(x.type.shape[2:]), list(kernel), strides, dilations)
+    ctx.set_outputs(ctx.emit1("pool", [x], dict(
+        kind=kind, kernel=list(kernel), strides=strides, dilations=dilations, pads=pads,
+        ceil_mode=int(ctx.attr("ceil_mode", 0)), count_include_pad=int(ctx.attr("count_include_pad", 0)))))
+
+
+@converter("MaxPool")
+def maxpool(ctx: ConvertContext) -> None:
+    if len(ctx.proto.output) > 1 and ctx.proto.output[1]:
+        raise ctx.unsupported("the Indices output (argmax positions) is not supported")
+    _pool(ctx, "max")
+
+
+@converter("AveragePool")
+def avgpool(ctx: ConvertContext) -> None:
+    _pool(ctx, "avg")
+
+
+@converter("GlobalMaxPool", "GlobalAveragePool")
+def global_pool(ctx: ConvertContext) -> None:
+    kind = "max" if ctx.op_type == "GlobalMaxPool" else "avg"
+    ctx.set_outputs(ctx.emit1("global_pool", [ctx.input(0)], {"kind": kind}))

@@ -1,0 +1,67 @@
+"""Converters for Resize (opsets 10-19) and Upsample (7-9), normalised to one ``resize`` IR op.
+
+Resize-10 and Upsample use the old rules: asymmetric coordinates, nearest truncating ("simple").
+Scales and sizes must be build-time constants (they set the output shape).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import ConvertContext, converter
+
+MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear"}
+
+
+def _full(values: np.ndarray | None, axes: list[int] | None, base: list[float]) -> list[float] | None:
+    """Spread per-axis values over all axes (opset 18 ``axes``); other axes keep ``base``."""
+    if values is None:
+        return None
+    values = [float(v) for v in np.asarray(values).reshape(-1)]
+    if axes is None:
+        return values
+    out = list(base)
+    for a, v in zip(axes, values):
+        out[a] = v
+    return out
+
+
+@converter("Resize", "Upsample")
+def resize(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    shape = list(x.type.shape)
+    r = len(shape)
+    mode = MODES.get(ctx.attr("mode", "nearest"))
+    if mode is None:
+        raise ctx.unsupported(f"mode={ctx.attr('mode')!r} (nearest and linear are supported)")
+    sizes = None
+    if ctx.op_type == "Upsample" or ctx.opset < 11:
+        scales = ctx.attr("scales") if ctx.op_type == "Upsample" and ctx.opset < 9 else ctx.const(1)
+        scales, coord, nearest = _full(scales, None, []), "asymmetric", "simple"
+    else:
+        coord = ctx.attr("coordinate_transformation_mode", "half_pixel")
+        nearest = ctx.attr("nearest_mode", "round_prefer_floor")
+        if coord == "tf_crop_and_resize":
+            raise ctx.unsupported("coordinate_transformation_mode='tf_crop_and_resize'")
+        if ctx.attr("antialias", 0):
+            raise ctx.unsupported("antialias=1")
+        axes = ctx.attr("axes")
+        axes = None if axes is None else [int(a) % r for a in axes]
+        scales = ctx.const(2) if ctx.has_input(2) else None
+        scales = None if scales is None or scales.size == 0 else _full(scales, axes, [1.0] * r)
+        sizes = ctx.const(3) if ctx.has_input(3) else None
+        sizes = None if sizes is None or sizes.size == 0 else _full(sizes, axes, [float(d) for d in shape])
+        policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+        if sizes is not None and policy != "stretch":
+            pick = min if policy == "not_larger" else max
+            s = pick(sizes[a] / shape[a] for a in (axes or range(r)))
+            sizes = [float(np.round(s * d)) if a in (axes or range(r)) else d for a, d in enumerate(shape)]
+    if sizes is not None:
+        out = [int(d) for d in sizes]
+        scales = [float(np.float32(o) / np.float32(d)) for o, d in zip(out, shape)]
+    elif scales is not None and len(scales) == r:
+        out = [int(np.floor(np.float32(d) * np.float32(s))) for d, s in zip(shape, scales)]
+    else:
+        raise ctx.unsupported(f"needs scales or sizes for all {r} axes")
+    ctx.set_outputs(ctx.emit1("resize", [x], {"sizes": out, "scales": scales, "mode": mode, "coord": coord,
+                                              "nearest": nearest}))

@@ -1,0 +1,421 @@
+"""Data movement: transpose, concat, slice, split, pad, expand, tile, gather, plus fold-only shape ops.
+
+Run-time kernels move 32-bit elements by size (``x32-movement``), so one kernel serves f32 and i32.
+Every op is reduced at build time to a strided N-d copy, a 2-D block transpose or a gather through
+per-dim offset tables, after merging dims that stay contiguous: most real transposes/slices end up
+rank 2 or 3. ``constant_of_shape`` and ``range`` exist only to fold shape chains and weight builders
+at import; they need build-time inputs and never run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..codegen.emit import EmitContext
+from ..errors import ShapeError, UnsupportedOperator
+from ..ir.graph import Node, TensorType, Value
+from .common import broadcast_shape, cint_list
+from .registry import OpDef, register
+
+KERNELS = ("x32-movement",)
+MAX_RANK = 8  # idx[] in the C kernels
+
+
+def strides_of(shape: Sequence[int]) -> list[int]:
+    """Contiguous element strides of ``shape``."""
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= int(d)
+    return out[::-1]
+
+
+def merge_dims(shape: Sequence[int], *strides: Sequence[int]) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 dims and fuse neighbours that are contiguous in every stride list (rank >= 1)."""
+    keep = [i for i, d in enumerate(shape) if d != 1]
+    dims = [int(shape[i]) for i in keep] or [1]
+    sts = [[int(s[i]) for i in keep] or [1] for s in strides]
+    d = len(dims) - 2
+    while d >= 0:
+        if all(s[d] == s[d + 1] * dims[d + 1] for s in sts):
+            dims[d:d + 2] = [dims[d] * dims[d + 1]]
+            for s in sts:
+                s[d:d + 2] = [s[d + 1]]
+        d -= 1
+    return dims, sts
+
+
+def _u32(node: Node, *values: Value) -> None:
+    for v in values:
+        if v.type.itemsize != 4:
+            raise UnsupportedOperator(node.op, node.name, None, f"run-time {node.op} moves 4-byte "
+                                      f"elements; {v.name!r} is {v.type.dtype}")
+
+
+def _ptr(ctx: EmitContext, v: Value, offset: int = 0) -> str:
+    p = ctx.ptr(v, "uint32_t")
+    return f"({p} + {offset})" if offset else p
+
+
+def copy_nd(ctx: EmitContext, x: Value, y: Value, shape: Sequence[int], xs: Sequence[int],
+            ys: Sequence[int], x_off: int = 0, y_off: int = 0) -> str:
+    """One strided box copy (element strides, may be 0 or negative), dims merged first."""
+    if 0 in shape:
+        return ""
+    dims, (xs2, ys2) = merge_dims(shape, xs, ys)
+    if len(dims) > MAX_RANK:
+        raise ShapeError(f"{ctx.node.name if ctx.node else '?'}: copy of rank {len(dims)} > {MAX_RANK}")
+    return (f"x32_copy_nd({_ptr(ctx, x, x_off)}, {_ptr(ctx, y, y_off)}, {len(dims)}, "
+            f"(const int[]){{{cint_list(dims)}}}, (const int[]){{{cint_list(xs2)}}}, "
+            f"(const int[]){{{cint_list(ys2)}}});")
+
+
+def gather_nd(ctx: EmitContext, x: Value, y: Value, index: Sequence[np.ndarray | None]) -> str:
+    """y[i0, .., ik] = x[index0[i0], .., indexk[ik]]; ``None`` = identity along a dim of equal size.
+
+    ``y`` is read as contiguous with dim d of size len(index[d]) (or x's size for None), so callers
+    may index a reshaped view. Identity neighbours are merged, size-1 output dims fold into the base
+    offset, and each remaining dim becomes a table of element offsets in the weights blob (a
+    contiguous last dim needs none).
+    """
+    xshape = list(x.type.shape)
+    oshape = [xshape[d] if idx is None else len(idx) for d, idx in enumerate(index)]
+    if 0 in oshape:
+        return ""
+    xst = strides_of(xshape)
+    dims: list[int] = []
+    tabs: list[np.ndarray | None] = []  # None: identity with stride xst
+    steps: list[int] = []
+    base = 0
+    for d, idx in enumerate(index):
+        if idx is not None and len(idx) == 1:
+            base += int(idx[0]) * xst[d]
+        elif idx is None and dims and tabs[-1] is None and steps[-1] == xst[d] * oshape[d]:
+            dims[-1] *= oshape[d]
+            steps[-1] = xst[d]
+        elif idx is None and oshape[d] == 1:
+            continue
+        else:
+            dims.append(oshape[d])
+            tabs.append(None if idx is None else np.asarray(idx, np.int64) * xst[d])
+            steps.append(xst[d])
+    if not dims:
+        dims, tabs, steps = [1], [None], [1]
+    if len(dims) > MAX_RANK:
+        raise ShapeError(f"{y.name}: gather of rank {len(dims)} > {MAX_RANK}")
+    ptrs = []
+    for i, (n, t, s) in enumerate(zip(dims, tabs, steps)):
+        if t is None and i == len(dims) - 1 and s == 1:
+            ptrs.append("0")
+        else:
+            t = np.arange(n, dtype=np.int64) * s if t is None else t
+            ptrs.append(ctx.weight(t.astype(np.int32), "int32_t"))
+    return (f"x32_gather_nd({_ptr(ctx, x, base)}, {_ptr(ctx, y)}, {len(dims)}, "
+            f"(const int[]){{{cint_list(dims)}}}, (const int32_t* const[]){{{', '.join(ptrs)}}});")
+
+
+def fill(ctx: EmitContext, y: Value, value: float) -> str:
+    bits = int(np.asarray(value, y.type.dtype).reshape(1).view(np.uint32)[0])
+    return f"x32_fill({_ptr(ctx, y)}, {bits}u, {y.type.size});"
+
+
+def _axis(node: Node, rank: int) -> int:
+    a = int(node.attrs["axis"])
+    if not -rank <= a < max(rank, 1):
+        raise ShapeError(f"{node.name}: axis {a} out of range for rank {rank}")
+    return a % max(rank, 1)
+
+
+# -- transpose --------------------------------------------------------------------------------------
+def _transpose_infer(node: Node) -> list[TensorType]:
+    t, perm = node.inputs[0].type, list(node.attrs["perm"])
+    if sorted(perm) != list(range(len(t.shape))):
+        raise ShapeError(f"{node.name}: perm {perm} is not a permutation of rank {len(t.shape)}")
+    return [TensorType(tuple(t.shape[p] for p in perm), t.dtype)]
+
+
+def _transpose_emit(node: Node, ctx: EmitContext) -> str:
+    x, y = node.inputs[0], node.outputs[0]
+    _u32(node, x)
+    perm = node.attrs["perm"]
+    xst = strides_of(x.type.shape)
+    shape, xs = list(y.type.shape), [xst[p] for p in perm]
+    dims, (mxs, _) = merge_dims(shape, xs, strides_of(shape))
+    # after merging, a real transpose is y[b][c][r] = x[b][r][c]: xs = (R*C,) 1, C
+    if len(dims) in (2, 3) and mxs[-2] == 1 and mxs[-1] == dims[-2] and \
+            (len(dims) == 2 or mxs[0] == dims[1] * dims[2]):
+        ctx.use_kernel("x32-transpose-4x4")
+        b = dims[0] if len(dims) == 3 else 1
+        return f"x32_transpose({_ptr(ctx, x)}, {_ptr(ctx, y)}, {b}, {dims[-1]}, {dims[-2]});"
+    ctx.use_kernel("x32-copynd" if mxs[-1] == 1 else "x32-copynd-strided")
+    return copy_nd(ctx, x, y, shape, xs, strides_of(shape))
+
+
+register(OpDef("transpose", _transpose_infer, lambda n, a: [np.transpose(a[0], n.attrs["perm"])],
+               _transpose_emit, kernels=KERNELS))
+
+
+# -- concat / split -----------------------------------------------------------------------------------
+def _concat_infer(node: Node) -> list[TensorType]:
+    ts = [v.type for v in node.inputs]
+    ax = _axis(node, len(ts[0].shape))
+    for t in ts[1:]:
+        if len(t.shape) != len(ts[0].shape) or t.dtype != ts[0].dtype or any(
+                a != b for i, (a, b) in enumerate(zip(t.shape, ts[0].shape)) if i != ax):
+            raise ShapeError(f"{node.name}: cannot concat {[str(u) for u in ts]} on axis {ax}")
+    shape = list(ts[0].shape)
+    shape[ax] = sum(t.shape[ax] for t in ts)
+    return [TensorType(tuple(shape), ts[0].dtype)]
+
+
+def _concat_emit(node: Node, ctx: EmitContext) -> str:
+    y = node.outputs[0]
+    _u32(node, y)
+    ax = _axis(node, len(y.type.shape))
+    ys = strides_of(y.type.shape)
+    lines, off = [], 0
+    for x in node.inputs:
+        lines.append(copy_nd(ctx, x, y, x.type.shape, strides_of(x.type.shape), ys, y_off=off * ys[ax]))
+        off += x.type.shape[ax]
+    ctx.use_kernel("x32-copynd")
+    return "\n".join(lines)
+
+
+register(OpDef("concat", _concat_infer,
+               lambda n, a: [np.concatenate(a, axis=_axis(n, a[0].ndim))], _concat_emit, kernels=KERNELS))
+
+
+def _split_infer(node: Node) -> list[TensorType]:
+    t = node.inputs[0].type
+    ax, sizes = _axis(node, len(t.shape)), list(node.attrs["sizes"])
+    if sum(sizes) != t.shape[ax] or min(sizes, default=0) < 0:
+        raise ShapeError(f"{node.name}: split sizes {sizes} do not cover dim {t.shape[ax]}")
+    return [TensorType(t.shape[:ax] + (s,) + t.shape[ax + 1:], t.dtype) for s in sizes]
+
+
+def _split_fold(node: Node, args) -> list[np.ndarray]:
+    return np.split(args[0], np.cumsum(node.attrs["sizes"])[:-1], axis=_axis(node, args[0].ndim))
+
+
+def _split_emit(node: Node, ctx: EmitContext) -> str:
+    x = node.inputs[0]
+    _u32(node, x)
+    ax = _axis(node, len(x.type.shape))
+    xs = strides_of(x.type.shape)
+    lines, off = [], 0
+    for y in node.outputs:
+        lines.append(copy_nd(ctx, x, y, y.type.shape, xs, strides_of(y.type.shape), x_off=off * xs[ax]))
+        off += y.type.shape[ax]
+    ctx.use_kernel("x32-copynd")
+    return "\n".join(lines)
+
+
+register(OpDef("split", _split_infer, _split_fold, _split_emit, kernels=KERNELS))
+
+
+# -- slice: normalised per-axis starts/ends/steps (python range semantics, ends may be -1) -------------
+def _slice_infer(node: Node) -> list[TensorType]:
+    t = node.inputs[0].type
+    a = node.attrs
+    if not len(a["starts"]) == len(a["ends"]) == len(a["steps"]) == len(t.shape):
+        raise ShapeError(f"{node.name}: slice attrs must cover all {len(t.shape)} axes")
+    shape = tuple(len(range(s, e, st)) for s, e, st in zip(a["starts"], a["ends"], a["steps"]))
+    return [TensorType(shape, t.dtype)]
+
+
+def _slice_fold(node: Node, args) -> list[np.ndarray]:
+    a = node.attrs
+    idx = tuple(slice(s, e if e >= 0 else None, st) for s, e, st in zip(a["starts"], a["ends"], a["steps"]))
+    return [args[0][idx]]
+
+
+def _slice_emit(node: Node, ctx: EmitContext) -> str:
+    x, y = node.inputs[0], node.outputs[0]
+    _u32(node, x)
+    xst = strides_of(x.type.shape)
+    starts, steps = node.attrs["starts"], node.attrs["steps"]
+    ctx.use_kernel("x32-copynd")
+    return copy_nd(ctx, x, y, y.type.shape, [s * st for s, st in zip(xst, steps)], strides_of(y.type.shape),
+                   x_off=sum(s * b for s, b in zip(xst, starts)))
+
+
+register(OpDef("slice", _slice_infer, _slice_fold, _slice_emit, kernels=KERNELS))
+
+
+# -- pad: pads = [begins..., ends...] (negative crops), mode constant/reflect/edge/wrap ------------------
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+def _pad_infer(node: Node) -> list[TensorType]:
+    t, pads = node.inputs[0].type, list(node.attrs["pads"])
+    r = len(t.shape)
+    if len(pads) != 2 * r or node.attrs["mode"] not in PAD_MODES:
+        raise ShapeError(f"{node.name}: pads {pads} / mode {node.attrs['mode']!r} do not fit rank {r}")
+    shape = tuple(d + pads[i] + pads[i + r] for i, d in enumerate(t.shape))
+    if min(shape, default=0) < 0:
+        raise ShapeError(f"{node.name}: pads {pads} crop {t.shape} below zero")
+    if node.attrs["mode"] != "constant" and any(
+            d == 0 and (pads[i] > 0 or pads[i + r] > 0) for i, d in enumerate(t.shape)):
+        raise ShapeError(f"{node.name}: {node.attrs['mode']} pad of an empty dim")
+    return [TensorType(shape, t.dtype)]
+
+
+def pad_source_index(n: int, before: int, out: int, mode: str) -> np.ndarray:
+    """Input index read by each output index along one dim (non-constant modes)."""
+    j = np.arange(out) - before
+    if mode == "edge":
+        return np.clip(j, 0, n - 1)
+    if mode == "wrap":
+        return j % n
+    if n == 1:
+        return np.zeros_like(j)
+    period = 2 * (n - 1)
+    j = j % period
+    return np.where(j < n, j, period - j)
+
+
+def _pad_fold(node: Node, args) -> list[np.ndarray]:
+    x = args[0]
+    r, pads, mode = x.ndim, node.attrs["pads"], node.attrs["mode"]
+    if mode != "constant":
+        idx = [pad_source_index(x.shape[i], pads[i], x.shape[i] + pads[i] + pads[i + r], mode)
+               for i in range(r)]
+        return [x[np.ix_(*idx)]] if r else [x]
+    crop = tuple(slice(max(-pads[i], 0), x.shape[i] - max(-pads[i + r], 0)) for i in range(r))
+    widths = [(max(pads[i], 0), max(pads[i + r], 0)) for i in range(r)]
+    return [np.pad(x[crop], widths, constant_values=np.asarray(node.attrs["value"], x.dtype))]
+
+
+def _pad_emit(node: Node, ctx: EmitContext) -> str:
+    x, y = node.inputs[0], node.outputs[0]
+    _u32(node, x)
+    shape, pads, mode = x.type.shape, node.attrs["pads"], node.attrs["mode"]
+    r = len(shape)
+    if mode != "constant":
+        ctx.use_kernel("x32-gathernd")
+        return gather_nd(ctx, x, y, [
+            None if pads[i] == pads[i + r] == 0 else pad_source_index(d, pads[i], y.type.shape[i], mode)
+            for i, d in enumerate(shape)])
+    ctx.use_kernel("x32-copynd")
+    xst, yst = strides_of(shape), strides_of(y.type.shape)
+    box = [max(d - max(-pads[i], 0) - max(-pads[i + r], 0), 0) for i, d in enumerate(shape)]
+    interior = copy_nd(ctx, x, y, box, xst, yst,
+                       x_off=sum(max(-pads[i], 0) * s for i, s in enumerate(xst)),
+                       y_off=sum(max(pads[i], 0) * s for i, s in enumerate(yst)))
+    border = fill(ctx, y, node.attrs["value"]) if y.type.size != int(np.prod(box)) else ""
+    return "\n".join(filter(None, (border, interior)))
+
+
+register(OpDef("pad", _pad_infer, _pad_fold, _pad_emit, kernels=KERNELS))
+
+
+# -- expand / tile -------------------------------------------------------------------------------------
+def _expand_infer(node: Node) -> list[TensorType]:
+    t = node.inputs[0].type
+    return [TensorType(broadcast_shape([t.shape, node.attrs["shape"]], node.name), t.dtype)]
+
+
+def _expand_emit(node: Node, ctx: EmitContext) -> str:
+    x, y = node.inputs[0], node.outputs[0]
+    _u32(node, x)
+    out = y.type.shape
+    xshape = (1,) * (len(out) - len(x.type.shape)) + x.type.shape
+    xs = [0 if d == 1 else s for d, s in zip(xshape, strides_of(xshape))]
+    ctx.use_kernel("x32-copynd")
+    return copy_nd(ctx, x, y, out, xs, strides_of(out))
+
+
+register(OpDef("expand", _expand_infer,
+               lambda n, a: [np.broadcast_to(a[0], _expand_infer(n)[0].shape).copy()], _expand_emit,
+               kernels=KERNELS))
+
+
+def _tile_infer(node: Node) -> list[TensorType]:
+    t, reps = node.inputs[0].type, list(node.attrs["repeats"])
+    if len(reps) != len(t.shape) or min(reps, default=0) < 0:
+        raise ShapeError(f"{node.name}: repeats {reps} do not fit shape {t.shape}")
+    return [TensorType(tuple(d * k for d, k in zip(t.shape, reps)), t.dtype)]
+
+
+def _tile_emit(node: Node, ctx: EmitContext) -> str:
+    # y viewed as [r0, d0, r1, d1, ...] is contiguous; x is read with stride 0 along every r
+    x, y = node.inputs[0], node.outputs[0]
+    _u32(node, x)
+    shape, xs = [], []
+    for d, k, s in zip(x.type.shape, node.attrs["repeats"], strides_of(x.type.shape)):
+        shape += [k, d]
+        xs += [0, s]
+    ctx.use_kernel("x32-copynd")
+    return copy_nd(ctx, x, y, shape, xs, strides_of(shape))
+
+
+register(OpDef("tile", _tile_infer, lambda n, a: [np.tile(a[0], n.attrs["repeats"])], _tile_emit,
+               kernels=KERNELS))
+
+
+# -- gather (axis; run time needs build-time indices) ---------------------------------------------------
+def _gather_infer(node: Node) -> list[TensorType]:
+    x, i = node.inputs[0].type, node.inputs[1].type
+    ax = _axis(node, len(x.shape))
+    return [TensorType(x.shape[:ax] + i.shape + x.shape[ax + 1:], x.dtype)]
+
+
+def _gather_fold(node: Node, args) -> list[np.ndarray]:
+    return [np.take(args[0], args[1].astype(np.int64), axis=_axis(node, args[0].ndim))]
+
+
+def _gather_emit(node: Node, ctx: EmitContext) -> str:
+    x, ind, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    if not ind.is_const:
+        raise UnsupportedOperator("gather", node.name, None, "run-time indices (only constant indices run)")
+    _u32(node, x)
+    ax = _axis(node, len(x.type.shape))
+    idx = ind.const.astype(np.int64).reshape(-1)
+    idx = np.where(idx < 0, idx + x.type.shape[ax], idx)
+    ctx.use_kernel("x32-gathernd")
+    return gather_nd(ctx, x, y, [idx if d == ax else None for d in range(len(x.type.shape))])
+
+
+register(OpDef("gather", _gather_infer, _gather_fold, _gather_emit, kernels=KERNELS))
+
+
+# -- fold-only: constant_of_shape, range ---------------------------------------------------------------
+def _fold_only(node: Node, ctx: EmitContext) -> str:
+    raise UnsupportedOperator(node.op, node.name, None, "it only folds at build time and has no kernel")
+
+
+def _cos_infer(node: Node) -> list[TensorType]:
+    v = node.inputs[0]
+    if not v.is_const:
+        raise ShapeError(f"{node.name}: the shape must be known at build time (it sets the output shape)")
+    shape = tuple(int(d) for d in v.const.reshape(-1))
+    return [TensorType(shape, node.attrs["dtype"])]
+
+
+def _cos_fold(node: Node, args) -> list[np.ndarray]:
+    return [np.full(tuple(int(d) for d in args[0].reshape(-1)), node.attrs["value"], node.attrs["dtype"])]
+
+
+register(OpDef("constant_of_shape", _cos_infer, _cos_fold, _fold_only))
+
+
+def _range_len(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> int:
+    return max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
+
+
+def _range_infer(node: Node) -> list[TensorType]:
+    if not all(v.is_const for v in node.inputs):
+        raise ShapeError(f"{node.name}: range start/limit/delta must be known at build time")
+    start, limit, delta = (v.const.reshape(()) for v in node.inputs)
+    return [TensorType((_range_len(start, limit, delta),), str(start.dtype))]
+
+
+def _range_fold(node: Node, args) -> list[np.ndarray]:
+    start, limit, delta = (a.reshape(()) for a in args)
+    return [(start + np.arange(_range_len(start, limit, delta)) * delta).astype(start.dtype)]
+
+
+register(OpDef("range", _range_infer, _range_fold, _fold_only))
