@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .cli_ota import add_signing_args, sign_model_dir
+from .cli_ota import register as register_ota
 from .errors import CuvilError
 
 
@@ -68,6 +70,8 @@ def cmd_build(args: argparse.Namespace) -> int:
           f"weights {_human(c.spec.weights_size)}, arena {_human(c.spec.arena_size)}")
     for v in c.spec.variants:
         print(f"  {v.file:36s} {_human(v.size):>10s}  sha256 {v.sha256[:16]}")
+    if args.sign_key or args.keyring:
+        sign_model_dir(out, args.bundle_output or out.with_suffix(".cvb"), args)
     return 0
 
 
@@ -153,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--precision", default="fp32")
     b.add_argument("--targets", default="host", help="host, all, or e.g. simd128-x86,relaxed-x86")
     b.add_argument("-q", "--quiet", action="store_true")
+    b.add_argument("--bundle-output", help="signed bundle path with --sign-key (default: OUTPUT.cvb)")
+    add_signing_args(b)
     b.set_defaults(fn=cmd_build)
 
     r = sub.add_parser("run", help="run a built model directory in wasmtime")
@@ -173,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workdir", help="where to write the model and build (default: a temp dir)")
     d.add_argument("--repeat", type=int, default=50)
     d.set_defaults(fn=cmd_demo)
+    register_ota(sub)
     return ap
 
 
@@ -184,9 +191,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # device-side errors have their own hierarchy
+        from ota.errors import OtaError
         from runtime_wasm.errors import RuntimeWasmError
 
-        if isinstance(exc, RuntimeWasmError):
+        if isinstance(exc, (RuntimeWasmError, OtaError)):
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2
         raise

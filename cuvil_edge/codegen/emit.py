@@ -85,7 +85,7 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None) -> CProg
         for fam in op.kernels:
             if fam not in families:
                 families.append(fam)
-        if op.alias:
+        if op.alias or id(n) in plan.elided:
             continue
         if op.emit is None:
             raise NotImplementedError(f"op {n.op!r} has no code generator (node {n.name!r})")

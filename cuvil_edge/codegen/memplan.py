@@ -1,15 +1,22 @@
 """Static memory planning: every runtime tensor gets a fixed offset in one arena.
 
-Liveness is measured in node indices. Alias ops (reshape family) share their input's buffer and
-extend its lifetime; in-place ops reuse an input that dies at that node. Placement is greedy by
-size (largest first, lowest free offset not overlapping a live conflict), as TFLite's planner does.
+Liveness is measured in node indices. Three kinds of buffer sharing, all links from a value to the
+value that owns its buffer plus a byte offset:
+- alias ops (reshape family) are views of their input;
+- in-place ops reuse an input that dies at that node (same size);
+- a concat whose inputs are contiguous slices of its output (all dims before the axis are 1) is
+  elided: each producer writes straight into its slice of the output, nested concats included.
+Owners are placed greedy by size (largest first, lowest free offset not overlapping a live conflict),
+as TFLite's planner does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..ir.graph import Graph, Node, Value
+import numpy as np
+
+from ..ir.graph import Graph, Value
 from ..ops import get as get_op
 
 ALIGN = 64
@@ -17,10 +24,11 @@ ALIGN = 64
 
 @dataclass
 class MemoryPlan:
-    offsets: dict[int, int]  # id(value) -> arena offset (aliases resolved)
+    offsets: dict[int, int]  # id(value) -> arena offset (links resolved)
     scratch: dict[int, int]  # id(node) -> arena offset of its scratch area
     arena_size: int
     roots: dict[int, Value]  # id(value) -> the value that owns its buffer
+    elided: set[int] = field(default_factory=set)  # id(node) of nodes that need no code (concat views)
 
     def offset(self, v: Value) -> int:
         return self.offsets[id(v)]
@@ -30,20 +38,51 @@ def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+def _concat_views(graph: Graph) -> tuple[dict[int, tuple[Value, int]], set[int]]:
+    """Inputs of contiguous concats that can live inside the concat output: value -> (output, offset)."""
+    producers = graph.producers()
+    protected = {id(v) for v in (*graph.inputs, *graph.outputs)}
+    links: dict[int, tuple[Value, int]] = {}
+    elided: set[int] = set()
+    for n in graph.nodes:
+        if n.op != "concat":
+            continue
+        y = n.outputs[0]
+        ax = n.attrs.get("axis", 0) % len(y.type.shape)
+        if int(np.prod(y.type.shape[:ax], dtype=np.int64)) != 1:
+            continue
+        ok = len({id(v) for v in n.inputs}) == len(n.inputs) and all(
+            not v.is_const and id(v) not in protected and id(v) not in links and id(v) in producers
+            and not get_op(producers[id(v)].op).alias for v in n.inputs)
+        if not ok:
+            continue
+        off = 0
+        for v in n.inputs:
+            links[id(v)] = (y, off)
+            off += v.type.nbytes
+        elided.add(id(n))
+    return links, elided
+
+
 def plan_memory(graph: Graph) -> MemoryPlan:
     n_nodes = len(graph.nodes)
-    root: dict[int, Value] = {}
+    link, elided = _concat_views(graph)  # id(value) -> (value it lives in, byte offset)
+    no_inplace = set(link)  # a concat slice's producer must write the slice itself
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     pinned: set[int] = set()  # graph inputs/outputs: never shared in place
 
-    def owner(v: Value) -> Value:
-        return root.get(id(v), v)
+    def owner(v: Value) -> tuple[Value, int]:
+        off = 0
+        while id(v) in link:
+            v, o = link[id(v)]
+            off += o
+        return v, off
 
     def touch(v: Value, t: int) -> None:
-        r = owner(v)
-        first[id(r)] = min(first.get(id(r), t), t)
-        last[id(r)] = max(last.get(id(r), t), t)
+        r = id(owner(v)[0])
+        first[r] = min(first.get(r, t), t)
+        last[r] = max(last.get(r, t), t)
 
     for v in graph.inputs:  # inputs stay intact for the whole run: callers may run() again on them
         touch(v, -1)
@@ -63,25 +102,20 @@ def plan_memory(graph: Graph) -> MemoryPlan:
             if not v.is_const:
                 touch(v, t)
         src = n.inputs[0] if n.inputs else None
-        if src is not None and not src.is_const and (op.alias or (
-                op.inplace and _can_share(src, n, t, last_use, owner, pinned, graph))):
-            root[id(n.outputs[0])] = owner(src)
-            if op.alias and id(owner(src)) in pinned:
-                pass  # reading through a view of an input is fine
-            for o in n.outputs[1:]:
-                touch(o, t)
-        else:
-            for o in n.outputs:
-                touch(o, t)
+        out = n.outputs[0]
+        if src is not None and not src.is_const and id(out) not in link and (op.alias or (
+                op.inplace and id(out) not in no_inplace
+                and _can_share(src, out, t, last_use, owner, pinned, graph))):
+            link[id(out)] = owner(src)
         for o in n.outputs:
             touch(o, t)
     for v in graph.outputs:
         touch(v, n_nodes)
-        pinned.add(id(owner(v)))
+        pinned.add(id(owner(v)[0]))
 
     # Buffers to place: owners plus per-node scratch areas (alive only during their node).
     items: list[tuple[int, int, int, object]] = []  # (size, first, last, key)
-    owners = {id(owner(v)): owner(v) for v in graph.values() if not v.is_const}
+    owners = {id(owner(v)[0]): owner(v)[0] for v in graph.values() if not v.is_const}
     for key, v in owners.items():
         if key in first:
             items.append((_align(v.type.nbytes), first[key], last[key], ("v", key)))
@@ -111,18 +145,20 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     for v in graph.values():
         if v.is_const:
             continue
-        r = owner(v)
+        r, off = owner(v)
         roots[id(v)] = r
-        offsets[id(v)] = where.get(("v", id(r)), 0)
+        offsets[id(v)] = where.get(("v", id(r)), 0) + off
     scratch = {key[1]: off for key, off in where.items() if key[0] == "s"}
-    return MemoryPlan(offsets, scratch, _align(arena), roots)
+    return MemoryPlan(offsets, scratch, _align(arena), roots, elided)
 
 
-def _can_share(src: Value, node: Node, t: int, last_use: dict[int, int], owner, pinned: set[int],
+def _can_share(src: Value, out: Value, t: int, last_use: dict[int, int], owner, pinned: set[int],
                graph: Graph) -> bool:
-    """In place is legal when the input's buffer dies here and has the output's exact size."""
-    r = owner(src)
-    if id(r) in pinned or r.type.nbytes != node.outputs[0].type.nbytes:
+    """In place is legal when the input's whole buffer dies here and has the output's exact size."""
+    r, off = owner(src)
+    if off or id(r) in pinned or r.type.nbytes != out.type.nbytes:
         return False
-    # every value sharing r's buffer must be dead after this node
-    return all(last_use.get(id(v), -1) <= t for v in graph.values() if owner(v) is r)
+    return all(last_use.get(id(v), -1) <= t for v in graph.values() if owner(v)[0] is r)
+
+
+__all__ = ["ALIGN", "MemoryPlan", "plan_memory"]

@@ -20,7 +20,9 @@ class Pass:
 DEFAULT_PIPELINE: tuple[Pass, ...] = (
     Pass("fold_constants", simplify.fold_constants, "evaluate nodes whose inputs are all constant"),
     Pass("simplify_layout", layout.simplify_layout, "merge/drop transposes, drop no-op slices/concats"),
-    Pass("fold_batchnorm", simplify.fold_batchnorm, "merge per-channel affine into conv/gemm weights"),
+    Pass("canonicalize_affine", simplify.canonicalize_affine,
+         "per-channel constant mul/add/sub/div become one affine (batchnorm) op"),
+    Pass("fold_batchnorm", simplify.fold_batchnorm, "merge affine chains, fold them into conv/gemm"),
     Pass("fuse_activations", simplify.fuse_activations, "move activations into producers' epilogues"),
     Pass("eliminate_dead", simplify.eliminate_dead, "drop nodes nothing reads"),
     Pass("materialize_outputs", simplify.materialize_outputs, "give every graph output its own buffer"),

@@ -33,12 +33,56 @@ def _sole_consumer(graph: Graph, v: Value, uses: dict[int, list[Node]]) -> Node 
     return users[0]
 
 
+def _per_channel(c: Value, x: Value) -> np.ndarray | None:
+    """c's values as one number per channel (axis 1 of x), if c broadcasts that way onto x."""
+    rank = len(x.type.shape)
+    if rank < 2 or len(c.type.shape) > rank or c.type.dtype != "float32":
+        return None
+    shape = (1,) * (rank - len(c.type.shape)) + c.type.shape
+    if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, x.type.shape[1]):
+        return None
+    return np.broadcast_to(c.const.reshape(-1), (x.type.shape[1],)).astype(np.float32)
+
+
+def canonicalize_affine(graph: Graph) -> bool:
+    """Mul/Add/Sub/Div by a per-channel constant becomes ``batchnorm`` (y = a*x + b) so that chains of
+    them merge into one pass and fold into a preceding conv (Caffe2-style BN + scale layers)."""
+    changed = False
+    for n in graph.nodes:
+        if n.op != "binary" or n.attrs.get("act") or n.attrs["kind"] not in ("mul", "add", "sub", "div"):
+            continue
+        x, c = n.inputs
+        if c.is_const and not x.is_const and x.type.shape == n.outputs[0].type.shape:
+            ch = _per_channel(c, x)
+            if ch is None:
+                continue
+            ones, zeros = np.ones_like(ch), np.zeros_like(ch)
+            a, b = {"mul": (ch, zeros), "add": (ones, ch), "sub": (ones, -ch), "div": (1 / ch, zeros)}[
+                n.attrs["kind"]]
+            n.op, n.attrs = "batchnorm", {}
+            n.inputs = [x, graph.constant(f"{n.name}/a", a), graph.constant(f"{n.name}/b", b)]
+            changed = True
+    return changed
+
+
 def fold_batchnorm(graph: Graph) -> bool:
     changed = False
     producers, uses = graph.producers(), graph.consumers()
     for bn in [n for n in graph.nodes if n.op == "batchnorm" and not n.attrs.get("act")]:
         x, a, b = bn.inputs
         p = producers.get(id(x))
+        if p is not None and p.op == "batchnorm" and not p.attrs.get("act") and \
+                _sole_consumer(graph, x, uses) is bn:
+            # affine after affine: one pass over the data
+            pa, pb = p.inputs[1].const, p.inputs[2].const
+            av, bv = a.const, b.const
+            p.inputs = [p.inputs[0], graph.constant(f"{p.name}/a2", pa * av),
+                        graph.constant(f"{p.name}/b2", pb * av + bv)]
+            graph.replace_uses(bn.outputs[0], x)
+            graph.nodes.remove(bn)
+            producers, uses = graph.producers(), graph.consumers()
+            changed = True
+            continue
         if p is None or p.op not in ("conv", "gemm") or p.attrs.get("act") or \
                 _sole_consumer(graph, x, uses) is not bn or not p.inputs[1].is_const:
             continue
@@ -53,7 +97,7 @@ def fold_batchnorm(graph: Graph) -> bool:
                                                                                     bias * av + bv)]
         graph.replace_uses(bn.outputs[0], x)
         graph.nodes.remove(bn)
-        uses = graph.consumers()
+        producers, uses = graph.producers(), graph.consumers()
         changed = True
     return changed
 

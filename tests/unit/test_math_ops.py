@@ -81,18 +81,27 @@ def test_binary_kinds_and_broadcasting():
     feeds["pos"] = _randn(2, 3, 4, 5, positive=True)
     cm = _check(_model(nodes, inputs, [n.output[0] for n in nodes], consts), feeds)
     k = _kernels(cm)
-    assert (k["ch_mul"], k["scalar_rsub"], k["ch_rdiv"]) == ("f32-vmulc-4", "f32-vrsubc-4", "f32-vrdivc-4")
+    assert (k["ch_mul"], k["scalar_rsub"], k["ch_rdiv"]) == ("f32-vaffinec-4", "f32-vrsubc-4", "f32-vrdivc-4")
     assert (k["pow2"], k["pow_half"], k["pow3"], k["pow_m1"]) == \
         ("f32-vsquare-4", "f32-vsqrt-4", "f32-vcube-4", "f32-vreciprocal-4")
     assert k["pow_vec"] == "f32-vpow-4"
 
 
-def test_per_channel_scale_runs_as_one_vector_scalar_pass():
+def test_per_channel_scale_and_shift_merge_into_one_affine_pass():
     nodes = [node("Mul", ["x", "a"], "m"), node("Add", ["m", "b"], "y")]
     consts = {"a": _randn(16, 1, 1), "b": _randn(16, 1, 1)}
     cm = _check(_model(nodes, {"x": [1, 16, 7, 9]}, ["y"], consts), {"x": _randn(1, 16, 7, 9)})
+    assert cm.graph.op_counts() == {"batchnorm": 1}
     src = cm.compiled.program.source
-    assert "f32_vmulc(16, 63," in src and "f32_vaddc(16, 63," in src and "for (int i0" not in src
+    assert src.count("f32_channel_affine(") == 2 and "f32_vmulc(" not in src  # definition + one call
+
+
+def test_row_broadcast_runs_as_one_vector_scalar_pass():
+    nodes = [node("Mul", ["x", "a"], "y")]
+    consts = {"a": _randn(16, 1)}
+    cm = _check(_model(nodes, {"x": [16, 63]}, ["y"], consts), {"x": _randn(16, 63)})
+    src = cm.compiled.program.source
+    assert "f32_vmulc(16, 63," in src and "for (int i0" not in src
 
 
 def test_fused_activation_and_in_place():

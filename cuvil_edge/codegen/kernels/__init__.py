@@ -6,14 +6,14 @@ Kernel names follow the grammar in ``NAMING.md``.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 GEN_DIR = Path(__file__).parent / "gen"
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 
 
-@lru_cache(maxsize=None)
+@cache
 def kernel_source(family: str) -> str:
     path = GEN_DIR / f"{family}.c"
     if not path.exists():

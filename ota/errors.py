@@ -1,0 +1,76 @@
+"""One error hierarchy for over-the-air updates; each verification error names the attack it stopped.
+
+Bad input from outside raises a ``VerificationError`` (the bundle or metadata is hostile or broken);
+misuse by the calling code raises ``RuntimeError`` (a bug, not an attack); installer failures that
+are not about trust raise an ``InstallError``.
+"""
+
+from __future__ import annotations
+
+
+class OtaError(Exception):
+    """Base class of every error the update path raises."""
+
+
+class VerificationError(OtaError):
+    """Base class of the trust checks: the update was refused and nothing was installed."""
+
+
+class FormatError(VerificationError):
+    """Metadata or a bundle does not follow the format (malformed JSON, missing or mistyped field)."""
+
+
+class BadSignature(VerificationError):
+    """A signature by a trusted key does not verify: the signed content was altered."""
+
+
+class ThresholdNotMet(VerificationError):
+    """Fewer valid signatures from trusted keys than the threshold (unsigned, or one of two)."""
+
+
+class UntrustedKey(VerificationError):
+    """Signed by a key that is not delegated for this role, or that was revoked."""
+
+
+class RollbackError(VerificationError):
+    """A version or release counter that is not newer than the one already trusted (replay)."""
+
+
+class BrokenChain(VerificationError):
+    """A root update skips a version, or the chain is longer than the configured cap."""
+
+
+class ExpiredMetadata(VerificationError):
+    """Release metadata past its expiry: a freeze attack replays old, still validly signed metadata."""
+
+
+class WrongTarget(VerificationError):
+    """The bundle is for another hardware id or device profile."""
+
+
+class LengthMismatch(VerificationError):
+    """Data shorter or longer than declared (truncation, endless data) or over a configured limit."""
+
+
+class HashMismatch(VerificationError):
+    """A payload's sha256 differs from the signed manifest (tampering or mix-and-match)."""
+
+
+class InstallError(OtaError):
+    """The installer could not complete; the previously active model stays active."""
+
+
+class DiskFull(InstallError):
+    """Storage ran out while writing the inactive slot; its partial files were removed."""
+
+
+class SelfTestFailed(InstallError):
+    """The new model trapped, failed to load or missed its golden outputs; the install was rolled back."""
+
+
+class NothingToRollBack(InstallError):
+    """Rollback asked for, but the other slot holds no complete, healthy model."""
+
+
+class NoActiveModel(InstallError):
+    """No model has been installed in this state directory yet."""

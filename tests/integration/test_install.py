@@ -1,0 +1,393 @@
+"""Signed bundles through the real installer: real files, real Ed25519, real wasmtime, real SIGKILL.
+
+One session fixture compiles the test models, creates a keyring and a provisioned device state with
+release 1 installed; each test works on its own copy of that state.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import wasmtime
+from onnx import TensorProto, helper, numpy_helper
+
+from cuvil_edge import CuvilModel, Target
+from cuvil_edge.signing import Keyring, build_bundle, make_manifest, sign_envelope, write_signed_bundle
+from ota import (
+    STEPS,
+    BadSignature,
+    DiskFull,
+    ExpiredMetadata,
+    FileWriter,
+    HashMismatch,
+    Installer,
+    LengthMismatch,
+    RollbackError,
+    SelfTestFailed,
+    ThresholdNotMet,
+    UntrustedKey,
+    VerificationError,
+    WrongTarget,
+)
+from ota.golden import decode_vector, encode_vector
+from ota.installer import ENVELOPE_FILE
+from runtime_wasm import ModelSpec, TensorSpec, VariantSpec
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+HW = "test-device"
+RELEASE_FIELDS = {"hardware_ids": [HW]}
+
+
+def compile_matmul(out: Path, seed: int, n_in: int = 16, n_out: int = 8) -> Path:
+    """MatMul + Relu with seeded weights, compiled for one variant and saved as a model directory."""
+    w = np.random.default_rng(seed).standard_normal((n_in, n_out)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], f"mm{seed}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, n_in])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, n_out])],
+        [numpy_helper.from_array(w, "w")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return CuvilModel.load(proto).optimize(targets=[Target()]).save(out)
+
+
+def trapping_model(out: Path) -> Path:
+    """A model directory whose module satisfies the loader but executes ``unreachable`` when run."""
+    wasm = wasmtime.wat2wasm("""(module (memory (export "memory") 1) (func (export "run") unreachable)
+        (func (export "cuvil_weights") (result i32) i32.const 1024)
+        (func (export "cuvil_arena") (result i32) i32.const 2048))""")
+    variant = VariantSpec("f32-wasmsimd-x86", "simd128", "x86", "trap.wasm", hashlib.sha256(wasm).hexdigest(),
+                          len(wasm))
+    spec = ModelSpec("trap", (TensorSpec("x", "float32", (4,), 0),), (TensorSpec("y", "float32", (4,), 16),),
+                     weights_size=0, arena_size=32, variants=(variant,),
+                     weights_sha256=hashlib.sha256().hexdigest())
+    out.mkdir()
+    (out / "model.json").write_text(spec.to_json())
+    (out / "weights.bin").write_bytes(b"")
+    (out / "trap.wasm").write_bytes(wasm)
+    return out
+
+
+class World:
+    """Everything the tests share: keyring, model dirs, release manifests and bundles, a template state."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.ring = Keyring.init(base / "keys", root_keys=3, root_threshold=2, release_keys=2,
+                                 release_threshold=2)
+        self.models = {n: compile_matmul(base / f"m{n}", seed=n) for n in (1, 2)}
+        self.bundles = {n: self.bundle(n, self.models[n]) for n in (1, 2)}
+        self.manifest2, self.payloads2 = make_manifest(self.models[2], version="1.0.2", release=2,
+                                                       **RELEASE_FIELDS)
+        self.template = base / "template"
+        Installer(self.template, HW, root=self.ring.root_envelope(1)).install(self.bundles[1])
+
+    def bundle(self, release: int, model_dir: Path, **fields) -> Path:
+        out = self.base / f"r{release}-{len(list(self.base.glob('*.cvb')))}.cvb"
+        build_bundle(model_dir, out, self.ring.release_keys(), version=f"1.0.{release}", release=release,
+                     **{**RELEASE_FIELDS, **fields})
+        return out
+
+    def signed(self, path: Path, keys, **changes) -> Path:
+        """Release 2's payloads under a manifest changed by ``changes``, signed by ``keys``."""
+        write_signed_bundle(path, sign_envelope({**self.manifest2, **changes}, keys), self.payloads2)
+        return path
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory) -> World:
+    return World(tmp_path_factory.mktemp("ota"))
+
+
+@pytest.fixture
+def state(world, tmp_path) -> Path:
+    return Path(shutil.copytree(world.template, tmp_path / "state"))
+
+
+def assert_serving(state_dir: Path, release: int) -> None:
+    """A fresh installer (as after a restart) finds ``release`` active, intact and passing its self-test,
+    and nothing partial anywhere."""
+    inst = Installer(state_dir, HW)
+    assert inst.verify_active().release == release
+    manifest = inst.active_manifest()
+    inputs, want = decode_vector(manifest.golden[0])
+    with inst.active_model() as model:
+        np.testing.assert_allclose(model.predict(inputs)["y"], want["y"], rtol=1e-5, atol=1e-5)
+    assert not list(state_dir.rglob("*.tmp"))
+    for slot in (state_dir / "slots").iterdir():
+        assert (slot / ENVELOPE_FILE).exists(), f"partial files left in slot {slot.name}"
+
+
+def only_active_slot(state_dir: Path) -> None:
+    assert len(list((state_dir / "slots").iterdir())) == 1, "the rejected bundle left a slot behind"
+
+
+# -- 1. tampering, truncation, endless data, mix-and-match -------------------------------------
+def _tamper(data: bytes, how: str, other: bytes) -> bytes:
+    header_end = 12 + int.from_bytes(data[8:12], "big")
+    if how == "module_byte":
+        i = len(data) - 10
+        return data[:i] + bytes([data[i] ^ 1]) + data[i + 1:]
+    if how == "weights_byte":
+        return data[:header_end + 3] + bytes([data[header_end + 3] ^ 0x80]) + data[header_end + 4:]
+    if how == "manifest":
+        return data.replace(b'"version":"1.0.2"', b'"version":"1.0.9"', 1)
+    if how == "truncated":
+        return data[:-100]
+    if how == "longer":
+        return data + b"\0" * 4096
+    other_header_end = 12 + int.from_bytes(other[8:12], "big")
+    return data[:header_end] + other[other_header_end:]  # release 2's manifest, release 1's payloads
+
+
+@pytest.mark.parametrize("how, error", [
+    ("module_byte", HashMismatch), ("weights_byte", HashMismatch), ("manifest", BadSignature),
+    ("truncated", LengthMismatch), ("longer", LengthMismatch), ("mix_and_match", HashMismatch)])
+def test_tampered_or_misshapen_bundle_is_rejected_and_old_model_serves(world, state, tmp_path, how, error):
+    bad = tmp_path / "bad.cvb"
+    bad.write_bytes(_tamper(world.bundles[2].read_bytes(), how, world.bundles[1].read_bytes()))
+    steps: list[str] = []
+    with pytest.raises(error):
+        Installer(state, HW, on_step=steps.append).install(bad)
+    assert steps == []  # refused before the first write
+    only_active_slot(state)
+    assert_serving(state, 1)
+
+
+# -- 2. weak signing --------------------------------------------------------------------------
+def test_weak_signatures_are_rejected(world, state, tmp_path):
+    release = world.ring.release_keys()
+    stranger = Keyring.init(tmp_path / "stranger", 1, 1, 1, 1).release_keys()
+    cases = {"unsigned": ([], ThresholdNotMet), "one_of_two": (release[:1], ThresholdNotMet),
+             "not_delegated": ([release[0], *stranger], UntrustedKey)}
+    for name, (keys, error) in cases.items():
+        with pytest.raises(error):
+            Installer(state, HW).install(world.signed(tmp_path / f"{name}.cvb", keys))
+    only_active_slot(state)
+    assert_serving(state, 1)
+
+
+def test_revoked_release_key_is_rejected(world, state, tmp_path):
+    ring = Keyring(shutil.copytree(world.ring.directory, tmp_path / "keys"))
+    revoked = sorted(ring.root.release_keys)[0]
+    ring.revoke(revoked)  # root v2 delegates a replacement
+    inst = Installer(state, HW)
+    inst.update_root(ring.root_chain(1))
+    old_keys = [ring.private_key(k) for k in sorted(world.ring.root.release_keys)]
+    with pytest.raises(UntrustedKey, match="revoked"):
+        inst.install(world.signed(tmp_path / "revoked.cvb", old_keys))
+    inst.install(world.signed(tmp_path / "fresh.cvb", ring.release_keys()))
+    assert_serving(state, 2)
+
+
+# -- 3. root rotation -------------------------------------------------------------------------
+def test_root_rotation_chain_is_accepted_and_persisted(world, state, tmp_path):
+    ring = Keyring(shutil.copytree(world.ring.directory, tmp_path / "keys"))
+    ring.revoke(sorted(ring.root.root_keys)[0])  # v2: a root key replaced
+    ring.add_key("root")  # v3
+    Installer(state, HW).update_root(ring.root_chain(1))
+    assert Installer(state, HW).trust.root.version == 3  # survives a restart
+
+
+def test_bad_link_aborts_root_rotation_with_trust_unchanged(world, state, tmp_path):
+    ring = Keyring(shutil.copytree(world.ring.directory, tmp_path / "keys"))
+    ring.add_key("release")
+    ring.add_key("root")
+    v2, v3 = ring.root_chain(1)
+    v3["signed"]["release_threshold"] = 1  # altered after signing
+    before = (state / "trust.json").read_bytes()
+    with pytest.raises(BadSignature):
+        Installer(state, HW).update_root([v2, v3])
+    assert (state / "trust.json").read_bytes() == before
+    assert Installer(state, HW).trust.root.version == 1
+
+
+# -- 4. rollback ------------------------------------------------------------------------------
+def test_replayed_older_release_is_a_rollback_even_after_restart(world, state):
+    Installer(state, HW).install(world.bundles[2])
+    for bundle in (world.bundles[1], world.bundles[2]):
+        with pytest.raises(RollbackError):
+            Installer(state, HW).install(bundle)  # a new Installer: the counter came from disk
+    assert json.loads((state / "trust.json").read_bytes())["release_counter"] == 2
+    assert_serving(state, 2)
+
+
+def test_operator_rollback_keeps_the_counter(world, state):
+    inst = Installer(state, HW)
+    inst.install(world.bundles[2])
+    assert inst.rollback().release == 1
+    assert_serving(state, 1)
+    with pytest.raises(RollbackError):
+        Installer(state, HW).install(world.bundles[1])
+
+
+# -- 5. freeze --------------------------------------------------------------------------------
+def test_expired_release_is_refused_and_current_model_serves(world, state, tmp_path):
+    bundle = world.signed(tmp_path / "old.cvb", world.ring.release_keys(), expires="2020-01-01T00:00:00Z")
+    with pytest.raises(ExpiredMetadata):
+        Installer(state, HW).install(bundle)
+    only_active_slot(state)
+    assert_serving(state, 1)
+
+
+# -- 6. wrong target --------------------------------------------------------------------------
+def test_bundle_for_other_hardware_is_wrong_target_before_any_write(world, state, tmp_path):
+    bundle = world.signed(tmp_path / "pi.cvb", world.ring.release_keys(),
+                          targets={"hardware_ids": ["raspberry-pi-4"], "profiles": []})
+    steps: list[str] = []
+    with pytest.raises(WrongTarget):
+        Installer(state, HW, on_step=steps.append).install(bundle)
+    assert steps == []
+    only_active_slot(state)
+
+
+# -- 7. power loss at every step --------------------------------------------------------------
+CRASHING_INSTALL = """
+import os, signal, sys
+from ota import Installer
+def die_at(step):
+    if step == sys.argv[3]:
+        os.kill(os.getpid(), signal.SIGKILL)
+Installer(sys.argv[1], {hw!r}, on_step=die_at).install(sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_sigkill_at_any_step_leaves_exactly_old_or_new_model(world, state, step):
+    proc = subprocess.run([sys.executable, "-c", CRASHING_INSTALL.format(hw=HW), str(state),
+                           str(world.bundles[2]), step], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    switched = STEPS.index(step) >= STEPS.index("pointer_switched")
+    assert_serving(state, 2 if switched else 1)
+    if not switched:  # the interrupted release can still be installed afterwards
+        Installer(state, HW).install(world.bundles[2])
+        assert_serving(state, 2)
+
+
+# -- 8. bad model -----------------------------------------------------------------------------
+def test_trapping_module_is_rolled_back(world, state, tmp_path):
+    zeros = np.zeros(4, np.float32)
+    golden = [encode_vector({"x": zeros}, {"y": zeros})]
+    bundle = world.bundle(3, trapping_model(tmp_path / "trap"), golden=golden)
+    with pytest.raises(SelfTestFailed, match="InferenceTrap"):
+        Installer(state, HW).install(bundle)
+    only_active_slot(state)
+    assert_serving(state, 1)
+
+
+def test_wrong_golden_output_is_rolled_back(world, state, tmp_path):
+    inputs, outputs = decode_vector(world.manifest2["golden"][0])
+    wrong = [encode_vector(inputs, {k: v + 1.0 for k, v in outputs.items()})]
+    with pytest.raises(SelfTestFailed, match="golden vector 0 differs"):
+        Installer(state, HW).install(world.signed(tmp_path / "wrong.cvb", world.ring.release_keys(),
+                                                  golden=wrong))
+    only_active_slot(state)
+    assert_serving(state, 1)
+    Installer(state, HW).install(world.bundles[2])  # the failed attempt did not consume release 2
+    assert_serving(state, 2)
+
+
+# -- 9. disk full -----------------------------------------------------------------------------
+class FullDisk(FileWriter):
+    """Fault injection at the installer's write layer: ENOSPC once ``budget`` bytes were written."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+
+    def write(self, f, data: bytes) -> None:
+        if len(data) > self.budget:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.budget -= len(data)
+        super().write(f, data)
+
+
+def _mount_small_tmpfs(where: Path, size_bytes: int) -> bool:
+    where.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(where)],
+                          capture_output=True)
+    return proc.returncode == 0
+
+
+def _du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("how", ["tmpfs", "injected"])
+def test_disk_full_fails_cleanly_and_old_model_serves(world, state, tmp_path, how):
+    big = world.bundle(5, compile_matmul(tmp_path / "big", seed=5, n_in=256, n_out=512))  # 512 KiB weights
+    if how == "tmpfs":
+        mnt = tmp_path / "mnt"
+        if not _mount_small_tmpfs(mnt, _du(state) + (192 << 10)):
+            pytest.skip("cannot mount a tmpfs here; the 'injected' case covers ENOSPC")
+        try:
+            small = Path(shutil.copytree(state, mnt / "state"))
+            with pytest.raises(DiskFull):
+                Installer(small, HW).install(big)
+            only_active_slot(small)
+            assert_serving(small, 1)
+        finally:
+            subprocess.run(["umount", str(mnt)], check=True)
+    else:
+        with pytest.raises(DiskFull):
+            Installer(state, HW, writer=FullDisk(64 << 10)).install(big)
+        only_active_slot(state)
+        assert_serving(state, 1)
+
+
+def test_verification_errors_share_one_base():
+    for error in (HashMismatch, BadSignature, LengthMismatch, ThresholdNotMet, UntrustedKey, RollbackError,
+                  ExpiredMetadata, WrongTarget):
+        assert issubclass(error, VerificationError)
+
+
+# -- command line -----------------------------------------------------------------------------
+def test_cli_keys_bundle_verify_install_rollback(world, tmp_path, capsys, monkeypatch):
+    import argparse
+
+    from cuvil_edge.cli_ota import register
+    from ota.cli import main as agent
+
+    ap = argparse.ArgumentParser()
+    register(ap.add_subparsers(dest="cmd", required=True))
+
+    def host(*argv: str) -> str:
+        args = ap.parse_args(argv)
+        assert args.fn(args) == 0
+        return capsys.readouterr().out
+
+    keys = str(tmp_path / "keys")
+    monkeypatch.setenv("CUVIL_TEST_PASS", "correct horse")
+    host("keys", "init", keys, "--passphrase-env", "CUVIL_TEST_PASS")
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in Path(keys).glob("*.key"))
+    listing = host("keys", "add", keys, "--role", "release", "--passphrase-env", "CUVIL_TEST_PASS")
+    assert "root v2" in listing and listing.count("\n  release  ") == 2
+    root_json = str(Path(keys) / "root.json")
+    for n in (1, 2):
+        host("bundle", str(world.models[n]), "-o", str(tmp_path / f"{n}.cvb"), "--keyring", keys,
+             "--passphrase-env", "CUVIL_TEST_PASS", "--release", str(n), "--version", f"1.0.{n}",
+             "--hardware-id", HW)
+    checks = host("verify", str(tmp_path / "2.cvb"), "--root", root_json, "--hardware-id", HW)
+    assert [line.split()[1] for line in checks.splitlines() if line.startswith("ok")] == [
+        "root:", "signatures:", "manifest", "expiry:", "rollback:", "target:", "payloads:"]
+    state = str(tmp_path / "device")
+    assert agent(["install", str(tmp_path / "1.cvb"), "--state-dir", state, "--root", root_json,
+                  "--hardware-id", HW]) == 0
+    assert agent(["install", str(tmp_path / "2.cvb"), "--state-dir", state, "--hardware-id", HW]) == 0
+    assert agent(["install", str(tmp_path / "1.cvb"), "--state-dir", state, "--hardware-id", HW]) == 2
+    assert "RollbackError" in capsys.readouterr().err
+    assert agent(["rollback", "--state-dir", state, "--hardware-id", HW]) == 0
+    assert_serving(Path(state), 1)
