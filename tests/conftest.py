@@ -64,3 +64,9 @@ def assert_matches_ort(model_proto: onnx.ModelProto, cuvil_model, n_inputs: int 
         want = dict(zip(names, sess.run(names, feeds)))
         assert_outputs_close(cuvil_model.predict(feeds), want, rtol, atol, what=f"input #{i} (seed {seed})")
 
+
+
+@pytest.fixture
+def matches_ort():
+    """``assert_matches_ort`` for tests: a fixture, so test modules need not import this conftest."""
+    return assert_matches_ort

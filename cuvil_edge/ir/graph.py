@@ -84,15 +84,17 @@ class Graph:
         self.inputs: list[Value] = []
         self.outputs: list[Value] = []
         self.meta: dict[str, Any] = {}
-        self._names: set[str] = set()
+        self._names: set[str] = set()  # values and nodes have separate namespaces
+        self._node_names: set[str] = set()
         self._counter = itertools.count()
 
     # -- construction -------------------------------------------------------------------------
-    def unique(self, base: str) -> str:
+    def unique(self, base: str, taken: set[str] | None = None) -> str:
+        taken = self._names if taken is None else taken
         name = base
-        while name in self._names:
+        while name in taken:
             name = f"{base}_{next(self._counter)}"
-        self._names.add(name)
+        taken.add(name)
         return name
 
     def value(self, name: str, ttype: TensorType, const: np.ndarray | None = None) -> Value:
@@ -104,7 +106,7 @@ class Graph:
 
     def add_node(self, op: str, name: str, inputs: list[Value], outputs: list[Value],
                  attrs: dict[str, Any] | None = None) -> Node:
-        node = Node(op, self.unique(name or op), inputs, outputs, dict(attrs or {}))
+        node = Node(op, self.unique(name or op, self._node_names), inputs, outputs, dict(attrs or {}))
         self.nodes.append(node)
         return node
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 import onnx
 import pytest
-from conftest import assert_matches_ort
 from models import DW_PREFIX, NETS, WEIGHTS_AS
 
 from cuvil_edge import CuvilModel, Target
@@ -30,15 +28,15 @@ def ops(model: CuvilModel) -> list[str]:
 
 @pytest.mark.parametrize("weights_as", WEIGHTS_AS)
 @pytest.mark.parametrize("net", sorted(NETS))
-def test_net_matches_ort(net: str, weights_as: str) -> None:
+def test_net_matches_ort(net: str, weights_as: str, matches_ort) -> None:
     proto, model = compiled(net, weights_as)
-    assert_matches_ort(proto, model, n_inputs=3, seed=1)
+    matches_ort(proto, model, n_inputs=3, seed=1)
 
 
 @pytest.mark.parametrize("net", ["mlp", "resnet"])
-def test_batch_two_matches_ort(net: str) -> None:
+def test_batch_two_matches_ort(net: str, matches_ort) -> None:
     proto, model = compiled(net, batch=2)
-    assert_matches_ort(proto, model, n_inputs=2, seed=2)
+    matches_ort(proto, model, n_inputs=2, seed=2)
 
 
 @pytest.mark.parametrize("net", sorted(NETS))
@@ -70,15 +68,15 @@ def test_no_standalone_activation(net: str) -> None:
 
 
 def test_mobilenet_depthwise_uses_direct_kernel() -> None:
-    proto, model = compiled("mobilenet")
+    """IR nodes keep their ONNX names, so the depthwise convs are the kernel-table entries ``dw*``."""
+    _, model = compiled("mobilenet")
     assert model.compiled is not None
-    dw = [n.name for n in proto.graph.node if n.name.startswith(DW_PREFIX)]
-    assert len(dw) == 4
-    kernels = {name: model.compiled.kernels.get(name, "<none>") for name in dw}
-    assert all("dwconv" in k for k in kernels.values()), kernels
+    dw = {name: k for name, k in model.compiled.kernels.items() if name.startswith(DW_PREFIX)}
+    assert len(dw) == 4, model.compiled.kernels
+    assert all("dwconv" in k for k in dw.values()), dw
 
 
-def test_mlp_all_variants_match_ort() -> None:
+def test_mlp_all_variants_match_ort(matches_ort) -> None:
     """Every tier x family module the packager ships computes the same numbers (arm-tuned modules run
     on x86 too; only their speed differs)."""
     from runtime_wasm import probe_host
@@ -91,11 +89,8 @@ def test_mlp_all_variants_match_ort() -> None:
     assert {(v.tier, v.family) for v in c.spec.variants} == {
         (t, f) for t in ("simd128", "relaxed") for f in ("x86", "arm")}
     relaxed_ok = probe_host().relaxed_simd
-    outputs = {}
-    for v in c.spec.variants:
-        if v.tier == "relaxed" and not relaxed_ok:
-            continue
+    runnable = [v for v in c.spec.variants if v.tier != "relaxed" or relaxed_ok]
+    assert runnable, "no variant can run on this host"
+    for v in runnable:
         with instantiate(c.spec, c.modules[v.name], c.weights, v) as wm:
-            assert_matches_ort(proto, wm, n_inputs=3, seed=3)
-            outputs[v.name] = wm.predict({"x": np.ones((1, 784), np.float32)})
-    assert outputs, "no variant could run on this host"
+            matches_ort(proto, wm, n_inputs=3, seed=3)
