@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,13 +24,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the nets live with the tests
-
-from conftest import ort_session, random_inputs  # noqa: E402
-from models import NETS, NetBuilder  # noqa: E402
-
-from cuvil_edge import CuvilError, CuvilModel, Target  # noqa: E402
-from runtime_wasm import probe_host  # noqa: E402
+from cuvil_edge import CuvilError, CuvilModel, Target
+from cuvil_edge.oracle import ort_session, random_inputs
+from cuvil_edge.zoo import NETS, NetBuilder
+from runtime_wasm import probe_host
 
 
 def host_target() -> Target:

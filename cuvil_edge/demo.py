@@ -21,13 +21,13 @@ def _median_ms(fn, repeat: int) -> tuple[float, float]:
 
 def run_demo(workdir: str | None = None, repeat: int = 50) -> int:
     import onnx
-    import onnxruntime as ort
 
     from runtime_wasm import ModuleCache, probe_host
     from runtime_wasm.loader import load_model_dir
 
     from . import zoo
     from .model import CuvilModel
+    from .oracle import ort_session
 
     root = Path(workdir or tempfile.mkdtemp(prefix="cuvil-demo-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -37,7 +37,7 @@ def run_demo(workdir: str | None = None, repeat: int = 50) -> int:
         print(f"[{time.perf_counter() - t0:6.2f}s] {msg}", flush=True)
 
     onnx_path = root / "mobilenet_v2_like.onnx"
-    onnx.save(zoo.mobilenet_v2_like(), onnx_path)
+    onnx.save(zoo.mobilenet(size=96), onnx_path)
     say(f"1. generated a MobileNetV2-style model (seeded weights): {onnx_path}")
 
     model = CuvilModel.load(onnx_path)
@@ -62,9 +62,7 @@ def run_demo(workdir: str | None = None, repeat: int = 50) -> int:
     rng = np.random.default_rng(0)
     inputs = {t.name: rng.standard_normal(t.shape).astype(t.dtype) for t in spec.inputs}
     ours = device.predict(inputs)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    sess = ort_session(str(onnx_path))
     ref = sess.run(None, inputs)
     worst = max(float(np.max(np.abs(ours[o.name] - r))) for o, r in zip(spec.outputs, ref))
     ok = all(np.allclose(ours[o.name], r, rtol=1e-4, atol=1e-4) for o, r in zip(spec.outputs, ref))

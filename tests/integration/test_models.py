@@ -7,9 +7,9 @@ import functools
 
 import onnx
 import pytest
-from models import DW_PREFIX, NETS, WEIGHTS_AS
 
 from cuvil_edge import CuvilModel, Target
+from cuvil_edge.zoo import DW_PREFIX, NETS, WEIGHTS_AS
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from models import NetBuilder
 from onnx import TensorProto, helper
 
 from cuvil_edge import CuvilModel, InputError, ModelFormatError, ShapeError, Target, UnsupportedOperator
+from cuvil_edge.zoo import NetBuilder
 
 
 def _relu_model(shape: list[int | str]) -> onnx.ModelProto:

@@ -1,5 +1,5 @@
-"""Seeded ONNX test nets built with ``onnx.helper``: the shapes a real edge model has, small enough to
-build and run in a couple of seconds.
+"""A model zoo of seeded ONNX nets built with ``onnx.helper`` (no downloads): the shapes real edge
+models have, small enough to build and run in seconds. The demo, the tests and the benchmarks use it.
 
 Every builder takes ``weights_as`` ("initializer" or "constant": weights as graph initializers or as
 ``Constant`` nodes, the two ways exporters store them) and ``batch``, and returns a checked
