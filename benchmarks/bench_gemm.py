@@ -36,18 +36,18 @@ SHAPES = [
 ]
 MEM_FLOATS = 4_500_000  # room for A, B, packed B and C of the largest shape (18 MB)
 
-HARNESS = """
-static float MEM[%d] __attribute__((aligned(64)));
-EXPORT("mem") unsigned mem(void) { return (unsigned)(uintptr_t)MEM; }
-EXPORT("pack") void pack(int M, int N, int K) {
+HARNESS = f"""
+static float MEM[{MEM_FLOATS}] __attribute__((aligned(64)));
+EXPORT("mem") unsigned mem(void) {{ return (unsigned)(uintptr_t)MEM; }}
+EXPORT("pack") void pack(int M, int N, int K) {{
   f32_pack_b(K, N, MEM + (size_t)M * K, N, MEM + (size_t)M * K + (size_t)K * N);
-}
-EXPORT("bench") void bench(int M, int N, int K, int reps) {
+}}
+EXPORT("bench") void bench(int M, int N, int K, int reps) {{
   const float* A = MEM; const float* Bp = MEM + (size_t)M * K + (size_t)K * N;
   float* C = (float*)Bp + (size_t)K * ((N + 7) / 8 * 8);
-  for (int r = 0; r < reps; r++) f32_gemm(M, N, K, A, K, Bp, C, N, 0, 0, (Act){ACT_NONE, 0, 0});
-}
-""" % MEM_FLOATS
+  for (int r = 0; r < reps; r++) f32_gemm(M, N, K, A, K, Bp, C, N, 0, 0, (Act){{ACT_NONE, 0, 0}});
+}}
+"""
 
 NUMPY_CHILD = """
 import json, sys, time

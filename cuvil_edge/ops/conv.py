@@ -1,7 +1,8 @@
-"""Convolution family (NCHW): ``conv`` (1D/2D, groups, strides, dilations, explicit pads, fused act).
+"""Convolution family (NCHW, 1D/2D, fused act): ``conv`` and ``conv_transpose``.
 
 Kernel choice is made here, once per node, from its shape: im2col-in-panels + GEMM in general,
-the direct depthwise kernel when every group has one input and one output channel.
+the direct depthwise kernel when every group has one input and one output channel. ConvTranspose is
+a GEMM (weights^T x input pixels) into a column buffer, scatter-added into the output (col2im).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from .registry import OpDef, register
 SCRATCH_FLOATS = 131072  # 512 KiB of packed im2col panels per chunk of output pixels
 
 
-def conv_geometry(node: Node) -> dict[str, int]:
-    """Normalise 1D/2D conv attrs to 2D numbers (1D runs with H = 1)."""
+def _spatial(node: Node) -> dict[str, int]:
+    """Attrs shared by conv and conv_transpose, normalised to 2D numbers (1D runs with H = 1)."""
     x, w = node.inputs[0].type.shape, node.inputs[1].type.shape
     a = node.attrs
     two_d = len(x) == 4
@@ -28,10 +29,16 @@ def conv_geometry(node: Node) -> dict[str, int]:
     dh, dw = a["dilations"] if two_d else (1, a["dilations"][0])
     pads = a["pads"]  # ONNX order: begins then ends
     pt, pl, pb, pr = (pads[0], pads[1], pads[2], pads[3]) if two_d else (0, pads[0], 0, pads[1])
-    OH = (H + pt + pb - dh * (kh - 1) - 1) // sh + 1
-    OW = (W + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    return dict(N=x[0], C=x[1], H=H, W=W, M=w[0], G=a.get("group", 1), kh=kh, kw=kw, sh=sh, sw=sw,
-                dh=dh, dw=dw, pt=pt, pl=pl, pb=pb, pr=pr, OH=OH, OW=OW)
+    return dict(N=x[0], C=x[1], H=H, W=W, G=a.get("group", 1), kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw,
+                pt=pt, pl=pl, pb=pb, pr=pr)
+
+
+def conv_geometry(node: Node) -> dict[str, int]:
+    g = _spatial(node)
+    g["M"] = node.inputs[1].type.shape[0]
+    g["OH"] = (g["H"] + g["pt"] + g["pb"] - g["dh"] * (g["kh"] - 1) - 1) // g["sh"] + 1
+    g["OW"] = (g["W"] + g["pl"] + g["pr"] - g["dw"] * (g["kw"] - 1) - 1) // g["sw"] + 1
+    return g
 
 
 def _infer(node: Node) -> list[TensorType]:
@@ -48,7 +55,19 @@ def _infer(node: Node) -> list[TensorType]:
 
 
 def is_depthwise(g: dict[str, int]) -> bool:
-    return g["G"] == g["C"] and g["M"] == g["C"] and g["G"] > 1
+    """Every group has one input and one output channel: the direct kernel, no im2col."""
+    return g["G"] == g["C"] == g["M"]
+
+
+def kernel_tile(g: dict[str, int]) -> str:
+    """Grammar tile of the direct kernels: ``<kh>x<kw>s<stride>`` (``s<sh>x<sw>`` when they differ)."""
+    return f"{g['kh']}x{g['kw']}s{g['sh']}" + (f"x{g['sw']}" if g["sw"] != g["sh"] else "")
+
+
+def dwconv_variant(g: dict[str, int]) -> str:
+    """C function suffix of the depthwise kernel: 3x3 taps in registers, stride 1/2 fast paths."""
+    taps = "3x3" if (g["kh"], g["kw"]) == (3, 3) else "kxk"
+    return taps + (f"s{g['sw']}" if g["sw"] in (1, 2) else "sN")
 
 
 def pixel_chunk(g: dict[str, int]) -> int:
@@ -60,6 +79,8 @@ def pixel_chunk(g: dict[str, int]) -> int:
 
 def _scratch(node: Node) -> int:
     g = conv_geometry(node)
+    if is_depthwise(g):
+        return 0
     k = g["C"] // g["G"] * g["kh"] * g["kw"]
     return k * pixel_chunk(g) * 4
 
@@ -69,6 +90,11 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
     bias = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "0"
     wf = ctx.weight(w.const.astype(np.float32).reshape(g["M"], -1))
+    if is_depthwise(g):
+        ctx.use_kernel(f"f32-dwconv-{kernel_tile(g)}")
+        return (f"f32_dwconv_{dwconv_variant(g)}({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
+                f"{wf}, {bias}, {ctx.ptr(y)}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, "
+                f"{g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {act_c(node)});")
     chunk = pixel_chunk(g)
     ctx.use_kernel(f"f32-conv-im2col-gemm-{min(g['M'] // g['G'], 4)}x8")
     return (f"f32_conv2d({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {wf}, {bias}, {ctx.ptr(y)}, "
@@ -76,4 +102,61 @@ def _emit(node: Node, ctx: EmitContext) -> str:
             f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {chunk}, {ctx.scratch()}, {act_c(node)});")
 
 
-register(OpDef("conv", _infer, None, _emit, kernels=("f32-gemm", "f32-conv"), scratch=_scratch))
+register(OpDef("conv", _infer, None, _emit, kernels=("f32-gemm", "f32-conv", "f32-dwconv"),
+               scratch=_scratch))
+
+
+# -- conv_transpose: GEMM into columns + col2im scatter-add ---------------------------------------
+def deconv_geometry(node: Node) -> dict[str, int]:
+    """conv_transpose numbers: weights are [C, M/G, kh, kw]; output_padding grows the far edge."""
+    g = _spatial(node)
+    op = node.attrs["output_padding"]
+    oph, opw = (op[0], op[1]) if len(op) == 2 else (0, op[0])
+    g["M"] = node.inputs[1].type.shape[1] * g["G"]
+    g["OH"] = (g["H"] - 1) * g["sh"] - g["pt"] - g["pb"] + g["dh"] * (g["kh"] - 1) + 1 + oph
+    g["OW"] = (g["W"] - 1) * g["sw"] - g["pl"] - g["pr"] + g["dw"] * (g["kw"] - 1) + 1 + opw
+    return g
+
+
+def _deconv_infer(node: Node) -> list[TensorType]:
+    x, w = node.inputs[0].type, node.inputs[1].type
+    if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
+        raise ShapeError(f"{node.name}: conv_transpose needs NCL or NCHW input, got {x.shape} "
+                         f"with weights {w.shape}")
+    g = deconv_geometry(node)
+    if g["C"] != w.shape[0] or g["C"] % g["G"]:
+        raise ShapeError(f"{node.name}: conv_transpose channels {x.shape[1]} / weights {w.shape} / "
+                         f"group {g['G']}")
+    if g["OH"] <= 0 or g["OW"] <= 0:
+        raise ShapeError(f"{node.name}: conv_transpose output would be empty")
+    shape = (g["N"], g["M"], g["OH"], g["OW"]) if len(x.shape) == 4 else (g["N"], g["M"], g["OW"])
+    return [TensorType(shape, "float32")]
+
+
+def deconv_chunk(g: dict[str, int]) -> int:
+    """Input pixels per chunk: packed panels (C/G per pixel) plus columns (M/G*kh*kw per pixel)."""
+    per_pixel = g["C"] // g["G"] + g["M"] // g["G"] * g["kh"] * g["kw"]
+    chunk = max(8, SCRATCH_FLOATS // per_pixel // 8 * 8)
+    return min(chunk, -(-g["H"] * g["W"] // 8) * 8)
+
+
+def _deconv_scratch(node: Node) -> int:
+    g = deconv_geometry(node)
+    return (g["C"] // g["G"] + g["M"] // g["G"] * g["kh"] * g["kw"]) * deconv_chunk(g) * 4
+
+
+def _deconv_emit(node: Node, ctx: EmitContext) -> str:
+    g = deconv_geometry(node)
+    x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    bias = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "0"
+    # [C, M/G, kh, kw] = [G, C/G, R] -> [G, R, C/G]: the GEMM's row-major A operand per group
+    wt = w.const.astype(np.float32).reshape(g["G"], g["C"] // g["G"], -1).transpose(0, 2, 1)
+    ctx.use_kernel(f"f32-deconv-{kernel_tile(g)}")
+    return (f"f32_deconv2d({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
+            f"{ctx.weight(np.ascontiguousarray(wt))}, {bias}, {ctx.ptr(y)}, {g['M']}, {g['OH']}, "
+            f"{g['OW']}, {g['G']}, {g['kh']}, {g['kw']}, {g['sh']}, {g['sw']}, {g['dh']}, {g['dw']}, "
+            f"{g['pt']}, {g['pl']}, {deconv_chunk(g)}, {ctx.scratch()}, {act_c(node)});")
+
+
+register(OpDef("conv_transpose", _deconv_infer, None, _deconv_emit, kernels=("f32-gemm", "f32-deconv"),
+               scratch=_deconv_scratch))

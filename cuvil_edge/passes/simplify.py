@@ -8,7 +8,7 @@ from ..ir.graph import Graph, Node, Value
 from ..ops import get as get_op
 
 #: ops whose kernels apply a fused activation (``act`` attr) in their epilogue
-FUSABLE = {"conv", "gemm", "matmul", "batchnorm", "binary"}
+FUSABLE = {"conv", "conv_transpose", "gemm", "matmul", "batchnorm", "binary"}
 
 
 def fold_constants(graph: Graph) -> bool:

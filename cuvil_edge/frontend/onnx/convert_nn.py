@@ -1,4 +1,4 @@
-"""Converters for the NN core: Conv, Gemm, MatMul, BatchNormalization and fusable activations."""
+"""Converters for the NN core: Conv, ConvTranspose, Gemm, MatMul, BatchNormalization, activations."""
 
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ def _conv_pads(ctx: ConvertContext, spatial: list[int], kernel: list[int], strid
     raise ctx.unsupported(f"auto_pad={auto!r}")
 
 
-@converter("Conv")
-def conv(ctx: ConvertContext) -> None:
+def _conv_common(ctx: ConvertContext) -> tuple[list, int, list[int], list[int], list[int]]:
+    """Inputs and the attrs Conv and ConvTranspose share: (inputs, spatial rank, kernel, strides,
+    dilations)."""
     x, w = ctx.input(0), ctx.input(1)
     if not w.is_const:
         raise ctx.unsupported("weights must be constant")
@@ -42,10 +43,49 @@ def conv(ctx: ConvertContext) -> None:
     kernel = list(ctx.attr("kernel_shape", w.type.shape[2:]))
     strides = list(ctx.attr("strides", [1] * n))
     dilations = list(ctx.attr("dilations", [1] * n))
-    pads = _conv_pads(ctx, list(x.type.shape[2:]), kernel, strides, dilations)
     ins = [x, w] + ([ctx.input(2)] if ctx.has_input(2) else [])
+    return ins, n, kernel, strides, dilations
+
+
+@converter("Conv")
+def conv(ctx: ConvertContext) -> None:
+    ins, _, kernel, strides, dilations = _conv_common(ctx)
+    pads = _conv_pads(ctx, list(ins[0].type.shape[2:]), kernel, strides, dilations)
     ctx.set_outputs(ctx.emit1("conv", ins, dict(strides=strides, dilations=dilations, pads=pads,
                                                 group=int(ctx.attr("group", 1)))))
+
+
+@converter("ConvTranspose")
+def conv_transpose(ctx: ConvertContext) -> None:
+    """Explicit pads from pads / output_shape / auto_pad, split the way onnxruntime splits them."""
+    ins, n, kernel, strides, dilations = _conv_common(ctx)
+    spatial = list(ins[0].type.shape[2:])
+    out_pad = list(ctx.attr("output_padding", [0] * n))
+    auto = ctx.attr("auto_pad", "NOTSET") or "NOTSET"
+    out_shape = list(ctx.attr("output_shape", []))[-n:] if ctx.attr("output_shape") else None
+    if auto not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise ctx.unsupported(f"auto_pad={auto!r}")
+    if out_shape is None and auto in ("SAME_UPPER", "SAME_LOWER"):
+        out_shape = [size * s for size, s in zip(spatial, strides)]
+    if out_shape is not None:
+        begins, ends = [], []
+        for size, k, s, d, op, want in zip(spatial, kernel, strides, dilations, out_pad, out_shape):
+            total = s * (size - 1) + op + (k - 1) * d + 1 - want  # negative: output grows
+            # onnxruntime's split (probed): SAME_UPPER puts the odd unit at the end (its half
+            # rounds toward zero), NOTSET and SAME_LOWER at the start (half rounded up)
+            head = int(total / 2) if auto == "SAME_UPPER" else -(-total // 2)
+            begins.append(head)
+            ends.append(total - head)
+        pads = begins + ends
+    elif auto == "VALID":
+        pads = [0] * 2 * n
+    else:
+        pads = list(ctx.attr("pads", [0] * 2 * n))
+        if len(pads) != 2 * n:
+            raise ctx.unsupported(f"pads {pads} do not match {n} spatial dims")
+    ctx.set_outputs(ctx.emit1("conv_transpose", ins, dict(
+        strides=strides, dilations=dilations, pads=pads, output_padding=out_pad,
+        group=int(ctx.attr("group", 1)))))
 
 
 def _scaled(ctx: ConvertContext, v, factor: float, what: str):

@@ -51,7 +51,6 @@ INLINE void f32_gemm_ukernel_4x8(int K, const float* a, int lda, const float* bp
       c30 = VFMA(s, b0, c30);
       c31 = VFMA(s, b1, c31);
     }
-    __asm__("" : "+r"(c00), "+r"(c01), "+r"(c10), "+r"(c11), "+r"(c20), "+r"(c21), "+r"(c30), "+r"(c31));
     b0 = VLOAD(bp + 8); b1 = VLOAD(bp + 12);
     {
       const v128_t s = wasm_i32x4_shuffle(va0, va0, 1, 1, 1, 1);
@@ -73,7 +72,6 @@ INLINE void f32_gemm_ukernel_4x8(int K, const float* a, int lda, const float* bp
       c30 = VFMA(s, b0, c30);
       c31 = VFMA(s, b1, c31);
     }
-    __asm__("" : "+r"(c00), "+r"(c01), "+r"(c10), "+r"(c11), "+r"(c20), "+r"(c21), "+r"(c30), "+r"(c31));
     b0 = VLOAD(bp + 16); b1 = VLOAD(bp + 20);
     {
       const v128_t s = wasm_i32x4_shuffle(va0, va0, 2, 2, 2, 2);
@@ -95,7 +93,6 @@ INLINE void f32_gemm_ukernel_4x8(int K, const float* a, int lda, const float* bp
       c30 = VFMA(s, b0, c30);
       c31 = VFMA(s, b1, c31);
     }
-    __asm__("" : "+r"(c00), "+r"(c01), "+r"(c10), "+r"(c11), "+r"(c20), "+r"(c21), "+r"(c30), "+r"(c31));
     b0 = VLOAD(bp + 24); b1 = VLOAD(bp + 28);
     {
       const v128_t s = wasm_i32x4_shuffle(va0, va0, 3, 3, 3, 3);
@@ -117,7 +114,6 @@ INLINE void f32_gemm_ukernel_4x8(int K, const float* a, int lda, const float* bp
       c30 = VFMA(s, b0, c30);
       c31 = VFMA(s, b1, c31);
     }
-    __asm__("" : "+r"(c00), "+r"(c01), "+r"(c10), "+r"(c11), "+r"(c20), "+r"(c21), "+r"(c30), "+r"(c31));
     bp += 32;
   }
   for (; k < K; k++) {
@@ -200,7 +196,6 @@ INLINE void f32_gemm_ukernel_3x8(int K, const float* a, int lda, const float* bp
       c20 = VFMA(s, b0, c20);
       c21 = VFMA(s, b1, c21);
     }
-    __asm__("" : "+r"(c00), "+r"(c01), "+r"(c10), "+r"(c11), "+r"(c20), "+r"(c21));
     b0 = VLOAD(bp + 8); b1 = VLOAD(bp + 12);
     {
       const v128_t s = wasm_i32x4_shuffle(va0, va0, 1, 1, 1, 1);
@@ -217,7 +212,6 @@ INLINE void f32_gemm_ukernel_3x8(int K, const float* a, int lda, const float* bp
       c20 = VFMA(s, b0, c20);
       c21 = VFMA(s, b1, c21);
     }
-    __asm__("" : "+r"(c00), "+r"(c01), "+r"(c10), "+r"(c11), "+r"(c20), "+r"(c21));
     b0 = VLOAD(bp + 16); b1 = VLOAD(bp + 20);
     {
       const v128_t s = wasm_i32x4_shuffle(va0, va0, 2, 2, 2, 2);
@@ -234,7 +228,6 @@ INLINE void f32_gemm_ukernel_3x8(int K, const float* a, int lda, const float* bp
       c20 = VFMA(s, b0, c20);
       c21 = VFMA(s, b1, c21);
     }
-    __asm__("" : "+r"(c00), "+r"(c01), "+r"(c10), "+r"(c11), "+r"(c20), "+r"(c21));
     b0 = VLOAD(bp + 24); b1 = VLOAD(bp + 28);
     {
       const v128_t s = wasm_i32x4_shuffle(va0, va0, 3, 3, 3, 3);
@@ -251,7 +244,6 @@ INLINE void f32_gemm_ukernel_3x8(int K, const float* a, int lda, const float* bp
       c20 = VFMA(s, b0, c20);
       c21 = VFMA(s, b1, c21);
     }
-    __asm__("" : "+r"(c00), "+r"(c01), "+r"(c10), "+r"(c11), "+r"(c20), "+r"(c21));
     bp += 32;
   }
   for (; k < K; k++) {
@@ -316,7 +308,6 @@ INLINE void f32_gemm_ukernel_2x8(int K, const float* a, int lda, const float* bp
       c10 = VFMA(s, b0, c10);
       c11 = VFMA(s, b1, c11);
     }
-    __asm__("" : "+r"(c00), "+r"(c01), "+r"(c10), "+r"(c11));
     b0 = VLOAD(bp + 8); b1 = VLOAD(bp + 12);
     {
       const v128_t s = wasm_i32x4_shuffle(va0, va0, 1, 1, 1, 1);
@@ -328,7 +319,6 @@ INLINE void f32_gemm_ukernel_2x8(int K, const float* a, int lda, const float* bp
       c10 = VFMA(s, b0, c10);
       c11 = VFMA(s, b1, c11);
     }
-    __asm__("" : "+r"(c00), "+r"(c01), "+r"(c10), "+r"(c11));
     b0 = VLOAD(bp + 16); b1 = VLOAD(bp + 20);
     {
       const v128_t s = wasm_i32x4_shuffle(va0, va0, 2, 2, 2, 2);
@@ -340,7 +330,6 @@ INLINE void f32_gemm_ukernel_2x8(int K, const float* a, int lda, const float* bp
       c10 = VFMA(s, b0, c10);
       c11 = VFMA(s, b1, c11);
     }
-    __asm__("" : "+r"(c00), "+r"(c01), "+r"(c10), "+r"(c11));
     b0 = VLOAD(bp + 24); b1 = VLOAD(bp + 28);
     {
       const v128_t s = wasm_i32x4_shuffle(va0, va0, 3, 3, 3, 3);
@@ -352,7 +341,6 @@ INLINE void f32_gemm_ukernel_2x8(int K, const float* a, int lda, const float* bp
       c10 = VFMA(s, b0, c10);
       c11 = VFMA(s, b1, c11);
     }
-    __asm__("" : "+r"(c00), "+r"(c01), "+r"(c10), "+r"(c11));
     bp += 32;
   }
   for (; k < K; k++) {
@@ -399,28 +387,24 @@ INLINE void f32_gemm_ukernel_1x8(int K, const float* a, int lda, const float* bp
       c00 = VFMA(s, b0, c00);
       c01 = VFMA(s, b1, c01);
     }
-    __asm__("" : "+r"(c00), "+r"(c01));
     b0 = VLOAD(bp + 8); b1 = VLOAD(bp + 12);
     {
       const v128_t s = wasm_i32x4_shuffle(va0, va0, 1, 1, 1, 1);
       c00 = VFMA(s, b0, c00);
       c01 = VFMA(s, b1, c01);
     }
-    __asm__("" : "+r"(c00), "+r"(c01));
     b0 = VLOAD(bp + 16); b1 = VLOAD(bp + 20);
     {
       const v128_t s = wasm_i32x4_shuffle(va0, va0, 2, 2, 2, 2);
       c00 = VFMA(s, b0, c00);
       c01 = VFMA(s, b1, c01);
     }
-    __asm__("" : "+r"(c00), "+r"(c01));
     b0 = VLOAD(bp + 24); b1 = VLOAD(bp + 28);
     {
       const v128_t s = wasm_i32x4_shuffle(va0, va0, 3, 3, 3, 3);
       c00 = VFMA(s, b0, c00);
       c01 = VFMA(s, b1, c01);
     }
-    __asm__("" : "+r"(c00), "+r"(c01));
     bp += 32;
   }
   for (; k < K; k++) {

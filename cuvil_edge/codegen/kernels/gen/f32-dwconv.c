@@ -1,0 +1,398 @@
+/* generated from templates/f32-dwconv.c.in by cuvil_edge/codegen/kernels/generate.py; do not edit */
+/* f32 depthwise convolution (NCHW, depth multiplier 1): one plane per channel, direct, no im2col.
+ *
+ * Each output row is split into a left border, an interior where every horizontal tap is in bounds,
+ * and a right border. The interior runs 4 output pixels per vector; rows whose vertical tap falls in
+ * the padding are skipped, so padding costs nothing there. Input loads per tap, by width stride:
+ *   s1: one unaligned vector load;  s2: two loads + even-lane shuffle;  sN: four scalar loads.
+ * The 3x3 variants keep their 9 weights in registers (fully unrolled taps, no branches) on rows whose
+ * taps are all inside the image; "kxk" (and 3x3 rows at the top/bottom edge) loop over taps.
+ * Borders compute one pixel at a time with bounds checks (a few columns per row).
+ */
+
+/* One output pixel with full bounds checks (borders). */
+INLINE float dw_pixel(const float* xc, int H, int W, const float* wc, int kh, int kw, int iy0, int ix0,
+                      int dh, int dw, float acc) {
+  for (int ky = 0; ky < kh; ky++) {
+    const int iy = iy0 + ky * dh;
+    if (iy < 0 || iy >= H) continue;
+    for (int kx = 0; kx < kw; kx++) {
+      const int ix = ix0 + kx * dw;
+      if (ix >= 0 && ix < W) acc += xc[(size_t)iy * W + ix] * wc[ky * kw + kx];
+    }
+  }
+  return acc;
+}
+
+INLINE float act_scalar(float v, Act act) {
+  return wasm_f32x4_extract_lane(act_apply(VSPLAT(v), act), 0);
+}
+
+/* 4 consecutive output pixels' inputs for one tap, starting at input column ix (stride 1). */
+INLINE v128_t dw_load_s1(const float* row, int ix, int sw) {
+  (void)sw;
+  return VLOAD(row + ix);
+}
+
+/* 4 consecutive output pixels' inputs for one tap, starting at input column ix (stride 2). */
+INLINE v128_t dw_load_s2(const float* row, int ix, int sw) {
+  (void)sw;
+  return wasm_i32x4_shuffle(VLOAD(row + ix), VLOAD(row + ix + 4), 0, 2, 4, 6);
+}
+
+/* 4 consecutive output pixels' inputs for one tap, starting at input column ix (stride sw). */
+INLINE v128_t dw_load_s0(const float* row, int ix, int sw) {
+  return wasm_f32x4_make(row[ix], row[ix + sw], row[ix + 2 * sw], row[ix + 3 * sw]);
+}
+
+/* Interior of one output row, any taps (s1): outputs [ox0, ox1) of row oy, 4 at a time, rest
+ * scalar; taps in vertical padding are skipped. */
+INLINE void dw_row_kxks1(const float* xc, int H, int W, const float* wc, int kh, int kw, int sw,
+                          int dh, int dw, int iy0, int pl, int ox0, int ox1, float b, float* yr, Act act) {
+  int ox = ox0;
+  for (; ox + 4 <= ox1; ox += 4) {
+    const int ix0 = ox * sw - pl;
+    v128_t acc = VSPLAT(b);
+    for (int ky = 0; ky < kh; ky++) {
+      const int iy = iy0 + ky * dh;
+      if (iy < 0 || iy >= H) continue;
+      const float* row = xc + (size_t)iy * W;
+      for (int kx = 0; kx < kw; kx++)
+        acc = VFMA(dw_load_s1(row, ix0 + kx * dw, sw), VSPLAT(wc[ky * kw + kx]), acc);
+    }
+    VSTORE(yr + ox, act_apply(acc, act));
+  }
+  for (; ox < ox1; ox++)
+    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+}
+
+/* Interior of one output row whose 3 tap rows are all inside the image (s1): weights in
+ * registers, no branches in the loop. */
+INLINE void dw_row_3x3s1(const float* xc, int H, int W, const float* wc, int sw, int dh, int dw,
+                          int iy0, int pl, int ox0, int ox1, float b, float* yr, const Act* act) {
+  const float* row0 = xc + (size_t)(iy0 + 0 * dh) * W;
+  const float* row1 = xc + (size_t)(iy0 + 1 * dh) * W;
+  const float* row2 = xc + (size_t)(iy0 + 2 * dh) * W;
+  const v128_t w0 = VSPLAT(wc[0]);
+  const v128_t w1 = VSPLAT(wc[1]);
+  const v128_t w2 = VSPLAT(wc[2]);
+  const v128_t w3 = VSPLAT(wc[3]);
+  const v128_t w4 = VSPLAT(wc[4]);
+  const v128_t w5 = VSPLAT(wc[5]);
+  const v128_t w6 = VSPLAT(wc[6]);
+  const v128_t w7 = VSPLAT(wc[7]);
+  const v128_t w8 = VSPLAT(wc[8]);
+  int ox = ox0;
+  for (; ox + 4 <= ox1; ox += 4) {
+    const int ix0 = ox * sw - pl;
+    v128_t acc = VSPLAT(b);
+    acc = VFMA(dw_load_s1(row0, ix0 + 0 * dw, sw), w0, acc);
+    acc = VFMA(dw_load_s1(row0, ix0 + 1 * dw, sw), w1, acc);
+    acc = VFMA(dw_load_s1(row0, ix0 + 2 * dw, sw), w2, acc);
+    acc = VFMA(dw_load_s1(row1, ix0 + 0 * dw, sw), w3, acc);
+    acc = VFMA(dw_load_s1(row1, ix0 + 1 * dw, sw), w4, acc);
+    acc = VFMA(dw_load_s1(row1, ix0 + 2 * dw, sw), w5, acc);
+    acc = VFMA(dw_load_s1(row2, ix0 + 0 * dw, sw), w6, acc);
+    acc = VFMA(dw_load_s1(row2, ix0 + 1 * dw, sw), w7, acc);
+    acc = VFMA(dw_load_s1(row2, ix0 + 2 * dw, sw), w8, acc);
+    VSTORE(yr + ox, act_apply(acc, *act));
+  }
+  for (; ox < ox1; ox++)
+    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, 3, 3, iy0, ox * sw - pl, dh, dw, b), *act);
+}
+
+/* Whole tensor, 3x3s1. w: [C][kh*kw]; bias: [C] or null. */
+KERNEL void f32_dwconv_3x3s1(const float* x, int N, int C, int H, int W, const float* w,
+                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
+                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+  /* interior columns: every tap of the pixel inside the row (the s2 shuffle may read one float past
+   * the last tap: a discarded lane, inside the region guard at worst) */
+  const int span = (kw - 1) * dw + 1;
+  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
+  if (ox1 > OW) ox1 = OW;
+  if (ox0 > ox1) ox0 = ox1;
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + ((size_t)n * C + c) * H * W;
+      const float* wc = w + (size_t)c * kh * kw;
+      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const float b = bias ? bias[c] : 0.0f;
+      for (int oy = 0; oy < OH; oy++) {
+        const int iy0 = oy * sh - pt;
+        float* yr = yc + (size_t)oy * OW;
+        for (int ox = 0; ox < ox0; ox++)
+          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+        if (iy0 >= 0 && iy0 + 2 * dh < H)
+          dw_row_3x3s1(xc, H, W, wc, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, &act);
+        else
+        dw_row_kxks1(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, act);
+        for (int ox = ox1; ox < OW; ox++)
+          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+      }
+    }
+  }
+}
+
+/* Whole tensor, kxks1. w: [C][kh*kw]; bias: [C] or null. */
+KERNEL void f32_dwconv_kxks1(const float* x, int N, int C, int H, int W, const float* w,
+                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
+                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+  /* interior columns: every tap of the pixel inside the row (the s2 shuffle may read one float past
+   * the last tap: a discarded lane, inside the region guard at worst) */
+  const int span = (kw - 1) * dw + 1;
+  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
+  if (ox1 > OW) ox1 = OW;
+  if (ox0 > ox1) ox0 = ox1;
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + ((size_t)n * C + c) * H * W;
+      const float* wc = w + (size_t)c * kh * kw;
+      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const float b = bias ? bias[c] : 0.0f;
+      for (int oy = 0; oy < OH; oy++) {
+        const int iy0 = oy * sh - pt;
+        float* yr = yc + (size_t)oy * OW;
+        for (int ox = 0; ox < ox0; ox++)
+          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+        dw_row_kxks1(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, act);
+        for (int ox = ox1; ox < OW; ox++)
+          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+      }
+    }
+  }
+}
+
+/* Interior of one output row, any taps (s2): outputs [ox0, ox1) of row oy, 4 at a time, rest
+ * scalar; taps in vertical padding are skipped. */
+INLINE void dw_row_kxks2(const float* xc, int H, int W, const float* wc, int kh, int kw, int sw,
+                          int dh, int dw, int iy0, int pl, int ox0, int ox1, float b, float* yr, Act act) {
+  int ox = ox0;
+  for (; ox + 4 <= ox1; ox += 4) {
+    const int ix0 = ox * sw - pl;
+    v128_t acc = VSPLAT(b);
+    for (int ky = 0; ky < kh; ky++) {
+      const int iy = iy0 + ky * dh;
+      if (iy < 0 || iy >= H) continue;
+      const float* row = xc + (size_t)iy * W;
+      for (int kx = 0; kx < kw; kx++)
+        acc = VFMA(dw_load_s2(row, ix0 + kx * dw, sw), VSPLAT(wc[ky * kw + kx]), acc);
+    }
+    VSTORE(yr + ox, act_apply(acc, act));
+  }
+  for (; ox < ox1; ox++)
+    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+}
+
+/* Interior of one output row whose 3 tap rows are all inside the image (s2): weights in
+ * registers, no branches in the loop. */
+INLINE void dw_row_3x3s2(const float* xc, int H, int W, const float* wc, int sw, int dh, int dw,
+                          int iy0, int pl, int ox0, int ox1, float b, float* yr, const Act* act) {
+  const float* row0 = xc + (size_t)(iy0 + 0 * dh) * W;
+  const float* row1 = xc + (size_t)(iy0 + 1 * dh) * W;
+  const float* row2 = xc + (size_t)(iy0 + 2 * dh) * W;
+  const v128_t w0 = VSPLAT(wc[0]);
+  const v128_t w1 = VSPLAT(wc[1]);
+  const v128_t w2 = VSPLAT(wc[2]);
+  const v128_t w3 = VSPLAT(wc[3]);
+  const v128_t w4 = VSPLAT(wc[4]);
+  const v128_t w5 = VSPLAT(wc[5]);
+  const v128_t w6 = VSPLAT(wc[6]);
+  const v128_t w7 = VSPLAT(wc[7]);
+  const v128_t w8 = VSPLAT(wc[8]);
+  int ox = ox0;
+  for (; ox + 4 <= ox1; ox += 4) {
+    const int ix0 = ox * sw - pl;
+    v128_t acc = VSPLAT(b);
+    acc = VFMA(dw_load_s2(row0, ix0 + 0 * dw, sw), w0, acc);
+    acc = VFMA(dw_load_s2(row0, ix0 + 1 * dw, sw), w1, acc);
+    acc = VFMA(dw_load_s2(row0, ix0 + 2 * dw, sw), w2, acc);
+    acc = VFMA(dw_load_s2(row1, ix0 + 0 * dw, sw), w3, acc);
+    acc = VFMA(dw_load_s2(row1, ix0 + 1 * dw, sw), w4, acc);
+    acc = VFMA(dw_load_s2(row1, ix0 + 2 * dw, sw), w5, acc);
+    acc = VFMA(dw_load_s2(row2, ix0 + 0 * dw, sw), w6, acc);
+    acc = VFMA(dw_load_s2(row2, ix0 + 1 * dw, sw), w7, acc);
+    acc = VFMA(dw_load_s2(row2, ix0 + 2 * dw, sw), w8, acc);
+    VSTORE(yr + ox, act_apply(acc, *act));
+  }
+  for (; ox < ox1; ox++)
+    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, 3, 3, iy0, ox * sw - pl, dh, dw, b), *act);
+}
+
+/* Whole tensor, 3x3s2. w: [C][kh*kw]; bias: [C] or null. */
+KERNEL void f32_dwconv_3x3s2(const float* x, int N, int C, int H, int W, const float* w,
+                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
+                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+  /* interior columns: every tap of the pixel inside the row (the s2 shuffle may read one float past
+   * the last tap: a discarded lane, inside the region guard at worst) */
+  const int span = (kw - 1) * dw + 1;
+  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
+  if (ox1 > OW) ox1 = OW;
+  if (ox0 > ox1) ox0 = ox1;
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + ((size_t)n * C + c) * H * W;
+      const float* wc = w + (size_t)c * kh * kw;
+      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const float b = bias ? bias[c] : 0.0f;
+      for (int oy = 0; oy < OH; oy++) {
+        const int iy0 = oy * sh - pt;
+        float* yr = yc + (size_t)oy * OW;
+        for (int ox = 0; ox < ox0; ox++)
+          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+        if (iy0 >= 0 && iy0 + 2 * dh < H)
+          dw_row_3x3s2(xc, H, W, wc, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, &act);
+        else
+        dw_row_kxks2(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, act);
+        for (int ox = ox1; ox < OW; ox++)
+          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+      }
+    }
+  }
+}
+
+/* Whole tensor, kxks2. w: [C][kh*kw]; bias: [C] or null. */
+KERNEL void f32_dwconv_kxks2(const float* x, int N, int C, int H, int W, const float* w,
+                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
+                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+  /* interior columns: every tap of the pixel inside the row (the s2 shuffle may read one float past
+   * the last tap: a discarded lane, inside the region guard at worst) */
+  const int span = (kw - 1) * dw + 1;
+  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
+  if (ox1 > OW) ox1 = OW;
+  if (ox0 > ox1) ox0 = ox1;
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + ((size_t)n * C + c) * H * W;
+      const float* wc = w + (size_t)c * kh * kw;
+      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const float b = bias ? bias[c] : 0.0f;
+      for (int oy = 0; oy < OH; oy++) {
+        const int iy0 = oy * sh - pt;
+        float* yr = yc + (size_t)oy * OW;
+        for (int ox = 0; ox < ox0; ox++)
+          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+        dw_row_kxks2(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, act);
+        for (int ox = ox1; ox < OW; ox++)
+          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+      }
+    }
+  }
+}
+
+/* Interior of one output row, any taps (sN): outputs [ox0, ox1) of row oy, 4 at a time, rest
+ * scalar; taps in vertical padding are skipped. */
+INLINE void dw_row_kxksN(const float* xc, int H, int W, const float* wc, int kh, int kw, int sw,
+                          int dh, int dw, int iy0, int pl, int ox0, int ox1, float b, float* yr, Act act) {
+  int ox = ox0;
+  for (; ox + 4 <= ox1; ox += 4) {
+    const int ix0 = ox * sw - pl;
+    v128_t acc = VSPLAT(b);
+    for (int ky = 0; ky < kh; ky++) {
+      const int iy = iy0 + ky * dh;
+      if (iy < 0 || iy >= H) continue;
+      const float* row = xc + (size_t)iy * W;
+      for (int kx = 0; kx < kw; kx++)
+        acc = VFMA(dw_load_s0(row, ix0 + kx * dw, sw), VSPLAT(wc[ky * kw + kx]), acc);
+    }
+    VSTORE(yr + ox, act_apply(acc, act));
+  }
+  for (; ox < ox1; ox++)
+    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+}
+
+/* Interior of one output row whose 3 tap rows are all inside the image (sN): weights in
+ * registers, no branches in the loop. */
+INLINE void dw_row_3x3sN(const float* xc, int H, int W, const float* wc, int sw, int dh, int dw,
+                          int iy0, int pl, int ox0, int ox1, float b, float* yr, const Act* act) {
+  const float* row0 = xc + (size_t)(iy0 + 0 * dh) * W;
+  const float* row1 = xc + (size_t)(iy0 + 1 * dh) * W;
+  const float* row2 = xc + (size_t)(iy0 + 2 * dh) * W;
+  const v128_t w0 = VSPLAT(wc[0]);
+  const v128_t w1 = VSPLAT(wc[1]);
+  const v128_t w2 = VSPLAT(wc[2]);
+  const v128_t w3 = VSPLAT(wc[3]);
+  const v128_t w4 = VSPLAT(wc[4]);
+  const v128_t w5 = VSPLAT(wc[5]);
+  const v128_t w6 = VSPLAT(wc[6]);
+  const v128_t w7 = VSPLAT(wc[7]);
+  const v128_t w8 = VSPLAT(wc[8]);
+  int ox = ox0;
+  for (; ox + 4 <= ox1; ox += 4) {
+    const int ix0 = ox * sw - pl;
+    v128_t acc = VSPLAT(b);
+    acc = VFMA(dw_load_s0(row0, ix0 + 0 * dw, sw), w0, acc);
+    acc = VFMA(dw_load_s0(row0, ix0 + 1 * dw, sw), w1, acc);
+    acc = VFMA(dw_load_s0(row0, ix0 + 2 * dw, sw), w2, acc);
+    acc = VFMA(dw_load_s0(row1, ix0 + 0 * dw, sw), w3, acc);
+    acc = VFMA(dw_load_s0(row1, ix0 + 1 * dw, sw), w4, acc);
+    acc = VFMA(dw_load_s0(row1, ix0 + 2 * dw, sw), w5, acc);
+    acc = VFMA(dw_load_s0(row2, ix0 + 0 * dw, sw), w6, acc);
+    acc = VFMA(dw_load_s0(row2, ix0 + 1 * dw, sw), w7, acc);
+    acc = VFMA(dw_load_s0(row2, ix0 + 2 * dw, sw), w8, acc);
+    VSTORE(yr + ox, act_apply(acc, *act));
+  }
+  for (; ox < ox1; ox++)
+    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, 3, 3, iy0, ox * sw - pl, dh, dw, b), *act);
+}
+
+/* Whole tensor, 3x3sN. w: [C][kh*kw]; bias: [C] or null. */
+KERNEL void f32_dwconv_3x3sN(const float* x, int N, int C, int H, int W, const float* w,
+                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
+                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+  /* interior columns: every tap of the pixel inside the row (the s2 shuffle may read one float past
+   * the last tap: a discarded lane, inside the region guard at worst) */
+  const int span = (kw - 1) * dw + 1;
+  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
+  if (ox1 > OW) ox1 = OW;
+  if (ox0 > ox1) ox0 = ox1;
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + ((size_t)n * C + c) * H * W;
+      const float* wc = w + (size_t)c * kh * kw;
+      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const float b = bias ? bias[c] : 0.0f;
+      for (int oy = 0; oy < OH; oy++) {
+        const int iy0 = oy * sh - pt;
+        float* yr = yc + (size_t)oy * OW;
+        for (int ox = 0; ox < ox0; ox++)
+          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+        if (iy0 >= 0 && iy0 + 2 * dh < H)
+          dw_row_3x3sN(xc, H, W, wc, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, &act);
+        else
+        dw_row_kxksN(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, act);
+        for (int ox = ox1; ox < OW; ox++)
+          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+      }
+    }
+  }
+}
+
+/* Whole tensor, kxksN. w: [C][kh*kw]; bias: [C] or null. */
+KERNEL void f32_dwconv_kxksN(const float* x, int N, int C, int H, int W, const float* w,
+                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
+                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+  /* interior columns: every tap of the pixel inside the row (the s2 shuffle may read one float past
+   * the last tap: a discarded lane, inside the region guard at worst) */
+  const int span = (kw - 1) * dw + 1;
+  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
+  if (ox1 > OW) ox1 = OW;
+  if (ox0 > ox1) ox0 = ox1;
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + ((size_t)n * C + c) * H * W;
+      const float* wc = w + (size_t)c * kh * kw;
+      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const float b = bias ? bias[c] : 0.0f;
+      for (int oy = 0; oy < OH; oy++) {
+        const int iy0 = oy * sh - pt;
+        float* yr = yc + (size_t)oy * OW;
+        for (int ox = 0; ox < ox0; ox++)
+          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+        dw_row_kxksN(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, act);
+        for (int ox = ox1; ox < OW; ox++)
+          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+      }
+    }
+  }
+}
+
