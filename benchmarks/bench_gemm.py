@@ -33,6 +33,8 @@ SHAPES = [
     ("conv 512x49x4608", 512, 49, 4608),
     ("mlp b32 32x512x784", 32, 512, 784),
     ("mlp b1 1x512x784", 1, 512, 784),
+    ("small conv 16x256x144", 16, 256, 144),
+    ("1x1 conv 16x1024x64", 16, 1024, 64),
 ]
 MEM_FLOATS = 4_500_000  # room for A, B, packed B and C of the largest shape (18 MB)
 

@@ -46,10 +46,13 @@ def optimize_graph(graph: Graph, progress: Progress | None = None) -> Graph:
 
 
 def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
-                  progress: Progress | None = None) -> CompiledModel:
+                  progress: Progress | None = None, profile: bool = False,
+                  extra: dict[str, object] | None = None) -> CompiledModel:
+    """``profile=True`` builds modules that also export each node (for ``cuvil-edge profile``);
+    ``extra`` adds records to the spec (e.g. ``quantization``: the per-layer precision plan)."""
     say = progress or (lambda _msg: None)
     say(f"emit: {len(graph.nodes)} nodes -> C")
-    program = emit_c(graph)
+    program = emit_c(graph, profile=profile)
     plan = program.plan
     names = graph.meta.get("output_names") or [v.name for v in graph.outputs]
 
@@ -72,7 +75,7 @@ def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
         arena_size=program.arena_size,
         variants=tuple(variants),
         weights_sha256=hashlib.sha256(program.weights).hexdigest(),
-        extra={"nodes": node_table(graph, program)},
+        extra={"nodes": node_table(graph, program), **(extra or {})},
     )
     spec.check()
     return CompiledModel(spec, modules, program.weights, graph, program, program.kernels_used)

@@ -76,6 +76,7 @@ class WasmModel:
             raise SpecError(f"weights are {w.nbytes} bytes, spec says {spec.weights_size}")
         if w.nbytes:
             self._view(weights_base, np.dtype(np.uint8), (w.nbytes,))[:] = w.view(np.uint8).reshape(-1)
+        self._exports = ex
         self._run = _FastCall(self._store, ex["run"])
         self.input_views = {t.name: self._tensor_view(arena_base, t) for t in spec.inputs}
         self.output_views = {t.name: self._tensor_view(arena_base, t) for t in spec.outputs}
@@ -94,6 +95,14 @@ class WasmModel:
         if self._closed:
             raise RuntimeError("model is closed")
         self._run()
+
+    def export_function(self, name: str) -> _FastCall:
+        """A fast caller for another ``() -> ()`` export (profiling builds export one per node)."""
+        try:
+            func = self._exports[name]
+        except KeyError:
+            raise ModuleLoadError(f"module has no export {name!r}") from None
+        return _FastCall(self._store, func)
 
     def set_inputs(self, inputs: Mapping[str, Any] | Sequence[Any]) -> None:
         specs = self.spec.inputs
@@ -130,6 +139,7 @@ class WasmModel:
             self.input_views = {}
             self.output_views = {}
             self._run = None  # type: ignore[assignment]
+            self._exports = None
             self._store = None  # type: ignore[assignment]
 
     def __enter__(self) -> WasmModel:

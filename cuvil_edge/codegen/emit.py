@@ -73,13 +73,18 @@ class CProgram:
     arena_size: int
     plan: MemoryPlan
     kernels_used: dict[str, str]
+    profiled_nodes: list[str] = field(default_factory=list)  # export cuvil_node_<i> runs node i
 
 
-def emit_c(graph: Graph, progress: Callable[[str], None] | None = None) -> CProgram:
+def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile: bool = False) -> CProgram:
+    """``profile=True`` also exports each node as ``cuvil_node_<i>`` so a host can time nodes one by one
+    (the profiling build only: shipped modules export nothing but run and the two address getters)."""
     plan = plan_memory(graph)
     ctx = EmitContext(graph, plan)
     families: list[str] = ["common"]
     body: list[str] = []
+    node_funcs: list[str] = []
+    profiled: list[str] = []
     for n in graph.nodes:
         op = get_op(n.op)
         for fam in op.kernels:
@@ -91,8 +96,15 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None) -> CProg
             raise NotImplementedError(f"op {n.op!r} has no code generator (node {n.name!r})")
         ctx.node = n
         code = op.emit(n, ctx)
-        body.append(f"  /* {n.name}: {n.op} -> {', '.join(str(o.type) for o in n.outputs)} */")
-        body.extend("  " + line for line in code.strip().splitlines())
+        comment = f"  /* {n.name}: {n.op} -> {', '.join(str(o.type) for o in n.outputs)} */"
+        lines = ["  " + line for line in code.strip().splitlines()]
+        if profile:
+            fn = f"cuvil_node_{len(profiled)}"
+            node_funcs += [f'EXPORT("{fn}") __attribute__((noinline)) void {fn}(void) {{', comment, *lines, "}"]
+            body.append(f"  {fn}();")
+            profiled.append(n.name)
+        else:
+            body += [comment, *lines]
     ctx.node = None
     weights = b"".join(ctx.weights)
     arena = plan.arena_size
@@ -103,9 +115,10 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None) -> CProg
         f"static unsigned char A[{arena + GUARD}] __attribute__((aligned({ALIGN})));",
         'EXPORT("cuvil_weights") unsigned cuvil_weights(void) { return (unsigned)(uintptr_t)W; }',
         'EXPORT("cuvil_arena") unsigned cuvil_arena(void) { return (unsigned)(uintptr_t)A; }',
+        *node_funcs,
         'EXPORT("run") void run(void) {',
         *body,
         "}",
         "",
     ]
-    return CProgram("\n".join(parts), weights, arena, plan, ctx.kernels_used)
+    return CProgram("\n".join(parts), weights, arena, plan, ctx.kernels_used, profiled)

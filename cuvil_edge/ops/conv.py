@@ -13,6 +13,7 @@ from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import act_c
+from .gemm import pack_a_panels
 from .registry import OpDef, register
 
 SCRATCH_FLOATS = 131072  # 512 KiB of packed im2col panels per chunk of output pixels
@@ -89,15 +90,20 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     g = conv_geometry(node)
     x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
     bias = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "0"
-    wf = ctx.weight(w.const.astype(np.float32).reshape(g["M"], -1))
     if is_depthwise(g):
+        wf = ctx.weight(w.const.astype(np.float32).reshape(g["M"], -1))
         ctx.use_kernel(f"f32-dwconv-{kernel_tile(g)}")
         return (f"f32_dwconv_{dwconv_variant(g)}({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
                 f"{wf}, {bias}, {ctx.ptr(y)}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, "
                 f"{g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {act_c(node)});")
     chunk = pixel_chunk(g)
-    ctx.use_kernel(f"f32-conv-im2col-gemm-{min(g['M'] // g['G'], 4)}x8")
-    return (f"f32_conv2d({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {wf}, {bias}, {ctx.ptr(y)}, "
+    # weights are the GEMM's A operand: packed in 4-row panels per group at build time
+    w2 = w.const.astype(np.float32).reshape(g["M"], -1)
+    mg = g["M"] // g["G"]
+    wp = ctx.weight(np.concatenate([pack_a_panels(w2[i * mg:(i + 1) * mg]).reshape(-1)
+                                    for i in range(g["G"])]))
+    ctx.use_kernel("f32-conv-im2col-gemm-4x8")
+    return (f"f32_conv2d({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {wp}, {bias}, {ctx.ptr(y)}, "
             f"{g['M']}, {g['OH']}, {g['OW']}, {g['G']}, {g['kh']}, {g['kw']}, {g['sh']}, {g['sw']}, "
             f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {chunk}, {ctx.scratch()}, {act_c(node)});")
 

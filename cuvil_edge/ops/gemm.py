@@ -1,6 +1,7 @@
 """GEMM family: ``gemm`` (activations x constant weights), ``matmul`` (both operands at run time).
 
-Both lower to the packed-panel microkernels in ``kernels/templates/f32-gemm.c.in``.
+Both lower to the packed-panel microkernels in ``kernels/templates/f32-gemm.c.in``; batched matmul runs
+all batches in one C loop (``f32-bmm``), with a constant B packed at build time.
 """
 
 from __future__ import annotations
@@ -23,6 +24,15 @@ def pack_b_panels(b: np.ndarray) -> np.ndarray:
     padded = np.zeros((k, npan * NR), np.float32)
     padded[:, :n] = b
     return np.ascontiguousarray(padded.reshape(k, npan, NR).transpose(1, 0, 2))
+
+
+def pack_a_panels(a: np.ndarray) -> np.ndarray:
+    """[M, K] -> [ceil(M/4), K, 4] zero padded: the layout ``f32_gemm_pa`` reads (same as f32_pack_a)."""
+    m, k = a.shape
+    npan = -(-m // 4)
+    padded = np.zeros((npan * 4, k), np.float32)
+    padded[:m] = a
+    return np.ascontiguousarray(padded.reshape(npan, 4, k).transpose(0, 2, 1))
 
 
 def pad_to(v: np.ndarray, multiple: int) -> np.ndarray:
@@ -63,49 +73,65 @@ register(OpDef("gemm", _gemm_infer, _gemm_fold, _gemm_emit, kernels=("f32-gemm",
 
 
 # -- matmul: numpy matmul semantics on run-time operands (rank >= 2, batch broadcast) -------------
+# attr ``trans_b``: B is stored [..., N, K] (a folded Transpose of the last two dims, e.g. K^T in attention)
+def _b_dims(node: Node) -> tuple[int, int]:
+    """(K, N) of the B operand, honouring ``trans_b``."""
+    k, n = node.inputs[1].type.shape[-2:]
+    return (n, k) if node.attrs.get("trans_b") else (k, n)
+
+
 def _matmul_infer(node: Node) -> list[TensorType]:
     a, b = node.inputs[0].type.shape, node.inputs[1].type.shape
-    if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+    if len(a) < 2 or len(b) < 2 or a[-1] != _b_dims(node)[0]:
         raise ShapeError(f"{node.name}: matmul shapes {a} x {b} do not agree")
     try:
         batch = np.broadcast_shapes(a[:-2], b[:-2])
     except ValueError as exc:
         raise ShapeError(f"{node.name}: matmul batch dims {a[:-2]} and {b[:-2]} do not broadcast") from exc
-    return [TensorType((*batch, a[-2], b[-1]), "float32")]
+    return [TensorType((*batch, a[-2], _b_dims(node)[1]), "float32")]
 
 
 def _matmul_fold(node: Node, args) -> list[np.ndarray]:
-    return [np.matmul(args[0], args[1]).astype(np.float32)]
+    b = np.swapaxes(args[1], -1, -2) if node.attrs.get("trans_b") else args[1]
+    return [np.matmul(args[0], b).astype(np.float32)]
 
 
 def _matmul_scratch(node: Node) -> int:
-    k, n = node.inputs[1].type.shape[-2:]
-    return k * (-(-n // NR) * NR) * 4
+    k, n = _b_dims(node)
+    return 0 if node.inputs[1].is_const else k * (-(-n // NR) * NR) * 4
+
+
+def batch_offsets(shape: tuple[int, ...], batch: tuple[int, ...], block: int) -> np.ndarray:
+    """Element offset of each batch item (row-major over ``batch``) in an operand of batch dims ``shape``
+    (right-aligned, size-1 dims broadcast) whose matrices are ``block`` elements."""
+    shape = (1,) * (len(batch) - len(shape)) + tuple(shape)
+    idx = np.indices(batch).reshape(len(batch), -1) if batch else np.zeros((0, 1), np.int64)
+    flat = np.zeros(idx.shape[1], np.int64)
+    for size, i in zip(shape, idx):
+        flat = flat * size + (0 if size == 1 else i)
+    return (flat * block).astype(np.int32)
 
 
 def _matmul_emit(node: Node, ctx: EmitContext) -> str:
     a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
     m, k = a.type.shape[-2:]
-    n = b.type.shape[-1]
+    _, n = _b_dims(node)
     batch = y.type.shape[:-2]
+    aoff = batch_offsets(a.type.shape[:-2], batch, m * k)
+    boff = batch_offsets(b.type.shape[:-2], batch, k * n)
+    sk, sn = (1, k) if node.attrs.get("trans_b") else (n, 1)
     ctx.use_kernel(gemm_kernel_name(ctx, m))
-    lines = []
-    # batch offsets (in elements) of a and b under broadcasting, flattened at build time
-    idx = np.indices(batch).reshape(len(batch), -1).T if batch else np.zeros((1, 0), int)
-    a_batch, b_batch = a.type.shape[:-2], b.type.shape[:-2]
-
-    def flat(shape: tuple[int, ...], i: np.ndarray) -> int:
-        i = i[len(i) - len(shape):] if shape else i[:0]
-        return int(np.ravel_multi_index(tuple(np.where(np.array(shape) == 1, 0, i)), shape)) if shape else 0
-
-    scratch = ctx.scratch()
-    for bi, i in enumerate(idx):
-        ao, bo = flat(a_batch, i) * m * k, flat(b_batch, i) * k * n
-        lines.append(f"f32_pack_b({k}, {n}, {ctx.ptr(b)} + {bo}, {n}, {scratch});")
-        lines.append(f"f32_gemm({m}, {n}, {k}, {ctx.ptr(a)} + {ao}, {k}, {scratch}, "
-                     f"{ctx.ptr(y)} + {bi * m * n}, {n}, 0, 0, {act_c(node)});")
-    return "\n".join(lines)
+    if b.is_const:  # pack every distinct B matrix at build time
+        mats = b.const.astype(np.float32).reshape(-1, *b.type.shape[-2:])
+        mats = np.swapaxes(mats, -1, -2) if node.attrs.get("trans_b") else mats
+        panels = np.stack([pack_b_panels(w) for w in mats])
+        bptr, packed, scratch = ctx.weight(panels), 1, "0"
+        boff = (boff // (k * n) * panels[0].size).astype(np.int32)
+    else:
+        bptr, packed, scratch = ctx.ptr(b), 0, ctx.scratch()
+    return (f"f32_bmm({len(aoff)}, {m}, {n}, {k}, {ctx.ptr(a)}, {ctx.weight(aoff, 'int32_t')}, {bptr}, "
+            f"{ctx.weight(boff, 'int32_t')}, {sk}, {sn}, {packed}, {ctx.ptr(y)}, {scratch}, {act_c(node)});")
 
 
-register(OpDef("matmul", _matmul_infer, _matmul_fold, _matmul_emit, kernels=("f32-gemm",),
+register(OpDef("matmul", _matmul_infer, _matmul_fold, _matmul_emit, kernels=("f32-gemm", "f32-bmm"),
                scratch=_matmul_scratch))

@@ -6,41 +6,81 @@
  * scratch area stays near 512 KiB whatever the layer size. 1D convolutions run with H = 1.
  */
 
-/* Pack output pixels [p0, p0+pc) of one group's im2col matrix into panels (zero padded). */
+/* Zero the lanes of a tap whose input column (ix0 + lane*sw) falls in the horizontal padding. */
+INLINE v128_t mask_columns(v128_t v, int ix0, int sw, int W) {
+  const v128_t ix = wasm_i32x4_add(wasm_i32x4_splat(ix0), wasm_i32x4_mul(wasm_i32x4_make(0, 1, 2, 3),
+                                                                        wasm_i32x4_splat(sw)));
+  const v128_t ok = wasm_v128_and(wasm_i32x4_ge(ix, wasm_i32x4_splat(0)), wasm_i32x4_lt(ix, wasm_i32x4_splat(W)));
+  return wasm_v128_and(v, ok);
+}
+
+/* Pack output pixels [p0, p0+pc) of one group's im2col matrix into panels (zero padded).
+ * Panels whose 8 pixels lie on one output row (the common case) copy each tap as two vectors: stride 1
+ * loads a contiguous run, stride 2 de-interleaves 16 floats; taps touching the padding are masked
+ * (the loads may read a few floats outside the row, never outside linear memory: regions have guards).
+ * Other panels (row wraps, the tail, wider strides) go lane by lane with precomputed bases. */
 KERNEL void f32_im2col_packed(const float* x, int C, int H, int W, int kh, int kw, int sh, int sw,
                               int dh, int dw, int pt, int pl, int OW, int p0, int pc, float* bp) {
   const int K = C * kh * kw;
+  const v128_t zero = wasm_f32x4_const_splat(0.0f);
   for (int j = 0; j < pc; j += 8) {
     const int nr = pc - j < 8 ? pc - j : 8;
     const int p = p0 + j;
     const int oy = p / OW, ox = p % OW;
-    /* fast path: 8 pixels on one output row, stride 1, every tap in bounds -> vector copies */
-    const int row_ok = nr == 8 && ox + 7 < OW && sw == 1;
-    for (int k = 0; k < K; k++) {
-      const int c = k / (kh * kw), r = k % (kh * kw), ky = r / kw, kx = r % kw;
-      const float* xc = x + (size_t)c * H * W;
-      float* dst = bp + (size_t)(j / 8) * K * 8 + (size_t)k * 8;
-      const int iy0 = oy * sh - pt + ky * dh;
-      const int ix0 = ox * sw - pl + kx * dw;
-      if (row_ok && iy0 >= 0 && iy0 < H && ix0 >= 0 && ix0 + 7 < W) {
-        const float* src = xc + (size_t)iy0 * W + ix0;
-        VSTORE(dst, VLOAD(src)); VSTORE(dst + 4, VLOAD(src + 4));
-        continue;
-      }
-      for (int l = 0; l < 8; l++) {
-        float v = 0.0f;
-        if (l < nr) {
-          const int q = p + l, qy = q / OW, qx = q % OW;
-          const int iy = qy * sh - pt + ky * dh, ix = qx * sw - pl + kx * dw;
-          if (iy >= 0 && iy < H && ix >= 0 && ix < W) v = xc[(size_t)iy * W + ix];
+    float* dst = bp + (size_t)(j / 8) * K * 8;
+    if (nr == 8 && ox + 7 < OW && (sw == 1 || sw == 2)) {
+      const int iyb = oy * sh - pt;
+      for (int c = 0; c < C; c++) {
+        const float* xc = x + (size_t)c * H * W;
+        for (int ky = 0; ky < kh; ky++) {
+          const int iy = iyb + ky * dh;
+          if (iy < 0 || iy >= H) {
+            for (int kx = 0; kx < kw; kx++, dst += 8) { VSTORE(dst, zero); VSTORE(dst + 4, zero); }
+            continue;
+          }
+          const float* row = xc + (size_t)iy * W;
+          for (int kx = 0; kx < kw; kx++, dst += 8) {
+            const int ix0 = ox * sw - pl + kx * dw;
+            const float* src = row + ix0;
+            v128_t a, b;
+            if (sw == 1) {
+              a = VLOAD(src); b = VLOAD(src + 4);
+            } else {
+              a = wasm_i32x4_shuffle(VLOAD(src), VLOAD(src + 4), 0, 2, 4, 6);
+              b = wasm_i32x4_shuffle(VLOAD(src + 8), VLOAD(src + 12), 0, 2, 4, 6);
+            }
+            if (ix0 < 0 || ix0 + 7 * sw >= W) {
+              a = mask_columns(a, ix0, sw, W);
+              b = mask_columns(b, ix0 + 4 * sw, sw, W);
+            }
+            VSTORE(dst, a); VSTORE(dst + 4, b);
+          }
         }
-        dst[l] = v;
+      }
+      continue;
+    }
+    int iyb[8], ixb[8];
+    for (int l = 0; l < 8; l++) {
+      const int q = p + l;
+      iyb[l] = l < nr ? (q / OW) * sh - pt : -(1 << 28);  /* lanes past the end read nothing */
+      ixb[l] = l < nr ? (q % OW) * sw - pl : 0;
+    }
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + (size_t)c * H * W;
+      for (int ky = 0; ky < kh; ky++) {
+        for (int kx = 0; kx < kw; kx++, dst += 8) {
+          for (int l = 0; l < 8; l++) {
+            const int iy = iyb[l] + ky * dh, ix = ixb[l] + kx * dw;
+            dst[l] = ((unsigned)iy < (unsigned)H && (unsigned)ix < (unsigned)W) ? xc[(size_t)iy * W + ix] : 0.0f;
+          }
+        }
       }
     }
   }
 }
 
-/* Full convolution: N images, G groups, M output channels (M/G per group), weights [M][C/G*kh*kw]. */
+/* Full convolution: N images, G groups, M output channels (M/G per group); weights per group packed
+ * in 4-row panels ([ceil(Mg/4)][K][4], see f32_gemm_pa) at build time. */
 KERNEL void f32_conv2d(const float* x, int N, int C, int H, int W, const float* w, const float* bias,
                        float* y, int M, int OH, int OW, int G, int kh, int kw, int sh, int sw, int dh,
                        int dw, int pt, int pl, int pchunk, float* scratch, Act act) {
@@ -48,12 +88,12 @@ KERNEL void f32_conv2d(const float* x, int N, int C, int H, int W, const float* 
   for (int n = 0; n < N; n++) {
     for (int g = 0; g < G; g++) {
       const float* xg = x + ((size_t)n * C + (size_t)g * Cg) * H * W;
-      const float* wg = w + (size_t)g * Mg * K;
+      const float* wg = w + (size_t)g * ((Mg + 3) & ~3) * K;
       float* yg = y + ((size_t)n * M + (size_t)g * Mg) * P;
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
         f32_im2col_packed(xg, Cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0, pc, scratch);
-        f32_gemm(Mg, pc, K, wg, K, scratch, yg + p0, P, bias ? bias + g * Mg : 0, 0, act);
+        f32_gemm_pa(Mg, pc, K, wg, scratch, yg + p0, P, bias ? bias + g * Mg : 0, 0, act);
       }
     }
   }
