@@ -24,7 +24,10 @@ class NodeTiming:
     median_us: float
 
 
-def profile_model(model: CuvilModel, target: Target = Target("relaxed"), repeat: int = 20,
+RELAXED = Target("relaxed")
+
+
+def profile_model(model: CuvilModel, target: Target = RELAXED, repeat: int = 20,
                   seed: int = 0) -> list[NodeTiming]:
     """Median time of each node (run in order, on seeded inputs) in a module built for ``target``."""
     if not model._optimized:

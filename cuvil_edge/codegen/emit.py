@@ -100,7 +100,8 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile:
         lines = ["  " + line for line in code.strip().splitlines()]
         if profile:
             fn = f"cuvil_node_{len(profiled)}"
-            node_funcs += [f'EXPORT("{fn}") __attribute__((noinline)) void {fn}(void) {{', comment, *lines, "}"]
+            head = f'EXPORT("{fn}") __attribute__((noinline)) void {fn}(void) {{'
+            node_funcs += [head, comment, *lines, "}"]
             body.append(f"  {fn}();")
             profiled.append(n.name)
         else:
