@@ -133,6 +133,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from .codegen.toolchain import Target
+    from .model import CuvilModel
+    from .profile import profile_model
+
+    model = CuvilModel.load(args.model, input_shapes=_parse_shapes(args.input_shape))
+    rows = profile_model(model, Target(args.tier), repeat=args.repeat)
+    total = sum(r.median_us for r in rows) or 1.0
+    print(f"{'node':36s} {'op':14s} {'kernel':30s} {'output':26s} {'us':>9s} {'share':>6s}")
+    for r in sorted(rows, key=lambda r: -r.median_us)[: args.top]:
+        print(f"{r.name[:36]:36s} {r.op:14s} {r.kernel[:30]:30s} {r.output[:26]:26s} {r.median_us:9.1f} "
+              f"{100 * r.median_us / total:5.1f}%")
+    print(f"total {total:.1f} us over {len(rows)} nodes (medians of {args.repeat}, tier {args.tier})")
+    return 0
+
+
 def _first_target():
     from .codegen.toolchain import Target
 
@@ -173,6 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("model", help="an .onnx file or a built model directory")
     i.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
     i.set_defaults(fn=cmd_inspect)
+
+    p = sub.add_parser("profile", help="time every node of a model in wasmtime (a profiling build)")
+    p.add_argument("model", help="an .onnx file")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    p.add_argument("--tier", default="relaxed", choices=("simd128", "relaxed"))
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--top", type=int, default=25, help="show the N slowest nodes")
+    p.set_defaults(fn=cmd_profile)
 
     d = sub.add_parser("demo",
                        help="end to end: generate a model, build, load it as a device would, check, time")
