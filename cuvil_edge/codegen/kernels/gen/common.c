@@ -53,6 +53,22 @@ INLINE void fill_f32(float* dst, float v, int n) {
   for (; i < n; i++) dst[i] = v;
 }
 
+/* Zero the lanes whose input column (ix0 + lane*sw) falls outside [0, W): horizontal padding of
+ * convolution taps loaded as whole vectors (conv im2col, depthwise borders). */
+INLINE v128_t mask_columns(v128_t v, int ix0, int sw, int W) {
+  const v128_t ix = wasm_i32x4_add(wasm_i32x4_splat(ix0), wasm_i32x4_mul(wasm_i32x4_make(0, 1, 2, 3),
+                                                                        wasm_i32x4_splat(sw)));
+  const v128_t ok = wasm_v128_and(wasm_i32x4_ge(ix, wasm_i32x4_splat(0)), wasm_i32x4_lt(ix, wasm_i32x4_splat(W)));
+  return wasm_v128_and(v, ok);
+}
+
+/* Store the first n (< 4) lanes. */
+INLINE void store_partial(float* dst, v128_t v, int n) {
+  float t[4] __attribute__((aligned(16)));
+  VSTORE(t, v);
+  for (int i = 0; i < n; i++) dst[i] = t[i];
+}
+
 /* exp(x) for 4 lanes: 2^n * p(r), r = x - n ln2, |r| <= ln2/2; about 1 ulp on [-87, 88]. */
 INLINE v128_t v_exp(v128_t x) {
   x = wasm_f32x4_min(wasm_f32x4_max(x, VSPLAT(-87.33654f)), VSPLAT(88.72283f));

@@ -6,14 +6,6 @@
  * scratch area stays near 512 KiB whatever the layer size. 1D convolutions run with H = 1.
  */
 
-/* Zero the lanes of a tap whose input column (ix0 + lane*sw) falls in the horizontal padding. */
-INLINE v128_t mask_columns(v128_t v, int ix0, int sw, int W) {
-  const v128_t ix = wasm_i32x4_add(wasm_i32x4_splat(ix0), wasm_i32x4_mul(wasm_i32x4_make(0, 1, 2, 3),
-                                                                        wasm_i32x4_splat(sw)));
-  const v128_t ok = wasm_v128_and(wasm_i32x4_ge(ix, wasm_i32x4_splat(0)), wasm_i32x4_lt(ix, wasm_i32x4_splat(W)));
-  return wasm_v128_and(v, ok);
-}
-
 /* Pack output pixels [p0, p0+pc) of one group's im2col matrix into panels (zero padded).
  * Panels whose 8 pixels lie on one output row (the common case) copy each tap as two vectors: stride 1
  * loads a contiguous run, stride 2 de-interleaves 16 floats; taps touching the padding are masked

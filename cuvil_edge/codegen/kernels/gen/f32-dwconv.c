@@ -45,31 +45,38 @@ INLINE v128_t dw_load_s0(const float* row, int ix, int sw) {
   return wasm_f32x4_make(row[ix], row[ix + sw], row[ix + 2 * sw], row[ix + 3 * sw]);
 }
 
-/* Interior of one output row, any taps (s1): outputs [ox0, ox1) of row oy, 4 at a time, rest
- * scalar; taps in vertical padding are skipped. */
+/* One tap for 4 outputs at input column ix: plain load inside the row, masked where the group
+ * touches the horizontal padding (the load may read a few floats outside the row, never outside
+ * linear memory: regions have guards). */
+INLINE v128_t dw_taps1(const float* row, int ix, int sw, int W, int edge) {
+  const v128_t v = dw_load_s1(row, ix, sw);
+  return edge ? mask_columns(v, ix, sw, W) : v;
+}
+
+/* Output row oy, any taps (s1): 4 outputs per step, borders masked, taps in vertical padding
+ * skipped. */
 INLINE void dw_row_kxks1(const float* xc, int H, int W, const float* wc, int kh, int kw, int sw,
-                          int dh, int dw, int iy0, int pl, int ox0, int ox1, float b, float* yr, Act act) {
-  int ox = ox0;
-  for (; ox + 4 <= ox1; ox += 4) {
-    const int ix0 = ox * sw - pl;
+                          int dh, int dw, int iy0, int pl, int ox0, int ox1, int OW, float b, float* yr,
+                          const Act* act) {
+  for (int ox = 0; ox < OW; ox += 4) {
+    const int ix0 = ox * sw - pl, edge = ox < ox0 || ox + 4 > ox1;
     v128_t acc = VSPLAT(b);
     for (int ky = 0; ky < kh; ky++) {
       const int iy = iy0 + ky * dh;
       if (iy < 0 || iy >= H) continue;
       const float* row = xc + (size_t)iy * W;
       for (int kx = 0; kx < kw; kx++)
-        acc = VFMA(dw_load_s1(row, ix0 + kx * dw, sw), VSPLAT(wc[ky * kw + kx]), acc);
+        acc = VFMA(dw_taps1(row, ix0 + kx * dw, sw, W, edge), VSPLAT(wc[ky * kw + kx]), acc);
     }
-    VSTORE(yr + ox, act_apply(acc, act));
+    acc = act_apply(acc, *act);
+    if (ox + 4 <= OW) VSTORE(yr + ox, acc); else store_partial(yr + ox, acc, OW - ox);
   }
-  for (; ox < ox1; ox++)
-    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
 }
 
-/* Interior of one output row whose 3 tap rows are all inside the image (s1): weights in
- * registers, no branches in the loop. */
-INLINE void dw_row_3x3s1(const float* xc, int H, int W, const float* wc, int sw, int dh, int dw,
-                          int iy0, int pl, int ox0, int ox1, float b, float* yr, const Act* act) {
+/* Output row oy whose 3 tap rows are all inside the image (s1): weights in registers, 4 outputs
+ * per step, borders masked. */
+INLINE void dw_row_3x3s1(const float* xc, int W, const float* wc, int sw, int dh, int dw, int iy0,
+                          int pl, int ox0, int ox1, int OW, float b, float* yr, const Act* act) {
   const float* row0 = xc + (size_t)(iy0 + 0 * dh) * W;
   const float* row1 = xc + (size_t)(iy0 + 1 * dh) * W;
   const float* row2 = xc + (size_t)(iy0 + 2 * dh) * W;
@@ -82,8 +89,9 @@ INLINE void dw_row_3x3s1(const float* xc, int H, int W, const float* wc, int sw,
   const v128_t w6 = VSPLAT(wc[6]);
   const v128_t w7 = VSPLAT(wc[7]);
   const v128_t w8 = VSPLAT(wc[8]);
-  int ox = ox0;
-  for (; ox + 4 <= ox1; ox += 4) {
+  /* groups wholly inside [ox0, ox1) run without masks; the few at the borders with them */
+  const int gi0 = (ox0 + 3) & ~3, gi1 = gi0 + ((ox1 - gi0) > 0 ? (ox1 - gi0) & ~3 : 0);
+  for (int ox = gi0; ox < gi1; ox += 4) {
     const int ix0 = ox * sw - pl;
     v128_t acc = VSPLAT(b);
     acc = VFMA(dw_load_s1(row0, ix0 + 0 * dw, sw), w0, acc);
@@ -97,96 +105,56 @@ INLINE void dw_row_3x3s1(const float* xc, int H, int W, const float* wc, int sw,
     acc = VFMA(dw_load_s1(row2, ix0 + 2 * dw, sw), w8, acc);
     VSTORE(yr + ox, act_apply(acc, *act));
   }
-  for (; ox < ox1; ox++)
-    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, 3, 3, iy0, ox * sw - pl, dh, dw, b), *act);
-}
-
-/* Whole tensor, 3x3s1. w: [C][kh*kw]; bias: [C] or null. */
-KERNEL void f32_dwconv_3x3s1(const float* x, int N, int C, int H, int W, const float* w,
-                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
-                                 int sw, int dh, int dw, int pt, int pl, Act act) {
-  /* interior columns: every tap of the pixel inside the row (the s2 shuffle may read one float past
-   * the last tap: a discarded lane, inside the region guard at worst) */
-  const int span = (kw - 1) * dw + 1;
-  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
-  if (ox1 > OW) ox1 = OW;
-  if (ox0 > ox1) ox0 = ox1;
-  for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      const float* xc = x + ((size_t)n * C + c) * H * W;
-      const float* wc = w + (size_t)c * kh * kw;
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
-      const float b = bias ? bias[c] : 0.0f;
-      for (int oy = 0; oy < OH; oy++) {
-        const int iy0 = oy * sh - pt;
-        float* yr = yc + (size_t)oy * OW;
-        for (int ox = 0; ox < ox0; ox++)
-          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
-        if (iy0 >= 0 && iy0 + 2 * dh < H)
-          dw_row_3x3s1(xc, H, W, wc, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, &act);
-        else
-        dw_row_kxks1(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, act);
-        for (int ox = ox1; ox < OW; ox++)
-          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
-      }
-    }
-  }
-}
-
-/* Whole tensor, kxks1. w: [C][kh*kw]; bias: [C] or null. */
-KERNEL void f32_dwconv_kxks1(const float* x, int N, int C, int H, int W, const float* w,
-                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
-                                 int sw, int dh, int dw, int pt, int pl, Act act) {
-  /* interior columns: every tap of the pixel inside the row (the s2 shuffle may read one float past
-   * the last tap: a discarded lane, inside the region guard at worst) */
-  const int span = (kw - 1) * dw + 1;
-  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
-  if (ox1 > OW) ox1 = OW;
-  if (ox0 > ox1) ox0 = ox1;
-  for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      const float* xc = x + ((size_t)n * C + c) * H * W;
-      const float* wc = w + (size_t)c * kh * kw;
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
-      const float b = bias ? bias[c] : 0.0f;
-      for (int oy = 0; oy < OH; oy++) {
-        const int iy0 = oy * sh - pt;
-        float* yr = yc + (size_t)oy * OW;
-        for (int ox = 0; ox < ox0; ox++)
-          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
-        dw_row_kxks1(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, act);
-        for (int ox = ox1; ox < OW; ox++)
-          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
-      }
-    }
-  }
-}
-
-/* Interior of one output row, any taps (s2): outputs [ox0, ox1) of row oy, 4 at a time, rest
- * scalar; taps in vertical padding are skipped. */
-INLINE void dw_row_kxks2(const float* xc, int H, int W, const float* wc, int kh, int kw, int sw,
-                          int dh, int dw, int iy0, int pl, int ox0, int ox1, float b, float* yr, Act act) {
-  int ox = ox0;
-  for (; ox + 4 <= ox1; ox += 4) {
+  for (int ox = 0; ox < OW; ox += 4) {
+    if (ox == gi0 && gi1 > gi0) { ox = gi1 - 4; continue; }
     const int ix0 = ox * sw - pl;
+    v128_t acc = VSPLAT(b);
+    acc = VFMA(dw_taps1(row0, ix0 + 0 * dw, sw, W, 1), w0, acc);
+    acc = VFMA(dw_taps1(row0, ix0 + 1 * dw, sw, W, 1), w1, acc);
+    acc = VFMA(dw_taps1(row0, ix0 + 2 * dw, sw, W, 1), w2, acc);
+    acc = VFMA(dw_taps1(row1, ix0 + 0 * dw, sw, W, 1), w3, acc);
+    acc = VFMA(dw_taps1(row1, ix0 + 1 * dw, sw, W, 1), w4, acc);
+    acc = VFMA(dw_taps1(row1, ix0 + 2 * dw, sw, W, 1), w5, acc);
+    acc = VFMA(dw_taps1(row2, ix0 + 0 * dw, sw, W, 1), w6, acc);
+    acc = VFMA(dw_taps1(row2, ix0 + 1 * dw, sw, W, 1), w7, acc);
+    acc = VFMA(dw_taps1(row2, ix0 + 2 * dw, sw, W, 1), w8, acc);
+    acc = act_apply(acc, *act);
+    if (ox + 4 <= OW) VSTORE(yr + ox, acc); else store_partial(yr + ox, acc, OW - ox);
+  }
+}
+
+/* One tap for 4 outputs at input column ix: plain load inside the row, masked where the group
+ * touches the horizontal padding (the load may read a few floats outside the row, never outside
+ * linear memory: regions have guards). */
+INLINE v128_t dw_taps2(const float* row, int ix, int sw, int W, int edge) {
+  const v128_t v = dw_load_s2(row, ix, sw);
+  return edge ? mask_columns(v, ix, sw, W) : v;
+}
+
+/* Output row oy, any taps (s2): 4 outputs per step, borders masked, taps in vertical padding
+ * skipped. */
+INLINE void dw_row_kxks2(const float* xc, int H, int W, const float* wc, int kh, int kw, int sw,
+                          int dh, int dw, int iy0, int pl, int ox0, int ox1, int OW, float b, float* yr,
+                          const Act* act) {
+  for (int ox = 0; ox < OW; ox += 4) {
+    const int ix0 = ox * sw - pl, edge = ox < ox0 || ox + 4 > ox1;
     v128_t acc = VSPLAT(b);
     for (int ky = 0; ky < kh; ky++) {
       const int iy = iy0 + ky * dh;
       if (iy < 0 || iy >= H) continue;
       const float* row = xc + (size_t)iy * W;
       for (int kx = 0; kx < kw; kx++)
-        acc = VFMA(dw_load_s2(row, ix0 + kx * dw, sw), VSPLAT(wc[ky * kw + kx]), acc);
+        acc = VFMA(dw_taps2(row, ix0 + kx * dw, sw, W, edge), VSPLAT(wc[ky * kw + kx]), acc);
     }
-    VSTORE(yr + ox, act_apply(acc, act));
+    acc = act_apply(acc, *act);
+    if (ox + 4 <= OW) VSTORE(yr + ox, acc); else store_partial(yr + ox, acc, OW - ox);
   }
-  for (; ox < ox1; ox++)
-    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
 }
 
-/* Interior of one output row whose 3 tap rows are all inside the image (s2): weights in
- * registers, no branches in the loop. */
-INLINE void dw_row_3x3s2(const float* xc, int H, int W, const float* wc, int sw, int dh, int dw,
-                          int iy0, int pl, int ox0, int ox1, float b, float* yr, const Act* act) {
+/* Output row oy whose 3 tap rows are all inside the image (s2): weights in registers, 4 outputs
+ * per step, borders masked. */
+INLINE void dw_row_3x3s2(const float* xc, int W, const float* wc, int sw, int dh, int dw, int iy0,
+                          int pl, int ox0, int ox1, int OW, float b, float* yr, const Act* act) {
   const float* row0 = xc + (size_t)(iy0 + 0 * dh) * W;
   const float* row1 = xc + (size_t)(iy0 + 1 * dh) * W;
   const float* row2 = xc + (size_t)(iy0 + 2 * dh) * W;
@@ -199,8 +167,9 @@ INLINE void dw_row_3x3s2(const float* xc, int H, int W, const float* wc, int sw,
   const v128_t w6 = VSPLAT(wc[6]);
   const v128_t w7 = VSPLAT(wc[7]);
   const v128_t w8 = VSPLAT(wc[8]);
-  int ox = ox0;
-  for (; ox + 4 <= ox1; ox += 4) {
+  /* groups wholly inside [ox0, ox1) run without masks; the few at the borders with them */
+  const int gi0 = (ox0 + 3) & ~3, gi1 = gi0 + ((ox1 - gi0) > 0 ? (ox1 - gi0) & ~3 : 0);
+  for (int ox = gi0; ox < gi1; ox += 4) {
     const int ix0 = ox * sw - pl;
     v128_t acc = VSPLAT(b);
     acc = VFMA(dw_load_s2(row0, ix0 + 0 * dw, sw), w0, acc);
@@ -214,76 +183,31 @@ INLINE void dw_row_3x3s2(const float* xc, int H, int W, const float* wc, int sw,
     acc = VFMA(dw_load_s2(row2, ix0 + 2 * dw, sw), w8, acc);
     VSTORE(yr + ox, act_apply(acc, *act));
   }
-  for (; ox < ox1; ox++)
-    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, 3, 3, iy0, ox * sw - pl, dh, dw, b), *act);
-}
-
-/* Whole tensor, 3x3s2. w: [C][kh*kw]; bias: [C] or null. */
-KERNEL void f32_dwconv_3x3s2(const float* x, int N, int C, int H, int W, const float* w,
-                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
-                                 int sw, int dh, int dw, int pt, int pl, Act act) {
-  /* interior columns: every tap of the pixel inside the row (the s2 shuffle may read one float past
-   * the last tap: a discarded lane, inside the region guard at worst) */
-  const int span = (kw - 1) * dw + 1;
-  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
-  if (ox1 > OW) ox1 = OW;
-  if (ox0 > ox1) ox0 = ox1;
-  for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      const float* xc = x + ((size_t)n * C + c) * H * W;
-      const float* wc = w + (size_t)c * kh * kw;
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
-      const float b = bias ? bias[c] : 0.0f;
-      for (int oy = 0; oy < OH; oy++) {
-        const int iy0 = oy * sh - pt;
-        float* yr = yc + (size_t)oy * OW;
-        for (int ox = 0; ox < ox0; ox++)
-          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
-        if (iy0 >= 0 && iy0 + 2 * dh < H)
-          dw_row_3x3s2(xc, H, W, wc, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, &act);
-        else
-        dw_row_kxks2(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, act);
-        for (int ox = ox1; ox < OW; ox++)
-          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
-      }
-    }
+  for (int ox = 0; ox < OW; ox += 4) {
+    if (ox == gi0 && gi1 > gi0) { ox = gi1 - 4; continue; }
+    const int ix0 = ox * sw - pl;
+    v128_t acc = VSPLAT(b);
+    acc = VFMA(dw_taps2(row0, ix0 + 0 * dw, sw, W, 1), w0, acc);
+    acc = VFMA(dw_taps2(row0, ix0 + 1 * dw, sw, W, 1), w1, acc);
+    acc = VFMA(dw_taps2(row0, ix0 + 2 * dw, sw, W, 1), w2, acc);
+    acc = VFMA(dw_taps2(row1, ix0 + 0 * dw, sw, W, 1), w3, acc);
+    acc = VFMA(dw_taps2(row1, ix0 + 1 * dw, sw, W, 1), w4, acc);
+    acc = VFMA(dw_taps2(row1, ix0 + 2 * dw, sw, W, 1), w5, acc);
+    acc = VFMA(dw_taps2(row2, ix0 + 0 * dw, sw, W, 1), w6, acc);
+    acc = VFMA(dw_taps2(row2, ix0 + 1 * dw, sw, W, 1), w7, acc);
+    acc = VFMA(dw_taps2(row2, ix0 + 2 * dw, sw, W, 1), w8, acc);
+    acc = act_apply(acc, *act);
+    if (ox + 4 <= OW) VSTORE(yr + ox, acc); else store_partial(yr + ox, acc, OW - ox);
   }
 }
 
-/* Whole tensor, kxks2. w: [C][kh*kw]; bias: [C] or null. */
-KERNEL void f32_dwconv_kxks2(const float* x, int N, int C, int H, int W, const float* w,
-                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
-                                 int sw, int dh, int dw, int pt, int pl, Act act) {
-  /* interior columns: every tap of the pixel inside the row (the s2 shuffle may read one float past
-   * the last tap: a discarded lane, inside the region guard at worst) */
-  const int span = (kw - 1) * dw + 1;
-  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
-  if (ox1 > OW) ox1 = OW;
-  if (ox0 > ox1) ox0 = ox1;
-  for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      const float* xc = x + ((size_t)n * C + c) * H * W;
-      const float* wc = w + (size_t)c * kh * kw;
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
-      const float b = bias ? bias[c] : 0.0f;
-      for (int oy = 0; oy < OH; oy++) {
-        const int iy0 = oy * sh - pt;
-        float* yr = yc + (size_t)oy * OW;
-        for (int ox = 0; ox < ox0; ox++)
-          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
-        dw_row_kxks2(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, act);
-        for (int ox = ox1; ox < OW; ox++)
-          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
-      }
-    }
-  }
-}
-
-/* Interior of one output row, any taps (sN): outputs [ox0, ox1) of row oy, 4 at a time, rest
- * scalar; taps in vertical padding are skipped. */
+/* Output row oy, any taps, any width stride: interior 4 outputs per step, borders per pixel. */
 INLINE void dw_row_kxksN(const float* xc, int H, int W, const float* wc, int kh, int kw, int sw,
-                          int dh, int dw, int iy0, int pl, int ox0, int ox1, float b, float* yr, Act act) {
-  int ox = ox0;
+                          int dh, int dw, int iy0, int pl, int ox0, int ox1, int OW, float b, float* yr,
+                          const Act* act) {
+  int ox = 0;
+  for (; ox < ox0; ox++)
+    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), *act);
   for (; ox + 4 <= ox1; ox += 4) {
     const int ix0 = ox * sw - pl;
     v128_t acc = VSPLAT(b);
@@ -294,53 +218,17 @@ INLINE void dw_row_kxksN(const float* xc, int H, int W, const float* wc, int kh,
       for (int kx = 0; kx < kw; kx++)
         acc = VFMA(dw_load_s0(row, ix0 + kx * dw, sw), VSPLAT(wc[ky * kw + kx]), acc);
     }
-    VSTORE(yr + ox, act_apply(acc, act));
-  }
-  for (; ox < ox1; ox++)
-    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
-}
-
-/* Interior of one output row whose 3 tap rows are all inside the image (sN): weights in
- * registers, no branches in the loop. */
-INLINE void dw_row_3x3sN(const float* xc, int H, int W, const float* wc, int sw, int dh, int dw,
-                          int iy0, int pl, int ox0, int ox1, float b, float* yr, const Act* act) {
-  const float* row0 = xc + (size_t)(iy0 + 0 * dh) * W;
-  const float* row1 = xc + (size_t)(iy0 + 1 * dh) * W;
-  const float* row2 = xc + (size_t)(iy0 + 2 * dh) * W;
-  const v128_t w0 = VSPLAT(wc[0]);
-  const v128_t w1 = VSPLAT(wc[1]);
-  const v128_t w2 = VSPLAT(wc[2]);
-  const v128_t w3 = VSPLAT(wc[3]);
-  const v128_t w4 = VSPLAT(wc[4]);
-  const v128_t w5 = VSPLAT(wc[5]);
-  const v128_t w6 = VSPLAT(wc[6]);
-  const v128_t w7 = VSPLAT(wc[7]);
-  const v128_t w8 = VSPLAT(wc[8]);
-  int ox = ox0;
-  for (; ox + 4 <= ox1; ox += 4) {
-    const int ix0 = ox * sw - pl;
-    v128_t acc = VSPLAT(b);
-    acc = VFMA(dw_load_s0(row0, ix0 + 0 * dw, sw), w0, acc);
-    acc = VFMA(dw_load_s0(row0, ix0 + 1 * dw, sw), w1, acc);
-    acc = VFMA(dw_load_s0(row0, ix0 + 2 * dw, sw), w2, acc);
-    acc = VFMA(dw_load_s0(row1, ix0 + 0 * dw, sw), w3, acc);
-    acc = VFMA(dw_load_s0(row1, ix0 + 1 * dw, sw), w4, acc);
-    acc = VFMA(dw_load_s0(row1, ix0 + 2 * dw, sw), w5, acc);
-    acc = VFMA(dw_load_s0(row2, ix0 + 0 * dw, sw), w6, acc);
-    acc = VFMA(dw_load_s0(row2, ix0 + 1 * dw, sw), w7, acc);
-    acc = VFMA(dw_load_s0(row2, ix0 + 2 * dw, sw), w8, acc);
     VSTORE(yr + ox, act_apply(acc, *act));
   }
-  for (; ox < ox1; ox++)
-    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, 3, 3, iy0, ox * sw - pl, dh, dw, b), *act);
+  for (; ox < OW; ox++)
+    yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), *act);
 }
 
-/* Whole tensor, 3x3sN. w: [C][kh*kw]; bias: [C] or null. */
-KERNEL void f32_dwconv_3x3sN(const float* x, int N, int C, int H, int W, const float* w,
+/* Whole tensor, 3x3s1. w: [C][kh*kw]; bias: [C] or null. */
+KERNEL void f32_dwconv_3x3s1(const float* x, int N, int C, int H, int W, const float* w,
                                  const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
                                  int sw, int dh, int dw, int pt, int pl, Act act) {
-  /* interior columns: every tap of the pixel inside the row (the s2 shuffle may read one float past
-   * the last tap: a discarded lane, inside the region guard at worst) */
+  /* interior columns [ox0, ox1): every tap of the pixel inside the row */
   const int span = (kw - 1) * dw + 1;
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
@@ -354,14 +242,109 @@ KERNEL void f32_dwconv_3x3sN(const float* x, int N, int C, int H, int W, const f
       for (int oy = 0; oy < OH; oy++) {
         const int iy0 = oy * sh - pt;
         float* yr = yc + (size_t)oy * OW;
-        for (int ox = 0; ox < ox0; ox++)
-          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
         if (iy0 >= 0 && iy0 + 2 * dh < H)
-          dw_row_3x3sN(xc, H, W, wc, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, &act);
+          dw_row_3x3s1(xc, W, wc, sw, dh, dw, iy0, pl, ox0, ox1, OW, b, yr, &act);
         else
-        dw_row_kxksN(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, act);
-        for (int ox = ox1; ox < OW; ox++)
-          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+        dw_row_kxks1(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, OW, b, yr, &act);
+      }
+    }
+  }
+}
+
+/* Whole tensor, kxks1. w: [C][kh*kw]; bias: [C] or null. */
+KERNEL void f32_dwconv_kxks1(const float* x, int N, int C, int H, int W, const float* w,
+                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
+                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+  /* interior columns [ox0, ox1): every tap of the pixel inside the row */
+  const int span = (kw - 1) * dw + 1;
+  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
+  if (ox1 > OW) ox1 = OW;
+  if (ox0 > ox1) ox0 = ox1;
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + ((size_t)n * C + c) * H * W;
+      const float* wc = w + (size_t)c * kh * kw;
+      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const float b = bias ? bias[c] : 0.0f;
+      for (int oy = 0; oy < OH; oy++) {
+        const int iy0 = oy * sh - pt;
+        float* yr = yc + (size_t)oy * OW;
+        dw_row_kxks1(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, OW, b, yr, &act);
+      }
+    }
+  }
+}
+
+/* Whole tensor, 3x3s2. w: [C][kh*kw]; bias: [C] or null. */
+KERNEL void f32_dwconv_3x3s2(const float* x, int N, int C, int H, int W, const float* w,
+                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
+                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+  /* interior columns [ox0, ox1): every tap of the pixel inside the row */
+  const int span = (kw - 1) * dw + 1;
+  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
+  if (ox1 > OW) ox1 = OW;
+  if (ox0 > ox1) ox0 = ox1;
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + ((size_t)n * C + c) * H * W;
+      const float* wc = w + (size_t)c * kh * kw;
+      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const float b = bias ? bias[c] : 0.0f;
+      for (int oy = 0; oy < OH; oy++) {
+        const int iy0 = oy * sh - pt;
+        float* yr = yc + (size_t)oy * OW;
+        if (iy0 >= 0 && iy0 + 2 * dh < H)
+          dw_row_3x3s2(xc, W, wc, sw, dh, dw, iy0, pl, ox0, ox1, OW, b, yr, &act);
+        else
+        dw_row_kxks2(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, OW, b, yr, &act);
+      }
+    }
+  }
+}
+
+/* Whole tensor, kxks2. w: [C][kh*kw]; bias: [C] or null. */
+KERNEL void f32_dwconv_kxks2(const float* x, int N, int C, int H, int W, const float* w,
+                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
+                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+  /* interior columns [ox0, ox1): every tap of the pixel inside the row */
+  const int span = (kw - 1) * dw + 1;
+  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
+  if (ox1 > OW) ox1 = OW;
+  if (ox0 > ox1) ox0 = ox1;
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + ((size_t)n * C + c) * H * W;
+      const float* wc = w + (size_t)c * kh * kw;
+      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const float b = bias ? bias[c] : 0.0f;
+      for (int oy = 0; oy < OH; oy++) {
+        const int iy0 = oy * sh - pt;
+        float* yr = yc + (size_t)oy * OW;
+        dw_row_kxks2(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, OW, b, yr, &act);
+      }
+    }
+  }
+}
+
+/* Whole tensor, 3x3sN. w: [C][kh*kw]; bias: [C] or null. */
+KERNEL void f32_dwconv_3x3sN(const float* x, int N, int C, int H, int W, const float* w,
+                                 const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
+                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+  /* interior columns [ox0, ox1): every tap of the pixel inside the row */
+  const int span = (kw - 1) * dw + 1;
+  int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
+  if (ox1 > OW) ox1 = OW;
+  if (ox0 > ox1) ox0 = ox1;
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + ((size_t)n * C + c) * H * W;
+      const float* wc = w + (size_t)c * kh * kw;
+      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const float b = bias ? bias[c] : 0.0f;
+      for (int oy = 0; oy < OH; oy++) {
+        const int iy0 = oy * sh - pt;
+        float* yr = yc + (size_t)oy * OW;
+        dw_row_kxksN(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, OW, b, yr, &act);
       }
     }
   }
@@ -371,8 +354,7 @@ KERNEL void f32_dwconv_3x3sN(const float* x, int N, int C, int H, int W, const f
 KERNEL void f32_dwconv_kxksN(const float* x, int N, int C, int H, int W, const float* w,
                                  const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
                                  int sw, int dh, int dw, int pt, int pl, Act act) {
-  /* interior columns: every tap of the pixel inside the row (the s2 shuffle may read one float past
-   * the last tap: a discarded lane, inside the region guard at worst) */
+  /* interior columns [ox0, ox1): every tap of the pixel inside the row */
   const int span = (kw - 1) * dw + 1;
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
@@ -386,11 +368,7 @@ KERNEL void f32_dwconv_kxksN(const float* x, int N, int C, int H, int W, const f
       for (int oy = 0; oy < OH; oy++) {
         const int iy0 = oy * sh - pt;
         float* yr = yc + (size_t)oy * OW;
-        for (int ox = 0; ox < ox0; ox++)
-          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
-        dw_row_kxksN(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, b, yr, act);
-        for (int ox = ox1; ox < OW; ox++)
-          yr[ox] = act_scalar(dw_pixel(xc, H, W, wc, kh, kw, iy0, ox * sw - pl, dh, dw, b), act);
+        dw_row_kxksN(xc, H, W, wc, kh, kw, sw, dh, dw, iy0, pl, ox0, ox1, OW, b, yr, &act);
       }
     }
   }
