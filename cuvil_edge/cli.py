@@ -61,7 +61,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     say(f"import {args.model}")
     model = CuvilModel.load(args.model, input_shapes=_parse_shapes(args.input_shape))
-    model.optimize(precision=args.precision, targets=_targets(args.targets), progress=say)
+    model.optimize(precision=args.precision, targets=_targets(args.targets), progress=say,
+                   calibration=args.calib, accuracy_budget=args.accuracy_budget)
     out = Path(args.output or Path(args.model).with_suffix(".cuvil"))
     model.save(out)
     c = model.compiled
@@ -70,9 +71,39 @@ def cmd_build(args: argparse.Namespace) -> int:
           f"weights {_human(c.spec.weights_size)}, arena {_human(c.spec.arena_size)}")
     for v in c.spec.variants:
         print(f"  {v.file:36s} {_human(v.size):>10s}  sha256 {v.sha256[:16]}")
+    if args.report:
+        _write_quant_report(model, args)
     if args.sign_key or args.keyring:
         sign_model_dir(out, args.bundle_output or out.with_suffix(".cvb"), args)
     return 0
+
+
+def _write_quant_report(model, args: argparse.Namespace) -> None:
+    """Accuracy vs fp32 (on the calibration data), size and per-layer choices, as JSON and printed."""
+    import json
+
+    from .quant import QuantResult, report
+
+    c = model.compiled
+    result = model.quantization or QuantResult(model.graph, {"precision": "fp32", "layers": []})
+    rep = report(model.graph, result, args.calib, len(c.weights))
+    Path(args.report).write_text(json.dumps(rep, indent=2))
+    _print_quant(rep)
+    print(f"wrote {args.report}")
+
+
+def _print_quant(rec: dict) -> None:
+    acc = rec.get("accuracy_vs_fp32")
+    print(f"quantization: {rec['precision']}" + (
+        f", vs fp32: cosine {acc['cosine']:.5f}, top-1 agreement {acc['top1_agreement']:.4f}, "
+        f"max abs {acc['max_abs']:.4g}" if acc else ""))
+    if "size" in rec:
+        sz = rec["size"]
+        print(f"  weights {_human(sz['weights_bytes'])} (fp32 constants {_human(sz['weights_fp32_bytes'])})")
+    for layer in rec.get("layers", []):
+        sens = ", ".join(f"{k}: cos {v['cosine']:.5f}" for k, v in layer.get("sensitivity", {}).items())
+        print(f"  {layer['name'][:40]:40s} {layer['op']:6s} {layer['choice']:6s} "
+              f"act {layer['activations']:8s}" + (f" [{sens}]" if sens else ""))
 
 
 def _load_inputs(args: argparse.Namespace, names: list[str], specs) -> dict[str, np.ndarray]:
@@ -129,6 +160,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"{'node':40s} {'op':16s} {'output':28s} {'arena offset':>12s}  kernel")
     for n in nodes:
         print(f"{n['name'][:40]:40s} {n['op']:16s} {n['output'][:28]:28s} {n['offset']:>12}  {n['kernel']}")
+    if "quantization" in spec.extra:
+        _print_quant(spec.extra["quantization"])
     print("variants: " + ", ".join(f"{v.name} ({_human(v.size)})" for v in spec.variants))
     return 0
 
@@ -170,7 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("model")
     b.add_argument("-o", "--output", help="output directory (default: MODEL.cuvil)")
     b.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
-    b.add_argument("--precision", default="fp32")
+    b.add_argument("--precision", default="fp32",
+                   choices=("fp32", "fp16", "int8", "int8-dynamic", "int4", "mixed"))
+    b.add_argument("--calib", help="calibration data: .npz (by input name), or a directory of .npy/.npz")
+    b.add_argument("--accuracy-budget", type=float, default=0.01,
+                   help="mixed: allowed top-1 disagreement (or 1 - cosine) vs fp32 on the calibration data")
+    b.add_argument("--report", help="write the quantization report (JSON) here and print it")
     b.add_argument("--targets", default="host", help="host, all, or e.g. simd128-x86,relaxed-x86")
     b.add_argument("-q", "--quiet", action="store_true")
     b.add_argument("--bundle-output", help="signed bundle path with --sign-key (default: OUTPUT.cvb)")

@@ -6,7 +6,7 @@ import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,7 +19,10 @@ from .compiler import CompiledModel, compile_graph, optimize_graph
 from .errors import InputError
 from .ir.graph import Graph
 
-PRECISIONS = ("fp32",)
+if TYPE_CHECKING:
+    from .quant import QuantResult
+
+PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int4", "mixed")
 
 
 class CuvilModel:
@@ -30,6 +33,7 @@ class CuvilModel:
         self.compiled: CompiledModel | None = None
         self._instance: WasmModel | None = None
         self._optimized = False
+        self.quantization: QuantResult | None = None
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -43,15 +47,27 @@ class CuvilModel:
 
     # -- build --------------------------------------------------------------------------------
     def optimize(self, precision: str = "fp32", targets: Sequence[Target] | str = "host",
-                 progress: Callable[[str], None] | None = None) -> CuvilModel:
+                 progress: Callable[[str], None] | None = None, calibration: Any = None,
+                 accuracy_budget: float = 0.01, **quant_options: Any) -> CuvilModel:
         """Run the passes and compile modules: ``targets`` = "host" (this machine's family, both
-        tiers), "all" (every tier x family) or a list of ``Target``."""
+        tiers), "all" (every tier x family) or a list of ``Target``. ``precision`` other than fp32
+        quantizes the optimized graph (``cuvil_edge.quant``): ``calibration`` is an .npz file, a
+        directory of .npy/.npz or an iterable of samples; ``accuracy_budget`` bounds ``mixed``;
+        ``quant_options``: observer ("minmax", "percentile", "mse"), group_size, max_samples."""
         if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS} (int8/int4/fp16 come with quantization)")
+            raise ValueError(f"precision must be one of {PRECISIONS}")
         if not self._optimized:
             optimize_graph(self.graph, progress)
             self._optimized = True
-        self.compiled = compile_graph(self.graph, _resolve_targets(targets), progress)
+        graph, extra = self.graph, None
+        self.quantization = None
+        if precision != "fp32":
+            from .quant import quantize
+
+            self.quantization = quantize(self.graph, precision, calibration, accuracy_budget,
+                                         progress=progress, **quant_options)
+            graph, extra = self.quantization.graph, {"quantization": self.quantization.record}
+        self.compiled = compile_graph(graph, _resolve_targets(targets), progress, extra=extra)
         self._close_instance()
         return self
 

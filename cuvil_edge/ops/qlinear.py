@@ -1,0 +1,257 @@
+"""Quantized linear ops on the integer kernels (``qs8-gemm``, ``qb4-gemm`` templates).
+
+Every op takes f32 activations (or uint8 ones already quantized by an imported QuantizeLinear) and
+writes f32: it quantizes its input into scratch (statically, or dynamically at run time), runs the
+int32-accumulating kernel and dequantizes in the epilogue with bias and fused activation. So a
+quantized layer drops in for a float one anywhere in the graph, and layers mix freely.
+
+``xq`` attr (activation quantization):
+    ("static", scale, zero_point, qmax)   scale/zero point from calibration or an imported QDQ pair
+    ("dynamic", qmax, per_row)           computed at run time (per row, or per tensor as ONNX does)
+    ("input", scale, zero_point)         input 0 is already uint8 (imported QLinear* ops)
+qmax 127 (our quantizer: 7-bit activations, the exact relaxed-dot path) or 255 (imported uint8).
+
+Ops:  qgemm   [x, w int8 [K,N], w_scale [N], bias?]             int8 per-channel symmetric weights
+      qconv   [x, w int8 [M,C/G,kh,kw], w_scale [M], bias?]     + conv attrs
+      qb4gemm [x, q uint8 [N,K], scale [N,K/G], zp int32 [N,K/G], bias?]   4-bit group-wise
+      qb4conv [x, q uint8 [M,C,kh,kw], scale, zp, bias?]        + conv attrs (group 1)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..codegen.emit import EmitContext
+from ..errors import ShapeError
+from ..ir.graph import Node, TensorType
+from .common import act_c
+from .conv import _infer as conv_infer
+from .conv import conv_geometry
+from .registry import OpDef, register
+
+COL_BYTES = 262144  # im2col rows per chunk: about 256 KiB of uint8 patches
+
+
+def _ceil(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _pad(v: np.ndarray, n: int, dtype: str) -> np.ndarray:
+    out = np.zeros(n, dtype)
+    out[: v.size] = v.reshape(-1)
+    return out
+
+
+def pack_s8(wq: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, groups: int = 1
+            ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
+    """[I, K] int8 rows (I = groups x rows per group) -> rows padded to 4 per group, K to 16, plus the
+    row sums (zero-point compensation), scales and bias padded the same way."""
+    i_all, k = wq.shape
+    rows = i_all // groups
+    rp, ldw = _ceil(rows, 4), _ceil(k, 16)
+    w = np.zeros((groups, rp, ldw), np.int8)
+    w[:, :rows, :k] = wq.reshape(groups, rows, k)
+    per = [(wq.astype(np.int32).sum(1), "int32"), (scale.astype(np.float32), "float32"),
+           (np.zeros(i_all, np.float32) if bias is None else bias.astype(np.float32), "float32")]
+    wsum, ws, b = (np.concatenate([_pad(v.reshape(groups, rows)[g], rp, dt) for g in range(groups)])
+                   for v, dt in per)
+    return w.reshape(-1), ldw, wsum, ws, b
+
+
+def pack_b4(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, bias: np.ndarray | None, group: int
+            ) -> tuple[np.ndarray, ...]:
+    """[I, K] nibbles (0..15) with [I, K/G] scales and zero points -> the qb4 kernel layout (see its
+    template): packed bytes, scales and zero points [I/4][K/G][4], wsc and bias padded to 4."""
+    i, k = q.shape
+    ng, ip = k // group, _ceil(i, 4)
+    qp = np.zeros((ip, k), np.uint8)
+    qp[:i] = q
+    zpp = np.full((ip, ng), 0, np.int32)
+    zpp[:i] = zp
+    sp = np.zeros((ip, ng), np.float32)
+    sp[:i] = scale
+    chunks = qp.reshape(ip, k // 32, 2, 16)  # per 32 k: low nibbles k..k+15, high k+16..k+31
+    packed = (chunks[:, :, 0] | (chunks[:, :, 1] << 4)).astype(np.uint8).reshape(ip // 4, 4, ng, group // 2)
+    packed = packed.transpose(0, 2, 1, 3)
+    qsum = qp.reshape(ip, ng, group).astype(np.int64).sum(2)
+    wsc = (sp * (qsum - group * zpp)).sum(1).astype(np.float32)
+    lay = lambda a: np.ascontiguousarray(a.reshape(ip // 4, 4, ng).transpose(0, 2, 1))  # noqa: E731
+    b = np.zeros(i, np.float32) if bias is None else bias.astype(np.float32)
+    return (np.ascontiguousarray(packed).reshape(-1), lay(sp), lay(zpp), wsc, _pad(b, ip, "float32"))
+
+
+def _bias(node: Node, index: int) -> np.ndarray | None:
+    return node.inputs[index].const if len(node.inputs) > index else None
+
+
+class _Act:
+    """Where the kernel finds its quantized activations: scratch layout and the C to fill it."""
+
+    def __init__(self, node: Node, rows: int, k: int) -> None:
+        self.mode = node.attrs["xq"]
+        self.rows, self.k = rows, k
+        self.n = rows * k
+
+    @property
+    def qmax(self) -> int:
+        mode = self.mode
+        return {"static": lambda: mode[3], "dynamic": lambda: mode[1], "input": lambda: 255}[mode[0]]()
+
+    @property
+    def xbits(self) -> int:
+        return 7 if self.qmax == 127 else 8
+
+    @property
+    def xstep(self) -> int:
+        return int(self.mode[0] == "dynamic" and self.mode[2])
+
+    def scratch_bytes(self) -> int:
+        return _ceil(self.n, 64) + 8 * self.rows + 64
+
+    def emit(self, node: Node, ctx: EmitContext, base: int) -> tuple[str, str, str, str, int]:
+        """(C that quantizes x, uint8 pointer, scale pointer, zero-point pointer, bytes used)."""
+        x = node.inputs[0]
+        if self.mode[0] == "input":
+            return ("", ctx.ptr(x), *self._const_params(ctx), 0)
+        xq = f"((uint8_t*)(A + {base}))"
+        if self.mode[0] == "static":
+            s, z = self._const_params(ctx)
+            return (f"qu8_quantize({self.n}, {ctx.ptr(x)}, {xq}, {s}, {z}, {self.qmax});", xq, s, z,
+                    _ceil(self.n, 64))
+        off = base + _ceil(self.n, 64)
+        s, z = f"((float*)(A + {off}))", f"((int32_t*)(A + {off + 4 * self.rows}))"
+        rows, k = (self.rows, self.k) if self.xstep else (1, self.n)
+        return (f"qu8_quantize_dyn({rows}, {k}, {ctx.ptr(x)}, {xq}, {s}, {z}, {self.qmax});", xq, s, z,
+                self.scratch_bytes())
+
+    def _const_params(self, ctx: EmitContext) -> tuple[str, str]:
+        return (ctx.weight(np.array([self.mode[1]], np.float32)),
+                ctx.weight(np.array([self.mode[2]], np.int32), "int32_t"))
+
+
+def _scratch_base(ctx: EmitContext) -> int:
+    assert ctx.node is not None
+    return ctx.plan.scratch[id(ctx.node)]
+
+
+# -- qgemm / qb4gemm: y[..., N] = act(x[..., K] . W + bias) --------------------------------------
+def _gemm_shape(node: Node, k: int, n: int) -> list[TensorType]:
+    x = node.inputs[0].type
+    if x.shape[-1] != k:
+        raise ShapeError(f"{node.name}: {node.op} input {x.shape} does not end in K={k}")
+    return [TensorType((*x.shape[:-1], n), "float32")]
+
+
+def _qgemm_infer(node: Node) -> list[TensorType]:
+    k, n = node.inputs[1].type.shape
+    return _gemm_shape(node, k, n)
+
+
+def _gemm_rows(node: Node) -> tuple[int, int]:
+    k = node.inputs[0].type.shape[-1]
+    return node.inputs[0].type.size // k, k
+
+
+def _qgemm_scratch(node: Node) -> int:
+    return _Act(node, *_gemm_rows(node)).scratch_bytes()
+
+
+def _qgemm_emit(node: Node, ctx: EmitContext) -> str:
+    m, k = _gemm_rows(node)
+    n = node.inputs[1].type.shape[1]
+    w, ldw, wsum, ws, b = pack_s8(node.inputs[1].const.T, node.inputs[2].const, _bias(node, 3))
+    act = _Act(node, m, k)
+    pre, xq, s, z, _ = act.emit(node, ctx, _scratch_base(ctx))
+    ctx.use_kernel(f"qs8-gemm{'' if act.xbits == 7 else '-x8'}-4x{min(m, 2)}")
+    return (f"{pre}\nqs8_gemm_x{act.xbits}({n}, {m}, {k}, {ctx.weight(w, 'int8_t')}, {ldw}, {xq}, {k}, {s}, "
+            f"{z}, {act.xstep}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, {ctx.weight(b)}, "
+            f"{ctx.ptr(node.outputs[0])}, 1, {n}, {act_c(node)});")
+
+
+register(OpDef("qgemm", _qgemm_infer, None, _qgemm_emit, kernels=("qs8-gemm",), scratch=_qgemm_scratch))
+
+
+def _qb4gemm_infer(node: Node) -> list[TensorType]:
+    n, k = node.inputs[1].type.shape
+    return _gemm_shape(node, k, n)
+
+
+def _qb4gemm_emit(node: Node, ctx: EmitContext) -> str:
+    m, k = _gemm_rows(node)
+    n = node.inputs[1].type.shape[0]
+    group = k // node.inputs[2].type.shape[1]
+    w, ws, wz, wsc, b = pack_b4(node.inputs[1].const, node.inputs[2].const, node.inputs[3].const,
+                                _bias(node, 4), group)
+    act = _Act(node, m, k)
+    pre, xq, s, z, _ = act.emit(node, ctx, _scratch_base(ctx))
+    ctx.use_kernel("qb4-gemm-4x1")
+    return (f"{pre}\nqb4_gemm({n}, {m}, {k}, {group}, {ctx.weight(w, 'uint8_t')}, {ctx.weight(ws)}, "
+            f"{ctx.weight(wz, 'int32_t')}, {ctx.weight(wsc)}, {xq}, {k}, {s}, {z}, {act.xstep}, "
+            f"{ctx.weight(b)}, {ctx.ptr(node.outputs[0])}, 1, {n}, {act_c(node)});")
+
+
+register(OpDef("qb4gemm", _qb4gemm_infer, None, _qb4gemm_emit, kernels=("qs8-gemm", "qb4-gemm"),
+               scratch=_qgemm_scratch))
+
+
+# -- qconv / qb4conv: NCHW convolution through im2col rows ----------------------------------------
+def _conv_k(g: dict[str, int]) -> int:
+    return g["C"] // g["G"] * g["kh"] * g["kw"]
+
+
+def _pchunk(g: dict[str, int]) -> int:
+    return max(1, min(g["OH"] * g["OW"], COL_BYTES // max(_conv_k(g), 1)))
+
+
+def _qconv_scratch(node: Node) -> int:
+    g = conv_geometry(node)
+    x = node.inputs[0].type
+    return _Act(node, 1, x.size).scratch_bytes() + _ceil(_pchunk(g) * _conv_k(g), 64) + 64
+
+
+def _conv_args(g: dict[str, int]) -> str:
+    return (f"{g['M']}, {g['OH']}, {g['OW']}, {g['G']}, {g['kh']}, {g['kw']}, {g['sh']}, {g['sw']}, "
+            f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}")
+
+
+def _conv_prologue(node: Node, ctx: EmitContext) -> tuple[dict[str, int], _Act, str, str, str, str, str]:
+    """Geometry, activation quantization (per tensor) and the im2col scratch pointer."""
+    g = conv_geometry(node)
+    act = _Act(node, 1, node.inputs[0].type.size)
+    base = _scratch_base(ctx)
+    pre, xq, s, z, used = act.emit(node, ctx, base)
+    col = f"((uint8_t*)(A + {base + used}))"
+    return g, act, pre, xq, s, z, col
+
+
+def _qconv_emit(node: Node, ctx: EmitContext) -> str:
+    g, act, pre, xq, s, z, col = _conv_prologue(node, ctx)
+    wq = node.inputs[1].const.reshape(g["M"], -1)
+    w, ldw, wsum, ws, b = pack_s8(wq, node.inputs[2].const, _bias(node, 3), g["G"])
+    mr = min(g["M"] // g["G"], 4)
+    ctx.use_kernel(f"qs8-conv-im2col-gemm{'' if act.xbits == 7 else '-x8'}-{mr}x2")
+    return (f"{pre}\nqs8_conv2d_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
+            f"{ctx.weight(w, 'int8_t')}, {ldw}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
+            f"{ctx.weight(b)}, {s}, {z}, {ctx.ptr(node.outputs[0])}, {_conv_args(g)}, {_pchunk(g)}, {col}, "
+            f"{act_c(node)});")
+
+
+register(OpDef("qconv", conv_infer, None, _qconv_emit, kernels=("qs8-gemm",), scratch=_qconv_scratch))
+
+
+def _qb4conv_emit(node: Node, ctx: EmitContext) -> str:
+    g, _, pre, xq, s, z, col = _conv_prologue(node, ctx)
+    k = _conv_k(g)
+    group = k // node.inputs[2].type.shape[1]
+    w, ws, wz, wsc, b = pack_b4(node.inputs[1].const.reshape(g["M"], k), node.inputs[2].const,
+                                node.inputs[3].const, _bias(node, 4), group)
+    ctx.use_kernel("qb4-conv-im2col-gemm-4x1")
+    return (f"{pre}\nqb4_conv2d({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {ctx.weight(w, 'uint8_t')}, "
+            f"{ctx.weight(ws)}, {ctx.weight(wz, 'int32_t')}, {ctx.weight(wsc)}, {ctx.weight(b)}, {s}, {z}, "
+            f"{ctx.ptr(node.outputs[0])}, {g['M']}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, "
+            f"{g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {group}, {_pchunk(g)}, {col}, "
+            f"{act_c(node)});")
+
+
+register(OpDef("qb4conv", conv_infer, None, _qb4conv_emit, kernels=("qs8-gemm", "qb4-gemm"),
+               scratch=_qconv_scratch))

@@ -1,0 +1,95 @@
+"""Integer kernels: qgemm/qconv/qb4gemm against a numpy reference of the same integer math, and the
+baseline-SIMD128 and relaxed-SIMD variants giving bit-identical results on the same inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx import shape_inference as si
+
+from cuvil_edge import CuvilModel, Target
+from cuvil_edge.compiler import optimize_graph
+from cuvil_edge.quant.calibrate import ActRange
+from cuvil_edge.quant.rewrite import (
+    act_qparams,
+    choices_for,
+    quantize_graph,
+    quantize_int4_groups,
+    quantize_int8_rows,
+)
+from cuvil_edge.quant.runner import Runner
+from runtime_wasm.variants import probe_host
+
+
+def _model():
+    """Conv (odd sizes, stride 2, pads) -> flatten (K = 80) -> two MatMuls: every tail path runs."""
+    rng = np.random.default_rng(1)
+    w = {"cw": rng.standard_normal((5, 3, 3, 3)).astype(np.float32) * 0.3,
+         "cb": rng.standard_normal(5).astype(np.float32),
+         "w1": rng.standard_normal((5 * 4 * 4, 64)).astype(np.float32) * 0.2,
+         "w2": rng.standard_normal((64, 13)).astype(np.float32) * 0.2}
+    nodes = [helper.make_node("Conv", ["x", "cw", "cb"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Flatten", ["r"], ["f"]),
+             helper.make_node("MatMul", ["f", "w1"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3, 7, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in w.items()])
+    cm = CuvilModel.load(si.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])))
+    optimize_graph(cm.graph)
+    return cm.graph
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return _model()
+
+
+def _plan(graph, choice: str) -> dict[str, str]:
+    """Every layer integer (float layers use FMA under relaxed SIMD, so they differ by an ulp)."""
+    return {n.name: choice if choice in choices_for(n, 32) else "int8"
+            for n in graph.nodes if n.op in ("conv", "gemm")}
+
+
+@pytest.mark.parametrize("choice", ["int8", "int4"])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_tiers_agree_bit_for_bit(graph, choice, dynamic):
+    if not probe_host().relaxed_simd:
+        pytest.skip("this engine has no relaxed SIMD")
+    x = np.random.default_rng(2).standard_normal((3, 3, 7, 7)).astype(np.float32)
+    ranges = {n.inputs[0].name: ActRange(-3.0, 4.0) for n in graph.nodes}
+    q = quantize_graph(graph, _plan(graph, choice), ranges, dynamic=dynamic)
+    outs = []
+    for tier in ("simd128", "relaxed"):
+        with Runner(q, Target(tier, probe_host().family)) as run:
+            outs.append(run({"x": x})["y"])
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_qgemm_matches_integer_reference():
+    """Static int8 gemm = f32(int32 dot of quantized x and w) * scales: exact up to the f32 epilogue."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((70, 13)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 70])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 13])],
+                          [numpy_helper.from_array(w, "w")])
+    graph = CuvilModel.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).graph
+    optimize_graph(graph)
+    x = rng.standard_normal((3, 70)).astype(np.float32)
+    rng_x = ActRange(float(x.min()), float(x.max()))
+    q = quantize_graph(graph, {graph.nodes[0].name: "int8"}, {"x": rng_x})
+    s, z = act_qparams(rng_x)
+    wq, ws = quantize_int8_rows(w.T)
+    xq = np.clip(np.rint(x / np.float32(s)) + z, 0, 127).astype(np.int32)
+    want = ((xq - z) @ wq.T.astype(np.int32)).astype(np.float32) * (ws * np.float32(s))
+    with Runner(q) as run:
+        np.testing.assert_allclose(run({"x": x})["y"], want, rtol=1e-6, atol=1e-5)
+
+
+def test_int4_group_quantization_roundtrip():
+    w = np.random.default_rng(4).standard_normal((8, 64)).astype(np.float32)
+    q, scale, zp = quantize_int4_groups(w, 32)
+    assert q.max() <= 15 and zp.shape == (8, 2)
+    back = (q.reshape(8, 2, 32).astype(np.float32) - zp[..., None]) * scale[..., None]
+    assert np.abs(back.reshape(8, 64) - w).max() <= scale.max() / 2 + 1e-6
