@@ -1,6 +1,7 @@
 """Data movement: transpose, concat, slice, split, pad, expand, tile, gather, plus fold-only shape ops.
 
-Run-time kernels move 32-bit elements by size (``x32-movement``), so one kernel serves f32 and i32.
+Run-time kernels move 32-bit elements by size (``x32-movement``), so one kernel serves f32 and i32;
+8-byte elements move as pairs of 32-bit words, 1- and 2-byte ones through the byte kernels (``x8_*``).
 Every op is reduced at build time to a strided N-d copy, a 2-D block transpose or a gather through
 per-dim offset tables, after merging dims that stay contiguous: most real transposes/slices end up
 rank 2 or 3. ``constant_of_shape`` and ``range`` exist only to fold shape chains and weight builders
@@ -48,16 +49,25 @@ def merge_dims(shape: Sequence[int], *strides: Sequence[int]) -> tuple[list[int]
     return dims, sts
 
 
+def _unit(v: Value) -> tuple[str, int]:
+    """Kernel prefix and words per element: 4/8-byte elements move as 32-bit words, others as bytes."""
+    size = v.type.itemsize
+    return ("x32", size // 4) if size % 4 == 0 else ("x8", size)
+
+
 def _u32(node: Node, *values: Value) -> None:
+    """Run-time movement takes any element size the kernels can move (1, 2, 4, 8 bytes)."""
     for v in values:
-        if v.type.itemsize != 4:
-            raise UnsupportedOperator(node.op, node.name, None, f"run-time {node.op} moves 4-byte "
-                                      f"elements; {v.name!r} is {v.type.dtype}")
+        if v.type.itemsize not in (1, 2, 4, 8):
+            raise UnsupportedOperator(node.op, node.name, None, f"run-time {node.op} of {v.type.dtype} "
+                                      f"({v.name!r})")
 
 
 def _ptr(ctx: EmitContext, v: Value, offset: int = 0) -> str:
-    p = ctx.ptr(v, "uint32_t")
-    return f"({p} + {offset})" if offset else p
+    """Pointer to element ``offset`` of v, typed as the words its kernel moves."""
+    prefix, k = _unit(v)
+    p = ctx.ptr(v, "uint32_t" if prefix == "x32" else "uint8_t")
+    return f"({p} + {offset * k})" if offset else p
 
 
 def copy_nd(ctx: EmitContext, x: Value, y: Value, shape: Sequence[int], xs: Sequence[int],
@@ -65,10 +75,13 @@ def copy_nd(ctx: EmitContext, x: Value, y: Value, shape: Sequence[int], xs: Sequ
     """One strided box copy (element strides, may be 0 or negative), dims merged first."""
     if 0 in shape:
         return ""
+    prefix, k = _unit(x)
+    if k > 1:  # an element is k words: one more (contiguous) dim
+        shape, xs, ys = [*shape, k], [s * k for s in xs] + [1], [s * k for s in ys] + [1]
     dims, (xs2, ys2) = merge_dims(shape, xs, ys)
     if len(dims) > MAX_RANK:
         raise ShapeError(f"{ctx.node.name if ctx.node else '?'}: copy of rank {len(dims)} > {MAX_RANK}")
-    return (f"x32_copy_nd({_ptr(ctx, x, x_off)}, {_ptr(ctx, y, y_off)}, {len(dims)}, "
+    return (f"{prefix}_copy_nd({_ptr(ctx, x, x_off)}, {_ptr(ctx, y, y_off)}, {len(dims)}, "
             f"(const int[]){{{cint_list(dims)}}}, (const int[]){{{cint_list(xs2)}}}, "
             f"(const int[]){{{cint_list(ys2)}}});")
 
@@ -81,7 +94,9 @@ def gather_nd(ctx: EmitContext, x: Value, y: Value, index: Sequence[np.ndarray |
     offset, and each remaining dim becomes a table of element offsets in the weights blob (a
     contiguous last dim needs none).
     """
-    xshape = list(x.type.shape)
+    prefix, k = _unit(x)
+    xshape = list(x.type.shape) + ([k] if k > 1 else [])
+    index = list(index) + ([None] if k > 1 else [])
     oshape = [xshape[d] if idx is None else len(idx) for d, idx in enumerate(index)]
     if 0 in oshape:
         return ""
@@ -113,13 +128,19 @@ def gather_nd(ctx: EmitContext, x: Value, y: Value, index: Sequence[np.ndarray |
         else:
             t = np.arange(n, dtype=np.int64) * s if t is None else t
             ptrs.append(ctx.weight(t.astype(np.int32), "int32_t"))
-    return (f"x32_gather_nd({_ptr(ctx, x, base)}, {_ptr(ctx, y)}, {len(dims)}, "
+    return (f"{prefix}_gather_nd({_ptr(ctx, x, base // k)}, {_ptr(ctx, y)}, {len(dims)}, "
             f"(const int[]){{{cint_list(dims)}}}, (const int32_t* const[]){{{', '.join(ptrs)}}});")
 
 
 def fill(ctx: EmitContext, y: Value, value: float) -> str:
-    bits = int(np.asarray(value, y.type.dtype).reshape(1).view(np.uint32)[0])
-    return f"x32_fill({_ptr(ctx, y)}, {bits}u, {y.type.size});"
+    """Fill y with ``value``: 32-bit words when the element's bytes repeat per word, else byte stores."""
+    raw = np.asarray(value, y.type.dtype).reshape(1).view(np.uint8)
+    if raw.size % 4 == 0 and np.all(raw.reshape(-1, 4) == raw[:4]):
+        bits = int(raw[:4].view(np.uint32)[0])
+        return f"x32_fill({ctx.ptr(y, 'uint32_t')}, {bits}u, {y.type.nbytes // 4});"
+    elems = ", ".join(str(int(b)) for b in raw)
+    return (f"for (size_t i = 0; i < {y.type.size}; i++) "
+            f"memmove({ctx.ptr(y, 'uint8_t')} + i * {raw.size}, (const uint8_t[]){{{elems}}}, {raw.size});")
 
 
 def _axis(node: Node, rank: int) -> int:
@@ -145,12 +166,12 @@ def _transpose_emit(node: Node, ctx: EmitContext) -> str:
     shape, xs = list(y.type.shape), [xst[p] for p in perm]
     dims, (mxs, _) = merge_dims(shape, xs, strides_of(shape))
     # after merging, a real transpose is y[b][c][r] = x[b][r][c]: xs = (R*C,) 1, C
-    if len(dims) in (2, 3) and mxs[-2] == 1 and mxs[-1] == dims[-2] and \
+    if _unit(x) == ("x32", 1) and len(dims) in (2, 3) and mxs[-2] == 1 and mxs[-1] == dims[-2] and \
             (len(dims) == 2 or mxs[0] == dims[1] * dims[2]):
         ctx.use_kernel("x32-transpose-4x4")
         b = dims[0] if len(dims) == 3 else 1
         return f"x32_transpose({_ptr(ctx, x)}, {_ptr(ctx, y)}, {b}, {dims[-1]}, {dims[-2]});"
-    ctx.use_kernel("x32-copynd" if mxs[-1] == 1 else "x32-copynd-strided")
+    ctx.use_kernel(f"{_unit(x)[0]}-copynd" + ("" if mxs[-1] == 1 else "-strided"))
     return copy_nd(ctx, x, y, shape, xs, strides_of(shape))
 
 
@@ -356,7 +377,7 @@ register(OpDef("tile", _tile_infer, lambda n, a: [np.tile(a[0], n.attrs["repeats
                kernels=KERNELS))
 
 
-# -- gather (axis; run time needs build-time indices) ---------------------------------------------------
+# -- gather (axis): build-time indices become offset tables, run-time ones index rows -----------------
 def _gather_infer(node: Node) -> list[TensorType]:
     x, i = node.inputs[0].type, node.inputs[1].type
     ax = _axis(node, len(x.shape))
@@ -367,12 +388,28 @@ def _gather_fold(node: Node, args) -> list[np.ndarray]:
     return [np.take(args[0], args[1].astype(np.int64), axis=_axis(node, args[0].ndim))]
 
 
+def _gather_runtime(node: Node, ctx: EmitContext, ax: int) -> str:
+    """Run-time indices (embedding lookups): one row copy of ``inner`` elements per index, in C."""
+    x, ind, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    s = x.type.shape
+    outer, dim, inner, n = math.prod(s[:ax]), s[ax], math.prod(s[ax + 1:]) * x.type.itemsize, ind.type.size
+    ctx.use_kernel("x8-gather-rows")
+    xp, yp = ctx.ptr(x, "uint8_t"), ctx.ptr(y, "uint8_t")
+    return (f"for (int o = 0; o < {outer}; o++)\n"
+            f"  for (int i = 0; i < {n}; i++) {{\n"
+            f"    int64_t j = (int64_t){ctx.ptr(ind)}[i];\n"
+            f"    j = j < 0 ? j + {dim} : j;\n"
+            f"    j = j < 0 ? 0 : j >= {dim} ? {dim - 1} : j;\n"
+            f"    memmove({yp} + ((size_t)o * {n} + i) * {inner}, {xp} + ((size_t)o * {dim} + j) * {inner}, "
+            f"{inner});\n  }}")
+
+
 def _gather_emit(node: Node, ctx: EmitContext) -> str:
     x, ind, y = node.inputs[0], node.inputs[1], node.outputs[0]
-    if not ind.is_const:
-        raise UnsupportedOperator("gather", node.name, None, "run-time indices (only constant indices run)")
-    _u32(node, x)
     ax = _axis(node, len(x.type.shape))
+    if not ind.is_const:
+        return _gather_runtime(node, ctx, ax)
+    _u32(node, x)
     idx = ind.const.astype(np.int64).reshape(-1)
     idx = np.where(idx < 0, idx + x.type.shape[ax], idx)
     ctx.use_kernel("x32-gathernd")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..ir.graph import Graph
 from ..ir.verify import verify
-from . import layout, simplify
+from . import fuse_patterns, layout, simplify
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,8 @@ class Pass:
 
 DEFAULT_PIPELINE: tuple[Pass, ...] = (
     Pass("fold_constants", simplify.fold_constants, "evaluate nodes whose inputs are all constant"),
+    Pass("fuse_patterns", fuse_patterns.fuse_patterns,
+         "LayerNorm, GELU, SiLU, attention subgraphs -> one kernel each; B transposes fold into matmul"),
     Pass("simplify_layout", layout.simplify_layout, "merge/drop transposes, drop no-op slices/concats"),
     Pass("canonicalize_affine", simplify.canonicalize_affine,
          "per-channel constant mul/add/sub/div become one affine (batchnorm) op"),

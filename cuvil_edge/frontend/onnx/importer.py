@@ -64,11 +64,24 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         raise ShapeError(f"--input-shape names unknown inputs {sorted(shapes)}; "
                          f"model inputs are {[v.name for v in graph.inputs]}")
 
+    _convert_nodes(graph, env, g.node, opset)
+    for out in g.output:
+        if out.name not in env:
+            raise ModelFormatError(f"graph output {out.name!r} is never produced")
+        graph.outputs.append(env[out.name])
+    graph.meta["output_names"] = [o.name for o in g.output]
+    return graph
+
+
+def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], opset: int) -> None:
     table = converters()
-    for node in g.node:
+    for node in nodes:
         if node.domain not in ("", "ai.onnx"):
             raise UnsupportedOperator(f"{node.domain}.{node.op_type}", node.name or node.output[0], opset,
                                       "custom-domain operators are not supported")
+        if node.op_type == "If":
+            _inline_if(graph, env, node, opset)
+            continue
         fn = table.get(node.op_type)
         if fn is None:
             raise UnsupportedOperator(node.op_type, node.name or node.output[0], opset)
@@ -77,12 +90,23 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         missing = [o for o in node.output if o and o not in env]
         if missing:
             raise ctx.unsupported(f"outputs {missing} were not produced")
-    for out in g.output:
-        if out.name not in env:
-            raise ModelFormatError(f"graph output {out.name!r} is never produced")
-        graph.outputs.append(env[out.name])
-    graph.meta["output_names"] = [o.name for o in g.output]
-    return graph
+
+
+def _inline_if(graph: Graph, env: dict[str, Value], node: Any, opset: int) -> None:
+    """An ``If`` whose condition folds at build time: the taken branch's nodes join the parent graph
+    (branch names are scoped so they cannot shadow the parent's; outer names stay visible)."""
+    from onnx import helper, numpy_helper
+
+    ctx = ConvertContext(graph, env, node, opset)
+    taken = "then_branch" if bool(ctx.const(0).reshape(-1)[0]) else "else_branch"
+    branch = helper.get_attribute_value(next(a for a in node.attribute if a.name == taken))
+    scope = dict(env)
+    for init in branch.initializer:
+        scope[init.name] = graph.constant(f"{ctx.name}/{init.name}", numpy_helper.to_array(init))
+    _convert_nodes(graph, scope, branch.node, opset)
+    for out, res in zip(node.output, branch.output):
+        if out:
+            env[out] = scope[res.name]
 
 
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16",

@@ -1,5 +1,7 @@
 /* generated from templates/x32-movement.c.in by cuvil_edge/codegen/kernels/generate.py; do not edit */
-/* Data movement on 32-bit elements (f32 and i32 alike: elements are moved by size, never read as numbers).
+/* Data movement on 32-bit elements (f32 and i32 alike: elements are moved by size, never read as numbers),
+ * and x8_copy_nd / x8_gather_nd for bytes (bool, int8; ops/movement.py moves 2- and 8-byte elements as
+ * pairs of bytes or of 32-bit words).
  *
  * Every op in ops/movement.py lowers to one of three shapes of loop, with its dims merged at build time:
  *   x32_copy_nd   y[i] = x[i] over an N-d box with arbitrary element strides on both sides
@@ -45,6 +47,81 @@ KERNEL void x32_copy_nd(const uint32_t* x, uint32_t* y, int rank, const int* sha
   }
 }
 
+KERNEL void x32_gather_nd(const uint32_t* x, uint32_t* y, int rank, const int* shape,
+                          const int32_t* const* tab) {
+  int idx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t outer = 1;
+  for (int d = 0; d + 1 < rank; d++) outer *= (size_t)shape[d];
+  const int n = shape[rank - 1];
+  const int32_t* inner = tab[rank - 1];
+  for (size_t o = 0; o < outer; o++, y += n) {
+    const uint32_t* p = x;
+    for (int d = 0; d + 1 < rank; d++) p += tab[d][idx[d]];
+    if (inner == 0) {
+      x32_run(p, 1, y, 1, n);
+    } else {
+      int i = 0;
+      for (; i + 4 <= n; i += 4)
+        VSTORE(y + i, wasm_i32x4_make((int32_t)p[inner[i]], (int32_t)p[inner[i + 1]],
+                                      (int32_t)p[inner[i + 2]], (int32_t)p[inner[i + 3]]));
+      for (; i < n; i++) y[i] = p[inner[i]];
+    }
+    for (int d = rank - 2; d >= 0; d--) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/* n elements, strides xs/ys: vector copy for contiguous runs, splat for broadcast runs */
+INLINE void x8_run(const uint8_t* x, int xs, uint8_t* y, int ys, int n) {
+  int i = 0;
+  if (ys == 1 && xs == 1) {
+    for (; i < n; i++) y[i] = x[i];
+  } else {
+    for (; i < n; i++) y[(ptrdiff_t)i * ys] = x[(ptrdiff_t)i * xs];
+  }
+}
+
+KERNEL void x8_copy_nd(const uint8_t* x, uint8_t* y, int rank, const int* shape, const int* xs,
+                        const int* ys) {
+  int idx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t outer = 1;
+  for (int d = 0; d + 1 < rank; d++) outer *= (size_t)shape[d];
+  const int n = shape[rank - 1], xi = xs[rank - 1], yi = ys[rank - 1];
+  for (size_t o = 0; o < outer; o++) {
+    x8_run(x, xi, y, yi, n);
+    for (int d = rank - 2; d >= 0; d--) { /* odometer step over the outer dims */
+      x += xs[d]; y += ys[d];
+      if (++idx[d] < shape[d]) break;
+      x -= (ptrdiff_t)xs[d] * shape[d]; y -= (ptrdiff_t)ys[d] * shape[d]; idx[d] = 0;
+    }
+  }
+}
+
+KERNEL void x8_gather_nd(const uint8_t* x, uint8_t* y, int rank, const int* shape,
+                          const int32_t* const* tab) {
+  int idx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t outer = 1;
+  for (int d = 0; d + 1 < rank; d++) outer *= (size_t)shape[d];
+  const int n = shape[rank - 1];
+  const int32_t* inner = tab[rank - 1];
+  for (size_t o = 0; o < outer; o++, y += n) {
+    const uint8_t* p = x;
+    for (int d = 0; d + 1 < rank; d++) p += tab[d][idx[d]];
+    if (inner == 0) {
+      x8_run(p, 1, y, 1, n);
+    } else {
+      int i = 0;
+      for (; i < n; i++) y[i] = p[inner[i]];
+    }
+    for (int d = rank - 2; d >= 0; d--) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 KERNEL void x32_fill(uint32_t* y, uint32_t v, int n) {
   int i = 0; const v128_t vv = wasm_i32x4_splat((int32_t)v);
   for (; i + 4 <= n; i += 4) VSTORE(y + i, vv);
@@ -82,28 +159,3 @@ KERNEL void x32_transpose(const uint32_t* x, uint32_t* y, int B, int R, int C) {
   }
 }
 
-KERNEL void x32_gather_nd(const uint32_t* x, uint32_t* y, int rank, const int* shape,
-                          const int32_t* const* tab) {
-  int idx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  size_t outer = 1;
-  for (int d = 0; d + 1 < rank; d++) outer *= (size_t)shape[d];
-  const int n = shape[rank - 1];
-  const int32_t* inner = tab[rank - 1];
-  for (size_t o = 0; o < outer; o++, y += n) {
-    const uint32_t* p = x;
-    for (int d = 0; d + 1 < rank; d++) p += tab[d][idx[d]];
-    if (inner == 0) {
-      x32_run(p, 1, y, 1, n);
-    } else {
-      int i = 0;
-      for (; i + 4 <= n; i += 4)
-        VSTORE(y + i, wasm_i32x4_make((int32_t)p[inner[i]], (int32_t)p[inner[i + 1]],
-                                      (int32_t)p[inner[i + 2]], (int32_t)p[inner[i + 3]]));
-      for (; i < n; i++) y[i] = p[inner[i]];
-    }
-    for (int d = rank - 2; d >= 0; d--) {
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
-    }
-  }
-}

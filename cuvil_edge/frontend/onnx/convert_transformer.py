@@ -1,0 +1,155 @@
+"""Converters for transformer-era ops: LayerNormalization, Gelu, Einsum (as transpose + matmul),
+comparisons, boolean logic, Where, TopK, ArgMax/ArgMin, CumSum and Hardmax."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...ir.graph import Value
+from .registry import ConvertContext, converter
+
+
+@converter("LayerNormalization")
+def layer_norm(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    if any(o for o in ctx.proto.output[1:]):
+        raise ctx.unsupported("the Mean / InvStdDev outputs")
+    axis = int(ctx.attr("axis", -1)) % len(x.type.shape)
+    norm = x.type.shape[axis:]
+    n = math.prod(norm)
+    scale = ctx.const(1)
+    bias = ctx.const(2, np.zeros(n, np.float32))
+    gamma, beta = (np.broadcast_to(np.asarray(p, np.float32), norm).reshape(-1).copy() for p in (scale, bias))
+    ctx.set_outputs(ctx.emit1("layernorm", [x, ctx.constant(gamma, "gamma"), ctx.constant(beta, "beta")],
+                              {"axis": axis, "eps": float(ctx.attr("epsilon", 1e-5))}))
+
+
+@converter("Gelu")
+def gelu(ctx: ConvertContext) -> None:
+    approx = ctx.attr("approximate", "none")
+    if approx not in ("none", "tanh"):
+        raise ctx.unsupported(f"approximate={approx!r}")
+    ctx.set_outputs(ctx.emit1("gelu", [ctx.input(0)], {"approximate": approx}))
+
+
+# -- Einsum -----------------------------------------------------------------------------------------
+def _permute(ctx: ConvertContext, v: Value, have: str, want: str, tag: str) -> Value:
+    if have == want:
+        return v
+    return ctx.emit1("transpose", [v], {"perm": [have.index(c) for c in want]}, name=f"{ctx.name}/{tag}")
+
+
+def _reshape(ctx: ConvertContext, v: Value, shape: list[int], tag: str) -> Value:
+    return ctx.emit1("reshape", [v], {"shape": [int(d) for d in shape]}, name=f"{ctx.name}/{tag}")
+
+
+@converter("Einsum")
+def einsum(ctx: ConvertContext) -> None:
+    """Two-operand contractions (``bhid,bhjd->bhij`` and friends) become one batched matmul over
+    [batch, free-a, contracted] x [batch, contracted, free-b]; one operand is a transpose."""
+    eq = ctx.attr("equation").replace(" ", "")
+    if "..." in eq or "->" not in eq:
+        raise ctx.unsupported(f"equation {eq!r} (explicit output, no ellipsis, is supported)")
+    lhs, out = eq.split("->")
+    terms = lhs.split(",")
+    xs = ctx.inputs()
+    if any(len(set(t)) != len(t) or len(t) != len(x.type.shape) for t, x in zip(terms, xs)):
+        raise ctx.unsupported(f"equation {eq!r} repeats an index or does not match the input ranks")
+    if len(terms) == 1:
+        if sorted(terms[0]) != sorted(out):
+            raise ctx.unsupported(f"single-operand equation {eq!r} (only permutations)")
+        ctx.set_outputs(_permute(ctx, xs[0], terms[0], out, "perm"))
+        return
+    if len(terms) != 2:
+        raise ctx.unsupported(f"{len(terms)} operands")
+    a, b = terms
+    batch = [c for c in a if c in b and c in out]
+    contr = [c for c in a if c in b and c not in out]
+    free_a = [c for c in a if c not in b]
+    free_b = [c for c in b if c not in a]
+    if any(c not in out for c in free_a + free_b):
+        raise ctx.unsupported(f"equation {eq!r} sums an index of one operand only")
+    size = {c: d for t, x in zip(terms, xs) for c, d in zip(t, x.type.shape)}
+
+    def prod(cs: list[str]) -> int:
+        return math.prod(size[c] for c in cs)
+
+    bs = [size[c] for c in batch]
+    va = _reshape(ctx, _permute(ctx, xs[0], a, "".join(batch + free_a + contr), "a"),
+                  [*bs, prod(free_a), prod(contr)], "a3")
+    vb = _reshape(ctx, _permute(ctx, xs[1], b, "".join(batch + contr + free_b), "b"),
+                  [*bs, prod(contr), prod(free_b)], "b3")
+    y = ctx.emit1("matmul", [va, vb], name=f"{ctx.name}/mm")
+    order = "".join(batch + free_a + free_b)
+    y = _reshape(ctx, y, [size[c] for c in order], "y")
+    ctx.set_outputs(_permute(ctx, y, order, out, "out") if order != out else y)
+
+
+# -- comparisons, logic, where -------------------------------------------------------------------------
+_COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge"}
+
+
+@converter(*_COMPARE)
+def compare(ctx: ConvertContext) -> None:
+    a, b = ctx.input(0), ctx.input(1)
+    if a.type.dtype != b.type.dtype:
+        raise ctx.unsupported(f"operands of different types ({a.type.dtype}, {b.type.dtype})")
+    ctx.set_outputs(ctx.emit1("compare", [a, b], {"kind": _COMPARE[ctx.op_type]}))
+
+
+@converter("And", "Or", "Xor", "Not")
+def logic(ctx: ConvertContext) -> None:
+    ctx.set_outputs(ctx.emit1("logic", ctx.inputs(), {"kind": ctx.op_type.lower()}))
+
+
+@converter("Where")
+def where(ctx: ConvertContext) -> None:
+    c, a, b = ctx.input(0), ctx.input(1), ctx.input(2)
+    if a.type.dtype != b.type.dtype:
+        raise ctx.unsupported(f"branches of different types ({a.type.dtype}, {b.type.dtype})")
+    ctx.set_outputs(ctx.emit1("where", [c, a, b]))
+
+
+# -- index ops ---------------------------------------------------------------------------------------------
+@converter("ArgMax", "ArgMin")
+def argreduce(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    ctx.set_outputs(ctx.emit1("argreduce", [x], {
+        "kind": ctx.op_type[3:].lower(), "axis": int(ctx.attr("axis", 0)) % len(x.type.shape),
+        "keepdims": bool(ctx.attr("keepdims", 1)), "last": bool(ctx.attr("select_last_index", 0))}))
+
+
+@converter("TopK")
+def topk(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    k = int(ctx.attr("k")) if ctx.opset < 10 else int(np.asarray(ctx.const(1)).reshape(-1)[0])
+    ctx.set_outputs(*ctx.emit("topk", [x], {
+        "k": k, "axis": int(ctx.attr("axis", -1)) % len(x.type.shape),
+        "largest": bool(ctx.attr("largest", 1))}, n_outputs=2))
+
+
+@converter("CumSum")
+def cumsum(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    axis = int(np.asarray(ctx.const(1)).reshape(-1)[0]) % len(x.type.shape)
+    ctx.set_outputs(ctx.emit1("cumsum", [x], {"axis": axis, "exclusive": bool(ctx.attr("exclusive", 0)),
+                                              "reverse": bool(ctx.attr("reverse", 0))}))
+
+
+@converter("Hardmax")
+def hardmax(ctx: ConvertContext) -> None:
+    """One-hot of the first maximum: ArgMax, compare with the index ramp, cast to the input type."""
+    x = ctx.input(0)
+    s = x.type.shape
+    axis = int(ctx.attr("axis", -1 if ctx.opset >= 13 else 1)) % len(s)
+    v = x if ctx.opset >= 13 else _reshape(ctx, x, [math.prod(s[:axis]), math.prod(s[axis:])], "2d")
+    ax = axis if ctx.opset >= 13 else 1
+    shape = v.type.shape
+    idx = ctx.emit1("argreduce", [v], {"kind": "max", "axis": ax, "keepdims": True, "last": False},
+                    name=f"{ctx.name}/argmax")
+    ramp = np.arange(shape[ax], dtype=np.int64).reshape([-1] + [1] * (len(shape) - ax - 1))
+    hot = ctx.emit1("compare", [idx, ctx.constant(ramp, "ramp")], {"kind": "eq"}, name=f"{ctx.name}/eq")
+    y = ctx.emit1("cast", [hot], {"to": x.type.dtype}, name=f"{ctx.name}/cast")
+    ctx.set_outputs(y if ctx.opset >= 13 else _reshape(ctx, y, list(s), "out"))

@@ -1,0 +1,92 @@
+"""Converters for vision-head ops: DepthToSpace/SpaceToDepth (reshape + transpose), Instance and Group
+normalisation (layernorm over the group, then a per-channel affine), PRelu and the ``act2`` family."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...ir.graph import Value
+from .registry import ConvertContext, converter
+
+
+def _reshape(ctx: ConvertContext, v: Value, shape: list[int], tag: str) -> Value:
+    return ctx.emit1("reshape", [v], {"shape": [int(d) for d in shape]}, name=f"{ctx.name}/{tag}")
+
+
+@converter("DepthToSpace", "SpaceToDepth")
+def depth_space(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    n, c, h, w = x.type.shape
+    k = int(ctx.attr("blocksize"))
+    if ctx.op_type == "SpaceToDepth":
+        six, perm, out = [n, c, h // k, k, w // k, k], [0, 3, 5, 1, 2, 4], [n, c * k * k, h // k, w // k]
+    elif ctx.attr("mode", "DCR") == "DCR":
+        six, perm, out = [n, k, k, c // (k * k), h, w], [0, 3, 4, 1, 5, 2], [n, c // (k * k), h * k, w * k]
+    else:
+        six, perm, out = [n, c // (k * k), k, k, h, w], [0, 1, 4, 2, 5, 3], [n, c // (k * k), h * k, w * k]
+    t = ctx.emit1("transpose", [_reshape(ctx, x, six, "6d")], {"perm": perm}, name=f"{ctx.name}/perm")
+    ctx.set_outputs(ctx.emit1("reshape", [t], {"shape": out}))
+
+
+def _group_norm(ctx: ConvertContext, x: Value, groups: int, scale: np.ndarray, bias: np.ndarray,
+                eps: float) -> Value:
+    """layernorm over each (n, group) block, then y = scale[c] * y + bias[c]."""
+    s = x.type.shape
+    inner = math.prod(s[1:]) // groups
+    flat = _reshape(ctx, x, [s[0] * groups, inner], "groups")
+    ln = ctx.emit1("layernorm", [flat, ctx.constant(np.ones(inner, np.float32), "ones"),
+                                 ctx.constant(np.zeros(inner, np.float32), "zeros")],
+                   {"axis": 1, "eps": eps}, name=f"{ctx.name}/norm")
+    y = _reshape(ctx, ln, list(s), "back")
+    return ctx.emit1("batchnorm", [y, ctx.constant(scale.astype(np.float32), "scale"),
+                                   ctx.constant(bias.astype(np.float32), "bias")])
+
+
+@converter("InstanceNormalization")
+def instance_norm(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    ctx.set_outputs(_group_norm(ctx, x, x.type.shape[1], ctx.const(1), ctx.const(2),
+                                float(ctx.attr("epsilon", 1e-5))))
+
+
+@converter("GroupNormalization")
+def group_norm(ctx: ConvertContext) -> None:
+    x = ctx.input(0)
+    c, g = x.type.shape[1], int(ctx.attr("num_groups"))
+    scale, bias = (np.asarray(ctx.const(i), np.float32).reshape(-1) for i in (1, 2))
+    if scale.size == g != c:  # opset 18: one scale/bias per group
+        scale, bias = np.repeat(scale, c // g), np.repeat(bias, c // g)
+    ctx.set_outputs(_group_norm(ctx, x, g, scale, bias, float(ctx.attr("epsilon", 1e-5))))
+
+
+@converter("PRelu")
+def prelu(ctx: ConvertContext) -> None:
+    """max(x, 0) + slope * min(x, 0)."""
+    x, slope = ctx.input(0), ctx.input(1)
+    r = len(x.type.shape)
+    if slope.is_const and r > 2 and slope.type.shape == (x.type.shape[1],) != (x.type.shape[-1],):
+        # a [C] slope that cannot broadcast from the right is per channel (PRelu before opset 7)
+        slope = ctx.constant(slope.const.reshape([-1] + [1] * (r - 2)), "slope")
+    zero = ctx.constant(np.zeros((), x.type.dtype), "zero")
+    pos = ctx.emit1("binary", [x, zero], {"kind": "max"}, name=f"{ctx.name}/pos")
+    neg = ctx.emit1("binary", [x, zero], {"kind": "min"}, name=f"{ctx.name}/neg")
+    neg = ctx.emit1("binary", [neg, slope], {"kind": "mul"}, name=f"{ctx.name}/scaled")
+    ctx.set_outputs(ctx.emit1("binary", [pos, neg], {"kind": "add"}))
+
+
+#: ONNX op -> (act2 kind, attr a and its default, attr b and its default)
+_ACT2 = {"Softplus": ("softplus", None, None), "Mish": ("mish", None, None),
+         "Softsign": ("softsign", None, None), "Elu": ("elu", ("alpha", 1.0), None),
+         "Celu": ("celu", ("alpha", 1.0), None),
+         "Selu": ("selu", ("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875)),
+         "ThresholdedRelu": ("thresholdedrelu", ("alpha", 1.0), None),
+         "Shrink": ("shrink", ("lambd", 0.5), ("bias", 0.0))}
+
+
+@converter(*_ACT2)
+def act2(ctx: ConvertContext) -> None:
+    kind, a, b = _ACT2[ctx.op_type]
+    attrs = {"kind": kind, "a": float(ctx.attr(*a)) if a else 0.0, "b": float(ctx.attr(*b)) if b else 0.0}
+    ctx.set_outputs(ctx.emit1("act2", [ctx.input(0)], attrs))

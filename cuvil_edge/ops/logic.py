@@ -1,0 +1,211 @@
+"""Comparison, boolean and selection ops on any element type: ``compare`` (eq/lt/gt/le/ge -> bool),
+``logic`` (and/or/xor/not on bool), ``where`` (cond ? a : b), plus ``argreduce`` (ArgMax/ArgMin),
+``cumsum`` and ``topk``.
+
+These carry masks and ids rather than bulk math, so they are emitted as C loops with every shape and
+stride a build-time constant (broadcasting collapsed as in ``binary``): clang vectorises the
+contiguous inner loops, and no per-type kernel family is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..codegen.emit import EmitContext
+from ..errors import ShapeError
+from ..ir.graph import Node, TensorType, Value
+from .common import broadcast_shape
+from .elementwise import collapse_broadcast
+from .registry import OpDef, register
+
+COMPARE = {"eq": ("==", np.equal), "lt": ("<", np.less), "gt": (">", np.greater),
+           "le": ("<=", np.less_equal), "ge": (">=", np.greater_equal)}
+LOGIC = {"and": ("&&", np.logical_and), "or": ("||", np.logical_or), "xor": ("!=", np.logical_xor)}
+
+
+def broadcast_loop(ctx: EmitContext, y: Value, inputs: Sequence[Value], expr: str) -> str:
+    """Nested C loops writing contiguous ``y[o] = expr`` where ``expr`` names operand k as ``{k}``."""
+    dims = collapse_broadcast(y.type.shape, [v.type.shape for v in inputs])
+    heads, offs = [], [[] for _ in inputs]
+    block = y.type.size
+    yoff = []
+    for d, (size, strides) in enumerate(dims):
+        block //= size
+        heads.append(f"for (size_t i{d} = 0; i{d} < {size}; i{d}++)")
+        yoff.append(f"i{d} * {block}")
+        for k, st in enumerate(strides):
+            if st:
+                offs[k].append(f"i{d} * {st}")
+    reads = [f"{ctx.ptr(v)}[{' + '.join(o) or '0'}]" for v, o in zip(inputs, offs)]
+    return "\n".join([*heads, f"  {ctx.ptr(y)}[{' + '.join(yoff)}] = {expr.format(*reads)};"])
+
+
+def _bool_infer(node: Node) -> list[TensorType]:
+    a = [v.type for v in node.inputs]
+    if len({t.dtype for t in a}) != 1:
+        raise ShapeError(f"{node.name}: operands are {[t.dtype for t in a]}")
+    return [TensorType(broadcast_shape([t.shape for t in a], node.name), "bool")]
+
+
+# -- compare ---------------------------------------------------------------------------------------
+def _compare_emit(node: Node, ctx: EmitContext) -> str:
+    ctx.use_kernel(f"c-{node.attrs['kind']}")
+    return broadcast_loop(ctx, node.outputs[0], node.inputs, f"{{0}} {COMPARE[node.attrs['kind']][0]} {{1}}")
+
+
+register(OpDef("compare", _bool_infer, lambda n, a: [COMPARE[n.attrs["kind"]][1](a[0], a[1])], _compare_emit))
+
+
+# -- logic -----------------------------------------------------------------------------------------
+def _logic_fold(node: Node, args) -> list[np.ndarray]:
+    if node.attrs["kind"] == "not":
+        return [np.logical_not(args[0])]
+    return [LOGIC[node.attrs["kind"]][1](args[0], args[1])]
+
+
+def _logic_emit(node: Node, ctx: EmitContext) -> str:
+    kind = node.attrs["kind"]
+    ctx.use_kernel(f"c-{kind}")
+    expr = "!{0}" if kind == "not" else f"({{0}} != 0) {LOGIC[kind][0]} ({{1}} != 0)"
+    return broadcast_loop(ctx, node.outputs[0], node.inputs, expr)
+
+
+register(OpDef("logic", _bool_infer, _logic_fold, _logic_emit))
+
+
+# -- where(cond, a, b) -------------------------------------------------------------------------------
+def _where_infer(node: Node) -> list[TensorType]:
+    c, a, b = (v.type for v in node.inputs)
+    if c.dtype != "bool" or a.dtype != b.dtype:
+        raise ShapeError(f"{node.name}: where({c.dtype}, {a.dtype}, {b.dtype})")
+    return [TensorType(broadcast_shape([c.shape, a.shape, b.shape], node.name), a.dtype)]
+
+
+def _where_emit(node: Node, ctx: EmitContext) -> str:
+    ctx.use_kernel("c-where")
+    return broadcast_loop(ctx, node.outputs[0], node.inputs, "{0} ? {1} : {2}")
+
+
+register(OpDef("where", _where_infer, lambda n, a: [np.where(a[0], a[1], a[2])], _where_emit))
+
+
+def _outer_inner(shape: Sequence[int], axis: int) -> tuple[int, int, int]:
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+
+
+# -- argreduce (kind max/min, axis, keepdims, select_last_index) -> int64 ----------------------------
+def _arg_infer(node: Node) -> list[TensorType]:
+    s, ax = list(node.inputs[0].type.shape), node.attrs["axis"]
+    if node.attrs["keepdims"]:
+        s[ax] = 1
+    else:
+        del s[ax]
+    return [TensorType(tuple(s), "int64")]
+
+
+def _arg_fold(node: Node, args) -> list[np.ndarray]:
+    x, ax = args[0], node.attrs["axis"]
+    fn = np.argmax if node.attrs["kind"] == "max" else np.argmin
+    if node.attrs["last"]:
+        idx = x.shape[ax] - 1 - fn(np.flip(x, ax), axis=ax)
+    else:
+        idx = fn(x, axis=ax)
+    return [np.asarray(idx, np.int64).reshape(_arg_infer(node)[0].shape)]
+
+
+def _arg_emit(node: Node, ctx: EmitContext) -> str:
+    x, y = node.inputs[0], node.outputs[0]
+    outer, n, inner = _outer_inner(x.type.shape, node.attrs["axis"])
+    better = (">" if node.attrs["kind"] == "max" else "<") + ("=" if node.attrs["last"] else "")
+    ctx.use_kernel(f"c-arg{node.attrs['kind']}")
+    return (f"for (int o = 0; o < {outer}; o++)\n"
+            f"  for (int i = 0; i < {inner}; i++) {{\n"
+            f"    const __typeof__({ctx.ptr(x)}[0])* p = {ctx.ptr(x)} + (size_t)o * {n * inner} + i;\n"
+            f"    int best = 0;\n"
+            f"    for (int j = 1; j < {n}; j++)\n"
+            f"      if (p[(size_t)j * {inner}] {better} p[(size_t)best * {inner}]) best = j;\n"
+            f"    {ctx.ptr(y)}[(size_t)o * {inner} + i] = best;\n  }}")
+
+
+register(OpDef("argreduce", _arg_infer, _arg_fold, _arg_emit))
+
+
+# -- cumsum (axis, exclusive, reverse) ------------------------------------------------------------------
+def _cumsum_fold(node: Node, args) -> list[np.ndarray]:
+    x, ax = args[0], node.attrs["axis"]
+    if node.attrs["reverse"]:
+        x = np.flip(x, ax)
+    y = np.cumsum(x, axis=ax, dtype=x.dtype)
+    if node.attrs["exclusive"]:
+        head = np.zeros_like(np.take(y, [0], axis=ax))
+        y = np.concatenate([head, np.take(y, range(x.shape[ax] - 1), axis=ax)], axis=ax)
+    return [np.flip(y, ax) if node.attrs["reverse"] else y]
+
+
+def _cumsum_emit(node: Node, ctx: EmitContext) -> str:
+    x, y = node.inputs[0], node.outputs[0]
+    outer, n, inner = _outer_inner(x.type.shape, node.attrs["axis"])
+    ctx.use_kernel("c-cumsum")
+    step = -inner if node.attrs["reverse"] else inner
+    first = (n - 1) * inner if node.attrs["reverse"] else 0
+    ct = f"{ctx.ptr(x)}[0]"
+    read, write = "acc += x[k];", "y[k] = acc;"
+    body = f"{write} {read}" if node.attrs["exclusive"] else f"{read} {write}"
+    return (f"for (int o = 0; o < {outer}; o++)\n"
+            f"  for (int i = 0; i < {inner}; i++) {{\n"
+            f"    const __typeof__({ct})* x = {ctx.ptr(x)} + (size_t)o * {n * inner} + i + {first};\n"
+            f"    __typeof__({ct})* y = {ctx.ptr(y)} + (size_t)o * {n * inner} + i + {first};\n"
+            f"    __typeof__({ct}) acc = 0;\n"
+            f"    for (ptrdiff_t j = 0, k = 0; j < {n}; j++, k += {step}) {{ {body} }}\n  }}")
+
+
+register(OpDef("cumsum", lambda n: [n.inputs[0].type], _cumsum_fold, _cumsum_emit))
+
+
+# -- topk (axis, k, largest, sorted=1): values and int64 indices; ties keep the lower index -------------
+def _topk_infer(node: Node) -> list[TensorType]:
+    s = list(node.inputs[0].type.shape)
+    if not 0 <= node.attrs["k"] <= s[node.attrs["axis"]]:
+        raise ShapeError(f"{node.name}: topk k={node.attrs['k']} out of range for {tuple(s)}")
+    s[node.attrs["axis"]] = node.attrs["k"]
+    return [TensorType(tuple(s), node.inputs[0].type.dtype), TensorType(tuple(s), "int64")]
+
+
+def _topk_fold(node: Node, args) -> list[np.ndarray]:
+    x, ax, k = args[0], node.attrs["axis"], node.attrs["k"]
+    order = np.argsort(-x if node.attrs["largest"] else x, axis=ax, kind="stable")
+    idx = np.take(order, range(k), axis=ax)
+    return [np.take_along_axis(x, idx, axis=ax), idx.astype(np.int64)]
+
+
+def _topk_emit(node: Node, ctx: EmitContext) -> str:
+    """Insertion into a sorted list of k per column: O(n k), fine for the small k of detectors."""
+    x, vals, idxs = node.inputs[0], *node.outputs
+    outer, n, inner = _outer_inner(x.type.shape, node.attrs["axis"])
+    k = node.attrs["k"]
+    if k == 0:
+        return ""
+    beats = ">" if node.attrs["largest"] else "<"
+    ctx.use_kernel("c-topk")
+    xp, vp, ip = ctx.ptr(x), ctx.ptr(vals), ctx.ptr(idxs)
+    return (f"for (int o = 0; o < {outer}; o++)\n"
+            f"  for (int i = 0; i < {inner}; i++) {{\n"
+            f"    const size_t xb = (size_t)o * {n * inner} + i, yb = (size_t)o * {k * inner} + i;\n"
+            f"    int cnt = 0;\n"
+            f"    for (int j = 0; j < {n}; j++) {{\n"
+            f"      const __typeof__({xp}[0]) v = {xp}[xb + (size_t)j * {inner}];\n"
+            f"      int p = cnt;\n"
+            f"      while (p > 0 && v {beats} {vp}[yb + (size_t)(p - 1) * {inner}]) p--;\n"
+            f"      if (p >= {k}) continue;\n"
+            f"      for (int q = (cnt < {k} ? cnt : {k} - 1); q > p; q--) {{\n"
+            f"        {vp}[yb + (size_t)q * {inner}] = {vp}[yb + (size_t)(q - 1) * {inner}];\n"
+            f"        {ip}[yb + (size_t)q * {inner}] = {ip}[yb + (size_t)(q - 1) * {inner}];\n"
+            f"      }}\n"
+            f"      {vp}[yb + (size_t)p * {inner}] = v; {ip}[yb + (size_t)p * {inner}] = j;\n"
+            f"      if (cnt < {k}) cnt++;\n    }}\n  }}")
+
+
+register(OpDef("topk", _topk_infer, _topk_fold, _topk_emit))

@@ -1,0 +1,102 @@
+"""The onnx package's shipped backend cases in ``pytorch-converted``, ``pytorch-operator`` and ``simple``:
+each a model.onnx with test_data_set_0/input_*.pb and output_*.pb, compiled and compared with the
+shipped outputs (onnx's runner tolerances: rtol 1e-3, atol 1e-7; 1e-5 absolute for our fp32 math).
+
+Cases listed in ``suites_passing.txt`` must pass (the list only grows). Probe the rest with
+``python -m tests.conformance.test_onnx_node_suites --probe [CASE ...]``: one pass/fail line per case
+with the reason (unsupported op named, or the largest error), then the pass count.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
+SUITES = ("pytorch-converted", "pytorch-operator", "simple")
+PASSING_FILE = Path(__file__).with_name("suites_passing.txt")
+RTOL, ATOL = 1e-3, 1e-5
+
+
+def all_cases() -> list[str]:
+    """``suite/case`` for every case that ships input/output pairs."""
+    return sorted(
+        f"{d.parent.name}/{d.name}"
+        for s in SUITES
+        for d in (DATA / s).iterdir()
+        if list(d.glob("test_data_set_0/output_*.pb"))
+    )
+
+
+def passing_cases() -> list[str]:
+    lines = (ln.strip() for ln in PASSING_FILE.read_text().splitlines())
+    return [ln for ln in lines if ln and not ln.startswith("#")]
+
+
+def _tensors(d: Path, kind: str) -> list[np.ndarray]:
+    files = sorted(d.glob(f"{kind}_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
+    return [numpy_helper.to_array(onnx.load_tensor(str(f))) for f in files]
+
+
+def run_case(case: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(ours, shipped) outputs by name for one case; old opsets are upgraded to 7 when below it."""
+    from cuvil_edge import CuvilModel, Target
+
+    model = onnx.load(str(DATA / case / "model.onnx"))
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    if opset < 7:
+        model = onnx.version_converter.convert_version(model, 7)
+    inits = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in inits]
+    d = DATA / case / "test_data_set_0"
+    feeds = dict(zip(names, _tensors(d, "input")))
+    want = dict(zip([o.name for o in model.graph.output], _tensors(d, "output")))
+    shapes = {k: v.shape for k, v in feeds.items()}
+    with CuvilModel.load(model, input_shapes=shapes).optimize(targets=[Target()]) as cm:
+        return cm.predict(feeds), want
+
+
+def check_case(case: str) -> None:
+    got, want = run_case(case)
+    for name, ref in want.items():
+        np.testing.assert_allclose(got[name], ref, rtol=RTOL, atol=ATOL, err_msg=f"{case} {name}")
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("case", passing_cases())
+def test_listed_case_passes(case: str) -> None:
+    check_case(case)
+
+
+def test_passing_list_is_known_and_sorted() -> None:
+    listed = passing_cases()
+    assert listed == sorted(set(listed)) and set(listed) <= set(all_cases())
+
+
+def probe(cases: list[str]) -> int:
+    passed = 0
+    for case in cases:
+        try:
+            check_case(case)
+        except Exception as exc:  # report every failure kind with its reason
+            reason = " ".join(str(exc).split())[:160]
+            print(f"FAIL {case}: {type(exc).__name__}: {reason}")
+        else:
+            passed += 1
+            print(f"PASS {case}")
+    print(f"{passed}/{len(cases)} passed")
+    return passed
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--probe", action="store_true", help="run cases and print pass/fail with reasons")
+    ap.add_argument("cases", nargs="*", help="suite/case names (default: every case)")
+    args = ap.parse_args()
+    if args.probe:
+        probe(args.cases or all_cases())
