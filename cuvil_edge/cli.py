@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .cli_fleet import register as register_fleet
 from .cli_ota import add_signing_args, sign_model_dir
 from .cli_ota import register as register_ota
 from .errors import CuvilError
@@ -242,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--repeat", type=int, default=50)
     d.set_defaults(fn=cmd_demo)
     register_ota(sub)
+    register_fleet(sub)
     return ap
 
 

@@ -74,5 +74,11 @@ def run_demo(workdir: str | None = None, repeat: int = 50) -> int:
     say(f"5. latency, 1 thread, median of {repeat}: cuvil-edge wasm {ours_ms:.3f} ms (p95 {ours_p95:.3f}), "
         f"onnxruntime native {ort_ms:.3f} ms (p95 {ort_p95:.3f}), ratio {ours_ms / ort_ms:.2f}x")
     device.close()
-    print("demo OK" if ok else "demo FAILED: outputs differ from onnxruntime")
+
+    say("6. ship it: sign, publish over MQTT; a cuvil-agent verifies, self-tests, installs and serves it")
+    from .cli_fleet import demo as fleet_demo
+
+    shipped = fleet_demo(root, model_dirs=[out_dir]) == 0
+    ok = ok and shipped
+    print("demo OK" if ok else "demo FAILED")
     return 0 if ok else 1

@@ -1,11 +1,13 @@
-"""Over-the-air updates: signed bundle format, trust state machine, A/B installer, ``cuvil-agent``.
+"""Over-the-air updates: signed bundle format, trust state machine, A/B installer, MQTT fleet protocol
+and transport, and the ``cuvil-agent`` daemon.
 
 Device side: imports nothing from the host packager (``cuvil_edge``). The bundle format and the
 trust checks need only the standard library and ``cryptography``; the installer adds the runtime.
 """
 
+from .agent import Agent
 from .bundle import read_header, read_payloads, verify_bundle, write_bundle
-from .config import OtaConfig
+from .config import AgentConfig, BrokerSettings, OtaConfig, TransferLimits, load_agent_config
 from .crypto import canonical_bytes, key_id
 from .errors import (
     BadSignature,
@@ -17,23 +19,34 @@ from .errors import (
     InstallError,
     LengthMismatch,
     NoActiveModel,
+    NotAuthorized,
     NothingToRollBack,
     OtaError,
+    ReplayedCommand,
     RollbackError,
     SelfTestFailed,
+    SlowRetrieval,
     ThresholdNotMet,
+    TransferFailed,
+    TransportError,
+    UnauthorizedMessage,
     UntrustedKey,
     VerificationError,
     WrongTarget,
 )
 from .installer import STEPS, FileWriter, Installer
 from .metadata import FileEntry, Manifest, Root
+from .protocol import Announcement, Command, Topics
+from .transport import MqttClient
 from .trust import TrustState
 
 __all__ = [
-    "STEPS", "BadSignature", "BrokenChain", "DiskFull", "ExpiredMetadata", "FileEntry", "FileWriter",
-    "FormatError", "HashMismatch", "InstallError", "Installer", "LengthMismatch", "Manifest",
-    "NoActiveModel", "NothingToRollBack", "OtaError", "OtaConfig", "Root", "RollbackError", "SelfTestFailed",
-    "ThresholdNotMet", "TrustState", "UntrustedKey", "VerificationError", "WrongTarget",
-    "canonical_bytes", "key_id", "read_header", "read_payloads", "verify_bundle", "write_bundle",
+    "STEPS", "Agent", "AgentConfig", "Announcement", "BadSignature", "BrokenChain", "BrokerSettings",
+    "Command", "DiskFull", "ExpiredMetadata", "FileEntry", "FileWriter", "FormatError", "HashMismatch",
+    "InstallError", "Installer", "LengthMismatch", "Manifest", "MqttClient", "NoActiveModel", "NotAuthorized",
+    "NothingToRollBack", "OtaConfig", "OtaError", "ReplayedCommand", "Root", "RollbackError",
+    "SelfTestFailed", "SlowRetrieval", "ThresholdNotMet", "Topics", "TransferFailed", "TransferLimits",
+    "TransportError", "TrustState", "UnauthorizedMessage", "UntrustedKey", "VerificationError", "WrongTarget",
+    "canonical_bytes", "key_id", "load_agent_config", "read_header", "read_payloads", "verify_bundle",
+    "write_bundle",
 ]

@@ -1,31 +1,43 @@
-"""``cuvil-agent``: the device side of an update (install, rollback, status) over one state directory."""
+"""``cuvil-agent``: the device daemon (``run --config agent.toml``) and one-shot commands (install, rollback,
+status, infer) over one state directory."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from .config import default_hardware_id, load_agent_config
 from .errors import InstallError, OtaError, VerificationError
 from .installer import Installer
-
-
-def default_hardware_id() -> str:
-    """Set per device class at provisioning (``CUVIL_HARDWARE_ID``); a generic id otherwise."""
-    return os.environ.get("CUVIL_HARDWARE_ID") or f"generic-{platform.machine()}"
 
 
 def _read_roots(paths: Sequence[str]) -> list[dict[str, Any]]:
     return [json.loads(Path(p).read_bytes()) for p in paths]
 
 
+def _from_config(args: argparse.Namespace) -> None:
+    """``--config agent.toml`` supplies the state directory, hardware id, profile and trust root."""
+    if args.config:
+        cfg = load_agent_config(args.config)
+        args.state_dir, args.profile = cfg.state_dir, args.profile or cfg.profile or None
+        args.hardware_id = cfg.hardware_id or args.hardware_id
+        args.root = args.root or ([cfg.trust_root] if cfg.trust_root else [])
+        args.socket = getattr(args, "socket", None) or cfg.socket
+    elif not args.state_dir:
+        raise SystemExit("give --state-dir DIR or --config agent.toml")
+
+
 def _installer(args: argparse.Namespace) -> Installer:
     """Open the state; the first ``--root`` provisions an empty one, newer ones rotate the trust."""
+    _from_config(args)
     roots = _read_roots(args.root or [])
     provisioned = (Path(args.state_dir) / "trust.json").exists()
     bootstrap = roots[0] if roots and not provisioned else None
@@ -55,20 +67,70 @@ def cmd_status(args: argparse.Namespace) -> int:
     m = inst.active_manifest()
     print(f"active: {m.name} {m.version} (release {m.release}); counter {inst.trust.release_counter}; "
           f"root v{inst.trust.root.version}")
+    from .agent import describe_state
+
+    d = describe_state(args.state_dir)
+    t = d["transfer"]
+    print(f"last announcement: seq {d['announce_seq']}; transfer: "
+          + (f"{t['have']} chunks of bundle {t['bundle_sha256'][:12]} verified" if t else "none"))
+    for bundle, reason in d["failed"].items():
+        print(f"failed here: bundle {bundle[:12]}: {reason}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """The daemon: runs until SIGTERM or SIGINT, then reports offline and exits cleanly."""
+    from .agent import Agent
+
+    agent = Agent(load_agent_config(args.config))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return agent.run(stop)
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    """Ask the running agent over its Unix socket: NAME=FILE.npy inputs, outputs printed or saved."""
+    from .serve import infer
+
+    _from_config(args)
+    if not args.socket:
+        raise SystemExit("the agent serves no socket: set agent.socket in its config or give --socket")
+    inputs = {}
+    for item in args.inputs:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise SystemExit(f"inputs are NAME=FILE.npy, got {item!r}")
+        inputs[name] = np.load(path)
+    release, outputs = infer(args.socket, inputs)
+    if args.output:
+        np.savez(args.output, **outputs)
+    for k, v in outputs.items():
+        shown = "" if args.output else f" {v.tolist()}"
+        print(f"{k}: {v.dtype}{list(v.shape)} (release {release}){shown}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cuvil-agent",
-                                 description="Install and roll back signed model bundles.")
+                                 description="Receive, verify, install and serve signed model bundles.")
     sub = ap.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="the daemon: follow the fleet's releases over MQTT, serve inference")
+    run.add_argument("--config", required=True, help="agent.toml")
+    run.set_defaults(fn=cmd_run)
     for name, fn, help_ in (("install", cmd_install, "verify, install, self-test and activate a bundle"),
                             ("rollback", cmd_rollback, "reactivate the previous model after checking it"),
-                            ("status", cmd_status, "show the active model and trust state")):
+                            ("status", cmd_status, "show the active model, trust and update state"),
+                            ("infer", cmd_infer, "run inputs through the running agent's model")):
         p = sub.add_parser(name, help=help_)
         if name == "install":
             p.add_argument("bundle")
-        p.add_argument("--state-dir", required=True)
+        if name == "infer":
+            p.add_argument("inputs", nargs="+", metavar="NAME=FILE.npy")
+            p.add_argument("--socket", help="the agent's Unix socket (default: from --config)")
+            p.add_argument("-o", "--output", help="save the outputs to this .npz")
+        p.add_argument("--config", help="agent.toml: state directory, hardware id and trust root from there")
+        p.add_argument("--state-dir")
         p.add_argument("--root", action="append", metavar="ROOT_JSON",
                        help="signed root metadata: provisions an empty state; newer versions rotate trust "
                             "(give each version in order)")
@@ -82,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
+    except ValueError as exc:  # a bad config file
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except VerificationError as exc:
         print(f"refused: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

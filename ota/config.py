@@ -1,8 +1,38 @@
-"""Limits and tolerances of the update path: typed fields whose names carry their units."""
+"""Limits and settings of the update path: typed fields whose names carry their units.
+
+``OtaConfig`` bounds the bundle checks, ``TransferLimits`` the chunked download, ``BrokerSettings``
+the MQTT connection, and ``AgentConfig`` ties them to one device (``load_agent_config`` reads TOML).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import os
+import platform
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+def default_hardware_id() -> str:
+    """Set per device class at provisioning (``CUVIL_HARDWARE_ID``); a generic id otherwise."""
+    return os.environ.get("CUVIL_HARDWARE_ID") or f"generic-{platform.machine()}"
+
+
+def _check_numbers(obj: object) -> None:
+    """Every numeric field non-negative: a negative limit would silently disable a defence."""
+    for f in fields(obj):  # type: ignore[arg-type]
+        value = getattr(obj, f.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if value < 0:
+            raise ValueError(f"{type(obj).__name__}.{f.name} must be non-negative, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -21,7 +51,111 @@ class OtaConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise ValueError(f"OtaConfig.{f.name} must be a non-negative number, got {value!r}")
+        _check_numbers(self)
         if self.chunk_bytes == 0 or self.max_root_chain_length == 0:
             raise ValueError("OtaConfig.chunk_bytes and max_root_chain_length must be positive")
+
+
+@dataclass(frozen=True)
+class TransferLimits:
+    """Chunked download over MQTT: retries, backoff and the slow-retrieval defence (THREATS 9, 11, 13)."""
+
+    window_chunks: int = 8  # chunk topics subscribed at once (flow control, bounded memory)
+    max_chunk_bytes: int = 96 << 10  # announcements with larger chunks are refused (broker caps ~128 KB)
+    chunk_timeout_s: float = 5.0  # no chunk for this long: request the window again
+    max_retries: int = 8  # re-requests (stalls, corrupted chunks) before the transfer fails
+    backoff_min_s: float = 0.2  # first retry delay; doubles per retry, with jitter
+    backoff_max_s: float = 30.0
+    deadline_s: float = 3600.0  # whole transfer, across resumes in one agent run
+    min_rate_bytes_per_s: float = 64.0  # measured over rate_window_s once that much time has passed
+    rate_window_s: float = 60.0
+    max_command_ttl_s: float = 3600.0  # commands valid longer are refused (bounds the nonce store)
+    max_connect_failures: int = 30  # consecutive broker connect failures before giving up
+
+    def __post_init__(self) -> None:
+        _check_numbers(self)
+        if self.window_chunks == 0 or self.max_chunk_bytes == 0:
+            raise ValueError("TransferLimits.window_chunks and max_chunk_bytes must be positive")
+
+    def backoff_s(self, attempt: int, rand: float) -> float:
+        """Exponential backoff with "equal jitter": half fixed, half random (``rand`` in [0, 1))."""
+        cap = min(self.backoff_max_s, self.backoff_min_s * 2 ** max(attempt - 1, 0))
+        return cap / 2 + cap / 2 * rand
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """Where and how to reach the MQTT broker; the topic prefix lets fleets share a broker."""
+
+    host: str = "127.0.0.1"
+    port: int = 1883
+    username: str = ""
+    password: str = field(default="", repr=False)
+    tls_ca: str = ""  # CA file: enables TLS
+    tls_cert: str = ""  # client certificate (mutual TLS)
+    tls_key: str = ""
+    protocol: int = 5  # 5 (MQTT 5) or 4 (3.1.1, for brokers such as amqtt)
+    keepalive_s: int = 30
+    session_expiry_s: int = 7 * 86400  # persistent session: QoS 1 commands wait for an offline device
+    topic_prefix: str = "cuvil"
+
+    def __post_init__(self) -> None:
+        _check_numbers(self)
+        if self.protocol not in (4, 5):
+            raise ValueError(f"BrokerSettings.protocol must be 4 (MQTT 3.1.1) or 5, got {self.protocol}")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """One device: identity, trust root, state directory, broker and limits."""
+
+    device_id: str
+    fleet: str
+    state_dir: str
+    trust_root: str = ""  # signed root.json; provisions an empty state directory
+    hardware_id: str = ""  # empty: CUVIL_HARDWARE_ID or generic-<machine>
+    profile: str = ""
+    socket: str = ""  # Unix socket for local inference; empty: not served
+    log_file: str = ""  # JSON lines; empty: stderr
+    telemetry_interval_s: float = 60.0
+    broker: BrokerSettings = field(default_factory=BrokerSettings)
+    limits: TransferLimits = field(default_factory=TransferLimits)
+    ota: OtaConfig = field(default_factory=OtaConfig)
+
+
+def _typed(cls: type, table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Check a TOML table against a dataclass's field types; unknown keys are errors, not ignored."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for key, value in table.items():
+        kind = hints.get(key)
+        if kind not in (str, int, float):
+            raise ValueError(f"{where}: unknown setting {key!r}")
+        ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
+        if not ok or isinstance(value, bool):
+            raise ValueError(f"{where}.{key}: expected {kind.__name__}, got {value!r}")
+        out[key] = value
+    return out
+
+
+def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
+    """Sections ``agent``, ``broker`` (secret: ``password_file`` or ``password_env``), ``limits``, ``ota``."""
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    unknown = set(doc) - {"agent", "broker", "limits", "ota"}
+    if unknown:
+        raise ValueError(f"{path}: unknown sections {sorted(unknown)}")
+    broker = dict(doc.get("broker", {}))
+    if "password_file" in broker:
+        broker["password"] = Path(broker.pop("password_file")).read_text().strip()
+    elif "password_env" in broker:
+        broker["password"] = os.environ.get(broker.pop("password_env"), "")
+    try:
+        return AgentConfig(**_typed(AgentConfig, doc.get("agent", {}), "agent"),
+                           broker=BrokerSettings(**_typed(BrokerSettings, broker, "broker")),
+                           limits=TransferLimits(**_typed(TransferLimits, doc.get("limits", {}), "limits")),
+                           ota=OtaConfig(**_typed(OtaConfig, doc.get("ota", {}), "ota")))
+    except TypeError as exc:  # a required [agent] field is missing
+        raise ValueError(f"{path}: {exc}") from None

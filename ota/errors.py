@@ -74,3 +74,27 @@ class NothingToRollBack(InstallError):
 
 class NoActiveModel(InstallError):
     """No model has been installed in this state directory yet."""
+
+
+class ReplayedCommand(VerificationError):
+    """A signed command whose nonce was already used: the same signed bytes were sent again."""
+
+
+class UnauthorizedMessage(VerificationError):
+    """A message on a topic, for a fleet or for a device this agent does not accept it from."""
+
+
+class TransportError(OtaError):
+    """The broker connection failed or a publish was not acknowledged (wraps paho-mqtt's errors)."""
+
+
+class NotAuthorized(TransportError):
+    """The broker refused the credentials or, by its ACL, a publish or subscription."""
+
+
+class TransferFailed(OtaError):
+    """A chunked download could not complete within its retries; partial data is kept for a resume."""
+
+
+class SlowRetrieval(TransferFailed):
+    """The transfer ran past its total deadline or below its minimum rate (a slow-retrieval attack)."""

@@ -1,0 +1,204 @@
+"""``cuvil-edge publish`` and ``cuvil-edge fleet status|command|demo``: staged rollouts over MQTT.
+
+``register(subparsers)`` adds the commands to the ``cuvil-edge`` parser; each sets ``fn``. The broker
+password comes from an environment variable named by ``--password-env`` (never argv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ota.config import BrokerSettings
+
+from .cli_ota import _signing_keys
+from .fleet import FleetError, LocalBroker, Publisher, Rollout, parse_percent, stages_for, tiny_release
+
+
+def _broker(args: argparse.Namespace) -> BrokerSettings:
+    host, _, port = args.broker.rpartition(":")
+    if not host or not port.isdigit():
+        raise FleetError(f"--broker wants HOST:PORT, got {args.broker!r}")
+    password = os.environ.get(args.password_env, "") if args.password_env else ""
+    return BrokerSettings(host=host, port=int(port), username=args.username or "", password=password,
+                          tls_ca=args.tls_ca or "", tls_cert=args.tls_cert or "", tls_key=args.tls_key or "",
+                          protocol=args.mqtt_version, topic_prefix=args.topic_prefix)
+
+
+def _state_file(args: argparse.Namespace) -> Path:
+    return Path(args.state or f"fleet-{args.fleet}.json")
+
+
+def _print_rollout(r: Rollout) -> None:
+    counts: dict[str, int] = {}
+    for outcome in r.outcomes.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    done = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no outcomes yet"
+    reason = f" - {r.reason}" if r.reason else ""
+    print(f"  release {r.release} ({r.version}) stage {r.stage + 1}/{len(r.stages)} "
+          f"({r.stages[r.stage]:g}%): {r.status}; {done}{reason}", flush=True)
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    later = [parse_percent(p) for p in args.stages.split(",")] if args.stages else None
+    canary = parse_percent(args.canary)
+    pub = Publisher(_broker(args), args.fleet, _signing_keys(args), _state_file(args)).start()
+    try:
+        seen = pub.wait_for_devices(args.expect or 1 << 30, args.discover_s)
+        print(f"fleet {args.fleet}: {seen} devices known")
+        rollout = pub.publish(args.bundle, canary, parse_percent(args.halt_on),
+                              stages_for(canary, later) if later else None, args.rollback_on_halt,
+                              args.chunk_kb << 10)
+        print(f"published {args.bundle}: {len(rollout.chunks)} chunks of {args.chunk_kb} KiB, "
+              f"stages {', '.join(f'{p:g}%' for p in rollout.stages)}")
+        if args.no_wait:
+            return 0
+        rollout = pub.watch(args.timeout_s, args.stage_timeout_s, progress=_print_rollout)
+        _print_rollout(rollout)
+    finally:
+        pub.close()
+    return 0 if rollout.status == "complete" else 4
+
+
+def cmd_fleet_status(args: argparse.Namespace) -> int:
+    pub = Publisher(_broker(args), args.fleet, [], _state_file(args)).start()
+    try:
+        time.sleep(args.wait_s)  # retained statuses arrive right after subscribing
+        devices = pub.devices
+        rollout = pub.rollout
+    finally:
+        pub.close()
+    if rollout:
+        _print_rollout(rollout)
+    print(f"{'device':24s} {'state':12s} {'release':>7s}  detail")
+    for d, s in sorted(devices.items()):
+        detail = s.get("reason") or s.get("detail") or ""
+        if s.get("state") == "downloading":
+            detail = f"{s.get('have')}/{s.get('total')} chunks"
+        outcome = rollout.outcomes.get(d, "") if rollout else ""
+        print(f"{d:24s} {s.get('state', '?'):12s} {s.get('release') or '-':>7}  {outcome} {detail}".rstrip())
+    return 0
+
+
+def cmd_fleet_command(args: argparse.Namespace) -> int:
+    pub = Publisher(_broker(args), args.fleet, _signing_keys(args), _state_file(args)).start()
+    try:
+        rollout = pub.rollout
+        sha = rollout.bundle_sha256 if rollout and args.action == "install" else ""
+        pub.command(args.device, args.action, sha)
+    finally:
+        pub.close()
+    print(f"sent signed {args.action} to {args.device}")
+    return 0
+
+
+def demo(workdir: str | os.PathLike[str] | None = None, backend: str | None = None,
+         model_dirs: Sequence[str | os.PathLike[str]] = ()) -> int:
+    """Broker, publisher and one agent on this machine: release 1 active, release 2 rolled out over MQTT,
+    then inference through the agent's socket. Mosquitto when installed, else the embedded amqtt."""
+    import numpy as np
+
+    from ota.agent import Agent
+    from ota.config import AgentConfig
+    from ota.golden import decode_vector
+    from ota.serve import infer
+
+    from .signing import Keyring, build_bundle
+
+    with tempfile.TemporaryDirectory(prefix="cuvil-fleet-demo-", dir=workdir) as tmp:
+        base = Path(tmp)
+        ring = Keyring.init(base / "keys", 1, 1, 1, 1)
+        if model_dirs:  # ship these built models as releases 1, 2, ...
+            bundles = [base / f"release-{i}.cvb" for i in range(1, len(model_dirs) + 1)]
+            for i, (d, b) in enumerate(zip(model_dirs, bundles), 1):
+                build_bundle(d, b, ring.release_keys(), version=f"1.0.{i}", release=i, hardware_ids=["demo"])
+        else:
+            bundles = [tiny_release(base, ring, release, "demo") for release in (1, 2)]
+        with LocalBroker(base / "broker", backend=backend) as broker:
+            print(f"broker: {broker.backend} on 127.0.0.1:{broker.port}")
+            cfg = AgentConfig(device_id="demo-device", fleet="demo", state_dir=str(base / "device"),
+                              trust_root=str(ring.directory / "root.json"), hardware_id="demo",
+                              socket=str(base / "device" / "infer.sock"), log_file=str(base / "agent.log"),
+                              broker=broker.settings())
+            agent, stop = Agent(cfg), threading.Event()
+            thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+            thread.start()
+            pub = Publisher(broker.settings(), "demo", ring.release_keys(), base / "fleet.json").start()
+            try:
+                for bundle in bundles:
+                    pub.wait_for_devices(1, 10)
+                    pub.publish(bundle, canary=100.0, halt_on=0.0)
+                    rollout = pub.watch(timeout_s=60, stage_timeout_s=60)
+                    _print_rollout(rollout)
+                    inputs, want = decode_vector(agent.installer.active_manifest().golden[0])
+                    release, got = infer(cfg.socket, inputs)
+                    ok = all(np.allclose(got[k], want[k], rtol=1e-5, atol=1e-5) for k in want)
+                    print(f"  inference via {cfg.socket}: release {release}, golden output "
+                          f"{'matches' if ok else 'DIFFERS'}")
+            finally:
+                pub.close()
+                stop.set()
+                thread.join(15)
+    return 0 if rollout.status == "complete" and ok else 1
+
+
+def cmd_fleet_demo(args: argparse.Namespace) -> int:
+    return demo(args.workdir)
+
+
+def _broker_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fleet", required=True, help="fleet group name")
+    p.add_argument("--broker", default="127.0.0.1:1883", metavar="HOST:PORT")
+    p.add_argument("--username")
+    p.add_argument("--password-env", metavar="VAR", help="environment variable holding the broker password")
+    p.add_argument("--tls-ca", help="CA file: connect with TLS")
+    p.add_argument("--tls-cert", help="client certificate (mutual TLS)")
+    p.add_argument("--tls-key")
+    p.add_argument("--mqtt-version", type=int, choices=(4, 5), default=5, help="5 (default) or 4 (3.1.1)")
+    p.add_argument("--topic-prefix", default="cuvil")
+    p.add_argument("--state", help="publisher state file (default fleet-<fleet>.json)")
+
+
+def _key_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sign-key", action="append", metavar="KEY_FILE", help="release key file (repeatable)")
+    p.add_argument("--keyring", help="sign with every delegated release key of this keyring")
+    p.add_argument("--passphrase-env", metavar="VAR", help="environment variable holding the key passphrase")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("publish", help="announce a bundle to a fleet and roll it out in stages")
+    p.add_argument("bundle")
+    _broker_args(p)
+    _key_args(p)
+    p.add_argument("--canary", default="10%", help="first stage, percent of known devices")
+    p.add_argument("--stages", help="later stages, e.g. 25,50,100 (default); 100 is always last")
+    p.add_argument("--halt-on", default="5%", help="failure rate within a stage that halts the rollout")
+    p.add_argument("--rollback-on-halt", action="store_true", help="roll back devices that took it")
+    p.add_argument("--chunk-kb", type=int, default=32, help="chunk size in KiB (brokers cap messages)")
+    p.add_argument("--expect", type=int, help="wait until this many devices reported (else --discover-s)")
+    p.add_argument("--discover-s", type=float, default=3.0, help="time to collect device statuses")
+    p.add_argument("--stage-timeout-s", type=float, default=600.0, help="silent devices then count as failed")
+    p.add_argument("--timeout-s", type=float, default=3600.0)
+    p.add_argument("--no-wait", action="store_true", help="publish the first stage and exit")
+    p.set_defaults(fn=cmd_publish)
+
+    f = sub.add_parser("fleet", help="fleet status, signed device commands, local demo")
+    fs = f.add_subparsers(dest="fleet_cmd", required=True)
+    st = fs.add_parser("status", help="per-device state (retained statuses) and the current rollout")
+    _broker_args(st)
+    st.add_argument("--wait-s", type=float, default=1.0)
+    st.set_defaults(fn=cmd_fleet_status)
+    cm = fs.add_parser("command", help="send a signed, one-time command to one device")
+    cm.add_argument("device")
+    cm.add_argument("action", choices=("install", "rollback", "report"))
+    _broker_args(cm)
+    _key_args(cm)
+    cm.set_defaults(fn=cmd_fleet_command)
+    dm = fs.add_parser("demo", help="broker + publisher + one agent on this machine, no setup")
+    dm.add_argument("--workdir", help="where the temporary directory goes")
+    dm.set_defaults(fn=cmd_fleet_demo)

@@ -1,0 +1,418 @@
+"""Fleet publisher (host side): announce a signed bundle to a fleet group, ship it in retained chunks,
+widen the rollout in stages and halt (optionally rolling back) when too many devices fail.
+
+The wire format is ``ota.protocol``'s; this module adds the private keys, the rollout policy and a
+state file (written atomically) so a restarted publisher carries on where it stopped, with its
+announcement counter intact. ``LocalBroker`` runs a throwaway Mosquitto for demos and tests.
+"""
+
+from __future__ import annotations
+
+import getpass
+import io
+import json
+import math
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from ota.bundle import read_header
+from ota.config import BrokerSettings, OtaConfig, TransferLimits
+from ota.metadata import Manifest
+from ota.protocol import (
+    BUCKETS,
+    Announcement,
+    Command,
+    Topics,
+    bucket,
+    format_time,
+    sha256_hex,
+    split_chunks,
+)
+from ota.store import read_json, write_json
+from ota.transport import MqttClient
+
+from .errors import CuvilError
+from .signing import Keyring, build_bundle, sign_envelope
+
+DEFAULT_CHUNK_BYTES = 32 << 10
+LATER_STAGES = (25.0, 50.0, 100.0)  # after the canary, unless --stages says otherwise
+
+
+class FleetError(CuvilError):
+    """The publisher cannot do what was asked (bad percentage, no devices, broker unreachable)."""
+
+
+def parse_percent(text: str | float) -> float:
+    value = float(str(text).rstrip("%"))
+    if not 0 <= value <= 100:
+        raise FleetError(f"a percentage must be within 0-100, got {text!r}")
+    return value
+
+
+def stages_for(canary: float, later: Iterable[float] = LATER_STAGES) -> list[float]:
+    return [canary] + sorted({p for p in later if p > canary} | ({100.0} if canary < 100 else set()))
+
+
+@dataclass
+class Rollout:
+    """One release's way through a fleet; persisted in the publisher's state file."""
+
+    bundle_sha256: str
+    name: str
+    release: int
+    version: str
+    chunk_bytes: int
+    chunks: list[str]
+    bundle_length: int
+    stages: list[float]
+    halt_on: float  # percent of a stage's devices failing that halts the rollout
+    rollback_on_halt: bool
+    stage: int = 0
+    select_below: int = 0
+    status: str = "rolling"  # rolling, halted, complete
+    outcomes: dict[str, str] = field(default_factory=dict)  # device: active, failed, timeout, rolled_back
+    stage_started: float = 0.0
+    reason: str = ""
+
+
+class Publisher:
+    """Publishes rollouts to one fleet group and watches its devices' retained status topics."""
+
+    def __init__(self, broker: BrokerSettings, fleet: str, keys: Sequence[Ed25519PrivateKey],
+                 state_path: str | os.PathLike[str], limits: TransferLimits | None = None,
+                 announce_ttl: timedelta = timedelta(days=7),
+                 command_ttl: timedelta = timedelta(minutes=30)) -> None:
+        self.topics = Topics(broker.topic_prefix, fleet)
+        self.keys, self.state_path = list(keys), Path(state_path)
+        self.announce_ttl, self.command_ttl = announce_ttl, command_ttl
+        self.state: dict[str, Any] = read_json(self.state_path, {"fleet": fleet, "seq": 0, "devices": {},
+                                                                 "rollout": None})
+        self._lock = threading.Lock()
+        self.mqtt = MqttClient(broker, f"cuvil-publisher-{fleet}-{secrets.token_hex(3)}", self._on_status,
+                               limits)
+
+    # -- connection and device status ---------------------------------------------------------
+    def start(self, timeout_s: float = 15.0) -> Publisher:
+        self.mqtt.subscribe([self.topics.all_status])
+        self.mqtt.start(wait_s=timeout_s)
+        return self
+
+    def close(self) -> None:
+        self.mqtt.close()
+        self._save()
+
+    def _on_status(self, topic: str, payload: bytes, _retained: bool) -> None:
+        device = topic.rsplit("/", 1)[-1]
+        try:
+            status = json.loads(payload) if payload else None
+        except ValueError:
+            return
+        if isinstance(status, dict) and status.get("device") == device:
+            with self._lock:
+                self.state["devices"][device] = status
+
+    @property
+    def devices(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {k: dict(v) for k, v in self.state["devices"].items()}
+
+    def wait_for_devices(self, count: int, timeout_s: float) -> int:
+        """Collect retained statuses until ``count`` devices are known or the time is up."""
+        end = time.monotonic() + timeout_s
+        while len(self.devices) < count and time.monotonic() < end:
+            time.sleep(0.05)
+        return len(self.devices)
+
+    def _save(self) -> None:
+        with self._lock:
+            write_json(self.state_path, self.state)
+
+    @property
+    def rollout(self) -> Rollout | None:
+        r = self.state.get("rollout")
+        return Rollout(**r) if r else None
+
+    def _store(self, rollout: Rollout) -> None:
+        with self._lock:
+            self.state["rollout"] = asdict(rollout)
+        self._save()
+
+    # -- publishing ---------------------------------------------------------------------------
+    def publish(self, bundle: str | os.PathLike[str], canary: float, halt_on: float,
+                stages: Sequence[float] | None = None, rollback_on_halt: bool = False,
+                chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Rollout:
+        """Chunks first (retained), then the stage-0 announcement; resumes an unfinished rollout of the
+        same bundle instead of starting over."""
+        data = Path(bundle).read_bytes()
+        sha = sha256_hex(data)
+        current = self.rollout
+        if current and current.bundle_sha256 == sha and current.status == "rolling":
+            return current
+        if current and current.bundle_sha256 != sha:
+            self._clear_chunks(current)
+        manifest = Manifest.from_dict(read_header(io.BytesIO(data), OtaConfig())["signed"])
+        pieces = split_chunks(data, chunk_bytes)
+        for i, piece in enumerate(pieces):
+            self.mqtt.publish(self.topics.chunk(sha, i), piece, retain=True,
+                              user={"index": str(i), "sha256": sha256_hex(piece)})
+        rollout = Rollout(sha, manifest.name, manifest.release, manifest.version, chunk_bytes,
+                          [sha256_hex(p) for p in pieces], len(data), list(stages or stages_for(canary)),
+                          halt_on, rollback_on_halt)
+        self._announce(rollout)
+        return rollout
+
+    def publish_chunks(self, rollout: Rollout, data: bytes, indices: Iterable[int]) -> None:
+        """Re-publish some chunks (a broker that lost its retained store; tests that ship in parts)."""
+        pieces = split_chunks(data, rollout.chunk_bytes)
+        for i in indices:
+            self.mqtt.publish(self.topics.chunk(rollout.bundle_sha256, i), pieces[i], retain=True)
+
+    def _clear_chunks(self, rollout: Rollout) -> None:
+        for i in range(len(rollout.chunks)):
+            self.mqtt.publish(self.topics.chunk(rollout.bundle_sha256, i), b"", retain=True)
+
+    def _select_below(self, rollout: Rollout) -> int:
+        """The bucket bound that takes ``stages[stage]`` percent of the known devices (all at 100%)."""
+        percent = rollout.stages[rollout.stage]
+        if percent >= 100:
+            return BUCKETS
+        known = sorted(bucket(rollout.bundle_sha256, d) for d in self.devices)
+        if not known or percent == 0:
+            return 0
+        return known[max(1, math.ceil(percent / 100 * len(known))) - 1] + 1
+
+    def stage_devices(self, rollout: Rollout) -> list[str]:
+        return sorted(d for d in self.devices if bucket(rollout.bundle_sha256, d) < rollout.select_below)
+
+    def _announce(self, rollout: Rollout, halted: bool = False) -> None:
+        """Sign and publish (retained) the next announcement; the counter is saved before it goes out."""
+        if not halted:
+            rollout.select_below = self._select_below(rollout)
+            rollout.stage_started = time.time()
+        now = datetime.now(timezone.utc)
+        with self._lock:
+            self.state["seq"] += 1
+            seq = self.state["seq"]
+        ann = Announcement(self.topics.fleet, seq, format_time(now), format_time(now + self.announce_ttl),
+                           rollout.bundle_sha256, rollout.bundle_length, rollout.release, rollout.name,
+                           rollout.version, rollout.chunk_bytes, tuple(rollout.chunks), rollout.select_below,
+                           halted)
+        self._store(rollout)
+        self.mqtt.publish(self.topics.release, self.signed(ann.to_dict()), retain=True)
+
+    def signed(self, body: Mapping[str, Any]) -> bytes:
+        return json.dumps(sign_envelope(body, self.keys), sort_keys=True).encode()
+
+    def command(self, device: str, action: str, bundle_sha256: str = "") -> bytes:
+        """Sign a one-time command (fresh nonce, short expiry) and send it; returns the signed bytes."""
+        now = datetime.now(timezone.utc)
+        cmd = Command(self.topics.fleet, device, action, secrets.token_hex(16), format_time(now),
+                      format_time(now + self.command_ttl), bundle_sha256)
+        payload = self.signed(cmd.to_dict())
+        self.mqtt.publish(self.topics.command(device), payload,
+                          expiry_s=int(self.command_ttl.total_seconds()))
+        return payload
+
+    # -- watching -----------------------------------------------------------------------------
+    def _outcome(self, rollout: Rollout, status: Mapping[str, Any] | None) -> str | None:
+        if not status:
+            return None
+        release = status.get("release") or 0
+        if status.get("state") in ("active", "offline") and release >= rollout.release:
+            return "active"
+        if status.get("state") == "failed" and status.get("bundle") == rollout.bundle_sha256:
+            return "failed"
+        if status.get("state") == "rolled_back" and rollout.outcomes.get(status["device"]) == "active":
+            return "rolled_back"
+        return None
+
+    def step(self, stage_timeout_s: float) -> Rollout:
+        """Record outcomes of the current stage; halt past the threshold, widen when the stage is done."""
+        rollout = self.rollout
+        if rollout is None or rollout.status != "rolling":
+            raise FleetError("no rollout in progress")
+        devices = self.devices
+        stage = self.stage_devices(rollout)
+        for d in stage:
+            outcome = self._outcome(rollout, devices.get(d))
+            if outcome:
+                rollout.outcomes[d] = outcome
+        pending = [d for d in stage if d not in rollout.outcomes]
+        if pending and time.time() - rollout.stage_started > stage_timeout_s:
+            for d in pending:
+                rollout.outcomes[d] = "timeout"
+            pending = []
+        bad = sum(rollout.outcomes.get(d) in ("failed", "timeout") for d in stage)
+        if stage and bad / len(stage) * 100 > rollout.halt_on:
+            self.halt(rollout, f"{bad} of {len(stage)} devices failed in stage {rollout.stage} "
+                               f"({rollout.stages[rollout.stage]}%), over the {rollout.halt_on}% threshold")
+        elif not pending and (stage or rollout.stages[rollout.stage] >= 100):
+            if rollout.stage + 1 < len(rollout.stages):
+                rollout.stage += 1
+                self._announce(rollout)
+            else:
+                rollout.status = "complete"
+        self._store(rollout)
+        return rollout
+
+    def halt(self, rollout: Rollout, reason: str) -> None:
+        """Withdraw the release (downloads in progress stop); optionally roll back devices that took it."""
+        rollout.status, rollout.reason = "halted", reason
+        self._announce(rollout, halted=True)
+        if rollout.rollback_on_halt:
+            for d, outcome in sorted(rollout.outcomes.items()):
+                if outcome == "active":
+                    self.command(d, "rollback")
+
+    def watch(self, timeout_s: float = 3600.0, stage_timeout_s: float = 600.0, poll_s: float = 0.2,
+              progress: Callable[[Rollout], None] | None = None) -> Rollout:
+        """Step until the rollout is complete or halted (then wait briefly for rollbacks to report)."""
+        end = time.monotonic() + timeout_s
+        seen: tuple[Any, ...] = ()
+        while time.monotonic() < end:
+            rollout = self.step(stage_timeout_s)
+            now = (rollout.stage, rollout.status, len(rollout.outcomes))
+            if progress and now != seen:
+                progress(rollout)
+            seen = now
+            if rollout.status != "rolling":
+                break
+            time.sleep(poll_s)
+        else:
+            raise FleetError(f"rollout still running after {timeout_s}s (state kept in {self.state_path})")
+        if rollout.status == "halted" and rollout.rollback_on_halt:
+            self._await_rollbacks(rollout, min(30.0, max(end - time.monotonic(), 0.0)))
+        return rollout
+
+    def _await_rollbacks(self, rollout: Rollout, timeout_s: float) -> None:
+        end = time.monotonic() + timeout_s
+        waiting = [d for d, o in rollout.outcomes.items() if o == "active"]
+        while waiting and time.monotonic() < end:
+            devices = self.devices
+            for d in list(waiting):
+                if devices.get(d, {}).get("state") == "rolled_back":
+                    rollout.outcomes[d] = "rolled_back"
+                    waiting.remove(d)
+            time.sleep(0.05)
+        self._store(rollout)
+
+
+# -- demo and benchmark fixtures: a tiny model release and a broker on this machine -------------------------
+def tiny_release(workdir: Path, ring: Keyring, release: int, hardware_id: str) -> Path:
+    """A signed bundle of a seeded 16->8 MatMul+Relu compiled for this host; ``release`` seeds the weights."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from .model import CuvilModel
+
+    w = np.random.default_rng(release).standard_normal((16, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [numpy_helper.from_array(w, "w")])
+    model = CuvilModel.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    out = model.optimize(targets="host").save(workdir / f"tiny{release}")
+    bundle = workdir / f"tiny-r{release}.cvb"
+    build_bundle(out, bundle, ring.release_keys(), version=f"1.0.{release}", release=release,
+                 hardware_ids=[hardware_id])
+    return bundle
+
+
+# -- a broker on this machine, for the demo and the tests ---------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalBroker:
+    """A broker on 127.0.0.1 for tests and the demo. Mosquitto when it is installed (generated config:
+    persistence, so retained chunks survive a restart; optional password file and ACL); otherwise the
+    embedded default, amqtt (pure Python, MQTT 3.1.1, no users or ACL). ``stop`` is a clean shutdown."""
+
+    def __init__(self, workdir: str | os.PathLike[str], port: int | None = None,
+                 users: Mapping[str, str] | None = None, acl: Sequence[str] | None = None,
+                 backend: str | None = None) -> None:
+        self.backend = backend or ("mosquitto" if shutil.which("mosquitto") else "amqtt")
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        if self.backend == "amqtt":
+            if users or acl:
+                raise FleetError("the embedded broker has no users or ACL: install mosquitto for those")
+            (self.dir / "amqtt.yaml").write_text(
+                f"listeners:\n  default:\n    type: tcp\n    bind: 127.0.0.1:{self.port}\n"
+                "plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n    allow_anonymous: true\n")
+            return
+        if self.backend != "mosquitto" or not shutil.which("mosquitto"):
+            raise FleetError("mosquitto is not on PATH (apt-get install mosquitto)")
+        lines = [f"listener {self.port} 127.0.0.1", "persistence true",
+                 f"persistence_location {self.dir}/", "autosave_interval 1", f"user {getpass.getuser()}",
+                 "max_queued_messages 10000", "log_dest stderr", "log_type error", "log_type warning"]
+        if users:
+            passwd = self.dir / "passwd"
+            passwd.write_text("".join(f"{u}:{p}\n" for u, p in users.items()))
+            os.chmod(passwd, 0o600)
+            subprocess.run(["mosquitto_passwd", "-U", str(passwd)], check=True, capture_output=True)
+            lines += ["allow_anonymous false", f"password_file {passwd}"]
+        else:
+            lines.append("allow_anonymous true")
+        if acl:
+            (self.dir / "acl").write_text("\n".join(acl) + "\n")
+            os.chmod(self.dir / "acl", 0o600)
+            lines.append(f"acl_file {self.dir / 'acl'}")
+        (self.dir / "mosquitto.conf").write_text("\n".join(lines) + "\n")
+
+    def settings(self, username: str = "", password: str = "", **kw: Any) -> BrokerSettings:
+        if self.backend == "amqtt":
+            kw.setdefault("protocol", 4)
+        return BrokerSettings(host="127.0.0.1", port=self.port, username=username, password=password, **kw)
+
+    def start(self, timeout_s: float = 10.0) -> LocalBroker:
+        log = open(self.dir / f"{self.backend}.log", "ab")
+        cmd = ["mosquitto", "-c", str(self.dir / "mosquitto.conf")] if self.backend == "mosquitto" else [
+            sys.executable, "-m", "amqtt.scripts.broker_script", "-c", str(self.dir / "amqtt.yaml")]
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise FleetError(f"{self.backend} exited: "
+                                 f"{(self.dir / f'{self.backend}.log').read_text()[-500:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise FleetError(f"{self.backend} did not listen on port {self.port} within {timeout_s}s")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(10)
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> LocalBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

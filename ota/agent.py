@@ -1,0 +1,381 @@
+"""The ``cuvil-agent`` daemon: follows its fleet's release topic, downloads announced bundles in verified
+chunks, installs them through ``Installer``, obeys signed commands, reports every state transition and
+keeps serving the active model to local apps throughout.
+
+Threads: paho's network thread only queues messages; one worker thread handles them in order (so all
+agent state has one owner); the inference server answers from its own threads through ``ModelHost``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from .chunks import ChunkTransfer, file_sha256
+from .config import AgentConfig, default_hardware_id
+from .errors import (
+    HashMismatch,
+    OtaError,
+    ReplayedCommand,
+    RollbackError,
+    TransferFailed,
+    TransportError,
+    UnauthorizedMessage,
+    VerificationError,
+)
+from .installer import Installer
+from .metadata import parse_time
+from .protocol import (
+    Announcement,
+    Command,
+    Topics,
+    sha256_hex,
+    status_payload,
+    verify_announcement,
+    verify_command,
+)
+from .serve import InferenceServer, ModelHost
+from .store import read_json, write_json
+from .transport import MqttClient
+
+log = logging.getLogger(__name__)
+STORE_FILE = "agent.json"
+TRANSFER_DIR = "transfer"
+#: installer steps that start a reported state
+_STEP_STATES = {"verified": "installing", "reverified": "self-test"}
+
+
+class JsonLog:
+    """Structured logs: one JSON object per line (time, device, event, fields)."""
+
+    def __init__(self, device: str, path: str = "") -> None:
+        self.device = device
+        self._out: TextIO = open(path, "a", buffering=1) if path else sys.stderr
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str, /, **fields: Any) -> None:
+        line = json.dumps({**fields, "ts": round(time.time(), 3), "device": self.device, "event": event},
+                          default=str)
+        with self._lock:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+    def close(self) -> None:
+        if self._out is not sys.stderr:
+            self._out.close()
+
+
+class Agent:
+    """One device's update and serving loop; ``run(stop)`` blocks until ``stop`` is set."""
+
+    def __init__(self, config: AgentConfig, on_step: Callable[[str], None] | None = None,
+                 log_sink: JsonLog | None = None) -> None:
+        self.cfg, self.device = config, config.device_id
+        self.topics = Topics(config.broker.topic_prefix, config.fleet)
+        self.topics.status(self.device)  # validates the device id as one topic level
+        self.log = log_sink or JsonLog(self.device, config.log_file)
+        state = Path(config.state_dir)
+        root = None
+        if not (state / "trust.json").exists() and config.trust_root:
+            root = json.loads(Path(config.trust_root).read_bytes())
+        self._user_step = on_step
+        self.installer = Installer(state, config.hardware_id or default_hardware_id(), config.profile or None,
+                                   root=root, config=config.ota, on_step=self._step)
+        self.host = ModelHost(self.installer)
+        self.state = "active" if self.host.release is not None else "idle"
+        self._store_path = state / STORE_FILE
+        self._store: dict[str, Any] = read_json(self._store_path, {"announce_seq": 0, "announce_digest": "",
+                                                                   "failed": {}, "nonces": {}})
+        self.ann: Announcement | None = None
+        self.transfer: ChunkTransfer | None = None
+        self._chunk_subs: set[str] = set()
+        self._events: queue.Queue[tuple[str, bytes]] = queue.Queue()
+        self._last_progress = self._last_telemetry = 0.0
+        self.server: InferenceServer | None = None
+        self.mqtt = MqttClient(config.broker, f"cuvil-{config.fleet}-{self.device}", self._enqueue,
+                               config.limits, will=(self.topics.status(self.device), self._status("offline")),
+                               on_connect=lambda: self._events.put(("", b"connected")))
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> int:
+        """Serve until ``stop`` (SIGTERM) is set; 1 when the broker stays unreachable beyond its retries."""
+        if self.cfg.socket:
+            self.server = InferenceServer(self.cfg.socket, self.host)
+        self.log("start", state=self.state, release=self.host.release, fleet=self.cfg.fleet)
+        self.mqtt.subscribe([self.topics.release, self.topics.command(self.device)])
+        self.mqtt.start()
+        code = 0
+        try:
+            while not stop.is_set():
+                try:
+                    topic, payload = self._events.get(timeout=0.1)
+                    self._dispatch(topic, payload)
+                except queue.Empty:
+                    pass
+                self._tick()
+                if not self.mqtt.alive:
+                    self.log("broker_unreachable", error=str(self.mqtt.fatal))
+                    code = 1
+                    break
+        finally:
+            self.close()
+        return code
+
+    def close(self) -> None:
+        """Graceful stop: last retained status says offline (with the release still served)."""
+        self.log("stop", state=self.state, release=self.host.release)
+        self.mqtt.close(final=(self.topics.status(self.device), self._status("offline")))
+        if self.server:
+            self.server.close()
+        self.host.close()
+
+    def _enqueue(self, topic: str, payload: bytes, _retained: bool) -> None:
+        self._events.put((topic, payload))
+
+    # -- dispatch (worker thread) -------------------------------------------------------------
+    def _dispatch(self, topic: str, payload: bytes) -> None:
+        if topic == "":
+            self._on_connected()
+        elif not payload:
+            return  # a cleared retained message
+        elif topic == self.topics.release:
+            self._on_announcement(payload)
+        elif topic == self.topics.command(self.device):
+            self._on_command(payload)
+        elif (chunk := self.topics.parse_chunk(topic)) is not None:
+            self._on_chunk(*chunk, payload)
+        else:
+            self._refuse(UnauthorizedMessage(f"message on topic {topic!r}, which this agent does not accept"),
+                         "message")
+
+    def _on_connected(self) -> None:
+        self.log("connected", broker=f"{self.cfg.broker.host}:{self.cfg.broker.port}", n=self.mqtt.connects)
+        if self.transfer:
+            self.transfer.resume()
+            self.log("transfer_resume", bundle=self.transfer.ann.bundle_sha256, from_chunk=self.transfer.have,
+                     total=self.transfer.total)
+        self._report(self.state)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if self.transfer and self.mqtt.connected:
+            try:
+                if self.transfer.due():
+                    self.log("transfer_retry", chunks=self.transfer.wanted(), retry=self.transfer.retries)
+                    self.mqtt.subscribe(self._chunk_topics(self.transfer.wanted()))
+            except TransferFailed as exc:
+                self._fail(self.transfer.ann, exc)
+        if self.cfg.telemetry_interval_s and now - self._last_telemetry >= self.cfg.telemetry_interval_s \
+                and self.mqtt.connected:
+            self._last_telemetry = now
+            self._telemetry()
+
+    # -- announcements ------------------------------------------------------------------------
+    def _on_announcement(self, payload: bytes) -> None:
+        try:
+            ann = verify_announcement(payload, self.installer.trust, self.cfg.fleet, _now(), self.cfg.limits)
+            digest = sha256_hex(payload)
+            last = self._store["announce_seq"]
+            if ann.seq < last or (ann.seq == last and digest != self._store["announce_digest"]):
+                raise RollbackError(f"announcement seq {ann.seq} is not newer than seq {last} (replayed)")
+        except VerificationError as exc:
+            self._refuse(exc, "announcement")
+            return
+        if ann.seq > last:
+            self._save(announce_seq=ann.seq, announce_digest=digest)
+            self.log("announcement", seq=ann.seq, release=ann.release, bundle=ann.bundle_sha256,
+                     selected=ann.selects(self.device), halted=ann.halted)
+        self.ann = ann
+        self._consider(ann, forced=False)
+
+    def _consider(self, ann: Announcement, forced: bool) -> None:
+        """Start, continue or abandon a download as the current announcement says."""
+        if self.transfer and self.transfer.ann.bundle_sha256 != ann.bundle_sha256:
+            self._abandon("superseded by another release")
+        wanted = forced or ann.selects(self.device)
+        if not wanted or ann.halted:
+            if self.transfer:
+                self._abandon("rollout halted" if ann.halted else "device no longer selected")
+            return
+        if ann.release <= self.installer.trust.release_counter or self.transfer:
+            return
+        if ann.bundle_sha256 in self._store["failed"] and not forced:
+            return  # failed here before: only an explicit install command retries it
+        self.transfer = ChunkTransfer(Path(self.cfg.state_dir) / TRANSFER_DIR, ann, self.cfg.limits)
+        self.log("transfer_start", bundle=ann.bundle_sha256, release=ann.release, total=self.transfer.total,
+                 from_chunk=self.transfer.have)
+        self._report("downloading", bundle=ann.bundle_sha256, target_release=ann.release,
+                     have=self.transfer.have, total=self.transfer.total)
+        self._request_window()
+
+    def _abandon(self, why: str) -> None:
+        assert self.transfer is not None
+        self.log("transfer_abandoned", bundle=self.transfer.ann.bundle_sha256, reason=why)
+        self.transfer.discard()
+        self.transfer = None
+        self._request_window()
+        self._report("active" if self.host.release is not None else "idle", event="withdrawn", detail=why)
+
+    # -- chunks -------------------------------------------------------------------------------
+    def _chunk_topics(self, indices: list[int]) -> list[str]:
+        assert self.transfer is not None
+        return [self.topics.chunk(self.transfer.ann.bundle_sha256, i) for i in indices]
+
+    def _request_window(self) -> None:
+        """Subscribe to the chunks of the current window only; drop subscriptions no longer needed."""
+        want = set(self._chunk_topics(self.transfer.wanted())) if self.transfer else set()
+        self.mqtt.unsubscribe(self._chunk_subs - want)
+        self.mqtt.subscribe(want - self._chunk_subs)
+        self._chunk_subs = want
+
+    def _on_chunk(self, bundle_sha: str, index: int, data: bytes) -> None:
+        t = self.transfer
+        if t is None or bundle_sha != t.ann.bundle_sha256:
+            return  # left over from an earlier subscription of the persistent session
+        try:
+            if not t.accept(index, data):
+                return
+        except HashMismatch as exc:
+            self._refuse(exc, "chunk", chunk=index)
+            try:
+                t.retry_later(str(exc))
+            except TransferFailed as failed:
+                self._fail(t.ann, failed)
+            return
+        self._request_window()
+        now = time.monotonic()
+        if t.done:
+            self.log("transfer_done", bundle=t.ann.bundle_sha256, total=t.total, resumed_from=t.resumed_from,
+                     fetched=t.fetched)
+            self._install(t)
+        elif now - self._last_progress >= 1.0:
+            self._last_progress = now
+            self._report("downloading", bundle=t.ann.bundle_sha256, target_release=t.ann.release, have=t.have,
+                         total=t.total)
+
+    def _install(self, t: ChunkTransfer) -> None:
+        ann = t.ann
+        self._report("verifying", bundle=ann.bundle_sha256, target_release=ann.release)
+        try:
+            if file_sha256(t.path, self.cfg.ota.chunk_bytes) != ann.bundle_sha256:
+                raise HashMismatch("reassembled bundle does not match the announced sha256")
+            manifest = self.installer.install(t.path, report=lambda msg: self.log("check", detail=msg))
+        except (OtaError, OSError) as exc:
+            self._fail(ann, exc)
+            return
+        self.transfer = None
+        t.discard()
+        self.host.reload()
+        self.log("installed", release=manifest.release, version=manifest.version)
+        self._report("active", bundle=ann.bundle_sha256, version=manifest.version)
+
+    def _step(self, name: str) -> None:
+        if name in _STEP_STATES and self.ann is not None:
+            self._report(_STEP_STATES[name], bundle=self.ann.bundle_sha256, target_release=self.ann.release)
+        if self._user_step:
+            self._user_step(name)
+
+    def _fail(self, ann: Announcement, exc: Exception) -> None:
+        """A release that failed here: reported with its reason and not retried unless commanded."""
+        if self.transfer:
+            self.transfer.discard()
+            self.transfer = None
+            self._request_window()
+        reason = f"{type(exc).__name__}: {exc}"
+        self._save(failed={**self._store["failed"], ann.bundle_sha256: reason})
+        self.log("failed", bundle=ann.bundle_sha256, release=ann.release, reason=reason)
+        self._report("failed", bundle=ann.bundle_sha256, target_release=ann.release, error=type(exc).__name__,
+                     reason=reason)
+
+    # -- commands -----------------------------------------------------------------------------
+    def _on_command(self, payload: bytes) -> None:
+        now = _now()
+        try:
+            cmd = verify_command(payload, self.installer.trust, self.cfg.fleet, self.device, now,
+                                 self.cfg.limits)
+            nonces = {n: e for n, e in self._store["nonces"].items() if parse_time(e) >= now}
+            if cmd.nonce in nonces:
+                raise ReplayedCommand(f"command nonce {cmd.nonce[:12]} was already used")
+        except VerificationError as exc:
+            self._refuse(exc, "command")
+            return
+        self._save(nonces={**nonces, cmd.nonce: cmd.expires})  # before acting: a crash cannot re-enable it
+        self.log("command", action=cmd.action, nonce=cmd.nonce)
+        getattr(self, f"_cmd_{cmd.action}")(cmd)
+
+    def _cmd_install(self, cmd: Command) -> None:
+        if self.ann is None or self.ann.bundle_sha256 != cmd.bundle_sha256:
+            self._report(self.state, event="command_failed", detail="that bundle is not announced here")
+            return
+        self._save(failed={k: v for k, v in self._store["failed"].items() if k != cmd.bundle_sha256})
+        self._consider(self.ann, forced=True)
+
+    def _cmd_rollback(self, cmd: Command) -> None:
+        try:
+            manifest = self.installer.rollback()
+        except (OtaError, OSError) as exc:
+            self._report(self.state, event="command_failed", error=type(exc).__name__, detail=str(exc))
+            return
+        self.host.reload()
+        self.log("rolled_back", release=manifest.release)
+        self._report("rolled_back", version=manifest.version)
+
+    def _cmd_report(self, cmd: Command) -> None:
+        self._report(self.state, event="report")
+        self._telemetry()
+
+    # -- reporting ----------------------------------------------------------------------------
+    def _status(self, state: str, **fields: Any) -> bytes:
+        return status_payload(self.device, state, release=self.host.release, **fields)
+
+    def _report(self, state: str, **fields: Any) -> None:
+        """Retained status (the last word on this device); dropped when offline and re-sent on connect."""
+        self.state = state
+        self.log("status", state=state, release=self.host.release, detail=fields)
+        if not self.mqtt.connected:
+            return
+        try:
+            self.mqtt.publish(self.topics.status(self.device), self._status(state, **fields), retain=True)
+        except TransportError as exc:
+            self.log("publish_failed", error=str(exc))
+
+    def _refuse(self, exc: Exception, what: str, **fields: Any) -> None:
+        """An input refused: logged and reported; the state (and the model served) do not change."""
+        self.log("refused", what=what, error=type(exc).__name__, detail=str(exc), **fields)
+        self._report(self.state, event="refused", what=what, error=type(exc).__name__, detail=str(exc),
+                     **fields)
+
+    def _telemetry(self) -> None:
+        t = self.transfer
+        body = {"device": self.device, "state": self.state, "release": self.host.release,
+                "transfer": {"have": t.have, "total": t.total} if t else None}
+        try:
+            self.mqtt.publish(self.topics.telemetry(self.device), json.dumps(body).encode(),
+                              expiry_s=int(max(self.cfg.telemetry_interval_s * 2, 60)))
+        except TransportError as exc:
+            self.log("publish_failed", error=str(exc))
+
+    def _save(self, **changes: Any) -> None:
+        self._store.update(changes)
+        write_json(self._store_path, self._store)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def describe_state(state_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """What ``cuvil-agent status`` shows besides the active model: last announcement, failures, transfer."""
+    store = read_json(Path(state_dir) / STORE_FILE, {})
+    progress = read_json(Path(state_dir) / TRANSFER_DIR / "progress.json", None)
+    return {"announce_seq": store.get("announce_seq", 0), "failed": store.get("failed", {}),
+            "transfer": progress}

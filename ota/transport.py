@@ -1,0 +1,202 @@
+"""One MQTT connection (paho-mqtt 2.x) that keeps itself up: reconnect with exponential backoff and jitter,
+bounded consecutive failures, subscriptions restored on every connect, paho errors wrapped in ours.
+
+QoS 1 throughout. MQTT 5 when ``BrokerSettings.protocol`` is 5: a session expiry interval makes the
+session persistent (commands wait for an offline device), message expiry and user properties ride
+on publishes; with 3.1.1 the session is persistent through ``clean_session=False``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import ssl
+import threading
+from collections.abc import Callable, Iterable, Mapping
+
+import paho.mqtt.client as paho
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from .config import BrokerSettings, TransferLimits
+from .errors import NotAuthorized, TransportError
+
+log = logging.getLogger(__name__)
+#: (topic, payload, retained) for every message received
+OnMessage = Callable[[str, bytes, bool], None]
+_AUTH_CODES = {0x86, 0x87, 0x8C}  # bad user name or password, not authorized, bad authentication method
+
+
+class MqttClient:
+    """Runs its own network thread; ``publish`` blocks until the broker acknowledges (QoS 1)."""
+
+    def __init__(self, settings: BrokerSettings, client_id: str, on_message: OnMessage,
+                 limits: TransferLimits | None = None, will: tuple[str, bytes] | None = None,
+                 on_connect: Callable[[], None] | None = None) -> None:
+        self.settings, self.client_id = settings, client_id
+        self.limits = limits or TransferLimits()
+        self._on_message, self._on_connect_hook = on_message, on_connect
+        v5 = settings.protocol == 5
+        self._client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
+                                   protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
+                                   clean_session=None if v5 else False, reconnect_on_failure=False)
+        if settings.username:
+            self._client.username_pw_set(settings.username, settings.password or None)
+        if settings.tls_ca:
+            self._client.tls_set(ca_certs=settings.tls_ca, certfile=settings.tls_cert or None,
+                                 keyfile=settings.tls_key or None, cert_reqs=ssl.CERT_REQUIRED)
+        if will:
+            self._client.will_set(will[0], will[1], qos=1, retain=True)
+        self._client.on_connect = self._connected
+        self._client.on_disconnect = self._disconnected
+        self._client.on_message = self._message
+        self._client.on_publish = self._published
+        self._subs: set[str] = set()
+        self._acks: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._up = threading.Event()
+        self._stop = threading.Event()
+        self._failures = 0
+        self.fatal: TransportError | None = None
+        self.connects = self.received = self.sent = 0  # counters for telemetry and benchmarks
+        self._thread = threading.Thread(target=self._run, name=f"mqtt-{client_id}", daemon=True)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self, wait_s: float | None = None) -> MqttClient:
+        """Start the network thread; with ``wait_s``, wait for the first connection or raise."""
+        self._thread.start()
+        if wait_s is not None:
+            self.wait_connected(wait_s)
+        return self
+
+    def wait_connected(self, timeout_s: float) -> None:
+        if not self._up.wait(timeout_s):
+            raise self.fatal or TransportError(f"no connection to {self._where} within {timeout_s}s")
+
+    @property
+    def connected(self) -> bool:
+        return self._up.is_set()
+
+    @property
+    def alive(self) -> bool:
+        """False once the failure budget is spent (``fatal`` says why) or after ``close``."""
+        return self._thread.is_alive()
+
+    def close(self, final: tuple[str, bytes] | None = None) -> None:
+        """Optionally publish a last retained message, then disconnect cleanly and join the thread."""
+        if final and self.connected:
+            try:
+                self.publish(final[0], final[1], retain=True, timeout_s=2.0)
+            except TransportError as exc:
+                log.warning("final publish failed: %s", exc)
+        self._stop.set()
+        self._client.disconnect()
+        if self._thread.is_alive():
+            self._thread.join(10.0)
+
+    @property
+    def _where(self) -> str:
+        return f"{self.settings.host}:{self.settings.port}"
+
+    def _run(self) -> None:
+        """Connect, serve until the link drops, back off (jittered, doubling), repeat; bounded failures."""
+        first = True
+        while not self._stop.is_set():
+            try:
+                if first:
+                    extra = {}
+                    if self.settings.protocol == 5:
+                        props = Properties(PacketTypes.CONNECT)
+                        props.SessionExpiryInterval = self.settings.session_expiry_s
+                        extra = {"clean_start": False, "properties": props}
+                    self._client.connect(self.settings.host, self.settings.port, self.settings.keepalive_s,
+                                         **extra)
+                    first = False
+                else:
+                    self._client.reconnect()
+                self._client.loop_forever()
+            except (OSError, ValueError, paho.WebsocketConnectionError) as exc:
+                log.info("connect to %s failed: %s", self._where, exc)
+                self._failures += 1
+            self._up.clear()
+            if self._stop.is_set() or self.fatal:
+                return
+            if self._failures > self.limits.max_connect_failures:
+                self.fatal = TransportError(f"{self._failures} failures in a row connecting to {self._where}")
+                return
+            self._stop.wait(self.limits.backoff_s(self._failures, random.random()))
+
+    # -- paho callbacks (network thread) ------------------------------------------------------
+    def _connected(self, client: paho.Client, _u: object, _flags: object, reason: paho.ReasonCode,
+                   _props: object) -> None:
+        if reason.is_failure:
+            self._failures += 1
+            if reason.value in _AUTH_CODES or reason.value in (4, 5):  # 3.1.1: bad login, not authorized
+                self.fatal = NotAuthorized(f"broker {self._where} refused the connection: {reason}")
+            return
+        self._failures = 0
+        self.connects += 1
+        with self._lock:
+            subs = sorted(self._subs)
+        if subs:
+            client.subscribe([(t, 1) for t in subs])
+        self._up.set()
+        if self._on_connect_hook:
+            self._on_connect_hook()
+
+    def _disconnected(self, _c: paho.Client, _u: object, _flags: object, reason: paho.ReasonCode,
+                      _props: object) -> None:
+        self._up.clear()
+        if not self._stop.is_set():
+            log.info("disconnected from %s: %s", self._where, reason)
+
+    def _message(self, _c: paho.Client, _u: object, msg: paho.MQTTMessage) -> None:
+        self.received += 1
+        try:
+            self._on_message(msg.topic, msg.payload, bool(msg.retain))
+        except Exception:  # a handler bug must not kill the network thread
+            log.exception("message handler failed on %s", msg.topic)
+
+    def _published(self, _c: paho.Client, _u: object, mid: int, reason: paho.ReasonCode,
+                   _props: object) -> None:
+        self._acks[mid] = reason.value
+
+    # -- operations (any thread) --------------------------------------------------------------
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Subscribe now (a repeated subscription re-sends retained messages) and after every reconnect."""
+        topics = list(topics)
+        with self._lock:
+            self._subs.update(topics)
+        if topics and self.connected:
+            self._client.subscribe([(t, 1) for t in topics])
+
+    def unsubscribe(self, topics: Iterable[str]) -> None:
+        topics = list(topics)
+        with self._lock:
+            self._subs.difference_update(topics)
+        if topics and self.connected:
+            self._client.unsubscribe(topics)
+
+    def publish(self, topic: str, payload: bytes, retain: bool = False, expiry_s: int | None = None,
+                user: Mapping[str, str] | None = None, timeout_s: float = 10.0) -> None:
+        """QoS 1 publish acknowledged by the broker; ``NotAuthorized`` when its ACL refuses (MQTT 5)."""
+        props = None
+        if self.settings.protocol == 5 and (expiry_s or user):
+            props = Properties(PacketTypes.PUBLISH)
+            if expiry_s:
+                props.MessageExpiryInterval = int(expiry_s)
+            if user:
+                props.UserProperty = list(user.items())
+        try:
+            info = self._client.publish(topic, payload, qos=1, retain=retain, properties=props)
+            info.wait_for_publish(timeout_s)
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise TransportError(f"publish to {topic} failed: {exc}") from exc
+        if not info.is_published():
+            raise TransportError(f"publish to {topic} not acknowledged within {timeout_s}s")
+        self.sent += 1
+        code = self._acks.pop(info.mid, 0)
+        if code in _AUTH_CODES:
+            raise NotAuthorized(f"broker refused publish to {topic} (reason 0x{code:02x})")
+        if code >= 0x80:
+            raise TransportError(f"broker refused publish to {topic} (reason 0x{code:02x})")
