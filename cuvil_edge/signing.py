@@ -13,7 +13,6 @@ import json
 import os
 import platform
 import stat
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -30,6 +29,7 @@ from ota.config import OtaConfig
 from ota.crypto import canonical_bytes, key_id
 from ota.golden import encode_vector
 from ota.metadata import MANIFEST_FORMAT, MANIFEST_TYPE, Manifest, Root, parse_envelope
+from ota.store import atomic_file, atomic_write
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE, load_model_dir
 from runtime_wasm.spec import ModelSpec
 
@@ -91,17 +91,6 @@ def sign_envelope(signed: Mapping[str, Any], keys: Iterable[Ed25519PrivateKey],
         kid = key_id(public_hex(key))
         sigs[kid] = {"keyid": kid, "sig": key.sign(payload).hex()}
     return {"signed": dict(signed), "signatures": sorted(sigs.values(), key=lambda s: s["keyid"])}
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 # -- keyring: root metadata and delegation ----------------------------------------------------
@@ -171,8 +160,8 @@ class Keyring:
         signers = set(new.root_keys) | (set(old.root_keys) if old else set())
         envelope = sign_envelope(new.to_dict(), [self.private_key(k) for k in sorted(signers)])
         data = json.dumps(envelope, indent=1, sort_keys=True).encode()
-        _write_atomic(self.directory / ROOTS_DIR / f"{new.version}.root.json", data)
-        _write_atomic(self.directory / "root.json", data)
+        atomic_write(self.directory / ROOTS_DIR / f"{new.version}.root.json", data)
+        atomic_write(self.directory / "root.json", data)
         return envelope
 
     def add_key(self, role: str) -> str:
@@ -261,14 +250,8 @@ def write_signed_bundle(out: str | os.PathLike[str], envelope: Mapping[str, Any]
                         payloads: Mapping[str, bytes]) -> None:
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write_bundle(f, envelope, payloads)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_file(path) as f:
+        write_bundle(f, envelope, payloads)
 
 
 def add_signatures(bundle: str | os.PathLike[str], keys: Sequence[Ed25519PrivateKey],
