@@ -183,6 +183,26 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    import onnx
+
+    from .bench import compare_with_ort, host_target
+    from .model import CuvilModel
+
+    proto = onnx.load(args.model)
+    t0 = time.perf_counter()
+    model = CuvilModel.load(proto, input_shapes=_parse_shapes(args.input_shape))
+    model.optimize(precision=args.precision, targets=[host_target()])
+    build_s = time.perf_counter() - t0
+    c = compare_with_ort(proto, model, repeat=args.repeat)
+    print(f"{'engine':28s} {'median ms':>10s} {'p95 ms':>10s}")
+    print(f"{'cuvil-edge wasm (' + args.precision + ')':28s} {c.ours_ms:10.3f} {c.ours_p95_ms:10.3f}")
+    print(f"{'onnxruntime native fp32':28s} {c.ort_ms:10.3f} {c.ort_p95_ms:10.3f}")
+    print(f"ratio {c.ratio:.2f}x, max |diff| {c.max_abs_diff:.2e}, module {_human(c.module_bytes)}, "
+          f"build {build_s:.2f}s (1 thread, medians of {args.repeat})")
+    return 0
+
+
 def _first_target():
     from .codegen.toolchain import Target
 
@@ -236,6 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--top", type=int, default=25, help="show the N slowest nodes")
     p.set_defaults(fn=cmd_profile)
+
+    bn = sub.add_parser("bench", help="our latency next to onnxruntime's (1 thread), same inputs")
+    bn.add_argument("model", help="an .onnx file")
+    bn.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    bn.add_argument("--precision", default="fp32")
+    bn.add_argument("--repeat", type=int, default=50)
+    bn.set_defaults(fn=cmd_bench)
 
     d = sub.add_parser("demo",
                        help="end to end: generate a model, build, load it as a device would, check, time")

@@ -9,16 +9,6 @@ from pathlib import Path
 import numpy as np
 
 
-def _median_ms(fn, repeat: int) -> tuple[float, float]:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return float(np.median(times)), float(np.percentile(times, 95))
-
-
 def run_demo(workdir: str | None = None, repeat: int = 50) -> int:
     import onnx
 
@@ -26,6 +16,7 @@ def run_demo(workdir: str | None = None, repeat: int = 50) -> int:
     from runtime_wasm.loader import load_model_dir
 
     from . import zoo
+    from .bench import median_p95, timings_ms
     from .model import CuvilModel
     from .oracle import ort_session
 
@@ -69,8 +60,8 @@ def run_demo(workdir: str | None = None, repeat: int = 50) -> int:
     say(f"4. wasmtime output vs onnxruntime: max |diff| = {worst:.2e} -> {'match' if ok else 'MISMATCH'}")
 
     device.set_inputs(inputs)
-    ours_ms, ours_p95 = _median_ms(device.run, repeat)
-    ort_ms, ort_p95 = _median_ms(lambda: sess.run(None, inputs), repeat)
+    ours_ms, ours_p95 = median_p95(timings_ms(device.run, repeat=repeat))
+    ort_ms, ort_p95 = median_p95(timings_ms(lambda: sess.run(None, inputs), repeat=repeat))
     say(f"5. latency, 1 thread, median of {repeat}: cuvil-edge wasm {ours_ms:.3f} ms (p95 {ours_p95:.3f}), "
         f"onnxruntime native {ort_ms:.3f} ms (p95 {ort_p95:.3f}), ratio {ours_ms / ort_ms:.2f}x")
     device.close()

@@ -33,3 +33,19 @@ def random_inputs(model: onnx.ModelProto, n: int, seed: int) -> Iterator[dict[st
     specs = graph_inputs(model)
     for _ in range(n):
         yield {k: rng.standard_normal(shape).astype(dtype) for k, (shape, dtype) in specs.items()}
+
+
+def random_feeds(specs, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded feeds for a compiled model's inputs (``TensorSpec``s): standard normal floats, small
+    non-negative integers for id-like inputs, random booleans."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for t in specs:
+        dt = np.dtype(t.dtype)
+        if dt.kind == "f":
+            out[t.name] = rng.standard_normal(t.shape).astype(dt)
+        elif dt.kind == "b":
+            out[t.name] = rng.random(t.shape) < 0.5
+        else:
+            out[t.name] = rng.integers(0, 10, t.shape).astype(dt)
+    return out

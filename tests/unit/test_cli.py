@@ -37,6 +37,10 @@ def test_build_inspect_run_profile(onnx_file, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "conv" in text and "total" in text
 
+    assert main(["bench", onnx_file, "--repeat", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "onnxruntime native fp32" in text and "max |diff|" in text
+
 
 def test_errors_exit_2_with_the_error_named(tmp_path, capsys):
     bad = tmp_path / "bad.onnx"

@@ -1,0 +1,79 @@
+"""Side-by-side timing against onnxruntime: medians and p95 of one-thread runs, measured in one process.
+
+Shared by ``cuvil-edge bench``, the demo and the scripts in ``benchmarks/``; tests never time anything.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from .codegen.toolchain import Target
+from .model import CuvilModel
+from .oracle import ort_session, random_feeds
+
+
+def timings_ms(fn: Callable[[], object], warmup: int = 5, repeat: int = 50) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append((time.perf_counter_ns() - t0) / 1e6)
+    return out
+
+
+def median_p95(xs: list[float]) -> tuple[float, float]:
+    return statistics.median(xs), float(np.percentile(xs, 95))
+
+
+def host_target() -> Target:
+    """The module variant this host would select (the fastest tier its engine validates)."""
+    from runtime_wasm import probe_host
+
+    probes = probe_host()
+    return Target("relaxed" if probes.relaxed_simd else "simd128", probes.family)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ours_ms: float
+    ours_p95_ms: float
+    ort_ms: float
+    ort_p95_ms: float
+    build_s: float
+    module_bytes: int
+    max_abs_diff: float
+
+    @property
+    def ratio(self) -> float:
+        return self.ours_ms / self.ort_ms
+
+
+def compare_with_ort(proto: onnx.ModelProto, model: CuvilModel | None = None, warmup: int = 5,
+                     repeat: int = 50, seed: int = 0) -> Comparison:
+    """Build (unless given a built model) for this host, then time our zero-copy ``run()`` and
+    onnxruntime (1 thread) on the same seeded inputs, alternating so both see the same machine."""
+    t0 = time.perf_counter()
+    if model is None:
+        model = CuvilModel.load(proto).optimize(targets=[host_target()])
+    build_s = time.perf_counter() - t0
+    assert model.compiled is not None
+    feeds = random_feeds(model.compiled.spec.inputs, seed)
+    inst = model.instance
+    ours_out = inst.predict(feeds)
+    sess = ort_session(proto)
+    ref = sess.run(None, feeds)
+    diff = max(float(np.max(np.abs(o - r))) for o, r in zip(ours_out.values(), ref))
+    ours, ort = [], []
+    for _ in range(max(1, repeat // 10)):  # interleave blocks: a noisy neighbour hits both sides
+        ours += timings_ms(inst.run, warmup, 10)
+        ort += timings_ms(lambda: sess.run(None, feeds), warmup, 10)
+    variant = model.compiled.spec.variants[0]
+    return Comparison(*median_p95(ours), *median_p95(ort), build_s, variant.size, diff)
