@@ -4,10 +4,11 @@ Ours is timed on the zero-copy serving path (inputs written into the instance on
 ``set_inputs``, then ``instance.run()`` per call), ORT as ``session.run`` with the same inputs. Each
 side gets warm-up calls, then ``--repeat`` timed calls; the table shows medians (and our p95), the
 build time (import + passes + clang, with an empty build cache), the cold instantiation (Cranelift
-compile, empty module cache) and the module size. The last line is the per-call overhead: a one-element
-Relu timed through ``run()`` and through ``predict()``.
+compile, empty module cache) and the module size. ``--web`` adds onnxruntime-web's WASM backend (one
+thread, under Node, same inputs; see ``_peers.py``). The last line is the per-call overhead: a
+one-element Relu timed through ``run()`` and through ``predict()``.
 
-    python benchmarks/bench_models.py [--repeat 100] [--models mlp,resnet,...] [--light]
+    python benchmarks/bench_models.py [--repeat 100] [--models mlp,resnet,...] [--light] [--web]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from _peers import ort_web
 
 from cuvil_edge import CuvilError, CuvilModel, Target
 from cuvil_edge.oracle import ort_session, random_inputs
@@ -69,18 +71,21 @@ class Row:
     build_s: float
     inst_ms: float
     module_kib: float
+    web: float | str | None = None  # onnxruntime-web median ms, why it did not run, or not asked for
 
     def line(self) -> str:
+        web = f" {self.web:>9.3f}" if isinstance(self.web, float) else f"  {self.web}" if self.web else ""
         return (f"{self.name:<12} {self.ours_med:>9.3f} {self.ours_p95:>9.3f} {self.ort_med:>9.3f} "
                 f"{self.ours_med / self.ort_med:>7.2f} {self.build_s:>7.2f} {self.inst_ms:>8.1f} "
-                f"{self.module_kib:>8.0f}")
+                f"{self.module_kib:>8.0f}{web}")
 
 
 HEADER = (f"{'model':<12} {'ours ms':>9} {'ours p95':>9} {'ORT ms':>9} {'ratio':>7} {'build s':>7} "
           f"{'inst ms':>8} {'KiB':>8}")
 
 
-def bench_model(name: str, proto: onnx.ModelProto, target: Target, warmup: int, repeat: int) -> Row:
+def bench_model(name: str, proto: onnx.ModelProto, target: Target, warmup: int, repeat: int,
+                web: bool = False) -> Row:
     feeds = next(random_inputs(proto, 1, seed=0))
     t0 = time.perf_counter()
     model = CuvilModel.load(proto).optimize(targets=[target])
@@ -94,8 +99,10 @@ def bench_model(name: str, proto: onnx.ModelProto, target: Target, warmup: int, 
     sess = ort_session(proto)
     ort = timings_ms(lambda: sess.run(None, feeds), warmup, repeat)
     model.close()
+    peer = ort_web(proto, feeds, repeat, warmup) if web else None
     return Row(name, statistics.median(ours), p95(ours), statistics.median(ort), build_s, inst_ms,
-               len(model.compiled.modules[target.name]) / 1024)
+               len(model.compiled.modules[target.name]) / 1024,
+               peer if peer is None or isinstance(peer, str) else peer.median_ms)
 
 
 def overhead_line(target: Target, warmup: int, repeat: int) -> str:
@@ -118,6 +125,7 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(NETS), help=f"comma-separated, from {','.join(NETS)}")
     parser.add_argument("--light", action="store_true", help="add onnx's light ResNet-50 (224x224)")
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--web", action="store_true", help="add onnxruntime-web (WASM, 1 thread) under Node")
     args = parser.parse_args()
     unknown = set(args.models.split(",")) - set(NETS)
     if unknown:
@@ -131,10 +139,10 @@ def main() -> None:
     if args.light:
         cases.append(("resnet50-l", light_resnet50))
     print(f"variant {target.name}, batch {args.batch}, {args.repeat} timed calls after {args.warmup} warm-up")
-    print(HEADER)
+    print(HEADER + (f" {'web ms':>9}" if args.web else ""))
     for name, build in cases:
         try:
-            print(bench_model(name, build(), target, args.warmup, args.repeat).line(), flush=True)
+            print(bench_model(name, build(), target, args.warmup, args.repeat, args.web).line(), flush=True)
         except CuvilError as exc:  # an op still missing must not hide the other rows
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
             print(f"{name:<12} not compiled: {reason}", flush=True)

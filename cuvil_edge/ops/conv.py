@@ -1,7 +1,8 @@
-"""Convolution family (NCHW, 1D/2D, fused act): ``conv`` and ``conv_transpose``.
+"""Convolution family (NCHW, fused act): ``conv`` (1D/2D/3D) and ``conv_transpose`` (1D/2D).
 
 Kernel choice is made here, once per node, from its shape: im2col-in-panels + GEMM in general,
-the direct depthwise kernel when every group has one input and one output channel. ConvTranspose is
+the direct depthwise kernel when every group has one input and one output channel (1D/2D; 3D always
+takes im2col over D*H*W voxels + GEMM, packed without the 2D row fast path). ConvTranspose is
 a GEMM (weights^T x input pixels) into a column buffer, scatter-added into the output (col2im).
 """
 
@@ -20,23 +21,24 @@ SCRATCH_FLOATS = 131072  # 512 KiB of packed im2col panels per chunk of output p
 
 
 def _spatial(node: Node) -> dict[str, int]:
-    """Attrs shared by conv and conv_transpose, normalised to 2D numbers (1D runs with H = 1)."""
+    """Attrs shared by conv and conv_transpose, normalised to 3D numbers (missing leading spatial axes
+    have size 1: 1D runs with D = H = 1, 2D with D = 1)."""
     x, w = node.inputs[0].type.shape, node.inputs[1].type.shape
     a = node.attrs
-    two_d = len(x) == 4
-    H, W = (x[2], x[3]) if two_d else (1, x[2])
-    kh, kw = (w[2], w[3]) if two_d else (1, w[2])
-    sh, sw = a["strides"] if two_d else (1, a["strides"][0])
-    dh, dw = a["dilations"] if two_d else (1, a["dilations"][0])
+    n = len(x) - 2
+    lead = [1] * (3 - n)
+    (D, H, W), (kd, kh, kw) = lead + list(x[2:]), lead + list(w[2:])
+    (sd, sh, sw), (dd, dh, dw) = lead + list(a["strides"]), lead + list(a["dilations"])
     pads = a["pads"]  # ONNX order: begins then ends
-    pt, pl, pb, pr = (pads[0], pads[1], pads[2], pads[3]) if two_d else (0, pads[0], 0, pads[1])
-    return dict(N=x[0], C=x[1], H=H, W=W, G=a.get("group", 1), kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw,
-                pt=pt, pl=pl, pb=pb, pr=pr)
+    (pd, pt, pl), (pdb, pb, pr) = [0] * (3 - n) + pads[:n], [0] * (3 - n) + pads[n:]
+    return dict(N=x[0], C=x[1], D=D, H=H, W=W, G=a.get("group", 1), kd=kd, kh=kh, kw=kw, sd=sd, sh=sh, sw=sw,
+                dd=dd, dh=dh, dw=dw, pd=pd, pt=pt, pl=pl, pdb=pdb, pb=pb, pr=pr)
 
 
 def conv_geometry(node: Node) -> dict[str, int]:
     g = _spatial(node)
     g["M"] = node.inputs[1].type.shape[0]
+    g["OD"] = (g["D"] + g["pd"] + g["pdb"] - g["dd"] * (g["kd"] - 1) - 1) // g["sd"] + 1
     g["OH"] = (g["H"] + g["pt"] + g["pb"] - g["dh"] * (g["kh"] - 1) - 1) // g["sh"] + 1
     g["OW"] = (g["W"] + g["pl"] + g["pr"] - g["dw"] * (g["kw"] - 1) - 1) // g["sw"] + 1
     return g
@@ -44,20 +46,22 @@ def conv_geometry(node: Node) -> dict[str, int]:
 
 def _infer(node: Node) -> list[TensorType]:
     x, w = node.inputs[0].type, node.inputs[1].type
-    if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
-        raise ShapeError(f"{node.name}: conv needs NCL or NCHW input, got {x.shape} with weights {w.shape}")
+    if len(x.shape) not in (3, 4, 5) or len(w.shape) != len(x.shape):
+        raise ShapeError(f"{node.name}: conv needs NCL, NCHW or NCDHW input, got {x.shape} "
+                         f"with weights {w.shape}")
     g = conv_geometry(node)
     if g["C"] != w.shape[1] * g["G"] or g["M"] % g["G"]:
         raise ShapeError(f"{node.name}: conv channels {x.shape[1]} / weights {w.shape} / group {g['G']}")
-    if g["OH"] <= 0 or g["OW"] <= 0:
+    if g["OD"] <= 0 or g["OH"] <= 0 or g["OW"] <= 0:
         raise ShapeError(f"{node.name}: conv output would be empty")
-    shape = (g["N"], g["M"], g["OH"], g["OW"]) if len(x.shape) == 4 else (g["N"], g["M"], g["OW"])
+    shape = (g["N"], g["M"]) + (g["OD"], g["OH"], g["OW"])[5 - len(x.shape):]
     return [TensorType(shape, "float32")]
 
 
 def is_depthwise(g: dict[str, int]) -> bool:
-    """Every group has one input and one output channel: the direct kernel, no im2col."""
-    return g["G"] == g["C"] == g["M"]
+    """Every group has one input and one output channel, over planes (no depth taps or padding): the
+    direct kernel, no im2col."""
+    return g["G"] == g["C"] == g["M"] and (g["D"], g["kd"], g["pd"], g["OD"]) == (1, 1, 0, 1)
 
 
 def kernel_tile(g: dict[str, int]) -> str:
@@ -72,8 +76,8 @@ def dwconv_variant(g: dict[str, int]) -> str:
 
 
 def pixel_chunk(g: dict[str, int]) -> int:
-    k = g["C"] // g["G"] * g["kh"] * g["kw"]
-    p = g["OH"] * g["OW"]
+    k = g["C"] // g["G"] * g["kd"] * g["kh"] * g["kw"]
+    p = g["OD"] * g["OH"] * g["OW"]
     chunk = max(8, SCRATCH_FLOATS // max(k, 1) // 8 * 8)
     return min(chunk, -(-p // 8) * 8)
 
@@ -82,7 +86,7 @@ def _scratch(node: Node) -> int:
     g = conv_geometry(node)
     if is_depthwise(g):
         return 0
-    k = g["C"] // g["G"] * g["kh"] * g["kw"]
+    k = g["C"] // g["G"] * g["kd"] * g["kh"] * g["kw"]
     return k * pixel_chunk(g) * 4
 
 
@@ -102,6 +106,12 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     mg = g["M"] // g["G"]
     wp = ctx.weight(np.concatenate([pack_a_panels(w2[i * mg:(i + 1) * mg]).reshape(-1)
                                     for i in range(g["G"])]))
+    if len(x.type.shape) == 5:
+        ctx.use_kernel("f32-conv3d-im2col-gemm-4x8")
+        return (f"f32_conv3d({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['D']}, {g['H']}, {g['W']}, {wp}, {bias}, "
+                f"{ctx.ptr(y)}, {g['M']}, {g['OD']}, {g['OH']}, {g['OW']}, {g['G']}, {g['kd']}, {g['kh']}, "
+                f"{g['kw']}, {g['sd']}, {g['sh']}, {g['sw']}, {g['dd']}, {g['dh']}, {g['dw']}, {g['pd']}, "
+                f"{g['pt']}, {g['pl']}, {chunk}, {ctx.scratch()}, {act_c(node)});")
     ctx.use_kernel("f32-conv-im2col-gemm-4x8")
     return (f"f32_conv2d({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {wp}, {bias}, {ctx.ptr(y)}, "
             f"{g['M']}, {g['OH']}, {g['OW']}, {g['G']}, {g['kh']}, {g['kw']}, {g['sh']}, {g['sw']}, "

@@ -1,8 +1,10 @@
-"""Pooling (NCHW, 1D and 2D): ``pool`` (max/avg windows) and ``global_pool`` (one value per plane).
+"""Pooling (NCHW; 1D, 2D and 3D): ``pool`` (max/avg windows) and ``global_pool`` (one value per plane).
 
 ``pool`` attrs are normalised at import: kind, kernel, strides, dilations, explicit pads
-[begins..., ends...], ceil_mode, count_include_pad. Average divisors are separable (a window is a
-rectangle clipped to a rectangle), so they are two build-time reciprocal tables, one per axis.
+[begins..., ends...], ceil_mode, count_include_pad. A window is a box clipped to a box, so both the
+max and the average (sum and divisor) separate by axis: average divisors are build-time reciprocal
+tables, one per axis, and a 3D pool is two passes of the 2D kernel (H x W per depth slice, then depth
+over rows of OH*OW pixels) through a scratch buffer.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from .registry import OpDef, register
 
 KINDS = ("max", "avg")
 
+#: one spatial axis: (size, kernel, stride, dilation, pad begin, pad end)
+Axis = tuple[int, int, int, int, int, int]
+
 
 def out_size(size: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: bool) -> int:
     """Output length along one axis; in ceil mode a last window starting past the input is dropped."""
@@ -26,38 +31,45 @@ def out_size(size: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: boo
     return out
 
 
-def pool_geometry(node: Node) -> dict[str, int]:
-    """Normalise 1D/2D pool attrs to 2D numbers (1D runs with H = 1)."""
+def _pass(planes: int, h: Axis, w: Axis, ceil: bool) -> dict[str, int]:
+    """One run of the 2D kernel over ``planes`` planes of [H, W]."""
+    g = dict(zip(("H", "kh", "sh", "dh", "pt", "pb"), h)) | dict(zip(("W", "kw", "sw", "dw", "pl", "pr"), w))
+    return g | dict(planes=planes, OH=out_size(*h, ceil), OW=out_size(*w, ceil))
+
+
+def pool_geometry(node: Node) -> list[dict[str, int]]:
+    """The 2D kernel passes of a pool: one for 1D (H = 1) and 2D, two for 3D."""
     x = node.inputs[0].type.shape
     a = node.attrs
-    if len(x) not in (3, 4) or len(a["kernel"]) != len(x) - 2:
-        raise ShapeError(f"{node.name}: pool needs NCL or NCHW input and a matching kernel, got {x}")
-    two_d = len(x) == 4
-
-    def pick(v: list[int], one: int) -> tuple[int, int]:
-        return (v[0], v[1]) if two_d else (one, v[0])
-
-    H, W = pick(list(x[2:]), 1)
-    kh, kw = pick(a["kernel"], 1)
-    sh, sw = pick(a["strides"], 1)
-    dh, dw = pick(a["dilations"], 1)
-    p = a["pads"]
-    pt, pb = (p[0], p[2]) if two_d else (0, 0)
-    pl, pr = (p[1], p[3]) if two_d else (p[0], p[1])
+    n = len(x) - 2
+    if n not in (1, 2, 3) or len(a["kernel"]) != n:
+        raise ShapeError(f"{node.name}: pool needs NCL, NCHW or NCDHW input and a matching kernel, got {x}")
+    axes: list[Axis] = [(x[2 + i], a["kernel"][i], a["strides"][i], a["dilations"][i], a["pads"][i],
+                         a["pads"][n + i]) for i in range(n)]
     ceil = bool(a.get("ceil_mode", 0))
-    OH, OW = out_size(H, kh, sh, dh, pt, pb, ceil), out_size(W, kw, sw, dw, pl, pr, ceil)
-    return dict(N=x[0], C=x[1], H=H, W=W, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pb=pb, pl=pl,
-                pr=pr, OH=OH, OW=OW)
+    one: Axis = (1, 1, 1, 1, 0, 0)
+    if n < 3:
+        return [_pass(x[0] * x[1], *([one] * (2 - n) + axes), ceil)]
+    hw = _pass(x[0] * x[1] * x[2], axes[1], axes[2], ceil)
+    rows = hw["OH"] * hw["OW"]
+    return [hw, _pass(x[0] * x[1], axes[0], (rows, 1, 1, 1, 0, 0), ceil)]
+
+
+def _out_spatial(node: Node) -> tuple[int, ...]:
+    passes = pool_geometry(node)
+    n = len(node.inputs[0].type.shape) - 2
+    oh, ow = passes[0]["OH"], passes[0]["OW"]
+    return (ow,) if n == 1 else (oh, ow) if n == 2 else (passes[1]["OH"], oh, ow)
 
 
 def _infer(node: Node) -> list[TensorType]:
     if node.attrs["kind"] not in KINDS:
         raise ShapeError(f"{node.name}: pool kind {node.attrs['kind']!r} is not one of {KINDS}")
-    g = pool_geometry(node)
-    if g["OH"] <= 0 or g["OW"] <= 0:
+    spatial = _out_spatial(node)
+    if min(spatial) <= 0:
         raise ShapeError(f"{node.name}: pool output would be empty")
     x = node.inputs[0].type
-    return [TensorType(x.shape[:2] + ((g["OH"], g["OW"]) if len(x.shape) == 4 else (g["OW"],)), x.dtype)]
+    return [TensorType(x.shape[:2] + spatial, x.dtype)]
 
 
 def _inv_counts(n_out: int, size: int, k: int, s: int, d: int, pb: int, pe: int,
@@ -75,29 +87,41 @@ def _avg_tables(node: Node, g: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
             _inv_counts(g["OW"], g["W"], g["kw"], g["sw"], g["dw"], g["pl"], g["pr"], inc))
 
 
-def _fold(node: Node, args) -> list[np.ndarray]:
-    g = pool_geometry(node)
+def _fold_pass(node: Node, g: dict[str, int], x: np.ndarray) -> np.ndarray:
+    """numpy reference of one kernel pass: [planes, H, W] -> [planes, OH, OW]."""
     is_max = node.attrs["kind"] == "max"
-    x = args[0].reshape(g["N"], g["C"], g["H"], g["W"]).astype(np.float32)
+    x = x.reshape(g["planes"], g["H"], g["W"]).astype(np.float32)
     ext_h = (g["OH"] - 1) * g["sh"] + (g["kh"] - 1) * g["dh"] + 1
     ext_w = (g["OW"] - 1) * g["sw"] + (g["kw"] - 1) * g["dw"] + 1
-    widths = ((0, 0), (0, 0), (g["pt"], max(ext_h - g["H"] - g["pt"], 0)),
+    widths = ((0, 0), (g["pt"], max(ext_h - g["H"] - g["pt"], 0)),
               (g["pl"], max(ext_w - g["W"] - g["pl"], 0)))
     xp = np.pad(x, widths, constant_values=-np.inf if is_max else 0.0)
     acc = None
     for i in range(g["kh"]):
         for j in range(g["kw"]):
-            tap = xp[:, :, i * g["dh"]:i * g["dh"] + ext_h - (g["kh"] - 1) * g["dh"]:g["sh"],
+            tap = xp[:, i * g["dh"]:i * g["dh"] + ext_h - (g["kh"] - 1) * g["dh"]:g["sh"],
                      j * g["dw"]:j * g["dw"] + ext_w - (g["kw"] - 1) * g["dw"]:g["sw"]]
             acc = tap if acc is None else (np.maximum(acc, tap) if is_max else acc + tap)
     if not is_max:
         inv_h, inv_w = _avg_tables(node, g)
         acc = acc * inv_h[:, None] * inv_w[None, :]
-    return [acc.reshape(_infer(node)[0].shape)]
+    return acc
 
 
-def _emit(node: Node, ctx: EmitContext) -> str:
-    g = pool_geometry(node)
+def _fold(node: Node, args) -> list[np.ndarray]:
+    y = args[0]
+    for g in pool_geometry(node):
+        y = _fold_pass(node, g, y)
+    return [y.reshape(_infer(node)[0].shape)]
+
+
+def _scratch(node: Node) -> int:
+    """3D: the H x W pass's output, which the depth pass reads."""
+    passes = pool_geometry(node)
+    return 0 if len(passes) == 1 else passes[0]["planes"] * passes[0]["OH"] * passes[0]["OW"] * 4
+
+
+def _emit_pass(node: Node, ctx: EmitContext, g: dict[str, int], x: str, y: str) -> str:
     kind = node.attrs["kind"]
     # output columns whose every tap is inside the row: ow * sw - pl >= 0, ... + (kw-1)*dw <= W-1
     ow0 = min(-(-g["pl"] // g["sw"]), g["OW"])
@@ -106,14 +130,22 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     if kind == "avg":
         inv_h, inv_w = _avg_tables(node, g)
         tables = f"{ctx.weight(inv_h)}, {ctx.weight(inv_w)}"
-    ctx.use_kernel(f"f32-{kind}pool-{'s' + str(g['sw']) if g['sw'] <= 2 else 'scalar'}-4")
-    x, y = node.inputs[0], node.outputs[0]
-    return (f"f32_{kind}pool2d({ctx.ptr(x)}, {ctx.ptr(y)}, {g['N'] * g['C']}, {g['H']}, {g['W']}, {g['OH']}, "
+    return (f"f32_{kind}pool2d({x}, {y}, {g['planes']}, {g['H']}, {g['W']}, {g['OH']}, "
             f"{g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, {g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, "
             f"{g['pl']}, {ow0}, {ow1}, {tables});")
 
 
-register(OpDef("pool", _infer, _fold, _emit, kernels=("f32-pool",)))
+def _emit(node: Node, ctx: EmitContext) -> str:
+    passes = pool_geometry(node)
+    sw = passes[0]["sw"]
+    ctx.use_kernel(f"f32-{node.attrs['kind']}pool-{'s' + str(sw) if sw <= 2 else 'scalar'}-4")
+    x, y = ctx.ptr(node.inputs[0]), ctx.ptr(node.outputs[0])
+    mid = [ctx.scratch()] if len(passes) > 1 else []
+    ins, outs = [x, *mid], [*mid, y]
+    return "\n".join(_emit_pass(node, ctx, g, i, o) for g, i, o in zip(passes, ins, outs))
+
+
+register(OpDef("pool", _infer, _fold, _emit, kernels=("f32-pool",), scratch=_scratch))
 
 
 # -- global_pool: reduce every plane (all dims after N, C) to one value -------------------------------

@@ -41,7 +41,11 @@ def weight_rows(node: Node) -> np.ndarray:
 
 
 def quantizable(node: Node) -> bool:
-    return node.op in ("conv", "gemm") and node.inputs[1].is_const and node.outputs[0].type.dtype == "float32"
+    """Conv (1D/2D: the integer kernels have no depth axis) and Gemm with constant float weights."""
+    if node.op not in ("conv", "gemm") or not node.inputs[1].is_const:
+        return False
+    is_3d = node.op == "conv" and len(node.inputs[0].type.shape) > 4
+    return node.outputs[0].type.dtype == "float32" and not is_3d
 
 
 def choices_for(node: Node, group: int) -> tuple[str, ...]:

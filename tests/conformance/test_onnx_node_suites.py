@@ -4,7 +4,8 @@ shipped outputs (onnx's runner tolerances: rtol 1e-3, atol 1e-7; 1e-5 absolute f
 
 Cases listed in ``suites_passing.txt`` must pass (the list only grows). Probe the rest with
 ``python -m tests.conformance.test_onnx_node_suites --probe [CASE ...]``: one pass/fail line per case
-with the reason (unsupported op named, or the largest error), then the pass count.
+with the reason (a known gap from ``KNOWN_GAPS``, else the error: unsupported op named, or the largest
+mismatch), then the pass count.
 """
 
 from __future__ import annotations
@@ -21,6 +22,18 @@ DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 SUITES = ("pytorch-converted", "pytorch-operator", "simple")
 PASSING_FILE = Path(__file__).with_name("suites_passing.txt")
 RTOL, ATOL = 1e-3, 1e-5
+
+#: case-name prefix -> why cuvil-edge does not compile it (out of scope by design, not a bug)
+KNOWN_GAPS = {
+    "simple/test_gradient_of_": "Gradient (ai.onnx.preview.training) is a training op; inference only",
+    "simple/test_strnorm_model_": "StringNormalizer needs string tensors, which wasm kernels do not carry",
+    "simple/test_expand_shape_model": "Expand's shape is a run-time input, so the output shape depends "
+                                      "on data; compiles only when the shape folds at build time",
+}
+
+
+def known_gap(case: str) -> str | None:
+    return next((why for prefix, why in KNOWN_GAPS.items() if case.startswith(prefix)), None)
 
 
 def all_cases() -> list[str]:
@@ -78,14 +91,20 @@ def test_passing_list_is_known_and_sorted() -> None:
     assert listed == sorted(set(listed)) and set(listed) <= set(all_cases())
 
 
+def test_every_unlisted_case_is_a_known_gap() -> None:
+    """A case that fails for a reason outside ``KNOWN_GAPS`` is a bug to fix or a gap to name."""
+    assert [c for c in all_cases() if c not in set(passing_cases()) and known_gap(c) is None] == []
+
+
 def probe(cases: list[str]) -> int:
     passed = 0
     for case in cases:
         try:
             check_case(case)
         except Exception as exc:  # report every failure kind with its reason
-            reason = " ".join(str(exc).split())[:160]
-            print(f"FAIL {case}: {type(exc).__name__}: {reason}")
+            reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+            gap = known_gap(case)
+            print(f"FAIL {case}: " + (f"known gap: {gap} ({reason})" if gap else reason))
         else:
             passed += 1
             print(f"PASS {case}")

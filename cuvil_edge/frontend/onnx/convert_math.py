@@ -9,6 +9,7 @@ import numpy as np
 from ...ir.graph import Value
 from ...ops.cast import RUNTIME_CASTS
 from ...ops.common import broadcast_shape
+from ...ops.logic import ARITH, ARITH_DTYPES
 from .importer import np_dtype_of_onnx
 from .registry import ConvertContext, converter
 
@@ -16,13 +17,16 @@ _COMMUTATIVE = ("add", "mul", "max", "min")
 
 
 def _binary(ctx: ConvertContext, kind: str, a: Value, b: Value, name: str | None = None) -> Value:
-    """One IR ``binary``; the full-size run-time operand goes first so the op can run in place."""
+    """One IR ``binary``; the full-size run-time operand goes first so the op can run in place.
+    Other element types at run time take the generic ``arith`` loop."""
     if a.type.dtype != b.type.dtype:
         if kind != "pow" or not b.is_const:
             raise ctx.unsupported(f"operands of different types ({a.type.dtype}, {b.type.dtype})")
         b = ctx.constant(b.const.astype(a.type.dtype), "exponent")
     if not (a.is_const and b.is_const) and a.type.dtype != "float32":
-        raise ctx.unsupported(f"{kind} on {a.type.dtype} tensors at run time (float32 only)")
+        if kind not in ARITH or a.type.dtype not in ARITH_DTYPES:
+            raise ctx.unsupported(f"{kind} on {a.type.dtype} tensors at run time")
+        return ctx.emit1("arith", [a, b], {"kind": kind}, name=name)
     out = broadcast_shape([a.type.shape, b.type.shape], ctx.name)
 
     def rank(v: Value) -> tuple[bool, bool]:

@@ -1,4 +1,4 @@
-"""Converters for MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool (1D and 2D, NCHW)."""
+"""Converters for MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool (1D, 2D and 3D, NCHW)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from .registry import ConvertContext, converter
 def _pool(ctx: ConvertContext, kind: str) -> None:
     x = ctx.input(0)
     n = len(x.type.shape) - 2
-    if n not in (1, 2):
-        raise ctx.unsupported(f"{n}D pooling (1D and 2D are supported)")
+    if n not in (1, 2, 3):
+        raise ctx.unsupported(f"{n}D pooling (1D, 2D and 3D are supported)")
     kernel = ctx.attr("kernel_shape")
     if kernel is None or len(kernel) != n:
         raise ctx.unsupported(f"kernel_shape {kernel} does not match {n} spatial dims")

@@ -90,3 +90,53 @@ KERNEL void f32_conv2d(const float* x, int N, int C, int H, int W, const float* 
     }
   }
 }
+
+/* 3D convolution (NCDHW): the same GEMM over output voxels. The im2col panels are packed lane by lane
+ * with precomputed bases (no row fast path: 3D layers are rare and small on the edge). */
+KERNEL void f32_im2col3d_packed(const float* x, int C, int D, int H, int W, int kd, int kh, int kw,
+                                int sd, int sh, int sw, int dd, int dh, int dw, int pd, int pt, int pl,
+                                int OH, int OW, int p0, int pc, float* bp) {
+  const int K = C * kd * kh * kw, OP = OH * OW;
+  for (int j = 0; j < pc; j += 8) {
+    const int nr = pc - j < 8 ? pc - j : 8;
+    float* dst = bp + (size_t)(j / 8) * K * 8;
+    int izb[8], iyb[8], ixb[8];
+    for (int l = 0; l < 8; l++) {
+      const int q = p0 + j + l, r = q % OP;
+      izb[l] = l < nr ? (q / OP) * sd - pd : -(1 << 28);  /* lanes past the end read nothing */
+      iyb[l] = (r / OW) * sh - pt;
+      ixb[l] = (r % OW) * sw - pl;
+    }
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + (size_t)c * D * H * W;
+      for (int kz = 0; kz < kd; kz++)
+        for (int ky = 0; ky < kh; ky++)
+          for (int kx = 0; kx < kw; kx++, dst += 8)
+            for (int l = 0; l < 8; l++) {
+              const int iz = izb[l] + kz * dd, iy = iyb[l] + ky * dh, ix = ixb[l] + kx * dw;
+              dst[l] = ((unsigned)iz < (unsigned)D && (unsigned)iy < (unsigned)H && (unsigned)ix < (unsigned)W)
+                           ? xc[((size_t)iz * H + iy) * W + ix] : 0.0f;
+            }
+    }
+  }
+}
+
+KERNEL void f32_conv3d(const float* x, int N, int C, int D, int H, int W, const float* w, const float* bias,
+                       float* y, int M, int OD, int OH, int OW, int G, int kd, int kh, int kw, int sd,
+                       int sh, int sw, int dd, int dh, int dw, int pd, int pt, int pl, int pchunk,
+                       float* scratch, Act act) {
+  const int Cg = C / G, Mg = M / G, K = Cg * kd * kh * kw, P = OD * OH * OW;
+  for (int n = 0; n < N; n++) {
+    for (int g = 0; g < G; g++) {
+      const float* xg = x + ((size_t)n * C + (size_t)g * Cg) * D * H * W;
+      const float* wg = w + (size_t)g * ((Mg + 3) & ~3) * K;
+      float* yg = y + ((size_t)n * M + (size_t)g * Mg) * P;
+      for (int p0 = 0; p0 < P; p0 += pchunk) {
+        const int pc = P - p0 < pchunk ? P - p0 : pchunk;
+        f32_im2col3d_packed(xg, Cg, D, H, W, kd, kh, kw, sd, sh, sw, dd, dh, dw, pd, pt, pl, OH, OW, p0, pc,
+                            scratch);
+        f32_gemm_pa(Mg, pc, K, wg, scratch, yg + p0, P, bias ? bias + g * Mg : 0, 0, act);
+      }
+    }
+  }
+}

@@ -1,0 +1,114 @@
+"""The ops added for the backend suites, against onnxruntime on the cases the shipped data leaves out:
+3D Conv/Pool with groups, dilations, padding, ceil_mode and count_include_pad; run-time math on
+int32/int64/float64; sequence ops with run-time positions (the shipped ones are initializers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from cuvil_edge import CuvilModel, Target
+from cuvil_edge.errors import UnsupportedOperator
+
+N = helper.make_node
+
+
+def _info(name: str, v: np.ndarray) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+
+
+def _model(nodes: list, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray | None], opset: int,
+           inits: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """Outputs typed like their examples (left open for the reference run, which infers them)."""
+    graph = helper.make_graph(nodes, "t", [_info(k, v) for k, v in inputs.items()],
+                              [helper.make_empty_tensor_value_info(o) if v is None else _info(o, v)
+                               for o, v in outputs.items()],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def check(nodes: list, inputs: dict[str, np.ndarray], outputs: list[str], opset: int = 18,
+          inits: dict[str, np.ndarray] | None = None) -> None:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    ref = _model(nodes, inputs, dict.fromkeys(outputs), opset, inits or {})
+    want = ort.InferenceSession(ref.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        outputs, inputs)
+    model = _model(nodes, inputs, dict(zip(outputs, want)), opset, inits or {})
+    with CuvilModel.load(model).optimize(targets=[Target()]) as cm:
+        got = cm.predict(inputs)
+    for name, w in zip(outputs, want):
+        assert got[name].dtype == w.dtype and got[name].shape == w.shape, name
+        np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+CONV3D = [
+    dict(kernel_shape=[3, 3, 3], pads=[1, 1, 1, 1, 1, 1]),
+    dict(kernel_shape=[2, 3, 1], strides=[2, 1, 2], dilations=[1, 2, 1], pads=[0, 1, 0, 1, 0, 1]),
+    dict(kernel_shape=[3, 3, 3], group=2, auto_pad="SAME_UPPER", strides=[2, 2, 2]),
+    dict(kernel_shape=[3, 3, 3], group=4, pads=[1, 0, 1, 1, 0, 1]),  # depthwise: the GEMM path in 3D
+]
+
+
+@pytest.mark.parametrize("i", range(len(CONV3D)))
+def test_conv3d(i: int) -> None:
+    attrs = CONV3D[i]
+    group = attrs.get("group", 1)
+    m = 4 if group == 4 else 6
+    inits = {"w": rand(m, 4 // group, *attrs["kernel_shape"], seed=1), "b": rand(m, seed=2)}
+    check([N("Conv", ["x", "w", "b"], ["y"], **attrs), N("Conv", ["x", "w"], ["z"], **attrs),
+           N("Relu", ["y"], ["r"])], {"x": rand(2, 4, 5, 7, 6)}, ["y", "z", "r"], inits=inits)
+
+
+def test_pool3d() -> None:
+    pools = [("MaxPool", dict(kernel_shape=[3, 2, 3], strides=[2, 1, 2], pads=[1, 0, 1, 1, 1, 0])),
+             ("MaxPool", dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2], dilations=[2, 1, 1], ceil_mode=1)),
+             ("AveragePool", dict(kernel_shape=[3, 3, 3], strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1])),
+             ("AveragePool", dict(kernel_shape=[3, 3, 3], strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1],
+                                  count_include_pad=1)),
+             ("AveragePool", dict(kernel_shape=[2, 3, 2], strides=[2, 2, 2], ceil_mode=1))]
+    nodes = [N(op, ["x"], [f"y{i}"], **attrs) for i, (op, attrs) in enumerate(pools)]
+    check(nodes, {"x": rand(2, 3, 7, 9, 8)}, [f"y{i}" for i in range(len(pools))], opset=19)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float64])
+def test_runtime_arith_on_typed_tensors(dtype: type) -> None:
+    rng = np.random.default_rng(3)
+    a = rng.integers(-50, 50, (2, 3, 4)).astype(dtype)
+    b = (rng.integers(1, 9, (3, 1)) * rng.choice([-1, 1], (3, 1))).astype(dtype)
+    ops = ["Add", "Sub", "Mul", "Div", "Max", "Min"]
+    check([N(op, ["a", "b"], [op.lower()]) for op in ops], {"a": a, "b": b}, [op.lower() for op in ops])
+
+
+def _positions(**pos: int) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v, np.int64) for k, v in pos.items()}
+
+
+@pytest.mark.parametrize("pos", [dict(e=0, i=2, a=1), dict(e=-1, i=-2, a=-3), dict(e=2, i=0, a=3)])
+def test_sequence_ops_with_runtime_positions(pos: dict[str, int]) -> None:
+    xs = {k: rand(2, 3, seed=s) for s, k in enumerate("xyzw")}
+    nodes = [N("SequenceConstruct", ["x", "y", "z"], ["s"]),
+             N("SequenceErase", ["s", "e"], ["s1"]),
+             N("SequenceInsert", ["s1", "w", "i"], ["s2"]),
+             N("SequenceInsert", ["s2", "x"], ["s3"]),
+             N("SequenceAt", ["s3", "a"], ["at"]),
+             N("SequenceLength", ["s3"], ["n"]),
+             N("ConcatFromSequence", ["s3"], ["stack"], axis=-1, new_axis=1),
+             N("SplitToSequence", ["stack"], ["parts"], axis=1, keepdims=0),
+             N("SequenceAt", ["parts", "e"], ["part"])]
+    check(nodes, {**xs, **_positions(**pos)}, ["at", "n", "stack", "part"])
+
+
+def test_runtime_position_over_different_shapes_is_a_clear_error() -> None:
+    nodes = [N("SequenceConstruct", ["x", "y"], ["s"]), N("SequenceAt", ["s", "p"], ["out"])]
+    model = _model(nodes, {"x": rand(2, 3), "y": rand(1, 3), "p": np.zeros((), np.int64)},
+                   {"out": rand(2, 3)}, 18, {})
+    with pytest.raises(UnsupportedOperator, match="shape would depend on data"):
+        CuvilModel.load(model)
