@@ -490,9 +490,9 @@ INLINE void f32_gemm_tile_4x8_pa(int K, const float* ap, const float* bp, float*
   }
 }
 
-/* Rows of A kept hot per pass over B's panels: about 256 KiB of A (L2-resident on the hosts we target). */
+/* Rows of A kept hot per pass over B's panels: about 128 KiB of A (L2-resident with room for the streamed B panels). */
 INLINE int gemm_row_block(int K) {
-  int mc = (65536 / (K > 0 ? K : 1)) & ~3;
+  int mc = (32768 / (K > 0 ? K : 1)) & ~3;
   return mc < 4 ? 4 : mc;
 }
 
