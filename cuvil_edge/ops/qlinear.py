@@ -8,16 +8,27 @@ quantized layer drops in for a float one anywhere in the graph, and layers mix f
 ``xq`` attr (activation quantization):
     ("static", scale, zero_point, qmax)   scale/zero point from calibration or an imported QDQ pair
     ("dynamic", qmax, per_row)           computed at run time (per row, or per tensor as ONNX does)
-    ("input", scale, zero_point)         input 0 is already uint8 (imported QLinear* ops)
+    ("input",)                           input 0 is already uint8 (imported QDQ / QLinear* / *Integer ops);
+                                         its scale (f32) and zero point (uint8) are the node's last two
+                                         inputs, constants or run-time values (DynamicQuantizeLinear)
 qmax 127 (our quantizer: 7-bit activations, the exact relaxed-dot path) or 255 (imported uint8).
 
 Ops:  qgemm   [x, w int8 [K,N], w_scale [N], bias?]             int8 per-channel symmetric weights
       qconv   [x, w int8 [M,C/G,kh,kw], w_scale [M], bias?]     + conv attrs
       qb4gemm [x, q uint8 [N,K], scale [N,K/G], zp int32 [N,K/G], bias?]   4-bit group-wise
       qb4conv [x, q uint8 [M,C,kh,kw], scale, zp, bias?]        + conv attrs (group 1)
+
+ONNX QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear at run time:
+      quantize   [x f32, scale, zp uint8] (axis)  -> uint8     per tensor or per axis
+      dequantize [x uint8, scale, zp uint8] (axis) -> f32
+      quantize_dyn [x f32] -> (uint8, scale f32 [], zp uint8 [])
+Quantized activations are always uint8 here: an ONNX int8 tensor is held as uint8 with its values and
+zero point shifted by +128 (same products after zero-point subtraction, same order for max pooling).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -81,7 +92,9 @@ def pack_b4(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, bias: np.ndarray |
 
 
 def _bias(node: Node, index: int) -> np.ndarray | None:
-    return node.inputs[index].const if len(node.inputs) > index else None
+    """The optional bias; in "input" mode the activation's scale and zero point follow it."""
+    n = len(node.inputs) - (2 if node.attrs["xq"][0] == "input" else 0)
+    return node.inputs[index].const if n > index else None
 
 
 class _Act:
@@ -111,11 +124,14 @@ class _Act:
     def emit(self, node: Node, ctx: EmitContext, base: int) -> tuple[str, str, str, str, int]:
         """(C that quantizes x, uint8 pointer, scale pointer, zero-point pointer, bytes used)."""
         x = node.inputs[0]
-        if self.mode[0] == "input":
-            return ("", ctx.ptr(x), *self._const_params(ctx), 0)
+        if self.mode[0] == "input":  # the kernels read the zero point as int32
+            s, z = node.inputs[-2:]
+            zi = f"((int32_t*)(A + {base}))"
+            return (f"{zi}[0] = {ctx.ptr(z)}[0];", ctx.ptr(x), ctx.ptr(s), zi, 64)
         xq = f"((uint8_t*)(A + {base}))"
         if self.mode[0] == "static":
-            s, z = self._const_params(ctx)
+            s, z = (ctx.weight(np.array([self.mode[1]], np.float32)),
+                    ctx.weight(np.array([self.mode[2]], np.int32), "int32_t"))
             return (f"qu8_quantize({self.n}, {ctx.ptr(x)}, {xq}, {s}, {z}, {self.qmax});", xq, s, z,
                     _ceil(self.n, 64))
         off = base + _ceil(self.n, 64)
@@ -123,10 +139,6 @@ class _Act:
         rows, k = (self.rows, self.k) if self.xstep else (1, self.n)
         return (f"qu8_quantize_dyn({rows}, {k}, {ctx.ptr(x)}, {xq}, {s}, {z}, {self.qmax});", xq, s, z,
                 self.scratch_bytes())
-
-    def _const_params(self, ctx: EmitContext) -> tuple[str, str]:
-        return (ctx.weight(np.array([self.mode[1]], np.float32)),
-                ctx.weight(np.array([self.mode[2]], np.int32), "int32_t"))
 
 
 def _scratch_base(ctx: EmitContext) -> int:
@@ -255,3 +267,92 @@ def _qb4conv_emit(node: Node, ctx: EmitContext) -> str:
 
 register(OpDef("qb4conv", conv_infer, None, _qb4conv_emit, kernels=("qs8-gemm", "qb4-gemm"),
                scratch=_qconv_scratch))
+
+
+# -- quantize / dequantize / quantize_dyn: ONNX QuantizeLinear and friends at run time ------------------
+def _axis_blocks(node: Node) -> tuple[int, int, int]:
+    """(outer, channels, inner) for per-axis parameters; per tensor is (1, 1, size)."""
+    shape, n = node.inputs[0].type.shape, node.inputs[1].type.size
+    if n == 1:
+        return 1, 1, node.inputs[0].type.size
+    axis = node.attrs.get("axis", 1) % len(shape)
+    return (int(np.prod(shape[:axis], dtype=np.int64)), shape[axis],
+            int(np.prod(shape[axis + 1:], dtype=np.int64)))
+
+
+def broadcast_param(p: np.ndarray, rank: int, axis: int) -> np.ndarray:
+    """A scale or zero point shaped to broadcast against a rank-``rank`` tensor (per tensor or along
+    ``axis``)."""
+    if p.size == 1:
+        return p.reshape(())
+    return p.reshape([-1 if d == axis % rank else 1 for d in range(rank)])
+
+
+def _param(p: np.ndarray, node: Node) -> np.ndarray:
+    return broadcast_param(p, len(node.inputs[0].type.shape), node.attrs.get("axis", 1))
+
+
+def _same_shape(dtype: str) -> Callable[[Node], list[TensorType]]:
+    return lambda node: [TensorType(node.inputs[0].type.shape, dtype)]
+
+
+def _blockwise(node: Node, ctx: EmitContext, call: str) -> str:
+    """Run ``call`` (a qu8_* kernel call over x, y, s, z and n) once per channel block."""
+    outer, chans, inner = _axis_blocks(node)
+    x, s, zp = node.inputs
+    off = f"((size_t)o * {chans} + c) * {inner}"
+    body = call.format(n=inner, x=f"{ctx.ptr(x)} + {off}", y=f"{ctx.ptr(node.outputs[0])} + {off}",
+                       s=f"{ctx.ptr(s)} + c")
+    return (f"for (int o = 0; o < {outer}; o++) for (int c = 0; c < {chans}; c++) {{\n"
+            f"  const int32_t z = {ctx.ptr(zp)}[c];\n  {body}\n}}")
+
+
+def _quantize_fold(node: Node, args) -> list[np.ndarray]:
+    x, s, z = args
+    q = np.rint(x.astype(np.float32) / _param(s, node).astype(np.float32)) + _param(z, node)
+    return [np.clip(q, 0, 255).astype(np.uint8)]
+
+
+def _quantize_emit(node: Node, ctx: EmitContext) -> str:
+    ctx.use_kernel("qu8-quantize")
+    return _blockwise(node, ctx, "qu8_quantize({n}, {x}, {y}, {s}, &z, 255);")
+
+
+def _dequantize_fold(node: Node, args) -> list[np.ndarray]:
+    x, s, z = args
+    return [(x.astype(np.int32) - _param(z, node).astype(np.int32)).astype(np.float32)
+            * _param(s, node).astype(np.float32)]
+
+
+def _dequantize_emit(node: Node, ctx: EmitContext) -> str:
+    ctx.use_kernel("qu8-dequantize")
+    return _blockwise(node, ctx, "qu8_dequantize({n}, {x}, {y}, {s}, &z);")
+
+
+register(OpDef("quantize", _same_shape("uint8"), _quantize_fold, _quantize_emit, kernels=("qs8-gemm",)))
+register(OpDef("dequantize", _same_shape("float32"), _dequantize_fold, _dequantize_emit,
+               kernels=("qs8-gemm",)))
+
+
+def _quantize_dyn_infer(node: Node) -> list[TensorType]:
+    return [TensorType(node.inputs[0].type.shape, "uint8"), TensorType((), "float32"),
+            TensorType((), "uint8")]
+
+
+def _quantize_dyn_fold(node: Node, args) -> list[np.ndarray]:
+    x = args[0].astype(np.float32)
+    lo, hi = np.float32(min(x.min(), 0)), np.float32(max(x.max(), 0))
+    s = np.float32((hi - lo) / np.float32(255)) if hi > lo else np.float32(1)
+    z = np.float32(np.clip(np.rint(-lo / s), 0, 255))
+    return [np.clip(np.rint(x / s) + z, 0, 255).astype(np.uint8), s, z.astype(np.uint8)]
+
+
+def _quantize_dyn_emit(node: Node, ctx: EmitContext) -> str:
+    x, (y, s, z) = node.inputs[0], node.outputs
+    ctx.use_kernel("qu8-quantize-dyn")
+    return (f"{{ int32_t z; qu8_quantize_dyn(1, {x.type.size}, {ctx.ptr(x)}, {ctx.ptr(y)}, {ctx.ptr(s)}, "
+            f"&z, 255); {ctx.ptr(z)}[0] = (uint8_t)z; }}")
+
+
+register(OpDef("quantize_dyn", _quantize_dyn_infer, _quantize_dyn_fold, _quantize_dyn_emit,
+               kernels=("qs8-gemm",)))

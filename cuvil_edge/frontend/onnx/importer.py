@@ -8,9 +8,12 @@ from typing import Any
 
 from ...errors import ModelFormatError, ShapeError, UnsupportedOperator
 from ...ir.graph import Graph, TensorType, Value
+from ...quant.qdq import fuse_qdq
 from .registry import ConvertContext, converters
 
 MIN_OPSET, MAX_OPSET = 7, 21
+#: non-default-domain operators with a converter (registered under their op_type)
+CONTRIB_OPS = frozenset({("com.microsoft", "MatMulNBits")})
 
 
 def load_onnx(model: str | os.PathLike[str] | bytes | Any):
@@ -70,13 +73,14 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
             raise ModelFormatError(f"graph output {out.name!r} is never produced")
         graph.outputs.append(env[out.name])
     graph.meta["output_names"] = [o.name for o in g.output]
+    fuse_qdq(graph)  # pre-quantized layers onto the integer kernels while their weights are known
     return graph
 
 
 def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], opset: int) -> None:
     table = converters()
     for node in nodes:
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx") and (node.domain, node.op_type) not in CONTRIB_OPS:
             raise UnsupportedOperator(f"{node.domain}.{node.op_type}", node.name or node.output[0], opset,
                                       "custom-domain operators are not supported")
         if node.op_type == "If":
