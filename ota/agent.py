@@ -90,7 +90,7 @@ class Agent:
         self._user_step = on_step
         self.installer = Installer(state, config.hardware_id or default_hardware_id(), config.profile or None,
                                    root=root, config=config.ota, on_step=self._step)
-        self.host = ModelHost(self.installer)
+        self.host = ModelHost(self.installer, config.policy)
         self.state = "active" if self.host.release is not None else "idle"
         self._store_path = state / STORE_FILE
         self._store: dict[str, Any] = read_json(self._store_path, {"announce_seq": 0, "announce_digest": "",
@@ -357,7 +357,7 @@ class Agent:
     def _telemetry(self) -> None:
         t = self.transfer
         body = {"device": self.device, "state": self.state, "release": self.host.release,
-                "transfer": {"have": t.have, "total": t.total} if t else None}
+                "transfer": {"have": t.have, "total": t.total} if t else None, "serving": self.host.metrics()}
         try:
             self.mqtt.publish(self.topics.telemetry(self.device), json.dumps(body).encode(),
                               expiry_s=int(max(self.cfg.telemetry_interval_s * 2, 60)))

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from runtime_wasm.policy import RuntimePolicy
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -123,6 +125,7 @@ class AgentConfig:
     broker: BrokerSettings = field(default_factory=BrokerSettings)
     limits: TransferLimits = field(default_factory=TransferLimits)
     ota: OtaConfig = field(default_factory=OtaConfig)
+    policy: RuntimePolicy | None = None  # set: serve through supervised workers under this policy
 
 
 def _typed(cls: type, table: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -141,10 +144,11 @@ def _typed(cls: type, table: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
-    """Sections ``agent``, ``broker`` (secret: ``password_file`` or ``password_env``), ``limits``, ``ota``."""
+    """Sections ``agent``, ``broker`` (secret: ``password_file`` or ``password_env``), ``limits``, ``ota``
+    and ``policy`` (a ``RuntimePolicy``; without it the model is served in-process)."""
     with open(path, "rb") as f:
         doc = tomllib.load(f)
-    unknown = set(doc) - {"agent", "broker", "limits", "ota"}
+    unknown = set(doc) - {"agent", "broker", "limits", "ota", "policy"}
     if unknown:
         raise ValueError(f"{path}: unknown sections {sorted(unknown)}")
     broker = dict(doc.get("broker", {}))
@@ -156,6 +160,7 @@ def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
         return AgentConfig(**_typed(AgentConfig, doc.get("agent", {}), "agent"),
                            broker=BrokerSettings(**_typed(BrokerSettings, broker, "broker")),
                            limits=TransferLimits(**_typed(TransferLimits, doc.get("limits", {}), "limits")),
-                           ota=OtaConfig(**_typed(OtaConfig, doc.get("ota", {}), "ota")))
+                           ota=OtaConfig(**_typed(OtaConfig, doc.get("ota", {}), "ota")),
+                           policy=RuntimePolicy.from_dict(doc["policy"]) if "policy" in doc else None)
     except TypeError as exc:  # a required [agent] field is missing
         raise ValueError(f"{path}: {exc}") from None

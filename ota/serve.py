@@ -1,7 +1,8 @@
 """Local inference for apps on the device: one JSON request per connection on a Unix socket.
 
-Request: ``{"inputs": {name: tensor}}``; reply: ``{"release": n, "outputs": {name: tensor}}`` or
-``{"error": "...", "type": "..."}``, tensors as in golden vectors (``ota.golden``: dtype, shape,
+Request: ``{"inputs": {name: tensor}}``, optionally with ``"captured_at"`` (unix seconds when the input
+data was captured, for the policy's freshness bound); reply: ``{"release": n, "outputs": {name: tensor}}``
+or ``{"error": "...", "type": "..."}``, tensors as in golden vectors (``ota.golden``: dtype, shape,
 base64 little-endian data). File permissions on the socket decide which local users may ask.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from runtime_wasm import RuntimeWasmError, WasmModel
+from runtime_wasm import ModelSource, RuntimePolicy, RuntimeWasmError, Scheduler, WasmModel
 
 from .errors import NoActiveModel, OtaError
 from .golden import decode_tensor, encode_tensor
@@ -28,19 +29,30 @@ MAX_REQUEST_BYTES = 64 << 20
 
 
 class ModelHost:
-    """The active model; swapped whole after an install or rollback, so a request sees old or new."""
+    """The active model; swapped whole after an install or rollback, so a request sees old or new.
 
-    def __init__(self, installer: Installer) -> None:
-        self._installer = installer
+    With a ``policy`` the model runs in supervised worker processes behind a ``Scheduler`` (deadline,
+    memory cap, batching, freshness, thermal degrade); without one, in-process (one call at a time).
+    """
+
+    def __init__(self, installer: Installer, policy: RuntimePolicy | None = None) -> None:
+        self._installer, self._policy = installer, policy
         self._lock = threading.Lock()
-        self._model: WasmModel | None = None
+        self._model: WasmModel | Scheduler | None = None
         self.release: int | None = None
         self.reload()
+
+    def _load(self) -> WasmModel | Scheduler:
+        if self._policy is None:
+            return self._installer.active_model()
+        source = ModelSource.from_dir(self._installer._active_dir(),
+                                      cache_dir=str(self._installer.cache.directory))
+        return Scheduler(source, self._policy)
 
     def reload(self) -> None:
         """Load the installer's active slot (compiled from the local cache) and retire the previous one."""
         try:
-            model, release = self._installer.active_model(), self._installer.active_manifest().release
+            model, release = self._load(), self._installer.active_manifest().release
         except NoActiveModel:
             model, release = None, None
         with self._lock:
@@ -48,11 +60,21 @@ class ModelHost:
         if old is not None:
             old.close()
 
-    def predict(self, inputs: Mapping[str, np.ndarray]) -> tuple[int, dict[str, np.ndarray]]:
+    def predict(self, inputs: Mapping[str, np.ndarray], captured_at: float | None = None
+                ) -> tuple[int, dict[str, np.ndarray]]:
         with self._lock:
-            if self._model is None or self.release is None:
+            model, release = self._model, self.release
+            if model is None or release is None:
                 raise NoActiveModel("no model is installed yet")
-            return self.release, self._model.predict(dict(inputs))
+            if isinstance(model, WasmModel):
+                return release, model.predict(dict(inputs))
+        return release, model.predict(dict(inputs), captured_at)  # the scheduler queues and batches
+
+    def metrics(self) -> dict[str, Any] | None:
+        """The scheduler's counters and latency percentiles (None when serving in-process)."""
+        with self._lock:
+            model = self._model
+        return model.metrics() if isinstance(model, Scheduler) else None
 
     def close(self) -> None:
         with self._lock:
@@ -68,7 +90,9 @@ class _Handler(socketserver.StreamRequestHandler):
         try:
             request = json.loads(self.rfile.readline(MAX_REQUEST_BYTES))
             inputs = {k: decode_tensor(v) for k, v in request["inputs"].items()}
-            release, outputs = self.server.host.predict(inputs)
+            captured = request.get("captured_at")  # optional: when the app captured the input data
+            captured_at = None if captured is None else float(captured)
+            release, outputs = self.server.host.predict(inputs, captured_at)
             reply: dict[str, Any] = {"release": release,
                                      "outputs": {k: encode_tensor(v) for k, v in outputs.items()}}
         except (ValueError, KeyError, TypeError, AttributeError, OtaError, RuntimeWasmError) as exc:
@@ -96,10 +120,13 @@ class InferenceServer(socketserver.ThreadingUnixStreamServer):
         self.path.unlink(missing_ok=True)
 
 
-def infer(path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray],
-          timeout_s: float = 30.0) -> tuple[int, dict[str, np.ndarray]]:
+def infer(path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray], timeout_s: float = 30.0,
+          captured_at: float | None = None) -> tuple[int, dict[str, np.ndarray]]:
     """Client side: (release that answered, outputs); ``OtaError`` carrying the agent's error otherwise."""
-    request = json.dumps({"inputs": {k: encode_tensor(np.asarray(v)) for k, v in inputs.items()}})
+    body: dict[str, Any] = {"inputs": {k: encode_tensor(np.asarray(v)) for k, v in inputs.items()}}
+    if captured_at is not None:
+        body["captured_at"] = captured_at
+    request = json.dumps(body)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout_s)
         s.connect(str(path))

@@ -3,19 +3,29 @@
 from .cache import ModuleCache
 from .engine import EngineConfig, cpu_fingerprint, engine_for
 from .errors import (
+    DeadlineExceeded,
     InferenceInputError,
     InferenceTrap,
     ModuleLoadError,
     NoUsableVariant,
+    Overloaded,
+    PolicyError,
     RuntimeWasmError,
     SpecError,
+    StaleInput,
+    WorkerCrashed,
 )
 from .instance import WasmModel
+from .policy import RuntimePolicy
+from .scheduler import Scheduler, read_cpu_temp_c, should_wait
 from .spec import ModelSpec, TensorSpec, VariantSpec
+from .supervisor import ModelSource, SupervisedModel
 from .variants import HostProbes, probe_host, select_variant
 
 __all__ = [
-    "EngineConfig", "HostProbes", "InferenceInputError", "InferenceTrap", "ModelSpec", "ModuleCache",
-    "ModuleLoadError", "NoUsableVariant", "RuntimeWasmError", "SpecError", "TensorSpec", "VariantSpec",
-    "WasmModel", "cpu_fingerprint", "engine_for", "probe_host", "select_variant",
+    "DeadlineExceeded", "EngineConfig", "HostProbes", "InferenceInputError", "InferenceTrap", "ModelSource",
+    "ModelSpec", "ModuleCache", "ModuleLoadError", "NoUsableVariant", "Overloaded", "PolicyError",
+    "RuntimePolicy", "RuntimeWasmError", "Scheduler", "SpecError", "StaleInput", "SupervisedModel",
+    "TensorSpec", "VariantSpec", "WasmModel", "WorkerCrashed", "cpu_fingerprint", "engine_for", "probe_host",
+    "read_cpu_temp_c", "select_variant", "should_wait",
 ]

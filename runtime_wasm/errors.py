@@ -25,3 +25,23 @@ class InferenceInputError(RuntimeWasmError, ValueError):
 
 class InferenceTrap(RuntimeWasmError):
     """The module trapped while running (out of bounds, deadline, stack)."""
+
+
+class PolicyError(RuntimeWasmError, ValueError):
+    """A ``RuntimePolicy`` setting is missing, mistyped or out of range."""
+
+
+class DeadlineExceeded(RuntimeWasmError):
+    """A request missed its deadline: its worker was killed (runaway guest) or it expired in the queue."""
+
+
+class WorkerCrashed(RuntimeWasmError):
+    """A supervised worker process died or broke its protocol; it is restarted for the next request."""
+
+
+class StaleInput(RuntimeWasmError, ValueError):
+    """The input was captured longer ago than the policy's freshness bound: answering would mislead."""
+
+
+class Overloaded(RuntimeWasmError):
+    """The request was refused: queue full, or load shed while over the thermal/energy budget."""

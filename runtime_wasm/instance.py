@@ -49,7 +49,8 @@ class WasmModel:
     """
 
     def __init__(self, engine: wasmtime.Engine, module: wasmtime.Module, spec: ModelSpec,
-                 weights: bytes | np.ndarray, memory_limit: int | None = None) -> None:
+                 weights: bytes | np.ndarray, memory_limit: int | None = None,
+                 epoch_deadline: int | None = None) -> None:
         self.spec = spec
         exports = {e.name for e in module.exports}
         missing = [e for e in REQUIRED_EXPORTS if e not in exports]
@@ -60,6 +61,8 @@ class WasmModel:
         self._store = wasmtime.Store(engine)
         if memory_limit is not None:
             self._store.set_limits(memory_size=memory_limit)
+        if epoch_deadline is not None:  # engines built with epoch_interruption only (costly: RUNTIME.md)
+            self._store.set_epoch_deadline(epoch_deadline)
         try:
             instance = wasmtime.Instance(self._store, module, [])
         except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
@@ -105,26 +108,7 @@ class WasmModel:
         return _FastCall(self._store, func)
 
     def set_inputs(self, inputs: Mapping[str, Any] | Sequence[Any]) -> None:
-        specs = self.spec.inputs
-        if isinstance(inputs, Mapping):
-            unknown = set(inputs) - {t.name for t in specs}
-            missing = [t.name for t in specs if t.name not in inputs]
-            if unknown or missing:
-                detail = (f"missing {missing} " if missing else "") + (
-                    f"unknown {sorted(unknown)}" if unknown else "")
-                raise InferenceInputError(f"inputs must be exactly {[t.name for t in specs]}: {detail}")
-            arrays = [inputs[t.name] for t in specs]
-        else:
-            arrays = list(inputs)
-            if len(arrays) != len(specs):
-                raise InferenceInputError(f"model takes {len(specs)} inputs, got {len(arrays)}")
-        for t, a in zip(specs, arrays):
-            a = np.asarray(a)
-            if a.shape != t.shape:
-                raise InferenceInputError(f"input {t.name!r} must have shape {t.shape}, got {a.shape}")
-            if a.dtype != np.dtype(t.dtype) and a.dtype.kind != np.dtype(t.dtype).kind:
-                # float64 -> float32 is a convenience; int/bool/complex for a float input is a bug
-                raise InferenceInputError(f"input {t.name!r} must be {t.dtype}, got {a.dtype}")
+        for t, a in zip(self.spec.inputs, check_inputs(self.spec.inputs, inputs)):
             np.copyto(self.input_views[t.name], a, casting="same_kind")
 
     def predict(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, np.ndarray]:
@@ -147,3 +131,29 @@ class WasmModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+    """Inputs in spec order, checked against names, count, shape and dtype kind (not yet cast)."""
+    if isinstance(inputs, Mapping):
+        unknown = set(inputs) - {t.name for t in specs}
+        missing = [t.name for t in specs if t.name not in inputs]
+        if unknown or missing:
+            detail = (f"missing {missing} " if missing else "") + (
+                f"unknown {sorted(unknown)}" if unknown else "")
+            raise InferenceInputError(f"inputs must be exactly {[t.name for t in specs]}: {detail}")
+        arrays = [inputs[t.name] for t in specs]
+    else:
+        arrays = list(inputs)
+        if len(arrays) != len(specs):
+            raise InferenceInputError(f"model takes {len(specs)} inputs, got {len(arrays)}")
+    checked = []
+    for t, a in zip(specs, arrays):
+        a = np.asarray(a)
+        if a.shape != t.shape:
+            raise InferenceInputError(f"input {t.name!r} must have shape {t.shape}, got {a.shape}")
+        if a.dtype != np.dtype(t.dtype) and a.dtype.kind != np.dtype(t.dtype).kind:
+            # float64 -> float32 is a convenience; int/bool/complex for a float input is a bug
+            raise InferenceInputError(f"input {t.name!r} must be {t.dtype}, got {a.dtype}")
+        checked.append(a)
+    return checked

@@ -54,8 +54,8 @@ def canonicalize_affine(graph: Graph) -> bool:
         x, c = n.inputs
         if c.is_const and not x.is_const and x.type.shape == n.outputs[0].type.shape:
             ch = _per_channel(c, x)
-            if ch is None:
-                continue
+            if ch is None or (n.attrs["kind"] == "div" and not ch.all()):
+                continue  # (x / 0 stays a division: its inf/nan pattern is the kernel's to produce)
             ones, zeros = np.ones_like(ch), np.zeros_like(ch)
             a, b = {"mul": (ch, zeros), "add": (ones, ch), "sub": (ones, -ch), "div": (1 / ch, zeros)}[
                 n.attrs["kind"]]

@@ -60,8 +60,8 @@ class FleetWorld:
 def write_toml(cfg: AgentConfig, path: Path) -> Path:
     """The TOML a device would be provisioned with (the password goes in a file, never argv)."""
     def table(obj: Any, skip: tuple[str, ...] = ()) -> str:
-        return "".join(f"{k} = {json.dumps(v)}\n" for k, v in vars(obj).items()
-                       if k not in skip and not hasattr(v, "__dataclass_fields__"))
+        return "".join(f"{k} = {json.dumps(v)}\n" for k, v in vars(obj).items()  # TOML has no null
+                       if k not in skip and v is not None and not hasattr(v, "__dataclass_fields__"))
 
     broker = table(cfg.broker, ("password",))
     if cfg.broker.password:
