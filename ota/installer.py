@@ -158,15 +158,15 @@ class Installer:
         self._save_trust()
 
     def active_manifest(self) -> Manifest:
-        return self._slot_manifest(self._active_dir())
+        return self._slot_manifest(self.active_dir())
 
     def active_model(self) -> WasmModel:
         """The active slot, instantiated for serving."""
-        return load_model_dir(self._active_dir(), cache=self.cache)
+        return load_model_dir(self.active_dir(), cache=self.cache)
 
     def verify_active(self) -> Manifest:
         """Health check: the active slot's files match its manifest and it passes its self-test."""
-        slot = self._active_dir()
+        slot = self.active_dir()
         manifest = self._slot_manifest(slot)
         self._check_slot(slot, manifest)
         self._self_test(slot, manifest)
@@ -263,7 +263,8 @@ class Installer:
     def _inactive_slot(self) -> str:
         return "b" if self._active_slot() == "a" else "a"
 
-    def _active_dir(self) -> Path:
+    def active_dir(self) -> Path:
+        """The slot directory that serves now (what a server loads, through its own supervisor)."""
         slot = self._active_slot()
         if slot is None:
             raise NoActiveModel(f"no model installed under {self.state_dir}")

@@ -45,7 +45,7 @@ class ModelHost:
     def _load(self) -> WasmModel | Scheduler:
         if self._policy is None:
             return self._installer.active_model()
-        source = ModelSource.from_dir(self._installer._active_dir(),
+        source = ModelSource.from_dir(self._installer.active_dir(),
                                       cache_dir=str(self._installer.cache.directory))
         return Scheduler(source, self._policy)
 
