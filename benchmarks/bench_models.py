@@ -27,15 +27,9 @@ import onnx
 from _peers import ort_web
 
 from cuvil_edge import CuvilError, CuvilModel, Target
+from cuvil_edge.bench import host_target, median_p95, timings_ms
 from cuvil_edge.oracle import ort_session, random_inputs
 from cuvil_edge.zoo import NETS, NetBuilder
-from runtime_wasm import probe_host
-
-
-def host_target() -> Target:
-    """The variant a device like this one would select: relaxed tier when the engine has it."""
-    probes = probe_host()
-    return Target("relaxed" if probes.relaxed_simd else "simd128", probes.family)
 
 
 def light_resnet50() -> onnx.ModelProto:
@@ -45,21 +39,6 @@ def light_resnet50() -> onnx.ModelProto:
 def per_call_model() -> onnx.ModelProto:
     b = NetBuilder("overhead")
     return b.build([("x", [1, 1])], b.op("Relu", ["x"]), [1, 1])
-
-
-def timings_ms(fn: Callable[[], object], warmup: int, repeat: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter_ns()
-        fn()
-        out.append((time.perf_counter_ns() - t0) / 1e6)
-    return out
-
-
-def p95(xs: list[float]) -> float:
-    return float(np.percentile(xs, 95))
 
 
 @dataclass
@@ -100,7 +79,7 @@ def bench_model(name: str, proto: onnx.ModelProto, target: Target, warmup: int, 
     ort = timings_ms(lambda: sess.run(None, feeds), warmup, repeat)
     model.close()
     peer = ort_web(proto, feeds, repeat, warmup) if web else None
-    return Row(name, statistics.median(ours), p95(ours), statistics.median(ort), build_s, inst_ms,
+    return Row(name, statistics.median(ours), median_p95(ours)[1], statistics.median(ort), build_s, inst_ms,
                len(model.compiled.modules[target.name]) / 1024,
                peer if peer is None or isinstance(peer, str) else peer.median_ms)
 

@@ -27,9 +27,10 @@ import numpy as np
 import onnx
 import wasmtime
 
-from cuvil_edge import CuvilModel, Target
+from cuvil_edge import CuvilModel
+from cuvil_edge.bench import host_target, median_p95, timings_ms
 from cuvil_edge.zoo import mlp, resnet
-from runtime_wasm import ModelSource, RuntimePolicy, Scheduler, SupervisedModel, WasmModel, probe_host
+from runtime_wasm import ModelSource, RuntimePolicy, Scheduler, SupervisedModel, WasmModel
 from runtime_wasm.engine import EngineConfig
 
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
@@ -40,20 +41,12 @@ DEADLINE_S = 10.0
 
 
 def median_ms(fn: Callable[[], object], repeat: int) -> float:
-    for _ in range(max(repeat // 10, 3)):
-        fn()
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter_ns()
-        fn()
-        out.append((time.perf_counter_ns() - t0) / 1e6)
-    return statistics.median(out)
+    return median_p95(timings_ms(fn, max(repeat // 10, 3), repeat))[0]
 
 
 def build(name: str, root: Path) -> ModelSource:
-    probes = probe_host()
     model = CuvilModel.load(MODELS[name]())
-    model.optimize(targets=[Target("relaxed" if probes.relaxed_simd else "simd128", probes.family)])
+    model.optimize(targets=[host_target()])
     return ModelSource.from_dir(model.save(root / f"{name}.cuvil"), cache_dir=str(root / "cache"))
 
 

@@ -12,28 +12,20 @@ note when Node or the package is missing.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import numpy as np
 from _peers import ort_web
 
-from cuvil_edge import CuvilModel, Target
+from cuvil_edge import CuvilModel
+from cuvil_edge.bench import host_target, median_p95, timings_ms
 from cuvil_edge.oracle import ort_session
 from cuvil_edge.zoo_transformers import bert_encoder, bert_feeds
-from runtime_wasm import probe_host
 
 
 def times_ms(fn, warmup: int, repeat: int) -> tuple[float, float]:
     """(median, p95) of ``repeat`` timed calls after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter_ns()
-        fn()
-        times.append((time.perf_counter_ns() - t0) / 1e6)
-    return statistics.median(times), float(np.percentile(times, 95))
+    return median_p95(timings_ms(fn, warmup, repeat))
 
 
 def main() -> None:
@@ -46,10 +38,8 @@ def main() -> None:
 
     model = bert_encoder(layers=args.layers, seq=args.seq)
     feeds = bert_feeds(args.seq)
-    probes = probe_host()
     t0 = time.perf_counter()
-    cm = CuvilModel.load(model).optimize(targets=[Target("relaxed" if probes.relaxed_simd else "simd128",
-                                                         probes.family)])
+    cm = CuvilModel.load(model).optimize(targets=[host_target()])
     build_s = time.perf_counter() - t0
     sess = ort_session(model)
     want = sess.run(None, feeds)[0]
