@@ -64,6 +64,12 @@ def is_depthwise(g: dict[str, int]) -> bool:
     return g["G"] == g["C"] == g["M"] and (g["D"], g["kd"], g["pd"], g["OD"]) == (1, 1, 0, 1)
 
 
+def is_pointwise(g: dict[str, int]) -> bool:
+    """1x1 taps, stride 1, no padding: the input is already the GEMM's B operand, read in place."""
+    return all(g[k] == 1 for k in ("kd", "kh", "kw", "sd", "sh", "sw")) and \
+        not any(g[k] for k in ("pd", "pt", "pl", "pdb", "pb", "pr"))
+
+
 def kernel_tile(g: dict[str, int]) -> str:
     """Grammar tile of the direct kernels: ``<kh>x<kw>s<stride>`` (``s<sh>x<sw>`` when they differ)."""
     return f"{g['kh']}x{g['kw']}s{g['sh']}" + (f"x{g['sw']}" if g["sw"] != g["sh"] else "")
@@ -84,7 +90,7 @@ def pixel_chunk(g: dict[str, int]) -> int:
 
 def _scratch(node: Node) -> int:
     g = conv_geometry(node)
-    if is_depthwise(g):
+    if is_depthwise(g) or is_pointwise(g):
         return 0
     k = g["C"] // g["G"] * g["kd"] * g["kh"] * g["kw"]
     return k * pixel_chunk(g) * 4
@@ -106,6 +112,10 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     mg = g["M"] // g["G"]
     wp = ctx.weight(np.concatenate([pack_a_panels(w2[i * mg:(i + 1) * mg]).reshape(-1)
                                     for i in range(g["G"])]))
+    if is_pointwise(g):
+        ctx.use_kernel("f32-conv1x1-gemm-4x8")
+        return (f"f32_conv1x1({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['D'] * g['H'] * g['W']}, {wp}, {bias}, "
+                f"{ctx.ptr(y)}, {g['M']}, {g['G']}, {act_c(node)});")
     if len(x.type.shape) == 5:
         ctx.use_kernel("f32-conv3d-im2col-gemm-4x8")
         return (f"f32_conv3d({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['D']}, {g['H']}, {g['W']}, {wp}, {bias}, "

@@ -71,6 +71,8 @@ CONV_CASES = {
     "asymmetric-pads": ([1, 3, 8, 10], [4, 3, 3, 3], dict(pads=[0, 1, 2, 0])),
     "groups-2": ([1, 4, 7, 9], [6, 2, 3, 3], dict(group=2, pads=[1, 1, 1, 1])),
     "pointwise-1x1": ([2, 16, 5, 5], [12, 16, 1, 1], {}),
+    "pointwise-1x1-groups-1d": ([2, 8, 37], [6, 4, 1], dict(group=2)),
+    "1x1-stride2": ([1, 8, 9, 11], [6, 8, 1, 1], dict(strides=[2, 2])),
     "channel-multiplier-2": ([1, 3, 8, 8], [6, 1, 3, 3], dict(group=3, pads=[1, 1, 1, 1])),
 }
 
@@ -80,7 +82,11 @@ CONV_CASES = {
                          [("2d-3x3-pad1", False), ("groups-2", False)])
 def test_conv(case: str, bias: bool) -> None:
     x, w, attrs = CONV_CASES[case]
-    compile_and_check(conv_model("Conv", x, w, bias=bias, **attrs))
+    m = compile_and_check(conv_model("Conv", x, w, bias=bias, **attrs))
+    assert m.compiled is not None
+    (kernel,) = m.compiled.kernels.values()
+    # 1x1 stride-1 unpadded convs read their input in place; everything else packs im2col panels
+    assert (kernel == "f32-conv1x1-gemm-4x8") == case.startswith("pointwise")
 
 
 DW_CASES = {

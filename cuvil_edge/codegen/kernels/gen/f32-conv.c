@@ -71,6 +71,17 @@ KERNEL void f32_im2col_packed(const float* x, int C, int H, int W, int kh, int k
   }
 }
 
+/* 1x1, stride 1, unpadded: each group's input rows (channels x pixels) are the GEMM's B as they are;
+ * no im2col, no packing. */
+KERNEL void f32_conv1x1(const float* x, int N, int C, int P, const float* w, const float* bias, float* y,
+                        int M, int G, Act act) {
+  const int Cg = C / G, Mg = M / G;
+  for (int n = 0; n < N; n++)
+    for (int g = 0; g < G; g++)
+      f32_gemm_pa(Mg, P, Cg, w + (size_t)g * ((Mg + 3) & ~3) * Cg, x + ((size_t)n * C + (size_t)g * Cg) * P,
+                  8, P, y + ((size_t)n * M + (size_t)g * Mg) * P, P, bias ? bias + g * Mg : 0, 0, act);
+}
+
 /* Full convolution: N images, G groups, M output channels (M/G per group); weights per group packed
  * in 4-row panels ([ceil(Mg/4)][K][4], see f32_gemm_pa) at build time. */
 KERNEL void f32_conv2d(const float* x, int N, int C, int H, int W, const float* w, const float* bias,
@@ -85,7 +96,7 @@ KERNEL void f32_conv2d(const float* x, int N, int C, int H, int W, const float* 
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
         f32_im2col_packed(xg, Cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0, pc, scratch);
-        f32_gemm_pa(Mg, pc, K, wg, scratch, yg + p0, P, bias ? bias + g * Mg : 0, 0, act);
+        f32_gemm_pa(Mg, pc, K, wg, scratch, K * 8, 8, yg + p0, P, bias ? bias + g * Mg : 0, 0, act);
       }
     }
   }
@@ -135,7 +146,7 @@ KERNEL void f32_conv3d(const float* x, int N, int C, int D, int H, int W, const 
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
         f32_im2col3d_packed(xg, Cg, D, H, W, kd, kh, kw, sd, sh, sw, dd, dh, dw, pd, pt, pl, OH, OW, p0, pc,
                             scratch);
-        f32_gemm_pa(Mg, pc, K, wg, scratch, yg + p0, P, bias ? bias + g * Mg : 0, 0, act);
+        f32_gemm_pa(Mg, pc, K, wg, scratch, K * 8, 8, yg + p0, P, bias ? bias + g * Mg : 0, 0, act);
       }
     }
   }

@@ -430,8 +430,11 @@ INLINE void f32_gemm_ukernel_1x8(int K, const float* a, int lda, const float* bp
  * rows through lane shuffles and the k loop needs no unrolling. The loop lives in its own function and
  * hands its 8 accumulators over through memory: with bias, activation and edge handling in the same
  * function Cranelift's register allocation of the loop degrades 2x (measured); this way the loop keeps
- * 8 accumulators + A + two B + one broadcast in registers (1.5x the unpacked-A kernel). */
-static __attribute__((noinline)) void f32_gemm_loop_4x8(int K, const float* ap, const float* bp, v128_t* acc) {
+ * 8 accumulators + A + two B + one broadcast in registers (1.5x the unpacked-A kernel).
+ * B rows are `bstride` floats apart: 8 for packed panels, the row length for a row-major B read in
+ * place (1x1 convolutions: no packing at all; the last panel reads past its row, lanes never stored). */
+static __attribute__((noinline)) void f32_gemm_loop_4x8(int K, const float* ap, const float* bp, int bstride,
+                                                        v128_t* acc) {
   v128_t c00 = wasm_f32x4_const_splat(0.0f), c01 = c00;
   v128_t c10 = wasm_f32x4_const_splat(0.0f), c11 = c10;
   v128_t c20 = wasm_f32x4_const_splat(0.0f), c21 = c20;
@@ -440,7 +443,7 @@ static __attribute__((noinline)) void f32_gemm_loop_4x8(int K, const float* ap, 
   while (ap < aend) {
     const v128_t b0 = VLOAD(bp), b1 = VLOAD(bp + 4);
     const v128_t a = VLOAD(ap);
-    bp += 8; ap += 4;
+    bp += bstride; ap += 4;
     {
       const v128_t s = wasm_i32x4_shuffle(a, a, 0, 0, 0, 0);
       c00 = VFMA(s, b0, c00);
@@ -468,17 +471,14 @@ static __attribute__((noinline)) void f32_gemm_loop_4x8(int K, const float* ap, 
   acc[6] = c30; acc[7] = c31;
 }
 
-/* Bias, activation and store of one 4x8 tile (the first mr rows, nr columns). */
-INLINE void f32_gemm_tile_4x8_pa(int K, const float* ap, const float* bp, float* c, int ldc, int mr,
-                                 int nr, const float* bias_row, const float* bias_col, const Act* act) {
-  v128_t acc[8];
-  f32_gemm_loop_4x8(K, ap, bp, acc);
-  const v128_t zero = wasm_f32x4_const_splat(0.0f);
-  const v128_t bc0 = bias_col ? VLOAD(bias_col) : zero, bc1 = bias_col ? VLOAD(bias_col + 4) : zero;
+/* Bias, activation and store of one 4x8 tile (the first mr rows, nr columns). ``act`` by value: the
+ * compiler then knows the stores to c cannot change it and hoists its dispatch out of the rows. */
+INLINE void f32_gemm_tile_4x8(const v128_t* acc, float* c, int ldc, int mr, int nr, const float* bias_row,
+                              v128_t bc0, v128_t bc1, Act act) {
   for (int r = 0; r < mr; r++) {
-    const v128_t br = bias_row ? VSPLAT(bias_row[r]) : zero;
-    const v128_t v0 = act_apply(wasm_f32x4_add(wasm_f32x4_add(acc[2 * r], bc0), br), *act);
-    const v128_t v1 = act_apply(wasm_f32x4_add(wasm_f32x4_add(acc[2 * r + 1], bc1), br), *act);
+    const v128_t br = bias_row ? VSPLAT(bias_row[r]) : wasm_f32x4_const_splat(0.0f);
+    const v128_t v0 = act_apply(wasm_f32x4_add(wasm_f32x4_add(acc[2 * r], bc0), br), act);
+    const v128_t v1 = act_apply(wasm_f32x4_add(wasm_f32x4_add(acc[2 * r + 1], bc1), br), act);
     float* cr = c + (size_t)r * ldc;
     if (nr == 8) {
       VSTORE(cr, v0); VSTORE(cr + 4, v1);
@@ -490,26 +490,32 @@ INLINE void f32_gemm_tile_4x8_pa(int K, const float* ap, const float* bp, float*
   }
 }
 
-/* Rows of A kept hot per pass over B's panels: about 128 KiB of A (L2-resident with room for the streamed B panels). */
+/* Rows of A kept hot per pass over B's panels: about 128 KiB of A, L2-resident next to the streamed
+ * B panels (measured best of 64/128/256/512 KiB). */
 INLINE int gemm_row_block(int K) {
   int mc = (32768 / (K > 0 ? K : 1)) & ~3;
   return mc < 4 ? 4 : mc;
 }
 
 /* C = act(A . B + bias) with A already packed in 4-row panels ([ceil(M/4)][K][4]; conv weights are
- * packed this way at build time) and B in 8-column panels. */
-KERNEL void f32_gemm_pa(int M, int N, int K, const float* Ap, const float* Bp, float* C, int ldc,
-                        const float* bias_row, const float* bias_col, Act act) {
+ * packed this way at build time). B: 8-column panel j/8 starts at B + (j/8) * bpanel and its rows are
+ * brow floats apart (packed panels: bpanel = 8K, brow = 8; row-major B in place: bpanel = 8, brow = N). */
+KERNEL void f32_gemm_pa(int M, int N, int K, const float* Ap, const float* B, int bpanel, int brow, float* C,
+                        int ldc, const float* bias_row, const float* bias_col, Act act) {
   const int MC = gemm_row_block(K);
+  const v128_t zero = wasm_f32x4_const_splat(0.0f);
   for (int i0 = 0; i0 < M; i0 += MC) {
     const int i1 = i0 + MC < M ? i0 + MC : M;
     for (int j = 0; j < N; j += 8) {
-      const float* bp = Bp + (size_t)(j / 8) * K * 8;
-      const float* bc = bias_col ? bias_col + j : 0;
+      const float* bp = B + (size_t)(j / 8) * bpanel;
+      const v128_t bc0 = bias_col ? VLOAD(bias_col + j) : zero, bc1 = bias_col ? VLOAD(bias_col + j + 4) : zero;
       const int nr = N - j < 8 ? N - j : 8;
-      for (int i = i0; i < i1; i += 4)
-        f32_gemm_tile_4x8_pa(K, Ap + (size_t)i * K, bp, C + (size_t)i * ldc + j, ldc,
-                                i1 - i < 4 ? i1 - i : 4, nr, bias_row ? bias_row + i : 0, bc, &act);
+      for (int i = i0; i < i1; i += 4) {
+        v128_t acc[8];
+        f32_gemm_loop_4x8(K, Ap + (size_t)i * K, bp, brow, acc);
+        f32_gemm_tile_4x8(acc, C + (size_t)i * ldc + j, ldc, i1 - i < 4 ? i1 - i : 4, nr,
+                          bias_row ? bias_row + i : 0, bc0, bc1, act);
+      }
     }
   }
 }
@@ -541,7 +547,7 @@ KERNEL void f32_gemm(int M, int N, int K, const float* A, int lda, const float* 
     const int i1 = i0 + MC < M ? i0 + MC : M;
     if (i1 - i0 >= 4 && (size_t)((i1 - i0 + 3) & ~3) * K <= GEMM_APACK_FLOATS) {
       f32_pack_a(i1 - i0, K, A + (size_t)i0 * lda, lda, gemm_apack);
-      f32_gemm_pa(i1 - i0, N, K, gemm_apack, Bp, C + (size_t)i0 * ldc, ldc,
+      f32_gemm_pa(i1 - i0, N, K, gemm_apack, Bp, K * 8, 8, C + (size_t)i0 * ldc, ldc,
                   bias_row ? bias_row + i0 : 0, bias_col, act);
       continue;
     }
