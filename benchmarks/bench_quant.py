@@ -1,13 +1,15 @@
-"""Quantized latency, peak RSS, bundle size and fidelity at one thread: cuvil int8 / int4 (wasm) next to
-onnxruntime fp32 and int8-dynamic (native).
+"""Quantized DistilBERT-shaped encoder at one thread: cuvil int8 / int4 (wasm) next to onnxruntime fp32
+and int8-dynamic (native) and onnxruntime-web int8 (WASM under Node): latency, peak RSS, size, fidelity.
 
-The model is a DistilBERT-shaped *stand-in*: 6 blocks of the encoder's matrix work (Q, K, V, O
-projections 768x768 and the 768-3072-768 FFN with ReLU, residual adds) over ``--seq`` tokens, random
-weights. Attention itself, LayerNorm and GELU are left out (the transformer ops are being added
-separately); the MatMuls are over 95% of DistilBERT's FLOPs, which is what quantization changes.
-Each engine runs in its own process so peak RSS (VmHWM) is its own.
+The model is ``cuvil_edge.zoo_transformers.bert_encoder`` (6 layers x 768, 12 heads, FFN 3072, seq 128,
+attention mask; random weights). Builds happen in this process; every engine then runs in its own
+process so its peak RSS (VmHWM) is its own: ours load a saved model directory with
+``runtime_wasm.loader.load_model_dir`` (the device side, no compiler). Size is the model directory
+(spec + one module variant + weights) or the .onnx file. Fidelity is the cosine similarity of the
+output to onnxruntime fp32's. onnxruntime-web runs the ``quantize_dynamic`` model (IR version lowered
+to 10, the newest 1.30 accepts) through ``_peers.ort_web``; its RSS is not measured.
 
-    python benchmarks/bench_quant.py [--seq 32] [--layers 6] [--repeat 10]
+    python benchmarks/bench_quant.py [--seq 128] [--layers 6] [--repeat 20]
 """
 
 from __future__ import annotations
@@ -17,84 +19,19 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+import onnx
+from _peers import ort_web
 
-HIDDEN, FFN = 768, 3072
-ENGINES = ("ort-fp32", "ort-int8-dynamic", "cuvil-fp32", "cuvil-int8", "cuvil-int4")
+from cuvil_edge.bench import host_target, median_p95, timings_ms
+from cuvil_edge.zoo_transformers import bert_encoder, bert_feeds
 
-
-def build_model(seq: int, layers: int, path: Path) -> None:
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    nodes, inits, x = [], [], "x"
-
-    def mm(inp: str, k: int, n: int, name: str) -> str:
-        w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"{name}_w"))
-        nodes.append(helper.make_node("MatMul", [inp, f"{name}_w"], [name]))
-        return name
-
-    for i in range(layers):
-        q, k, v = (mm(x, HIDDEN, HIDDEN, f"l{i}_{t}") for t in "qkv")
-        nodes += [helper.make_node("Add", [q, k], [f"l{i}_qk"]),
-                  helper.make_node("Add", [f"l{i}_qk", v], [f"l{i}_qkv"])]
-        o = mm(f"l{i}_qkv", HIDDEN, HIDDEN, f"l{i}_o")
-        nodes.append(helper.make_node("Add", [x, o], [f"l{i}_r1"]))
-        h = mm(f"l{i}_r1", HIDDEN, FFN, f"l{i}_f1")
-        nodes.append(helper.make_node("Relu", [h], [f"l{i}_a"]))
-        f2 = mm(f"l{i}_a", FFN, HIDDEN, f"l{i}_f2")
-        out = "y" if i == layers - 1 else f"l{i}_out"
-        nodes.append(helper.make_node("Add", [f"l{i}_r1", f2], [out]))
-        x = out
-    g = helper.make_graph(nodes, "encoder_standin",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, HIDDEN])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [seq, HIDDEN])], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-
-
-def run_one(engine: str, model: Path, workdir: Path, repeat: int, seq: int) -> dict[str, float]:
-    """Build/load one engine, time ``repeat`` runs, save its output for the fidelity check."""
-    x = np.random.default_rng(1).standard_normal((seq, HIDDEN)).astype(np.float32)
-    size = 0
-    if engine.startswith("ort"):
-        import onnxruntime as ort
-
-        path = model
-        if engine == "ort-int8-dynamic":
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
-            path = workdir / "ort_int8.onnx"
-            quantize_dynamic(model, path, weight_type=QuantType.QInt8)
-        size = path.stat().st_size
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        fn = lambda: sess.run(None, {"x": x})[0]  # noqa: E731
-    else:
-        from cuvil_edge import CuvilModel
-
-        precision = engine.split("-", 1)[1]
-        calib = [np.random.default_rng(2 + i).standard_normal((seq, HIDDEN)).astype(np.float32)
-                 for i in range(4)]
-        m = CuvilModel.load(model).optimize(precision, calibration=calib)
-        c = m.compiled
-        assert c is not None
-        size = len(c.weights) + len(c.spec.to_json()) + max(v.size for v in c.spec.variants)  # one variant
-        fn = lambda: m.predict({"x": x})["y"]  # noqa: E731
-    y = fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    np.save(workdir / f"{engine}.npy", y)
-    return {"median_ms": float(np.median(times) * 1e3), "bundle_bytes": size,
-            "peak_rss_mb": _peak_rss_mb()}
+#: engine -> cuvil precision (ours) or None (onnxruntime); static int8 calibrates on random ids
+OURS = {"cuvil-int8-dynamic": "int8-dynamic", "cuvil-int8": "int8", "cuvil-int4": "int4"}
+ORT = ("ort-fp32", "ort-int8-dynamic")
+WEB_IR_VERSION = 10
 
 
 def _peak_rss_mb() -> float:
@@ -105,37 +42,106 @@ def _peak_rss_mb() -> float:
     return float("nan")
 
 
+def run_one(engine: str, wd: Path, repeat: int) -> dict[str, float]:
+    """Child process: load one engine's artifact, time ``repeat`` runs, save the output."""
+    feeds = dict(np.load(wd / "feeds.npz"))
+    if engine in ORT:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        sess = ort.InferenceSession(str(wd / f"{engine}.onnx"), opts, providers=["CPUExecutionProvider"])
+        y = sess.run(None, feeds)[0]
+        times = timings_ms(lambda: sess.run(None, feeds), 2, repeat)
+    else:
+        from runtime_wasm.loader import load_model_dir
+
+        inst = load_model_dir(wd / engine)
+        y = inst.predict(feeds)["last_hidden_state"]
+        times = timings_ms(inst.run, 2, repeat)  # zero-copy serving path: inputs already in place
+    np.save(wd / f"{engine}.npy", y)
+    med, p95 = median_p95(times)
+    return {"median_ms": med, "p95_ms": p95, "peak_rss_mb": _peak_rss_mb()}
+
+
+def build(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], seq: int, wd: Path) -> dict[str, str]:
+    """Write every engine's artifact into ``wd``; returns engine -> why it could not be built."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from cuvil_edge import CuvilModel
+
+    failed = {}
+    onnx.save(proto, wd / "ort-fp32.onnx")
+    quantize_dynamic(wd / "ort-fp32.onnx", wd / "ort-int8-dynamic.onnx", weight_type=QuantType.QInt8)
+    np.savez(wd / "feeds.npz", **feeds)
+    calib = [bert_feeds(seq, seed=1 + i) for i in range(4)]
+    for engine, precision in OURS.items():
+        try:
+            m = CuvilModel.load(proto).optimize(precision, targets=[host_target()],
+                                                calibration=calib if precision == "int8" else None)
+            m.save(wd / engine)
+        except Exception as exc:  # noqa: BLE001 - a benchmark reports and moves on
+            failed[engine] = f"build failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return failed
+
+
+def _size_mb(path: Path) -> float:
+    files = [path] if path.is_file() else [p for p in path.iterdir() if p.is_file()]
+    return sum(p.stat().st_size for p in files) / 2**20
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seq", type=int, default=32)
+    ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        wd = Path(args.workdir)
-        print(json.dumps(run_one(args.one, wd / "model.onnx", wd, args.repeat, args.seq)))
+        print(json.dumps(run_one(args.one, Path(args.workdir), args.repeat)))
         return
+    proto = bert_encoder(layers=args.layers, seq=args.seq)
+    feeds = bert_feeds(args.seq)
     with tempfile.TemporaryDirectory(prefix="bench-quant-") as tmp:
         wd = Path(tmp)
-        build_model(args.seq, args.layers, wd / "model.onnx")
-        rows = {}
-        for engine in ENGINES:
-            cmd = [sys.executable, __file__, "--one", engine, "--workdir", tmp, "--seq", str(args.seq),
-                   "--repeat", str(args.repeat)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-            rows[engine] = json.loads(out.strip().splitlines()[-1])
-        ref = np.load(wd / "ort-fp32.npy").reshape(-1).astype(np.float64)
-        print(f"encoder stand-in: {args.layers} x (4x{HIDDEN}^2 + 2x{HIDDEN}x{FFN}) MatMuls, seq {args.seq}, "
-              "1 thread")
-        print(f"{'engine':18s} {'median ms':>10s} {'peak RSS MB':>12s} {'bundle MB':>10s} "
-              f"{'cos vs fp32':>12s}")
-        for engine, r in rows.items():
-            y = np.load(wd / f"{engine}.npy").reshape(-1).astype(np.float64)
-            cos = float(y @ ref / np.linalg.norm(y) / np.linalg.norm(ref))
-            print(f"{engine:18s} {r['median_ms']:10.2f} {r['peak_rss_mb']:12.1f} "
-                  f"{r['bundle_bytes'] / 2**20:10.2f} {cos:12.5f}")
+        rows: dict[str, dict[str, float] | str] = dict(build(proto, feeds, args.seq, wd))
+        for engine in (*ORT, *OURS):
+            if engine in rows:
+                continue
+            cmd = [sys.executable, __file__, "--one", engine, "--workdir", tmp, "--repeat", str(args.repeat)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode:
+                rows[engine] = f"failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
+                continue
+            rows[engine] = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows[engine]["size_mb"] = _size_mb(wd / (f"{engine}.onnx" if engine in ORT else engine))
+            rows[engine]["cosine"] = _cosine(np.load(wd / f"{engine}.npy"), np.load(wd / "ort-fp32.npy"))
+        web_model = onnx.load(wd / "ort-int8-dynamic.onnx")
+        web_model.ir_version = min(web_model.ir_version, WEB_IR_VERSION)
+        web = ort_web(web_model, feeds, args.repeat, warmup=2)
+        if isinstance(web, str):
+            rows["ort-web-int8-dynamic"] = web
+        else:
+            rows["ort-web-int8-dynamic"] = {
+                "median_ms": web.median_ms, "p95_ms": web.p95_ms, "peak_rss_mb": float("nan"),
+                "size_mb": _size_mb(wd / "ort-int8-dynamic.onnx"),
+                "cosine": _cosine(web.outputs["last_hidden_state"], np.load(wd / "ort-fp32.npy"))}
+    print(f"DistilBERT-shaped encoder: {args.layers} layers x 768, 12 heads, FFN 3072, seq {args.seq}, "
+          f"1 thread, {args.repeat} timed runs")
+    print(f"{'engine':22s} {'median ms':>10s} {'p95 ms':>9s} {'peak RSS MB':>12s} {'size MB':>9s} "
+          f"{'cos vs fp32':>12s}")
+    for engine, r in rows.items():
+        if isinstance(r, str):
+            print(f"{engine:22s} {r}")
+        else:
+            print(f"{engine:22s} {r['median_ms']:10.1f} {r['p95_ms']:9.1f} {r['peak_rss_mb']:12.1f} "
+                  f"{r['size_mb']:9.2f} {r['cosine']:12.5f}")
 
 
 if __name__ == "__main__":

@@ -69,6 +69,12 @@ def pack_s8(wq: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, groups: 
     return w.reshape(-1), ldw, wsum, ws, b
 
 
+def b4_tile(rows: int) -> str:
+    """The qb4 kernel's tile for ``rows`` activation rows: 4x4 (4 tokens share each unpacked chunk) from
+    4 rows on, else the 4x1 GEMV."""
+    return "4x4" if rows >= 4 else "4x1"
+
+
 def pack_b4(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, bias: np.ndarray | None, group: int
             ) -> tuple[np.ndarray, ...]:
     """[I, K] nibbles (0..15) with [I, K/G] scales and zero points -> the qb4 kernel layout (see its
@@ -196,7 +202,7 @@ def _qb4gemm_emit(node: Node, ctx: EmitContext) -> str:
                                 _bias(node, 4), group)
     act = _Act(node, m, k)
     pre, xq, s, z, _ = act.emit(node, ctx, _scratch_base(ctx))
-    ctx.use_kernel("qb4-gemm-4x1")
+    ctx.use_kernel(f"qb4-gemm-{b4_tile(m)}")
     return (f"{pre}\nqb4_gemm({n}, {m}, {k}, {group}, {ctx.weight(w, 'uint8_t')}, {ctx.weight(ws)}, "
             f"{ctx.weight(wz, 'int32_t')}, {ctx.weight(wsc)}, {xq}, {k}, {s}, {z}, {act.xstep}, "
             f"{ctx.weight(b)}, {ctx.ptr(node.outputs[0])}, 1, {n}, {act_c(node)});")
@@ -257,7 +263,7 @@ def _qb4conv_emit(node: Node, ctx: EmitContext) -> str:
     group = k // node.inputs[2].type.shape[1]
     w, ws, wz, wsc, b = pack_b4(node.inputs[1].const.reshape(g["M"], k), node.inputs[2].const,
                                 node.inputs[3].const, _bias(node, 4), group)
-    ctx.use_kernel("qb4-conv-im2col-gemm-4x1")
+    ctx.use_kernel(f"qb4-conv-im2col-gemm-{b4_tile(_pchunk(g))}")
     return (f"{pre}\nqb4_conv2d({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {ctx.weight(w, 'uint8_t')}, "
             f"{ctx.weight(ws)}, {ctx.weight(wz, 'int32_t')}, {ctx.weight(wsc)}, {ctx.weight(b)}, {s}, {z}, "
             f"{ctx.ptr(node.outputs[0])}, {g['M']}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, "

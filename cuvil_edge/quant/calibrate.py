@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.graph import Graph, Value
+from ..ir.graph import Graph, TensorType, Value
 
 Sample = dict[str, np.ndarray]
 Progress = Callable[[str], None]
@@ -34,7 +34,7 @@ class ActRange:
 def load_samples(source: Any, inputs: Sequence[Value], limit: int | None = None) -> list[Sample]:
     """Normalise any supported calibration source into a list of {input name: array} samples."""
     names = [v.name for v in inputs]
-    shapes = {v.name: v.type.shape for v in inputs}
+    types = {v.name: v.type for v in inputs}
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if path.is_dir():
@@ -42,9 +42,9 @@ def load_samples(source: Any, inputs: Sequence[Value], limit: int | None = None)
             items: Iterable[Any] = (_read(p) for p in files)
         else:
             items = [_read(path)]
-        samples = [s for item in items for s in _split(item, names, shapes)]
+        samples = [s for item in items for s in _split(item, names, types)]
     else:
-        samples = [s for item in source for s in _split(item, names, shapes)]
+        samples = [s for item in source for s in _split(item, names, types)]
     if not samples:
         raise ValueError("calibration data holds no samples")
     return samples[:limit]
@@ -57,8 +57,9 @@ def _read(path: Path) -> Any:
     return np.load(path)
 
 
-def _split(item: Any, names: list[str], shapes: Mapping[str, tuple[int, ...]]) -> list[Sample]:
-    """One item (dict, array or list in input order) -> samples with each input's exact shape."""
+def _split(item: Any, names: list[str], types: Mapping[str, TensorType]) -> list[Sample]:
+    """One item (dict, array or list in input order) -> samples with each input's exact shape and dtype
+    (token ids stay int64)."""
     if isinstance(item, np.ndarray) or not isinstance(item, (Mapping, list, tuple)):
         item = [item]
     if not isinstance(item, Mapping):
@@ -66,7 +67,7 @@ def _split(item: Any, names: list[str], shapes: Mapping[str, tuple[int, ...]]) -
     missing = [n for n in names if n not in item]
     if missing:
         raise ValueError(f"calibration sample lacks inputs {missing}")
-    stacks = {n: np.asarray(item[n], np.float32).reshape(-1, *shapes[n]) for n in names}
+    stacks = {n: np.asarray(item[n], types[n].dtype).reshape(-1, *types[n].shape) for n in names}
     count = min(len(a) for a in stacks.values())
     return [{n: a[i] for n, a in stacks.items()} for i in range(count)]
 

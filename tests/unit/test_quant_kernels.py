@@ -93,3 +93,53 @@ def test_int4_group_quantization_roundtrip():
     assert q.max() <= 15 and zp.shape == (8, 2)
     back = (q.reshape(8, 2, 32).astype(np.float32) - zp[..., None]) * scale[..., None]
     assert np.abs(back.reshape(8, 64) - w).max() <= scale.max() / 2 + 1e-6
+
+
+QB4_ROWS = (1, 3, 4, 7, 128)
+
+
+@pytest.fixture(scope="module")
+def qb4_case():
+    """One int4 MatMul weight (K = 96: three groups) applied to inputs of every row count in QB4_ROWS,
+    so the 4x1 GEMV path (M < 4), the 4x4 tile and the tile + GEMV tail all run."""
+    rng = np.random.default_rng(5)
+    k, n = 96, 13
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", [f"x{m}", "w"], [f"y{m}"]) for m in QB4_ROWS]
+    g = helper.make_graph(nodes, "qb4", [helper.make_tensor_value_info(f"x{m}", TensorProto.FLOAT, [m, k])
+                                        for m in QB4_ROWS],
+                          [helper.make_tensor_value_info(f"y{m}", TensorProto.FLOAT, [m, n])
+                           for m in QB4_ROWS],
+                          [numpy_helper.from_array(w, "w")])
+    graph = CuvilModel.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).graph
+    optimize_graph(graph)
+    xs = {f"x{m}": rng.standard_normal((m, k)).astype(np.float32) for m in QB4_ROWS}
+    return w, xs, quantize_graph(graph, {nd.name: "int4" for nd in graph.nodes})
+
+
+def _dynamic_rows(x: np.ndarray) -> np.ndarray:
+    """int4 layers' activations: per-row dynamic 7-bit quantization (qu8_quantize_dyn), dequantized."""
+    lo, hi = np.minimum(x.min(1, keepdims=True), 0), np.maximum(x.max(1, keepdims=True), 0)
+    s = ((hi - lo) / np.float32(127)).astype(np.float32)
+    z = np.clip(np.rint(-lo / s), 0, 127)
+    return (np.clip(np.rint(x / s) + z, 0, 127) - z) * s.astype(np.float64)
+
+
+def test_qb4_tiles_match_reference_and_agree(qb4_case):
+    """Both qb4 paths compute the exact integer group dots; only the f32 epilogue rounds."""
+    w, xs, q = qb4_case
+    q4, scale, zp = quantize_int4_groups(w.T, 32)
+    wdq = ((q4.reshape(w.shape[1], -1, 32).astype(np.float64) - zp[..., None]) * scale[..., None])
+    tiers = ("simd128", "relaxed") if probe_host().relaxed_simd else ("simd128",)
+    outs = []
+    for tier in tiers:
+        with Runner(q, Target(tier, probe_host().family)) as run:
+            kernels = run.compiled.kernels
+            outs.append(run(xs))
+    assert sorted(kernels.values()) == sorted(f"qb4-gemm-4x{4 if m >= 4 else 1}" for m in QB4_ROWS)
+    for m in QB4_ROWS:
+        want = _dynamic_rows(xs[f"x{m}"]) @ wdq.reshape(w.shape[1], -1).T
+        got = outs[0][f"y{m}"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=f"M={m}")
+        for other in outs[1:]:
+            np.testing.assert_array_equal(other[f"y{m}"], got, err_msg=f"M={m}")
