@@ -25,7 +25,7 @@ def test_build_inspect_run_profile(onnx_file, tmp_path, capsys):
     assert (out / "model.json").exists() and (out / "f32-wasmsimd-x86.wasm").exists()
     assert main(["inspect", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "f32-conv-im2col-gemm-4x8" in text and "global_pool" in text and "@arena+" in text
+    assert "f32-conv-" in text and "global_pool" in text and "@arena+" in text
 
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)

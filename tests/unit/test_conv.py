@@ -16,6 +16,7 @@ from conftest import assert_matches_ort
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel, Target
+from cuvil_edge.ops.conv import uses_direct
 
 OPSET = 17
 
@@ -61,19 +62,26 @@ def conv_model(op: str, x_shape: Sequence[int], w_shape: Sequence[int], bias: bo
     return build(nodes, {"x": x_shape}, weights)
 
 
+IM2COL, DIRECT, POINTWISE = "f32-conv-im2col-gemm-4x8", "f32-conv-direct-4x8", "f32-conv1x1-gemm-4x8"
 CONV_CASES = {
-    "2d-3x3-pad1": ([1, 3, 9, 11], [5, 3, 3, 3], dict(pads=[1, 1, 1, 1])),
-    "1d-stride2-dil2": ([2, 4, 23], [6, 4, 3], dict(strides=[2], dilations=[2], pads=[1, 2])),
-    "2d-strides-dilations": ([1, 2, 12, 13], [4, 2, 3, 2], dict(strides=[2, 1], dilations=[1, 2])),
-    "same-upper": ([1, 3, 10, 9], [4, 3, 3, 3], dict(auto_pad="SAME_UPPER", strides=[2, 2])),
-    "same-lower": ([1, 3, 10, 9], [4, 3, 4, 3], dict(auto_pad="SAME_LOWER", strides=[2, 2])),
-    "valid": ([1, 3, 10, 9], [4, 3, 3, 3], dict(auto_pad="VALID")),
-    "asymmetric-pads": ([1, 3, 8, 10], [4, 3, 3, 3], dict(pads=[0, 1, 2, 0])),
-    "groups-2": ([1, 4, 7, 9], [6, 2, 3, 3], dict(group=2, pads=[1, 1, 1, 1])),
-    "pointwise-1x1": ([2, 16, 5, 5], [12, 16, 1, 1], {}),
-    "pointwise-1x1-groups-1d": ([2, 8, 37], [6, 4, 1], dict(group=2)),
-    "1x1-stride2": ([1, 8, 9, 11], [6, 8, 1, 1], dict(strides=[2, 2])),
-    "channel-multiplier-2": ([1, 3, 8, 8], [6, 1, 3, 3], dict(group=3, pads=[1, 1, 1, 1])),
+    "2d-3x3-pad1": ([1, 3, 9, 11], [5, 3, 3, 3], dict(pads=[1, 1, 1, 1]), DIRECT),
+    "1d-stride2-dil2": ([2, 4, 23], [6, 4, 3], dict(strides=[2], dilations=[2], pads=[1, 2]), IM2COL),
+    "2d-strides-dilations": ([1, 2, 12, 13], [4, 2, 3, 2], dict(strides=[2, 1], dilations=[1, 2]), DIRECT),
+    "same-upper": ([1, 3, 10, 9], [4, 3, 3, 3], dict(auto_pad="SAME_UPPER", strides=[2, 2]), IM2COL),
+    "same-lower": ([1, 3, 10, 9], [4, 3, 4, 3], dict(auto_pad="SAME_LOWER", strides=[2, 2]), IM2COL),
+    "valid": ([1, 3, 10, 9], [4, 3, 3, 3], dict(auto_pad="VALID"), DIRECT),
+    "asymmetric-pads": ([1, 3, 8, 10], [4, 3, 3, 3], dict(pads=[0, 1, 2, 0]), DIRECT),
+    "groups-2": ([1, 4, 7, 9], [6, 2, 3, 3], dict(group=2, pads=[1, 1, 1, 1]), DIRECT),
+    "pointwise-1x1": ([2, 16, 5, 5], [12, 16, 1, 1], {}, POINTWISE),
+    "pointwise-1x1-groups-1d": ([2, 8, 37], [6, 4, 1], dict(group=2), POINTWISE),
+    "1x1-stride2": ([1, 8, 9, 11], [6, 8, 1, 1], dict(strides=[2, 2]), IM2COL),
+    "channel-multiplier-2": ([1, 3, 8, 8], [6, 1, 3, 3], dict(group=3, pads=[1, 1, 1, 1]), DIRECT),
+    # direct: several 8-pixel panels per row plus a narrow last one, rows of 4 output channels plus a
+    # remainder, wide asymmetric pads, the 1D dilated shape of audio nets, and both sides of the choice
+    "direct-5x5-asym-wide": ([2, 20, 11, 21], [14, 20, 5, 5], dict(pads=[2, 1, 1, 3]), DIRECT),
+    "direct-1d-dil4": ([1, 12, 45], [16, 12, 3], dict(dilations=[4], pads=[4, 4]), DIRECT),
+    "direct-unpadded-1d": ([2, 6, 19], [5, 6, 4], {}, DIRECT),
+    "many-outputs-im2col": ([1, 8, 10, 12], [20, 8, 3, 3], dict(pads=[1, 1, 1, 1]), IM2COL),
 }
 
 
@@ -81,12 +89,25 @@ CONV_CASES = {
 @pytest.mark.parametrize(("case", "bias"), [(c, True) for c in CONV_CASES] +
                          [("2d-3x3-pad1", False), ("groups-2", False)])
 def test_conv(case: str, bias: bool) -> None:
-    x, w, attrs = CONV_CASES[case]
+    x, w, attrs, expected = CONV_CASES[case]
     m = compile_and_check(conv_model("Conv", x, w, bias=bias, **attrs))
     assert m.compiled is not None
-    (kernel,) = m.compiled.kernels.values()
-    # 1x1 stride-1 unpadded convs read their input in place; everything else packs im2col panels
-    assert (kernel == "f32-conv1x1-gemm-4x8") == case.startswith("pointwise")
+    assert list(m.compiled.kernels.values()) == [expected]
+
+
+@pytest.mark.parametrize(("cin", "cout", "k", "stride", "group", "size", "direct"), [
+    (24, 8, 3, 1, 1, 64, True),      # unet decoder: few outputs, im2col would dominate
+    (32, 16, 3, 1, 1, 32, True),
+    (32, 64, 3, 1, 1, 28, False),    # 16 row panels share each im2col panel
+    (128, 16, 3, 1, 1, 14, False),   # K = 1152: scattered input lines thrash L1 per row panel
+    (16, 16, 3, 2, 1, 32, False),    # width stride 2: panels are not contiguous input runs
+    (64, 16, 3, 1, 1, 56, False),    # padded copy over the scratch budget
+    (32, 32, 3, 1, 2, 16, True),     # 16 outputs per group
+])
+def test_direct_choice(cin: int, cout: int, k: int, stride: int, group: int, size: int, direct: bool) -> None:
+    g = dict(N=1, C=cin, M=cout, G=group, D=1, H=size, W=size, kd=1, kh=k, kw=k, sd=1, sh=stride, sw=stride,
+             dd=1, dh=1, dw=1, pd=0, pt=1, pl=1, pdb=0, pb=1, pr=1)
+    assert uses_direct(g) == direct
 
 
 DW_CASES = {

@@ -102,6 +102,110 @@ KERNEL void f32_conv2d(const float* x, int N, int C, int H, int W, const float* 
   }
 }
 
+/* Direct convolution, width stride 1: the B operand of the packed-A GEMM is read straight from the
+ * input, 8 consecutive output pixels of one row per panel, tap k at offset koff[k] from the panel's
+ * first input pixel. Padding is materialised once per group as a zero-bordered copy of the input
+ * (C x H x W floats, against C*kh*kw per output pixel for im2col), so every panel, borders included,
+ * runs the same loop; an unpadded input is read in place. The loop mirrors f32_gemm_loop_4x8 (own
+ * noinline function, accumulators handed over through memory) with one offset load per k step.
+ * A last panel narrower than 8 reads a few floats past its row (lanes never stored). */
+static __attribute__((noinline)) void f32_conv_loop_4x8(int K, const float* ap, const float* xb, const int* koff,
+                                                        v128_t* acc) {
+  v128_t c00 = wasm_f32x4_const_splat(0.0f), c01 = c00;
+  v128_t c10 = wasm_f32x4_const_splat(0.0f), c11 = c10;
+  v128_t c20 = wasm_f32x4_const_splat(0.0f), c21 = c20;
+  v128_t c30 = wasm_f32x4_const_splat(0.0f), c31 = c30;
+  const float* aend = ap + (size_t)4 * K;
+  while (ap < aend) {
+    const float* b = xb + *koff++;
+    const v128_t b0 = VLOAD(b), b1 = VLOAD(b + 4);
+    const v128_t a = VLOAD(ap);
+    ap += 4;
+    {
+      const v128_t s = wasm_i32x4_shuffle(a, a, 0, 0, 0, 0);
+      c00 = VFMA(s, b0, c00);
+      c01 = VFMA(s, b1, c01);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(a, a, 1, 1, 1, 1);
+      c10 = VFMA(s, b0, c10);
+      c11 = VFMA(s, b1, c11);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(a, a, 2, 2, 2, 2);
+      c20 = VFMA(s, b0, c20);
+      c21 = VFMA(s, b1, c21);
+    }
+    {
+      const v128_t s = wasm_i32x4_shuffle(a, a, 3, 3, 3, 3);
+      c30 = VFMA(s, b0, c30);
+      c31 = VFMA(s, b1, c31);
+    }
+  }
+  acc[0] = c00; acc[1] = c01;
+  acc[2] = c10; acc[3] = c11;
+  acc[4] = c20; acc[5] = c21;
+  acc[6] = c30; acc[7] = c31;
+}
+
+/* Copy one group's C planes [H][W] into zero-bordered planes [Hp][Wp] (pt rows above, pl columns left)
+ * followed by 8 zero floats that the last narrow panel may read. */
+KERNEL void f32_pad_planes(const float* x, int C, int H, int W, int pt, int pl, int Hp, int Wp, float* xp) {
+  for (int c = 0; c < C; c++) {
+    const float* xc = x + (size_t)c * H * W;
+    float* pc = xp + (size_t)c * Hp * Wp;
+    fill_f32(pc, 0.0f, pt * Wp);
+    for (int iy = 0; iy < H; iy++) {
+      float* row = pc + (size_t)(pt + iy) * Wp;
+      fill_f32(row, 0.0f, pl);
+      copy_f32(row + pl, xc + (size_t)iy * W, W);
+      fill_f32(row + pl + W, 0.0f, Wp - pl - W);
+    }
+    fill_f32(pc + (size_t)(pt + H) * Wp, 0.0f, (Hp - pt - H) * Wp);
+  }
+  fill_f32(xp + (size_t)C * Hp * Wp, 0.0f, 8);
+}
+
+/* Full direct convolution (width stride 1): N images, G groups; weights packed as for f32_conv2d.
+ * Hp x Wp: the padded plane (H x W when unpadded: read in place). scratch: K tap offsets, then the
+ * padded copy of one group's input. */
+KERNEL void f32_conv2d_direct(const float* x, int N, int C, int H, int W, const float* w, const float* bias,
+                              float* y, int M, int OH, int OW, int G, int kh, int kw, int sh, int dh, int dw,
+                              int pt, int pl, int Hp, int Wp, float* scratch, Act act) {
+  const int Cg = C / G, Mg = M / G, K = Cg * kh * kw, P = OH * OW;
+  const v128_t zero = wasm_f32x4_const_splat(0.0f);
+  int* koff = (int*)scratch;
+  float* xp = scratch + ((K + 3) & ~3);
+  for (int c = 0, k = 0; c < Cg; c++)
+    for (int ky = 0; ky < kh; ky++)
+      for (int kx = 0; kx < kw; kx++, k++) koff[k] = (c * Hp + ky * dh) * Wp + kx * dw;
+  for (int n = 0; n < N; n++) {
+    for (int g = 0; g < G; g++) {
+      const float* xg = x + ((size_t)n * C + (size_t)g * Cg) * H * W;
+      const float* wg = w + (size_t)g * ((Mg + 3) & ~3) * K;
+      float* yg = y + ((size_t)n * M + (size_t)g * Mg) * P;
+      const float* src = xg;
+      if (Hp != H || Wp != W) {
+        f32_pad_planes(xg, Cg, H, W, pt, pl, Hp, Wp, xp);
+        src = xp;
+      }
+      for (int oy = 0; oy < OH; oy++) {
+        for (int ox = 0; ox < OW; ox += 8) {
+          const float* xb = src + (size_t)oy * sh * Wp + ox;
+          const int nr = OW - ox < 8 ? OW - ox : 8;
+          float* yb = yg + (size_t)oy * OW + ox;
+          for (int i = 0; i < Mg; i += 4) {
+            v128_t acc[8];
+            f32_conv_loop_4x8(K, wg + (size_t)i * K, xb, koff, acc);
+            f32_gemm_tile_4x8(acc, yb + (size_t)i * P, P, Mg - i < 4 ? Mg - i : 4, nr,
+                              bias ? bias + g * Mg + i : 0, zero, zero, act);
+          }
+        }
+      }
+    }
+  }
+}
+
 /* 3D convolution (NCDHW): the same GEMM over output voxels. The im2col panels are packed lane by lane
  * with precomputed bases (no row fast path: 3D layers are rare and small on the edge). */
 KERNEL void f32_im2col3d_packed(const float* x, int C, int D, int H, int W, int kd, int kh, int kw,
