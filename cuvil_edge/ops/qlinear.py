@@ -54,19 +54,32 @@ def _pad(v: np.ndarray, n: int, dtype: str) -> np.ndarray:
 
 
 def pack_s8(wq: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, groups: int = 1
-            ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
-    """[I, K] int8 rows (I = groups x rows per group) -> rows padded to 4 per group, K to 16, plus the
-    row sums (zero-point compensation), scales and bias padded the same way."""
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """[I, K] int8 rows (I = groups x rows per group) -> the qs8 kernel's 8-row panels [rows/8][K4/4][8][4]
+    per group (rows padded to 8, K to 4, zeros), plus the row sums (zero-point compensation), scales and
+    bias padded the same way."""
     i_all, k = wq.shape
     rows = i_all // groups
-    rp, ldw = _ceil(rows, 4), _ceil(k, 16)
-    w = np.zeros((groups, rp, ldw), np.int8)
+    rp, k4 = _ceil(rows, 8), _ceil(k, 4)
+    w = np.zeros((groups, rp, k4), np.int8)
     w[:, :rows, :k] = wq.reshape(groups, rows, k)
+    w = w.reshape(groups, rp // 8, 8, k4 // 4, 4).transpose(0, 1, 3, 2, 4)
     per = [(wq.astype(np.int32).sum(1), "int32"), (scale.astype(np.float32), "float32"),
            (np.zeros(i_all, np.float32) if bias is None else bias.astype(np.float32), "float32")]
     wsum, ws, b = (np.concatenate([_pad(v.reshape(groups, rows)[g], rp, dt) for g in range(groups)])
                    for v, dt in per)
-    return w.reshape(-1), ldw, wsum, ws, b
+    return np.ascontiguousarray(w).reshape(-1), wsum, ws, b
+
+
+def s8_tile(rows: int) -> str:
+    """The qs8 kernel's tile for ``rows`` activation rows: 8x4 (8 output rows x 4 tokens) from 4 rows on,
+    else 8x1 (the tokens left over after the 4-token tiles run one at a time)."""
+    return "8x4" if rows >= 4 else "8x1"
+
+
+def xpack_bytes(rows: int, k: int) -> int:
+    """Scratch for the qs8 kernel's packed activations (qu8_pack_x4), with the 1-token loop's over-read."""
+    return _ceil(rows, 4) * _ceil(k, 4) + 64
 
 
 def b4_tile(rows: int) -> str:
@@ -171,19 +184,21 @@ def _gemm_rows(node: Node) -> tuple[int, int]:
 
 
 def _qgemm_scratch(node: Node) -> int:
-    return _Act(node, *_gemm_rows(node)).scratch_bytes()
+    m, k = _gemm_rows(node)
+    return _Act(node, m, k).scratch_bytes() + xpack_bytes(m, k)
 
 
 def _qgemm_emit(node: Node, ctx: EmitContext) -> str:
     m, k = _gemm_rows(node)
     n = node.inputs[1].type.shape[1]
-    w, ldw, wsum, ws, b = pack_s8(node.inputs[1].const.T, node.inputs[2].const, _bias(node, 3))
+    w, wsum, ws, b = pack_s8(node.inputs[1].const.T, node.inputs[2].const, _bias(node, 3))
     act = _Act(node, m, k)
-    pre, xq, s, z, _ = act.emit(node, ctx, _scratch_base(ctx))
-    ctx.use_kernel(f"qs8-gemm{'' if act.xbits == 7 else '-x8'}-4x{min(m, 2)}")
-    return (f"{pre}\nqs8_gemm_x{act.xbits}({n}, {m}, {k}, {ctx.weight(w, 'int8_t')}, {ldw}, {xq}, {k}, {s}, "
-            f"{z}, {act.xstep}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, {ctx.weight(b)}, "
-            f"{ctx.ptr(node.outputs[0])}, 1, {n}, {act_c(node)});")
+    base = _scratch_base(ctx)
+    pre, xq, s, z, used = act.emit(node, ctx, base)
+    ctx.use_kernel(f"qs8-gemm{'' if act.xbits == 7 else '-x8'}-{s8_tile(m)}")
+    return (f"{pre}\nqs8_gemm_x{act.xbits}({n}, {m}, {k}, {ctx.weight(w, 'int8_t')}, {xq}, {k}, "
+            f"((uint8_t*)(A + {base + used})), {s}, {z}, {act.xstep}, {ctx.weight(wsum, 'int32_t')}, "
+            f"{ctx.weight(ws)}, {ctx.weight(b)}, {ctx.ptr(node.outputs[0])}, 1, {n}, {act_c(node)});")
 
 
 register(OpDef("qgemm", _qgemm_infer, None, _qgemm_emit, kernels=("qs8-gemm",), scratch=_qgemm_scratch))
@@ -192,6 +207,10 @@ register(OpDef("qgemm", _qgemm_infer, None, _qgemm_emit, kernels=("qs8-gemm",), 
 def _qb4gemm_infer(node: Node) -> list[TensorType]:
     n, k = node.inputs[1].type.shape
     return _gemm_shape(node, k, n)
+
+
+def _qb4gemm_scratch(node: Node) -> int:
+    return _Act(node, *_gemm_rows(node)).scratch_bytes()
 
 
 def _qb4gemm_emit(node: Node, ctx: EmitContext) -> str:
@@ -209,7 +228,7 @@ def _qb4gemm_emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("qb4gemm", _qb4gemm_infer, None, _qb4gemm_emit, kernels=("qs8-gemm", "qb4-gemm"),
-               scratch=_qgemm_scratch))
+               scratch=_qb4gemm_scratch))
 
 
 # -- qconv / qb4conv: NCHW convolution through im2col rows ----------------------------------------
@@ -224,7 +243,8 @@ def _pchunk(g: dict[str, int]) -> int:
 def _qconv_scratch(node: Node) -> int:
     g = conv_geometry(node)
     x = node.inputs[0].type
-    return _Act(node, 1, x.size).scratch_bytes() + _ceil(_pchunk(g) * _conv_k(g), 64) + 64
+    return (_Act(node, 1, x.size).scratch_bytes() + _ceil(_pchunk(g) * _conv_k(g), 64)
+            + xpack_bytes(_pchunk(g), _conv_k(g)) + 64)
 
 
 def _conv_args(g: dict[str, int]) -> str:
@@ -244,14 +264,15 @@ def _conv_prologue(node: Node, ctx: EmitContext) -> tuple[dict[str, int], _Act, 
 
 def _qconv_emit(node: Node, ctx: EmitContext) -> str:
     g, act, pre, xq, s, z, col = _conv_prologue(node, ctx)
-    wq = node.inputs[1].const.reshape(g["M"], -1)
-    w, ldw, wsum, ws, b = pack_s8(wq, node.inputs[2].const, _bias(node, 3), g["G"])
-    mr = min(g["M"] // g["G"], 4)
-    ctx.use_kernel(f"qs8-conv-im2col-gemm{'' if act.xbits == 7 else '-x8'}-{mr}x2")
+    k = _conv_k(g)
+    w, wsum, ws, b = pack_s8(node.inputs[1].const.reshape(g["M"], -1), node.inputs[2].const, _bias(node, 3),
+                             g["G"])
+    xp = f"({col} + {_ceil(_pchunk(g) * k, 64)})"
+    ctx.use_kernel(f"qs8-conv-im2col-gemm{'' if act.xbits == 7 else '-x8'}-{s8_tile(_pchunk(g))}")
     return (f"{pre}\nqs8_conv2d_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
-            f"{ctx.weight(w, 'int8_t')}, {ldw}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
+            f"{ctx.weight(w, 'int8_t')}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
             f"{ctx.weight(b)}, {s}, {z}, {ctx.ptr(node.outputs[0])}, {_conv_args(g)}, {_pchunk(g)}, {col}, "
-            f"{act_c(node)});")
+            f"{xp}, {act_c(node)});")
 
 
 register(OpDef("qconv", conv_infer, None, _qconv_emit, kernels=("qs8-gemm",), scratch=_qconv_scratch))

@@ -66,25 +66,35 @@ def test_tiers_agree_bit_for_bit(graph, choice, dynamic):
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
-def test_qgemm_matches_integer_reference():
-    """Static int8 gemm = f32(int32 dot of quantized x and w) * scales: exact up to the f32 epilogue."""
+@pytest.mark.parametrize("m", [1, 3, 4, 7, 9])
+def test_qgemm_matches_integer_reference(m):
+    """Static int8 gemm = f32(int32 dot of quantized x and w) * scales: exact up to the f32 epilogue, in
+    every tier. K = 70 (a partial 4-byte k group), N = 13 (a partial 8-row panel) and M through the 8x4
+    tile, its 1-token remainder and the 8x1 path alone."""
     rng = np.random.default_rng(3)
     w = rng.standard_normal((70, 13)).astype(np.float32)
     g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 70])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 13])],
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, 70])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, 13])],
                           [numpy_helper.from_array(w, "w")])
     graph = CuvilModel.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).graph
     optimize_graph(graph)
-    x = rng.standard_normal((3, 70)).astype(np.float32)
+    x = rng.standard_normal((m, 70)).astype(np.float32)
     rng_x = ActRange(float(x.min()), float(x.max()))
     q = quantize_graph(graph, {graph.nodes[0].name: "int8"}, {"x": rng_x})
     s, z = act_qparams(rng_x)
     wq, ws = quantize_int8_rows(w.T)
     xq = np.clip(np.rint(x / np.float32(s)) + z, 0, 127).astype(np.int32)
     want = ((xq - z) @ wq.T.astype(np.int32)).astype(np.float32) * (ws * np.float32(s))
-    with Runner(q) as run:
-        np.testing.assert_allclose(run({"x": x})["y"], want, rtol=1e-6, atol=1e-5)
+    tiers = ("simd128", "relaxed") if probe_host().relaxed_simd else ("simd128",)
+    outs = []
+    for tier in tiers:
+        with Runner(q, Target(tier, probe_host().family)) as run:
+            assert list(run.compiled.kernels.values()) == [f"qs8-gemm-8x{4 if m >= 4 else 1}"]
+            outs.append(run({"x": x})["y"])
+    np.testing.assert_allclose(outs[0], want, rtol=1e-6, atol=1e-5)
+    for other in outs[1:]:
+        np.testing.assert_array_equal(other, outs[0])
 
 
 def test_int4_group_quantization_roundtrip():

@@ -1,20 +1,20 @@
 /* generated from templates/qs8-gemm.c.in by cuvil_edge/codegen/kernels/generate.py; do not edit */
 /* Integer GEMM for quantized conv/gemm: y[i][j] = dequant(sum_k w[i][k] * x[j][k]), int32 accumulation.
  *
- * Operands: w is int8 (signed, per-output-channel symmetric; rows padded to a multiple of 4, each row
- * ldw >= ceil16(K) bytes, zero padded), x is uint8 activations, row stride ldx, quantized per tensor
+ * Operands: w is int8 (signed, per-output-channel symmetric), packed in 8-row panels of 4-byte k groups
+ * (see qs8_gemm; zero padded), x is uint8 activations, row stride ldx, quantized per tensor
  * or per row j (scale xs, zero point xz; xstep 0 = one pair for all rows, 1 = one pair per row).
  * Zero points are compensated at the end, not in the loop: sum w (x - xz) = sum w x - xz * wsum[i],
  * with wsum the build-time row sums of w.
  *
- * Dot products (16 int8 x 16 uint8 -> 4 int32 partial sums):
+ * Dot products: a weight vector holds 4 rows x 4 consecutive k, the activation vector one token's 4 k
+ * broadcast to all lanes, so lane r accumulates row r's dot and no horizontal sums are needed.
  *  - x7 kernels (our quantizer: activations on a 0..127 grid) use i32x4.relaxed_dot_i8x16_i7x16_add_s
  *    under CUVIL_RELAXED with w as the signed operand and x as the 7-bit one, which x86 (pmaddubsw) and
  *    ARM (sdot) lower to the same exact answer; without relaxed SIMD they widen to i16 and use
  *    i32x4.dot_i16x8_s. Both sum the same products exactly, so the tiers agree bit for bit.
  *  - x8 kernels (imported uint8 activations, 0..255) always widen: the relaxed dot is not exact there.
- * The K loop reads whole 16-byte chunks: bytes past K meet zero weights (rows over-read into the next
- * row or the 64-byte region guard), so they add nothing.
+ * K is padded to a multiple of 4 with zero weights and zero activations, which add nothing.
  *
  * Dequantize / requantize (documented rounding): acc is exact int32; y = f32(acc - xz*wsum[i]) *
  * (ws[i] * xs[j]) + bias[i], each step one IEEE f32 operation rounded to nearest even (mul then add, no
@@ -35,14 +35,6 @@ INLINE v128_t qdot_widen(v128_t w, v128_t x, v128_t acc) {
 #else
 #define QDOT7(w, x, acc) qdot_widen((w), (x), (acc))
 #endif
-#define QDOT8(w, x, acc) qdot_widen((w), (x), (acc))
-
-/* [sum(a0), sum(a1), sum(a2), sum(a3)] (i32 lanes) */
-INLINE v128_t hsum4_i32(v128_t a0, v128_t a1, v128_t a2, v128_t a3) {
-  const v128_t t0 = wasm_i32x4_add(wasm_i32x4_shuffle(a0, a1, 0, 4, 1, 5), wasm_i32x4_shuffle(a0, a1, 2, 6, 3, 7));
-  const v128_t t1 = wasm_i32x4_add(wasm_i32x4_shuffle(a2, a3, 0, 4, 1, 5), wasm_i32x4_shuffle(a2, a3, 2, 6, 3, 7));
-  return wasm_i32x4_add(wasm_i32x4_shuffle(t0, t1, 0, 1, 4, 5), wasm_i32x4_shuffle(t0, t1, 2, 3, 6, 7));
-}
 
 /* [sum(a0), sum(a1), sum(a2), sum(a3)] (f32 lanes) */
 INLINE v128_t hsum4_f32(v128_t a0, v128_t a1, v128_t a2, v128_t a3) {
@@ -144,242 +136,307 @@ KERNEL void qu8_im2col_rows(const uint8_t* x, int C, int H, int W, int kh, int k
   }
 }
 
-/* 4 weight rows x 2 activation row(s), 7-bit activations. */
-INLINE void qs8_ukernel_x7_4x2(int K, const int8_t* w, int ldw, const uint8_t* x, int ldx,
-                                    v128_t* out) {
-  const int8_t* w0 = w + 0 * ldw;
-  v128_t a00 = wasm_i32x4_const_splat(0);
-  v128_t a01 = wasm_i32x4_const_splat(0);
-  const int8_t* w1 = w + 1 * ldw;
-  v128_t a10 = wasm_i32x4_const_splat(0);
-  v128_t a11 = wasm_i32x4_const_splat(0);
-  const int8_t* w2 = w + 2 * ldw;
-  v128_t a20 = wasm_i32x4_const_splat(0);
-  v128_t a21 = wasm_i32x4_const_splat(0);
-  const int8_t* w3 = w + 3 * ldw;
-  v128_t a30 = wasm_i32x4_const_splat(0);
-  v128_t a31 = wasm_i32x4_const_splat(0);
-  for (int k = 0; k < K; k += 16) {
-    const v128_t x0 = VLOAD(x + 0 * ldx + k);
-    const v128_t x1 = VLOAD(x + 1 * ldx + k);
-    {
-      const v128_t q = VLOAD(w0 + k);
-      a00 = QDOT7(q, x0, a00);
-      a01 = QDOT7(q, x1, a01);
+/* Pack activation rows x (J rows of K bytes, stride ldx) for the GEMM loops: [ceil(J/4)][K4/4][4 rows][4
+ * bytes], K4 = ceil4(K), so one 16-byte load per 4 k holds 4 tokens' 4-byte groups and a token's group
+ * is broadcast with one shuffle (a 4x4 transpose of i32 lanes per 16 k). A last partial block repeats
+ * row j in its missing rows (the 4-token loops never run on it, the 1-token loop reads only real rows),
+ * so it takes the vector path too; k past K is zero. */
+KERNEL void qu8_pack_x4(int J, int K, const uint8_t* x, int ldx, uint8_t* xp) {
+  const int K4 = (K + 3) & ~3;
+  for (int j = 0; j < J; j += 4, xp += 4 * K4) {
+    const int nj = J - j < 4 ? J - j : 4;
+    const uint8_t* r[4];
+    for (int t = 0; t < 4; t++) r[t] = x + (size_t)(j + (t < nj ? t : 0)) * ldx;
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+      const v128_t a = VLOAD(r[0] + k), b = VLOAD(r[1] + k), c = VLOAD(r[2] + k), d = VLOAD(r[3] + k);
+      const v128_t ab0 = wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), ab1 = wasm_i32x4_shuffle(a, b, 2, 6, 3, 7);
+      const v128_t cd0 = wasm_i32x4_shuffle(c, d, 0, 4, 1, 5), cd1 = wasm_i32x4_shuffle(c, d, 2, 6, 3, 7);
+      VSTORE(xp + 4 * k, wasm_i64x2_shuffle(ab0, cd0, 0, 2));
+      VSTORE(xp + 4 * k + 16, wasm_i64x2_shuffle(ab0, cd0, 1, 3));
+      VSTORE(xp + 4 * k + 32, wasm_i64x2_shuffle(ab1, cd1, 0, 2));
+      VSTORE(xp + 4 * k + 48, wasm_i64x2_shuffle(ab1, cd1, 1, 3));
     }
-    {
-      const v128_t q = VLOAD(w1 + k);
-      a10 = QDOT7(q, x0, a10);
-      a11 = QDOT7(q, x1, a11);
-    }
-    {
-      const v128_t q = VLOAD(w2 + k);
-      a20 = QDOT7(q, x0, a20);
-      a21 = QDOT7(q, x1, a21);
-    }
-    {
-      const v128_t q = VLOAD(w3 + k);
-      a30 = QDOT7(q, x0, a30);
-      a31 = QDOT7(q, x1, a31);
-    }
+    for (; k < K4; k++)
+      for (int t = 0; t < 4; t++) xp[(k & ~3) * 4 + t * 4 + (k & 3)] = t < nj && k < K ? r[t][k] : 0;
   }
-  out[0] = hsum4_i32(a00, a10, a20, a30);
-  out[1] = hsum4_i32(a01, a11, a21, a31);
 }
 
-/* 4 weight rows x 1 activation row(s), 7-bit activations. */
-INLINE void qs8_ukernel_x7_4x1(int K, const int8_t* w, int ldw, const uint8_t* x, int ldx,
-                                    v128_t* out) {
-  const int8_t* w0 = w + 0 * ldw;
-  v128_t a00 = wasm_i32x4_const_splat(0);
-  const int8_t* w1 = w + 1 * ldw;
-  v128_t a10 = wasm_i32x4_const_splat(0);
-  const int8_t* w2 = w + 2 * ldw;
-  v128_t a20 = wasm_i32x4_const_splat(0);
-  const int8_t* w3 = w + 3 * ldw;
-  v128_t a30 = wasm_i32x4_const_splat(0);
-  for (int k = 0; k < K; k += 16) {
-    const v128_t x0 = VLOAD(x + 0 * ldx + k);
+#define QBCAST(v, l) wasm_i32x4_shuffle((v), (v), (l), (l), (l), (l))
+
+/* Widened GEMM loops (SIMD128; 8-bit activations in every tier): R rows (R/4 weight vectors of an 8-row
+ * panel, stride 32 bytes per 4 k) x NT tokens; 4x4 runs twice per panel (16 accumulators would spill),
+ * 8x1 once (the GEMV reads each token group once). The broadcast token group, widened to i16, is the
+ * same in both halves, so each weight half meets it in one i32x4.dot_i16x8_s with no shuffles: per
+ * weight vector and token two accumulators of pair sums [r0 r0 r1 r1], [r2 r2 r3 r3], added pairwise at
+ * the end (exact int32, so the totals equal the relaxed dot's). out[v * NT + t]: vector v, token t. */
+static __attribute__((noinline)) void qs8_loop_widen_4x4(int K4, const int8_t* w, const uint8_t* xp,
+                                                            v128_t* out) {
+  v128_t l00 = wasm_i32x4_const_splat(0), h00 = l00;
+  v128_t l01 = wasm_i32x4_const_splat(0), h01 = l01;
+  v128_t l02 = wasm_i32x4_const_splat(0), h02 = l02;
+  v128_t l03 = wasm_i32x4_const_splat(0), h03 = l03;
+  const int8_t* wend = w + (size_t)8 * K4;
+  for (; w < wend; w += 32, xp += 16) {
+    const v128_t xv = VLOAD(xp);
+    const v128_t q0 = VLOAD(w + 0);
+    const v128_t ql0 = wasm_i16x8_extend_low_i8x16(q0), qh0 = wasm_i16x8_extend_high_i8x16(q0);
     {
-      const v128_t q = VLOAD(w0 + k);
-      a00 = QDOT7(q, x0, a00);
+      const v128_t b = wasm_u16x8_extend_low_u8x16(xv);
+      const v128_t s = wasm_i32x4_shuffle(b, b, 0, 1, 0, 1);
+      l00 = wasm_i32x4_add(l00, wasm_i32x4_dot_i16x8(ql0, s));
+      h00 = wasm_i32x4_add(h00, wasm_i32x4_dot_i16x8(qh0, s));
     }
     {
-      const v128_t q = VLOAD(w1 + k);
-      a10 = QDOT7(q, x0, a10);
+      const v128_t b = wasm_u16x8_extend_low_u8x16(xv);
+      const v128_t s = wasm_i32x4_shuffle(b, b, 2, 3, 2, 3);
+      l01 = wasm_i32x4_add(l01, wasm_i32x4_dot_i16x8(ql0, s));
+      h01 = wasm_i32x4_add(h01, wasm_i32x4_dot_i16x8(qh0, s));
     }
     {
-      const v128_t q = VLOAD(w2 + k);
-      a20 = QDOT7(q, x0, a20);
+      const v128_t b = wasm_u16x8_extend_high_u8x16(xv);
+      const v128_t s = wasm_i32x4_shuffle(b, b, 0, 1, 0, 1);
+      l02 = wasm_i32x4_add(l02, wasm_i32x4_dot_i16x8(ql0, s));
+      h02 = wasm_i32x4_add(h02, wasm_i32x4_dot_i16x8(qh0, s));
     }
     {
-      const v128_t q = VLOAD(w3 + k);
-      a30 = QDOT7(q, x0, a30);
+      const v128_t b = wasm_u16x8_extend_high_u8x16(xv);
+      const v128_t s = wasm_i32x4_shuffle(b, b, 2, 3, 2, 3);
+      l03 = wasm_i32x4_add(l03, wasm_i32x4_dot_i16x8(ql0, s));
+      h03 = wasm_i32x4_add(h03, wasm_i32x4_dot_i16x8(qh0, s));
     }
   }
-  out[0] = hsum4_i32(a00, a10, a20, a30);
+  out[0] = wasm_i32x4_add(wasm_i32x4_shuffle(l00, h00, 0, 2, 4, 6),
+                                 wasm_i32x4_shuffle(l00, h00, 1, 3, 5, 7));
+  out[1] = wasm_i32x4_add(wasm_i32x4_shuffle(l01, h01, 0, 2, 4, 6),
+                                 wasm_i32x4_shuffle(l01, h01, 1, 3, 5, 7));
+  out[2] = wasm_i32x4_add(wasm_i32x4_shuffle(l02, h02, 0, 2, 4, 6),
+                                 wasm_i32x4_shuffle(l02, h02, 1, 3, 5, 7));
+  out[3] = wasm_i32x4_add(wasm_i32x4_shuffle(l03, h03, 0, 2, 4, 6),
+                                 wasm_i32x4_shuffle(l03, h03, 1, 3, 5, 7));
 }
 
-/* y[i*si + j*sj] for i < I, j < J (see the header for operands and the epilogue). */
-KERNEL void qs8_gemm_x7(int I, int J, int K, const int8_t* w, int ldw, const uint8_t* x, int ldx,
+static __attribute__((noinline)) void qs8_loop_widen_8x1(int K4, const int8_t* w, const uint8_t* xp,
+                                                            v128_t* out) {
+  v128_t l00 = wasm_i32x4_const_splat(0), h00 = l00;
+  v128_t l10 = wasm_i32x4_const_splat(0), h10 = l10;
+  const int8_t* wend = w + (size_t)8 * K4;
+  for (; w < wend; w += 32, xp += 16) {
+    const v128_t xv = VLOAD(xp);
+    const v128_t q0 = VLOAD(w + 0);
+    const v128_t ql0 = wasm_i16x8_extend_low_i8x16(q0), qh0 = wasm_i16x8_extend_high_i8x16(q0);
+    const v128_t q1 = VLOAD(w + 16);
+    const v128_t ql1 = wasm_i16x8_extend_low_i8x16(q1), qh1 = wasm_i16x8_extend_high_i8x16(q1);
+    {
+      const v128_t b = wasm_u16x8_extend_low_u8x16(xv);
+      const v128_t s = wasm_i32x4_shuffle(b, b, 0, 1, 0, 1);
+      l00 = wasm_i32x4_add(l00, wasm_i32x4_dot_i16x8(ql0, s));
+      h00 = wasm_i32x4_add(h00, wasm_i32x4_dot_i16x8(qh0, s));
+      l10 = wasm_i32x4_add(l10, wasm_i32x4_dot_i16x8(ql1, s));
+      h10 = wasm_i32x4_add(h10, wasm_i32x4_dot_i16x8(qh1, s));
+    }
+  }
+  out[0] = wasm_i32x4_add(wasm_i32x4_shuffle(l00, h00, 0, 2, 4, 6),
+                                 wasm_i32x4_shuffle(l00, h00, 1, 3, 5, 7));
+  out[1] = wasm_i32x4_add(wasm_i32x4_shuffle(l10, h10, 0, 2, 4, 6),
+                                 wasm_i32x4_shuffle(l10, h10, 1, 3, 5, 7));
+}
+
+#if CUVIL_RELAXED
+/* Relaxed GEMM loops (7-bit activations): 8 rows (the panel's two weight vectors) x NT tokens, one
+ * relaxed dot per weight vector and broadcast token group: out[t] = rows 0-3, out[NT + t] = rows 4-7.
+ * 8x4 keeps 8 accumulators + 2 weights + the token vector + a broadcast in Cranelift's 16 registers;
+ * noinline for the same reason as f32-gemm's loop. */
+static __attribute__((noinline)) void qs8_loop_relaxed_8x4(int K4, const int8_t* w, const uint8_t* xp,
+                                                              v128_t* out) {
+  v128_t a0 = wasm_i32x4_const_splat(0), c0 = a0;
+  v128_t a1 = wasm_i32x4_const_splat(0), c1 = a1;
+  v128_t a2 = wasm_i32x4_const_splat(0), c2 = a2;
+  v128_t a3 = wasm_i32x4_const_splat(0), c3 = a3;
+  const int8_t* wend = w + (size_t)8 * K4;
+  for (; w < wend; w += 32, xp += 16) {
+    const v128_t p = VLOAD(w), q = VLOAD(w + 16), v = VLOAD(xp);
+    {
+      const v128_t b = QBCAST(v, 0);
+      a0 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(p, b, a0);
+      c0 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(q, b, c0);
+    }
+    {
+      const v128_t b = QBCAST(v, 1);
+      a1 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(p, b, a1);
+      c1 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(q, b, c1);
+    }
+    {
+      const v128_t b = QBCAST(v, 2);
+      a2 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(p, b, a2);
+      c2 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(q, b, c2);
+    }
+    {
+      const v128_t b = QBCAST(v, 3);
+      a3 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(p, b, a3);
+      c3 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(q, b, c3);
+    }
+  }
+  out[0] = a0; out[4] = c0;
+  out[1] = a1; out[5] = c1;
+  out[2] = a2; out[6] = c2;
+  out[3] = a3; out[7] = c3;
+}
+
+static __attribute__((noinline)) void qs8_loop_relaxed_8x1(int K4, const int8_t* w, const uint8_t* xp,
+                                                              v128_t* out) {
+  v128_t a0 = wasm_i32x4_const_splat(0), c0 = a0;
+  const int8_t* wend = w + (size_t)8 * K4;
+  for (; w < wend; w += 32, xp += 16) {
+    const v128_t p = VLOAD(w), q = VLOAD(w + 16), v = VLOAD(xp);
+    {
+      const v128_t b = QBCAST(v, 0);
+      a0 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(p, b, a0);
+      c0 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(q, b, c0);
+    }
+  }
+  out[0] = a0; out[1] = c0;
+}
+
+#endif
+/* One 8-row panel x NT tokens: out[t] = rows 0-3 of token t, out[NT + t] = rows 4-7. */
+INLINE void qs8_tile_x7_8x4(int K4, const int8_t* w, const uint8_t* xp, v128_t* out) {
+#if CUVIL_RELAXED && 7 == 7
+  qs8_loop_relaxed_8x4(K4, w, xp, out);
+#else
+  qs8_loop_widen_4x4(K4, w, xp, out);
+  qs8_loop_widen_4x4(K4, w + 16, xp, out + 4);
+#endif
+}
+
+INLINE void qs8_tile_x7_8x1(int K4, const int8_t* w, const uint8_t* xp, v128_t* out) {
+#if CUVIL_RELAXED && 7 == 7
+  qs8_loop_relaxed_8x1(K4, w, xp, out);
+#else
+  qs8_loop_widen_8x1(K4, w, xp, out);
+#endif
+}
+
+/* y[i*si + j*sj] for i < I, j < J (see the header for operands and the epilogue). w is packed in 8-row
+ * panels [ceil(I/8)][K4/4][8][4] (K4 = ceil4(K)); x rows are packed into xp (qu8_pack_x4, ceil4(J) * K4
+ * bytes of scratch) once, then every panel meets 4 tokens at a time, the last 1-3 tokens one by one. */
+KERNEL void qs8_gemm_x7(int I, int J, int K, const int8_t* w, const uint8_t* x, int ldx, uint8_t* xp,
                           const float* xs, const int32_t* xz, int xstep, const int32_t* wsum,
                           const float* ws, const float* bias, float* y, int si, int sj, Act act) {
-  for (int i = 0; i < I; i += 4) {
-    const int ni = I - i < 4 ? I - i : 4;
-    const v128_t vsum = VLOAD(wsum + i), vws = VLOAD(ws + i), vb = VLOAD(bias + i);
-    const int8_t* wi = w + (size_t)i * ldw;
-    int j = 0;
-    v128_t acc[2];
-    for (; j < J; j += 2) {
-      const int nj = J - j < 2 ? J - j : 2;
-      if (nj == 2) qs8_ukernel_x7_4x2(K, wi, ldw, x + (size_t)j * ldx, ldx, acc);
-      else qs8_ukernel_x7_4x1(K, wi, ldw, x + (size_t)j * ldx, ldx, acc);
-      for (int t = 0; t < nj; t++) {
-        const int jj = (j + t) * xstep;
-        const v128_t c = wasm_i32x4_sub(acc[t], wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[jj])));
-        const v128_t f = wasm_f32x4_add(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(c), wasm_f32x4_mul(vws, VSPLAT(xs[jj]))),
-                                         vb);
-        q_store4(f, y + (size_t)i * si + (size_t)(j + t) * sj, si, ni, act);
+  const int K4 = (K + 3) & ~3, J4 = J & ~3;
+  qu8_pack_x4(J, K, x, ldx, xp);
+  for (int i = 0; i < I; i += 8) {
+    const int8_t* wi = w + (size_t)i * K4;
+    for (int j = 0; j < J; ) {
+      const int nt = j < J4 ? 4 : 1;
+      const uint8_t* xj = xp + (size_t)(j & ~3) * K4 + 4 * (j & 3);
+      v128_t acc[8];
+      if (nt == 4) qs8_tile_x7_8x4(K4, wi, xj, acc);
+      else qs8_tile_x7_8x1(K4, wi, xj, acc);
+      for (int h = 0; h < 2; h++) {
+        const int ih = i + 4 * h, ni = I - ih < 4 ? I - ih : 4;
+        if (ni <= 0) break;
+        const v128_t vsum = VLOAD(wsum + ih), vws = VLOAD(ws + ih), vb = VLOAD(bias + ih);
+        for (int t = 0; t < nt; t++) {
+          const int jj = (j + t) * xstep;
+          const v128_t c = wasm_i32x4_sub(acc[h * nt + t], wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[jj])));
+          const v128_t f = wasm_f32x4_add(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(c),
+                                                         wasm_f32x4_mul(vws, VSPLAT(xs[jj]))), vb);
+          q_store4(f, y + (size_t)ih * si + (size_t)(j + t) * sj, si, ni, act);
+        }
       }
+      j += nt;
     }
   }
 }
 
 /* NCHW convolution on quantized input xq: im2col rows per chunk of output pixels, then the GEMM with
- * output channels as i (rows padded to 4 per group: w [G][Mgp][ldw], wsum/ws/bias [G][Mgp]). */
-KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w, int ldw,
+ * output channels as i (rows padded to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; xp is the
+ * GEMM's packing scratch for pchunk rows). */
+KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
                             const int32_t* xz, float* y, int M, int OH, int OW, int G, int kh, int kw,
                             int sh, int sw, int dh, int dw, int pt, int pl, int pchunk, uint8_t* col,
-                            Act act) {
-  const int Cg = C / G, Mg = M / G, Mgp = (Mg + 3) & ~3, K = Cg * kh * kw, P = OH * OW;
+                            uint8_t* xp, Act act) {
+  const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K = Cg * kh * kw, K4 = (K + 3) & ~3, P = OH * OW;
   for (int n = 0; n < N; n++)
     for (int g = 0; g < G; g++)
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
         qu8_im2col_rows(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
                         pt, pl, OW, p0, pc, xz[0], col);
-        qs8_gemm_x7(Mg, pc, K, w + (size_t)g * Mgp * ldw, ldw, col, K, xs, xz, 0, wsum + g * Mgp,
+        qs8_gemm_x7(Mg, pc, K, w + (size_t)g * Mgp * K4, col, K, xp, xs, xz, 0, wsum + g * Mgp,
                       ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, 1, act);
       }
 }
 
-/* 4 weight rows x 2 activation row(s), 8-bit activations. */
-INLINE void qs8_ukernel_x8_4x2(int K, const int8_t* w, int ldw, const uint8_t* x, int ldx,
-                                    v128_t* out) {
-  const int8_t* w0 = w + 0 * ldw;
-  v128_t a00 = wasm_i32x4_const_splat(0);
-  v128_t a01 = wasm_i32x4_const_splat(0);
-  const int8_t* w1 = w + 1 * ldw;
-  v128_t a10 = wasm_i32x4_const_splat(0);
-  v128_t a11 = wasm_i32x4_const_splat(0);
-  const int8_t* w2 = w + 2 * ldw;
-  v128_t a20 = wasm_i32x4_const_splat(0);
-  v128_t a21 = wasm_i32x4_const_splat(0);
-  const int8_t* w3 = w + 3 * ldw;
-  v128_t a30 = wasm_i32x4_const_splat(0);
-  v128_t a31 = wasm_i32x4_const_splat(0);
-  for (int k = 0; k < K; k += 16) {
-    const v128_t x0 = VLOAD(x + 0 * ldx + k);
-    const v128_t x1 = VLOAD(x + 1 * ldx + k);
-    {
-      const v128_t q = VLOAD(w0 + k);
-      a00 = QDOT8(q, x0, a00);
-      a01 = QDOT8(q, x1, a01);
-    }
-    {
-      const v128_t q = VLOAD(w1 + k);
-      a10 = QDOT8(q, x0, a10);
-      a11 = QDOT8(q, x1, a11);
-    }
-    {
-      const v128_t q = VLOAD(w2 + k);
-      a20 = QDOT8(q, x0, a20);
-      a21 = QDOT8(q, x1, a21);
-    }
-    {
-      const v128_t q = VLOAD(w3 + k);
-      a30 = QDOT8(q, x0, a30);
-      a31 = QDOT8(q, x1, a31);
-    }
-  }
-  out[0] = hsum4_i32(a00, a10, a20, a30);
-  out[1] = hsum4_i32(a01, a11, a21, a31);
+/* One 8-row panel x NT tokens: out[t] = rows 0-3 of token t, out[NT + t] = rows 4-7. */
+INLINE void qs8_tile_x8_8x4(int K4, const int8_t* w, const uint8_t* xp, v128_t* out) {
+#if CUVIL_RELAXED && 8 == 7
+  qs8_loop_relaxed_8x4(K4, w, xp, out);
+#else
+  qs8_loop_widen_4x4(K4, w, xp, out);
+  qs8_loop_widen_4x4(K4, w + 16, xp, out + 4);
+#endif
 }
 
-/* 4 weight rows x 1 activation row(s), 8-bit activations. */
-INLINE void qs8_ukernel_x8_4x1(int K, const int8_t* w, int ldw, const uint8_t* x, int ldx,
-                                    v128_t* out) {
-  const int8_t* w0 = w + 0 * ldw;
-  v128_t a00 = wasm_i32x4_const_splat(0);
-  const int8_t* w1 = w + 1 * ldw;
-  v128_t a10 = wasm_i32x4_const_splat(0);
-  const int8_t* w2 = w + 2 * ldw;
-  v128_t a20 = wasm_i32x4_const_splat(0);
-  const int8_t* w3 = w + 3 * ldw;
-  v128_t a30 = wasm_i32x4_const_splat(0);
-  for (int k = 0; k < K; k += 16) {
-    const v128_t x0 = VLOAD(x + 0 * ldx + k);
-    {
-      const v128_t q = VLOAD(w0 + k);
-      a00 = QDOT8(q, x0, a00);
-    }
-    {
-      const v128_t q = VLOAD(w1 + k);
-      a10 = QDOT8(q, x0, a10);
-    }
-    {
-      const v128_t q = VLOAD(w2 + k);
-      a20 = QDOT8(q, x0, a20);
-    }
-    {
-      const v128_t q = VLOAD(w3 + k);
-      a30 = QDOT8(q, x0, a30);
-    }
-  }
-  out[0] = hsum4_i32(a00, a10, a20, a30);
+INLINE void qs8_tile_x8_8x1(int K4, const int8_t* w, const uint8_t* xp, v128_t* out) {
+#if CUVIL_RELAXED && 8 == 7
+  qs8_loop_relaxed_8x1(K4, w, xp, out);
+#else
+  qs8_loop_widen_8x1(K4, w, xp, out);
+#endif
 }
 
-/* y[i*si + j*sj] for i < I, j < J (see the header for operands and the epilogue). */
-KERNEL void qs8_gemm_x8(int I, int J, int K, const int8_t* w, int ldw, const uint8_t* x, int ldx,
+/* y[i*si + j*sj] for i < I, j < J (see the header for operands and the epilogue). w is packed in 8-row
+ * panels [ceil(I/8)][K4/4][8][4] (K4 = ceil4(K)); x rows are packed into xp (qu8_pack_x4, ceil4(J) * K4
+ * bytes of scratch) once, then every panel meets 4 tokens at a time, the last 1-3 tokens one by one. */
+KERNEL void qs8_gemm_x8(int I, int J, int K, const int8_t* w, const uint8_t* x, int ldx, uint8_t* xp,
                           const float* xs, const int32_t* xz, int xstep, const int32_t* wsum,
                           const float* ws, const float* bias, float* y, int si, int sj, Act act) {
-  for (int i = 0; i < I; i += 4) {
-    const int ni = I - i < 4 ? I - i : 4;
-    const v128_t vsum = VLOAD(wsum + i), vws = VLOAD(ws + i), vb = VLOAD(bias + i);
-    const int8_t* wi = w + (size_t)i * ldw;
-    int j = 0;
-    v128_t acc[2];
-    for (; j < J; j += 2) {
-      const int nj = J - j < 2 ? J - j : 2;
-      if (nj == 2) qs8_ukernel_x8_4x2(K, wi, ldw, x + (size_t)j * ldx, ldx, acc);
-      else qs8_ukernel_x8_4x1(K, wi, ldw, x + (size_t)j * ldx, ldx, acc);
-      for (int t = 0; t < nj; t++) {
-        const int jj = (j + t) * xstep;
-        const v128_t c = wasm_i32x4_sub(acc[t], wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[jj])));
-        const v128_t f = wasm_f32x4_add(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(c), wasm_f32x4_mul(vws, VSPLAT(xs[jj]))),
-                                         vb);
-        q_store4(f, y + (size_t)i * si + (size_t)(j + t) * sj, si, ni, act);
+  const int K4 = (K + 3) & ~3, J4 = J & ~3;
+  qu8_pack_x4(J, K, x, ldx, xp);
+  for (int i = 0; i < I; i += 8) {
+    const int8_t* wi = w + (size_t)i * K4;
+    for (int j = 0; j < J; ) {
+      const int nt = j < J4 ? 4 : 1;
+      const uint8_t* xj = xp + (size_t)(j & ~3) * K4 + 4 * (j & 3);
+      v128_t acc[8];
+      if (nt == 4) qs8_tile_x8_8x4(K4, wi, xj, acc);
+      else qs8_tile_x8_8x1(K4, wi, xj, acc);
+      for (int h = 0; h < 2; h++) {
+        const int ih = i + 4 * h, ni = I - ih < 4 ? I - ih : 4;
+        if (ni <= 0) break;
+        const v128_t vsum = VLOAD(wsum + ih), vws = VLOAD(ws + ih), vb = VLOAD(bias + ih);
+        for (int t = 0; t < nt; t++) {
+          const int jj = (j + t) * xstep;
+          const v128_t c = wasm_i32x4_sub(acc[h * nt + t], wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[jj])));
+          const v128_t f = wasm_f32x4_add(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(c),
+                                                         wasm_f32x4_mul(vws, VSPLAT(xs[jj]))), vb);
+          q_store4(f, y + (size_t)ih * si + (size_t)(j + t) * sj, si, ni, act);
+        }
       }
+      j += nt;
     }
   }
 }
 
 /* NCHW convolution on quantized input xq: im2col rows per chunk of output pixels, then the GEMM with
- * output channels as i (rows padded to 4 per group: w [G][Mgp][ldw], wsum/ws/bias [G][Mgp]). */
-KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w, int ldw,
+ * output channels as i (rows padded to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; xp is the
+ * GEMM's packing scratch for pchunk rows). */
+KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
                             const int32_t* xz, float* y, int M, int OH, int OW, int G, int kh, int kw,
                             int sh, int sw, int dh, int dw, int pt, int pl, int pchunk, uint8_t* col,
-                            Act act) {
-  const int Cg = C / G, Mg = M / G, Mgp = (Mg + 3) & ~3, K = Cg * kh * kw, P = OH * OW;
+                            uint8_t* xp, Act act) {
+  const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K = Cg * kh * kw, K4 = (K + 3) & ~3, P = OH * OW;
   for (int n = 0; n < N; n++)
     for (int g = 0; g < G; g++)
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
         qu8_im2col_rows(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
                         pt, pl, OW, p0, pc, xz[0], col);
-        qs8_gemm_x8(Mg, pc, K, w + (size_t)g * Mgp * ldw, ldw, col, K, xs, xz, 0, wsum + g * Mgp,
+        qs8_gemm_x8(Mg, pc, K, w + (size_t)g * Mgp * K4, col, K, xp, xs, xz, 0, wsum + g * Mgp,
                       ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, 1, act);
       }
 }
