@@ -83,6 +83,17 @@ def dwconv_variant(g: dict[str, int]) -> str:
     return taps + (f"s{g['sw']}" if g["sw"] in (1, 2) else "sN")
 
 
+def dw_padded_plane(g: dict[str, int]) -> tuple[int, int] | None:
+    """Hp, Wp of the zero-bordered plane the padded 3x3 depthwise kernels read (stride 1/2 across,
+    dilation 1), or None when another depthwise kernel runs. Big enough for every vector load the
+    output rows make, including the discarded lanes of the last group."""
+    if (g["kh"], g["kw"], g["dh"], g["dw"]) != (3, 3, 1, 1) or g["sw"] not in (1, 2):
+        return None
+    hp = max(g["pt"] + g["H"] + g["pb"], (g["OH"] - 1) * g["sh"] + 3)
+    wp = max(g["pl"] + g["W"] + g["pr"], ((g["OW"] + 3) // 4 * 4) * g["sw"] + 8)
+    return hp, -(-wp // 4) * 4
+
+
 def padded_plane(g: dict[str, int]) -> tuple[int, int]:
     """Hp, Wp of the zero-bordered input copy the direct kernel reads (H, W when unpadded)."""
     return g["pt"] + g["H"] + g["pb"], g["pl"] + g["W"] + g["pr"]
@@ -118,7 +129,10 @@ def pixel_chunk(g: dict[str, int]) -> int:
 
 def _scratch(node: Node) -> int:
     g = conv_geometry(node)
-    if is_depthwise(g) or is_pointwise(g):
+    if is_depthwise(g):
+        plane = dw_padded_plane(g)
+        return plane[0] * plane[1] * 4 if plane else 0
+    if is_pointwise(g):
         return 0
     if uses_direct(g):
         return _direct_scratch_floats(g) * 4
@@ -133,6 +147,11 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     if is_depthwise(g):
         wf = ctx.weight(w.const.astype(np.float32).reshape(g["M"], -1))
         ctx.use_kernel(f"f32-dwconv-{kernel_tile(g)}")
+        plane = dw_padded_plane(g)
+        if plane:
+            return (f"f32_dwconv_3x3p_s{g['sw']}({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {wf}, "
+                    f"{bias}, {ctx.ptr(y)}, {g['OH']}, {g['OW']}, {g['sh']}, {g['pt']}, {g['pl']}, "
+                    f"{plane[0]}, {plane[1]}, {ctx.scratch()}, {act_c(node)});")
         return (f"f32_dwconv_{dwconv_variant(g)}({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
                 f"{wf}, {bias}, {ctx.ptr(y)}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, "
                 f"{g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {act_c(node)});")

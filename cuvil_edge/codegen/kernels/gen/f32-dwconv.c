@@ -374,3 +374,107 @@ KERNEL void f32_dwconv_kxksN(const float* x, int N, int C, int H, int W, const f
   }
 }
 
+/* 3x3, dilation 1, width stride 1: each channel plane is first copied into a zero-bordered scratch
+ * plane (Hp x Wp, Wp a multiple of 4), so every output row runs unmasked with its 9 weights in
+ * registers; the borders are zeroed once and stay zero (each channel rewrites only the interior). */
+KERNEL void f32_dwconv_3x3p_s1(const float* x, int N, int C, int H, int W, const float* w,
+                                  const float* bias, float* y, int OH, int OW, int sh, int pt, int pl,
+                                  int Hp, int Wp, float* plane, Act act) {
+  fill_f32(plane, 0.0f, Hp * Wp);
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + ((size_t)n * C + c) * H * W;
+      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      for (int iy = 0; iy < H; iy++) copy_f32(plane + (size_t)(iy + pt) * Wp + pl, xc + (size_t)iy * W, W);
+      const float* wc = w + (size_t)c * 9;
+      const v128_t w0 = VSPLAT(wc[0]);
+      const v128_t w1 = VSPLAT(wc[1]);
+      const v128_t w2 = VSPLAT(wc[2]);
+      const v128_t w3 = VSPLAT(wc[3]);
+      const v128_t w4 = VSPLAT(wc[4]);
+      const v128_t w5 = VSPLAT(wc[5]);
+      const v128_t w6 = VSPLAT(wc[6]);
+      const v128_t w7 = VSPLAT(wc[7]);
+      const v128_t w8 = VSPLAT(wc[8]);
+      const v128_t b = VSPLAT(bias ? bias[c] : 0.0f);
+      for (int oy = 0; oy < OH; oy++) {
+        const float* row0 = plane + (size_t)oy * sh * Wp;
+        const float* row1 = row0 + Wp;
+        const float* row2 = row1 + Wp;
+        float* yr = yc + (size_t)oy * OW;
+        for (int ox = 0; ox < OW; ox += 4) {
+          const int ix = ox * 1;
+          /* one accumulator per tap row: three short FMA chains instead of one chain of nine (the
+           * FMA latency, not the loads, bounds this loop) */
+          v128_t a0 = b;
+          v128_t a1 = wasm_f32x4_const_splat(0.0f);
+          v128_t a2 = wasm_f32x4_const_splat(0.0f);
+          a0 = VFMA(dw_load_s1(row0, ix + 0, 1), w0, a0);
+          a1 = VFMA(dw_load_s1(row1, ix + 0, 1), w3, a1);
+          a2 = VFMA(dw_load_s1(row2, ix + 0, 1), w6, a2);
+          a0 = VFMA(dw_load_s1(row0, ix + 1, 1), w1, a0);
+          a1 = VFMA(dw_load_s1(row1, ix + 1, 1), w4, a1);
+          a2 = VFMA(dw_load_s1(row2, ix + 1, 1), w7, a2);
+          a0 = VFMA(dw_load_s1(row0, ix + 2, 1), w2, a0);
+          a1 = VFMA(dw_load_s1(row1, ix + 2, 1), w5, a1);
+          a2 = VFMA(dw_load_s1(row2, ix + 2, 1), w8, a2);
+          v128_t acc = act_apply(wasm_f32x4_add(wasm_f32x4_add(a0, a1), a2), act);
+          if (ox + 4 <= OW) VSTORE(yr + ox, acc); else store_partial(yr + ox, acc, OW - ox);
+        }
+      }
+    }
+  }
+}
+
+/* 3x3, dilation 1, width stride 2: each channel plane is first copied into a zero-bordered scratch
+ * plane (Hp x Wp, Wp a multiple of 4), so every output row runs unmasked with its 9 weights in
+ * registers; the borders are zeroed once and stay zero (each channel rewrites only the interior). */
+KERNEL void f32_dwconv_3x3p_s2(const float* x, int N, int C, int H, int W, const float* w,
+                                  const float* bias, float* y, int OH, int OW, int sh, int pt, int pl,
+                                  int Hp, int Wp, float* plane, Act act) {
+  fill_f32(plane, 0.0f, Hp * Wp);
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + ((size_t)n * C + c) * H * W;
+      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      for (int iy = 0; iy < H; iy++) copy_f32(plane + (size_t)(iy + pt) * Wp + pl, xc + (size_t)iy * W, W);
+      const float* wc = w + (size_t)c * 9;
+      const v128_t w0 = VSPLAT(wc[0]);
+      const v128_t w1 = VSPLAT(wc[1]);
+      const v128_t w2 = VSPLAT(wc[2]);
+      const v128_t w3 = VSPLAT(wc[3]);
+      const v128_t w4 = VSPLAT(wc[4]);
+      const v128_t w5 = VSPLAT(wc[5]);
+      const v128_t w6 = VSPLAT(wc[6]);
+      const v128_t w7 = VSPLAT(wc[7]);
+      const v128_t w8 = VSPLAT(wc[8]);
+      const v128_t b = VSPLAT(bias ? bias[c] : 0.0f);
+      for (int oy = 0; oy < OH; oy++) {
+        const float* row0 = plane + (size_t)oy * sh * Wp;
+        const float* row1 = row0 + Wp;
+        const float* row2 = row1 + Wp;
+        float* yr = yc + (size_t)oy * OW;
+        for (int ox = 0; ox < OW; ox += 4) {
+          const int ix = ox * 2;
+          /* one accumulator per tap row: three short FMA chains instead of one chain of nine (the
+           * FMA latency, not the loads, bounds this loop) */
+          v128_t a0 = b;
+          v128_t a1 = wasm_f32x4_const_splat(0.0f);
+          v128_t a2 = wasm_f32x4_const_splat(0.0f);
+          a0 = VFMA(dw_load_s2(row0, ix + 0, 2), w0, a0);
+          a1 = VFMA(dw_load_s2(row1, ix + 0, 2), w3, a1);
+          a2 = VFMA(dw_load_s2(row2, ix + 0, 2), w6, a2);
+          a0 = VFMA(dw_load_s2(row0, ix + 1, 2), w1, a0);
+          a1 = VFMA(dw_load_s2(row1, ix + 1, 2), w4, a1);
+          a2 = VFMA(dw_load_s2(row2, ix + 1, 2), w7, a2);
+          a0 = VFMA(dw_load_s2(row0, ix + 2, 2), w2, a0);
+          a1 = VFMA(dw_load_s2(row1, ix + 2, 2), w5, a1);
+          a2 = VFMA(dw_load_s2(row2, ix + 2, 2), w8, a2);
+          v128_t acc = act_apply(wasm_f32x4_add(wasm_f32x4_add(a0, a1), a2), act);
+          if (ox + 4 <= OW) VSTORE(yr + ox, acc); else store_partial(yr + ox, acc, OW - ox);
+        }
+      }
+    }
+  }
+}
+
