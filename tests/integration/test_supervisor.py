@@ -141,7 +141,8 @@ def test_stale_input_is_refused(cache_dir):
     with Scheduler(source(cache_dir), policy(max_input_age_ms=100.0)) as sched:
         with pytest.raises(StaleInput):
             sched.predict([X], captured_at=time.time() - 5)
-        np.testing.assert_array_equal(sched.predict([X], captured_at=time.time())["y"], 2 * X + 0.5)
+        fresh = sched.predict([X], captured_at=time.time())
+        np.testing.assert_array_equal(fresh["y"], 2 * X + 0.5)
         assert sched.metrics()["failed"] == {"StaleInput": 1}
 
 
