@@ -173,7 +173,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from .profile import profile_model
 
     model = CuvilModel.load(args.model, input_shapes=_parse_shapes(args.input_shape))
-    rows = profile_model(model, Target(args.tier), repeat=args.repeat)
+    target = Target(args.tier)
+    model.optimize(precision=args.precision, targets=[target], calibration=args.calib)
+    rows = profile_model(model, target, repeat=args.repeat)
     total = sum(r.median_us for r in rows) or 1.0
     print(f"{'node':36s} {'op':14s} {'kernel':30s} {'output':26s} {'us':>9s} {'share':>6s}")
     for r in sorted(rows, key=lambda r: -r.median_us)[: args.top]:
@@ -253,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="an .onnx file")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
     p.add_argument("--tier", default="relaxed", choices=("simd128", "relaxed"))
+    p.add_argument("--precision", default="fp32", help="profile the quantized build (as build --precision)")
+    p.add_argument("--calib", help="calibration data for --precision int8/mixed (.npz or a folder)")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--top", type=int, default=25, help="show the N slowest nodes")
     p.set_defaults(fn=cmd_profile)

@@ -13,6 +13,7 @@ from runtime_wasm.loader import instantiate
 from .codegen.toolchain import Target
 from .compiler import compile_graph
 from .model import CuvilModel
+from .oracle import random_feeds
 
 
 @dataclass(frozen=True)
@@ -29,16 +30,18 @@ RELAXED = Target("relaxed")
 
 def profile_model(model: CuvilModel, target: Target = RELAXED, repeat: int = 20,
                   seed: int = 0) -> list[NodeTiming]:
-    """Median time of each node (run in order, on seeded inputs) in a module built for ``target``."""
-    if not model._optimized:
+    """Median time of each node (run in order, on seeded inputs) of the graph the model was compiled
+    from (the quantized one after ``optimize(precision=...)``), in a module built for ``target``."""
+    if model.compiled is None:
         model.optimize(targets=[target])
-    compiled = compile_graph(model.graph, [target], profile=True)
+    assert model.compiled is not None
+    graph = model.compiled.graph
+    compiled = compile_graph(graph, [target], profile=True)
     variant = compiled.spec.variants[0]
-    nodes = {n.name: n for n in model.graph.nodes}
-    rng = np.random.default_rng(seed)
+    nodes = {n.name: n for n in graph.nodes}
     with instantiate(compiled.spec, compiled.modules[variant.name], compiled.weights, variant,
                      ModuleCache()) as inst:
-        inst.set_inputs([rng.standard_normal(t.shape).astype(t.dtype) for t in compiled.spec.inputs])
+        inst.set_inputs(random_feeds(compiled.spec.inputs, seed))
         calls = [inst.export_function(f"cuvil_node_{i}") for i in range(len(compiled.program.profiled_nodes))]
         samples: list[list[float]] = [[] for _ in calls]
         for _ in range(repeat + 1):  # the first pass warms caches and is dropped
