@@ -26,17 +26,19 @@ from cuvil_edge.codegen.kernels import kernel_source
 from cuvil_edge.codegen.toolchain import Target, compile_c
 from runtime_wasm.engine import EngineConfig
 
-#: (label, M, N, K): square, conv 3x3 on 56x56x64, late ResNet conv 3x3, MLP batch 32, GEMV-like
+#: (label, M, N, K): square, conv 3x3 on 56x56x64, late ResNet conv 3x3, MLP batch 32, GEMV-like (1-2 rows)
 SHAPES = [
     ("square 1024^3", 1024, 1024, 1024),
     ("conv 64x3136x576", 64, 3136, 576),
     ("conv 512x49x4608", 512, 49, 4608),
     ("mlp b32 32x512x784", 32, 512, 784),
     ("mlp b1 1x512x784", 1, 512, 784),
+    ("mlp b2 2x512x784", 2, 512, 784),
+    ("gemv 1x3072x768", 1, 3072, 768),
     ("small conv 16x256x144", 16, 256, 144),
     ("1x1 conv 16x1024x64", 16, 1024, 64),
 ]
-MEM_FLOATS = 4_500_000  # room for A, B, packed B and C of the largest shape (18 MB)
+MEM_FLOATS = 5_000_000  # room for A, B, packed B and C of the largest shape (20 MB)
 
 HARNESS = f"""
 static float MEM[{MEM_FLOATS}] __attribute__((aligned(64)));

@@ -42,7 +42,8 @@ def pad_to(v: np.ndarray, multiple: int) -> np.ndarray:
 
 
 def gemm_kernel_name(ctx: EmitContext, m: int) -> str:
-    return f"f32-gemm-{min(m, 4)}x8"
+    """1-2 rows run the wider GEMV tiles (more FMA chains per broadcast), 3 rows 3x8, more rows 4x8."""
+    return {1: "f32-gemm-1x24", 2: "f32-gemm-2x16"}.get(m, f"f32-gemm-{min(m, 4)}x8")
 
 
 # -- gemm: y[..., N] = act(x[..., K] @ w[K, N] + bias[N]) -----------------------------------------

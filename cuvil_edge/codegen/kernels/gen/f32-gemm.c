@@ -490,6 +490,83 @@ INLINE void f32_gemm_tile_4x8(const v128_t* acc, float* c, int ldc, int mr, int 
   }
 }
 
+/* GEMV loops (1 or 2 rows): MR rows x NP 8-column panels, 2 * MR * NP independent FMA chains sharing one
+ * broadcast per row and k step. The 1x8 tile keeps two chains in flight and is latency bound (11
+ * GFLOP/s; 1x24: 20, 2x16: 23). 1x32 spills (Cranelift's FMA ties its result to the first factor,
+ * hence the B vector first: it dies there, the broadcast would need a copy per use). Own noinline
+ * function, accumulators handed over through memory as NP tiles in f32_gemm_tile_4x8's layout
+ * (panel p, row r at acc[2 * (MR * p + r)]), for the same register-allocation reason as the 4x8 loop. */
+static __attribute__((noinline)) void f32_gemv_loop_1x24(int K, const float* a, int lda, const float* bp,
+                                                          int bpanel, v128_t* acc) {
+  const float* b0 = bp + 0 * (size_t)bpanel;
+  const float* b1 = bp + 1 * (size_t)bpanel;
+  const float* b2 = bp + 2 * (size_t)bpanel;
+  const float* a0 = a + 0 * lda;
+  v128_t c000 = wasm_f32x4_const_splat(0.0f), c001 = c000;
+  v128_t c100 = wasm_f32x4_const_splat(0.0f), c101 = c100;
+  v128_t c200 = wasm_f32x4_const_splat(0.0f), c201 = c200;
+  for (int k = 0; k < K; k++) {
+    const v128_t s0 = VSPLAT(a0[k]);
+    {
+      const v128_t v0 = VLOAD(b0), v1 = VLOAD(b0 + 4);
+      b0 += 8;
+      c000 = VFMA(v0, s0, c000);
+      c001 = VFMA(v1, s0, c001);
+    }
+    {
+      const v128_t v0 = VLOAD(b1), v1 = VLOAD(b1 + 4);
+      b1 += 8;
+      c100 = VFMA(v0, s0, c100);
+      c101 = VFMA(v1, s0, c101);
+    }
+    {
+      const v128_t v0 = VLOAD(b2), v1 = VLOAD(b2 + 4);
+      b2 += 8;
+      c200 = VFMA(v0, s0, c200);
+      c201 = VFMA(v1, s0, c201);
+    }
+  }
+  acc[0] = c000; acc[1] = c001;
+  acc[2] = c100; acc[3] = c101;
+  acc[4] = c200; acc[5] = c201;
+}
+
+static __attribute__((noinline)) void f32_gemv_loop_2x16(int K, const float* a, int lda, const float* bp,
+                                                          int bpanel, v128_t* acc) {
+  const float* b0 = bp + 0 * (size_t)bpanel;
+  const float* b1 = bp + 1 * (size_t)bpanel;
+  const float* a0 = a + 0 * lda;
+  const float* a1 = a + 1 * lda;
+  v128_t c000 = wasm_f32x4_const_splat(0.0f), c001 = c000;
+  v128_t c010 = wasm_f32x4_const_splat(0.0f), c011 = c010;
+  v128_t c100 = wasm_f32x4_const_splat(0.0f), c101 = c100;
+  v128_t c110 = wasm_f32x4_const_splat(0.0f), c111 = c110;
+  for (int k = 0; k < K; k++) {
+    const v128_t s0 = VSPLAT(a0[k]);
+    const v128_t s1 = VSPLAT(a1[k]);
+    {
+      const v128_t v0 = VLOAD(b0), v1 = VLOAD(b0 + 4);
+      b0 += 8;
+      c000 = VFMA(v0, s0, c000);
+      c001 = VFMA(v1, s0, c001);
+      c010 = VFMA(v0, s1, c010);
+      c011 = VFMA(v1, s1, c011);
+    }
+    {
+      const v128_t v0 = VLOAD(b1), v1 = VLOAD(b1 + 4);
+      b1 += 8;
+      c100 = VFMA(v0, s0, c100);
+      c101 = VFMA(v1, s0, c101);
+      c110 = VFMA(v0, s1, c110);
+      c111 = VFMA(v1, s1, c111);
+    }
+  }
+  acc[0] = c000; acc[1] = c001;
+  acc[2] = c010; acc[3] = c011;
+  acc[4] = c100; acc[5] = c101;
+  acc[6] = c110; acc[7] = c111;
+}
+
 /* Rows of A kept hot per pass over B's panels: about 128 KiB of A, L2-resident next to the streamed
  * B panels (measured best of 64/128/256/512 KiB). */
 INLINE int gemm_row_block(int K) {
@@ -538,8 +615,30 @@ KERNEL void f32_pack_a(int m, int K, const float* A, int lda, float* Ap) {
 #define GEMM_APACK_FLOATS 131072
 static float gemm_apack[GEMM_APACK_FLOATS] __attribute__((aligned(16)));
 
+/* C = act(A . B + bias) for m = 1 or 2 rows over the columns that fill whole groups of 3 (m = 1) or
+ * 2 panels; returns the first column left to the caller's 1x8 / 2x8 tiles (at most two panels). */
+INLINE int f32_gemv(int m, int N, int K, const float* A, int lda, const float* Bp, float* C, int ldc,
+                    const float* bias_row, const float* bias_col, Act act) {
+  const int np = m == 1 ? 3 : 2, w = np * 8, npan = (N + 7) / 8;
+  const v128_t zero = wasm_f32x4_const_splat(0.0f);
+  int j = 0;
+  for (; (j / 8) + np <= npan; j += w) {
+    v128_t acc[8];
+    const float* bp = Bp + (size_t)(j / 8) * K * 8;
+    if (m == 1) f32_gemv_loop_1x24(K, A, lda, bp, K * 8, acc);
+    else f32_gemv_loop_2x16(K, A, lda, bp, K * 8, acc);
+    for (int p = 0; p < np; p++) {
+      const int jp = j + 8 * p, nr = N - jp < 8 ? N - jp : 8;
+      const v128_t bc0 = bias_col ? VLOAD(bias_col + jp) : zero, bc1 = bias_col ? VLOAD(bias_col + jp + 4) : zero;
+      f32_gemm_tile_4x8(acc + 2 * m * p, C + jp, ldc, m, nr, bias_row, bc0, bc1, act);
+    }
+  }
+  return j;
+}
+
 /* C = act(A . B + bias), A row-major (stride lda). Blocks of at least 4 rows are packed into 4-row
- * panels and run the packed-A microkernel; fewer rows (GEMV-like) stream A directly. */
+ * panels and run the packed-A microkernel; fewer rows (GEMV-like) stream A directly, 1-2 rows through
+ * the GEMV loops. */
 KERNEL void f32_gemm(int M, int N, int K, const float* A, int lda, const float* Bp, float* C, int ldc,
                      const float* bias_row, const float* bias_col, Act act) {
   const int MC = gemm_row_block(K);
@@ -551,7 +650,10 @@ KERNEL void f32_gemm(int M, int N, int K, const float* A, int lda, const float* 
                   bias_row ? bias_row + i0 : 0, bias_col, act);
       continue;
     }
-    for (int j = 0; j < N; j += 8) {
+    int j0 = 0;
+    if (i1 - i0 < 3) j0 = f32_gemv(i1 - i0, N, K, A + (size_t)i0 * lda, lda, Bp, C + (size_t)i0 * ldc, ldc,
+                                  bias_row ? bias_row + i0 : 0, bias_col, act);
+    for (int j = j0; j < N; j += 8) {
       const float* bp = Bp + (size_t)(j / 8) * K * 8;
       const float* bc = bias_col ? bias_col + j : 0;
       const int nr = N - j < 8 ? N - j : 8;
