@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.graph import Graph, Value
+from ..ir.graph import Graph, Node, Value
 from ..ops import get as get_op
 
 ALIGN = 64
@@ -105,7 +105,7 @@ def plan_memory(graph: Graph) -> MemoryPlan:
         out = n.outputs[0]
         if src is not None and not src.is_const and id(out) not in link and (op.alias or (
                 op.inplace and id(out) not in no_inplace
-                and _can_share(src, out, t, last_use, owner, pinned, graph))):
+                and _can_share(src, n, t, last_use, owner, pinned, graph))):
             link[id(out)] = owner(src)
         for o in n.outputs:
             touch(o, t)
@@ -152,12 +152,17 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     return MemoryPlan(offsets, scratch, _align(arena), roots, elided)
 
 
-def _can_share(src: Value, out: Value, t: int, last_use: dict[int, int], owner, pinned: set[int],
+def _can_share(src: Value, node: Node, t: int, last_use: dict[int, int], owner, pinned: set[int],
                graph: Graph) -> bool:
-    """In place is legal when the input's whole buffer dies here and has the output's exact size."""
+    """In place is legal when the input's whole buffer dies here, has the output's exact size, and no
+    other input of the node reads a different view of it (a kernel writing element i may still read
+    another input's element j: Add(concat(a, b), a) broadcasts a over the buffer it overwrites)."""
     r, off = owner(src)
-    if off or id(r) in pinned or r.type.nbytes != out.type.nbytes:
+    if off or id(r) in pinned or r.type.nbytes != node.outputs[0].type.nbytes:
         return False
+    for v in node.inputs[1:]:
+        if not v.is_const and owner(v)[0] is r and (owner(v)[1], v.type.shape) != (0, src.type.shape):
+            return False
     return all(last_use.get(id(v), -1) <= t for v in graph.values() if owner(v)[0] is r)
 
 

@@ -55,6 +55,13 @@ def broadcast_shape(shapes: Sequence[Sequence[int]], where: str) -> tuple[int, .
         raise ShapeError(f"{where}: shapes {list(map(tuple, shapes))} do not broadcast") from exc
 
 
+def is_row_bias(shape: tuple[int, ...], n: int) -> bool:
+    """A constant that adds the same value to every row of an [..., n] result: a scalar, or a vector
+    along the last axis ([n], [1, n], ...). A column [m, 1] is not, even when m == n."""
+    size = int(np.prod(shape, dtype=np.int64))
+    return size == 1 or (len(shape) >= 1 and shape[-1] == n and size == n)
+
+
 def same_type(node: Node) -> list[TensorType]:
     """Output type equals input 0's type."""
     return [node.inputs[0].type]

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ..ir.graph import Graph, Node, Value
+from ..ops.common import is_row_bias
 
 Producers = dict[int, Node]
 
@@ -266,8 +267,7 @@ def _fold_gemm_bias(m: _Matcher, add: Node) -> bool:
     p = m.node(y, "gemm")
     n = y.type.shape[-1]
     if p is None or len(p.inputs) > 2 or m.sole_use(y) is not add or not c.is_const or \
-            add.outputs[0].type.shape != y.type.shape or c.type.shape[-1:] not in ((n,), (1,)) or \
-            c.type.size not in (1, n):
+            add.outputs[0].type.shape != y.type.shape or not is_row_bias(c.type.shape, n):
         return False
     bias = np.broadcast_to(c.const.astype(np.float32).reshape(-1), (n,)).copy()
     p.inputs = [*p.inputs, m.graph.constant(f"{p.name}/bias", bias)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops.common import is_row_bias
 from .registry import ConvertContext, converter
 
 
@@ -112,8 +113,7 @@ def gemm(ctx: ConvertContext) -> None:
         ins, post_alpha = [a, b], alpha
     n = ins[1].type.shape[1]
     c = ctx.input(2) if ctx.has_input(2) and beta != 0.0 else None
-    if c is not None and b.is_const and c.is_const and c.type.size in (1, n) and \
-            c.type.shape[-1:] in ((), (1,), (n,)):
+    if c is not None and b.is_const and c.is_const and is_row_bias(c.type.shape, n):
         bias = np.broadcast_to(c.const.astype(np.float32).reshape(-1) * np.float32(beta), (n,))
         ins.append(ctx.constant(bias.copy(), "bias"))
         c = None

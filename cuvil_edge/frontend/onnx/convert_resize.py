@@ -53,12 +53,17 @@ def resize(ctx: ConvertContext) -> None:
         sizes = None if sizes is None or sizes.size == 0 else _full(sizes, axes, [float(d) for d in shape])
         policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
         if sizes is not None and policy != "stretch":
+            # one scale for every resized axis; sizes round half up (as onnxruntime and the spec do),
+            # and the sampling grid uses that scale, not out/in per axis
             pick = min if policy == "not_larger" else max
-            s = pick(sizes[a] / shape[a] for a in (axes or range(r)))
-            sizes = [float(np.round(s * d)) if a in (axes or range(r)) else d for a, d in enumerate(shape)]
+            resized = set(axes or range(r))
+            s = pick(sizes[a] / shape[a] for a in resized)
+            sizes = [float(int(s * d + 0.5)) if a in resized else d for a, d in enumerate(shape)]
+            scales = [s if a in resized else 1.0 for a in range(r)]
     if sizes is not None:
         out = [int(d) for d in sizes]
-        scales = [float(np.float32(o) / np.float32(d)) for o, d in zip(out, shape)]
+        if scales is None or len(scales) != r:
+            scales = [float(np.float32(o) / np.float32(d)) for o, d in zip(out, shape)]
     elif scales is not None and len(scales) == r:
         out = [int(np.floor(np.float32(d) * np.float32(s))) for d, s in zip(shape, scales)]
     else:
