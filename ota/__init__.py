@@ -2,7 +2,8 @@
 and transport, and the ``cuvil-agent`` daemon.
 
 Device side: imports nothing from the host packager (``cuvil_edge``). The bundle format and the
-trust checks need only the standard library and ``cryptography``; the installer adds the runtime.
+trust checks need the standard library, ``cryptography`` and the runtime's model-spec rules (a
+signed spec is checked as the device will load it); the installer adds the runtime itself.
 """
 
 from .agent import Agent

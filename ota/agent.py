@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -143,6 +143,14 @@ class Agent:
 
     # -- dispatch (worker thread) -------------------------------------------------------------
     def _dispatch(self, topic: str, payload: bytes) -> None:
+        """Handle one message; whatever it raises is refused and reported, so no single message (spoofed,
+        malformed, or hitting a bug) can end ``run()`` and, re-delivered after a restart, do so again."""
+        try:
+            self._handle(topic, payload)
+        except Exception as exc:
+            self._refuse(exc, "message", topic=topic)
+
+    def _handle(self, topic: str, payload: bytes) -> None:
         if topic == "":
             self._on_connected()
         elif not payload:
@@ -269,7 +277,7 @@ class Agent:
             if file_sha256(t.path, self.cfg.ota.chunk_bytes) != ann.bundle_sha256:
                 raise HashMismatch("reassembled bundle does not match the announced sha256")
             manifest = self.installer.install(t.path, report=lambda msg: self.log("check", detail=msg))
-        except (OtaError, OSError) as exc:
+        except Exception as exc:  # any failure is recorded: a retained announcement must not retry it forever
             self._fail(ann, exc)
             return
         self.transfer = None
@@ -299,10 +307,12 @@ class Agent:
     # -- commands -----------------------------------------------------------------------------
     def _on_command(self, payload: bytes) -> None:
         now = _now()
+        grace = timedelta(seconds=self.installer.trust.config.expiry_grace_seconds)
         try:
             cmd = verify_command(payload, self.installer.trust, self.cfg.fleet, self.device, now,
                                  self.cfg.limits)
-            nonces = {n: e for n, e in self._store["nonces"].items() if parse_time(e) >= now}
+            # kept as long as verify_command would still accept the command: expiry plus the grace
+            nonces = {n: e for n, e in self._store["nonces"].items() if parse_time(e) + grace >= now}
             if cmd.nonce in nonces:
                 raise ReplayedCommand(f"command nonce {cmd.nonce[:12]} was already used")
         except VerificationError as exc:

@@ -7,14 +7,16 @@ consumes more than the manifest promised (plus one byte to notice a longer file)
 from __future__ import annotations
 
 import hashlib
-import json
 import struct
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, BinaryIO
 
+from runtime_wasm.errors import SpecError
+from runtime_wasm.spec import ModelSpec
+
 from .config import OtaConfig
-from .crypto import canonical_bytes
+from .crypto import canonical_bytes, parse_json
 from .errors import FormatError, LengthMismatch
 from .metadata import FileEntry, Manifest, parse_envelope
 from .trust import Report, TrustState, check_payload
@@ -55,10 +57,7 @@ def read_header(stream: BinaryIO, config: OtaConfig) -> dict[str, Any]:
     (n,) = _LENGTH.unpack(_read_exact(stream, _LENGTH.size, "header length"))
     if n > config.max_manifest_bytes:
         raise LengthMismatch(f"manifest declares {n} bytes, over the limit of {config.max_manifest_bytes}")
-    try:
-        envelope = json.loads(_read_exact(stream, n, "manifest"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise FormatError(f"manifest is not JSON: {exc}") from exc
+    envelope = parse_json(_read_exact(stream, n, "manifest"), "manifest")
     if not isinstance(envelope, dict):
         raise FormatError("manifest is not a JSON object")
     return envelope
@@ -86,6 +85,10 @@ def verify_bundle(stream: BinaryIO, trust: TrustState, now: datetime, hardware_i
     """Every check a bundle must pass, reading it once and writing nothing: (signed envelope, manifest)."""
     envelope = read_header(stream, trust.config)
     manifest = trust.verify_release(envelope, now, hardware_id, profile, report)
+    try:  # a spec the runtime would choke on is refused here, before anything is written
+        ModelSpec.from_json(canonical_bytes(manifest.spec))
+    except SpecError as exc:
+        raise FormatError(f"bundle manifest: {exc}") from exc
     read_payloads(stream, manifest, trust.config)
     if report:
         report(f"payloads: {len(manifest.files)} files, {manifest.payload_bytes} bytes, lengths and sha256 "

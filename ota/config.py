@@ -49,6 +49,10 @@ class OtaConfig:
     chunk_bytes: int = 1 << 16  # read/write granularity for payloads
     selftest_rtol: float = 1e-4
     selftest_atol: float = 1e-4
+    #: the self-test runs in a supervised worker: per golden vector, its memory cap, and its start + compile
+    selftest_deadline_s: float = 10.0
+    selftest_memory_cap_bytes: int = 256 << 20
+    selftest_start_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -56,8 +60,10 @@ class OtaConfig:
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise ValueError(f"OtaConfig.{f.name} must be a non-negative number, got {value!r}")
         _check_numbers(self)
-        if self.chunk_bytes == 0 or self.max_root_chain_length == 0:
-            raise ValueError("OtaConfig.chunk_bytes and max_root_chain_length must be positive")
+        if 0 in (self.chunk_bytes, self.max_root_chain_length, self.selftest_deadline_s,
+                 self.selftest_memory_cap_bytes, self.selftest_start_timeout_s):
+            raise ValueError("OtaConfig.chunk_bytes, max_root_chain_length and the selftest_* limits must be "
+                             "positive")
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,26 @@ from .errors import FormatError
 
 
 def canonical_bytes(obj: Any) -> bytes:
-    """One byte string per JSON value (sorted keys, no spaces), so signer and verifier agree."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False).encode()
+    """One byte string per JSON value (sorted keys, no spaces), so signer and verifier agree; a value with
+    no canonical form (NaN, too deep, not JSON) is a ``FormatError``, like any other malformed input."""
+    try:
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False).encode()
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise FormatError(f"value has no canonical JSON form: {str(exc)[:80]}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise FormatError(f"JSON constant {name} is not allowed (it has no canonical form)")
+
+
+def parse_json(data: bytes | str, what: str) -> Any:
+    """Strict JSON from outside: not JSON, NaN/Infinity or nesting too deep for the parser are all a
+    ``FormatError`` (never a ``ValueError``/``RecursionError`` that would escape the caller's handling)."""
+    try:
+        return json.loads(data, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise FormatError(f"{what}: not JSON: {str(exc)[:80]}") from None
 
 
 def key_id(public_hex: str) -> str:

@@ -21,20 +21,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from runtime_wasm import (
-    EngineConfig,
-    ModelSpec,
-    ModuleCache,
-    RuntimeWasmError,
-    WasmModel,
-    probe_host,
-    select_variant,
-)
+from runtime_wasm import EngineConfig, ModelSource, ModuleCache, SupervisedModel, WasmModel
 from runtime_wasm.loader import SPEC_FILE, load_model_dir
 
 from .bundle import read_header, read_payloads, verify_bundle
 from .config import OtaConfig
-from .crypto import canonical_bytes
+from .crypto import canonical_bytes, parse_json
 from .errors import (
     DiskFull,
     HashMismatch,
@@ -46,6 +38,7 @@ from .errors import (
 )
 from .golden import decode_vector
 from .metadata import FileEntry, Manifest, parse_envelope
+from .store import remove_temp_files
 from .trust import Report, TrustState, check_payload
 
 SLOTS = ("a", "b")
@@ -53,8 +46,10 @@ TRUST_FILE = "trust.json"
 POINTER_FILE = "active"
 ENVELOPE_FILE = "bundle.json"
 #: named points of an install, in order; ``on_step`` is called after each (crash tests kill there)
+#: ``trust_saved`` (the raised counter on disk) is the commit point: a crash after it completes the switch
+#: on restart, so the counter on disk is never below the active release and a failed install never raised it
 STEPS = ("verified", "slot_cleared", "writing", "files_synced", "reverified", "precompiled", "selftested",
-         "pointer_staged", "pointer_switched", "trust_saved")
+         "pointer_staged", "trust_saved", "pointer_switched")
 
 
 class FileWriter:
@@ -78,6 +73,14 @@ def _fsync_dir(path: Path) -> None:
 
 def _spec_bytes(manifest: Manifest) -> bytes:
     return json.dumps(manifest.spec, indent=1, sort_keys=True).encode()
+
+
+def _temp(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
+
+
+def _pointer_bytes(slot: Path) -> bytes:
+    return json.dumps({"slot": slot.name}).encode()
 
 
 def _os_failure(exc: OSError) -> InstallError:
@@ -116,6 +119,8 @@ class Installer:
         """Verify fully, then write, re-verify, self-test and switch; on failure the old model stays."""
         now = now or datetime.now(timezone.utc)
         slot = self._slot_dir(self._inactive_slot())
+        pointer = self.state_dir / POINTER_FILE
+        staged = _temp(pointer)
         with open(bundle, "rb") as f:
             envelope, manifest = verify_bundle(f, self.trust, now, self.hardware_id, self.profile, report)
             self._step("verified")
@@ -128,23 +133,31 @@ class Installer:
                 self._check_slot(slot, manifest)
                 self._step("reverified")
                 self._self_test(slot, manifest)
+                self._write_temp(staged, _pointer_bytes(slot))
+                self._step("pointer_staged")
+                self._save_trust(release_counter=manifest.release)
             except OSError as exc:
-                self._remove(slot)
+                self._abort(staged, slot)
                 raise _os_failure(exc) from exc
             except Exception:
-                self._remove(slot)
+                self._abort(staged, slot)
                 raise
-        self._switch(slot)
         self.trust.accept_release(manifest)
-        self._save_trust()
         self._step("trust_saved")
+        self._replace(staged, pointer, "pointer_switched")
         return manifest
 
-    def rollback(self) -> Manifest:
-        """Make the other slot active again, after checking its files and re-running its self-test."""
+    def rollback(self, now: datetime | None = None) -> Manifest:
+        """Make the other slot active again, after re-checking its signatures and expiry under the *current*
+        root (a release signed by a since-revoked key stays out: ``UntrustedKey``), its files and its
+        self-test."""
         slot = self._slot_dir(self._inactive_slot())
         try:
-            manifest = self._slot_manifest(slot)
+            envelope = parse_json((slot / ENVELOPE_FILE).read_bytes(), "installed manifest")
+        except (OtaError, OSError) as exc:
+            raise NothingToRollBack(f"slot {slot.name} holds no complete model: {exc}") from exc
+        manifest = self.trust.recheck_release(envelope, now or datetime.now(timezone.utc))
+        try:
             self._check_slot(slot, manifest)
             self._self_test(slot, manifest)
         except (OtaError, OSError) as exc:
@@ -221,31 +234,44 @@ class Installer:
             check_payload(entry, size, h.hexdigest())
 
     def _self_test(self, slot: Path, manifest: Manifest) -> None:
-        """Precompile the variant this host will run, then run every golden vector through it."""
+        """Precompile the variant this host will run, then run every golden vector through it in a
+        supervised worker (deadline and memory cap from ``OtaConfig``): a module that loops or hogs memory
+        is killed there, not in the agent. Whatever goes wrong is a ``SelfTestFailed``."""
+        what = f"{manifest.name} release {manifest.release}"
         if not manifest.golden:
-            raise SelfTestFailed("bundle carries no golden vectors to self-test with")
+            raise SelfTestFailed(f"{what}: bundle carries no golden vectors to self-test with")
         try:
-            spec = ModelSpec.from_json(_spec_bytes(manifest))
-            variant = select_variant(spec.variants, probe_host())
-            self.cache.load((slot / variant.file).read_bytes(), EngineConfig(variant.tier))
+            source = ModelSource.from_dir(slot, cache_dir=str(self.cache.directory))
+            self.cache.load(source.wasm, EngineConfig(source.variant.tier))
             self._step("precompiled")
-            with load_model_dir(slot, variant=variant.name, cache=self.cache) as model:
-                for i, vector in enumerate(manifest.golden):
-                    inputs, want = decode_vector(vector)
-                    got = model.predict(inputs)
-                    bad = [k for k in want if k not in got or not np.allclose(
-                        got[k], want[k], rtol=self.config.selftest_rtol, atol=self.config.selftest_atol)]
-                    if bad or set(got) != set(want):
-                        raise SelfTestFailed(f"{manifest.name} release {manifest.release}: golden vector {i} "
-                                             f"differs in outputs {bad or sorted(set(got) ^ set(want))}")
-        except RuntimeWasmError as exc:
-            raise SelfTestFailed(f"{manifest.name} release {manifest.release}: {type(exc).__name__}: {exc}") \
-                from exc
+            self._run_golden(source, manifest)
+        except SelfTestFailed:
+            raise
+        except Exception as exc:  # DeadlineExceeded, WorkerCrashed, traps, malformed vectors, ...
+            raise SelfTestFailed(f"{what}: {type(exc).__name__}: {exc}") from exc
         self._step("selftested")
 
+    def _run_golden(self, source: ModelSource, manifest: Manifest) -> None:
+        cfg = self.config
+        with SupervisedModel(source, cfg.selftest_memory_cap_bytes,
+                             start_timeout_s=cfg.selftest_start_timeout_s) as model:
+            for i, vector in enumerate(manifest.golden):
+                inputs, want = decode_vector(vector)
+                got = model.predict(inputs, cfg.selftest_deadline_s)
+                bad = [k for k in want if k not in got or not np.allclose(
+                    got[k], want[k], rtol=cfg.selftest_rtol, atol=cfg.selftest_atol)]
+                if bad or set(got) != set(want):
+                    raise SelfTestFailed(f"{manifest.name} release {manifest.release}: golden vector {i} "
+                                         f"differs in outputs {bad or sorted(set(got) ^ set(want))}")
+
     def _switch(self, slot: Path) -> None:
-        self._atomic_write(self.state_dir / POINTER_FILE, json.dumps({"slot": slot.name}).encode(),
-                           staged="pointer_staged", replaced="pointer_switched")
+        self._atomic_write(self.state_dir / POINTER_FILE, _pointer_bytes(slot), staged="pointer_staged",
+                           replaced="pointer_switched")
+
+    def _abort(self, staged: Path, slot: Path) -> None:
+        """A failed install before its commit point: no staged pointer, no inactive slot, old model serves."""
+        staged.unlink(missing_ok=True)
+        self._remove(slot)
 
     # -- state on disk ------------------------------------------------------------------------
     def _slot_dir(self, name: str) -> Path:
@@ -274,8 +300,13 @@ class Installer:
         signed, _ = parse_envelope(json.loads((slot / ENVELOPE_FILE).read_bytes()), "installed manifest")
         return Manifest.from_dict(signed)
 
-    def _save_trust(self) -> None:
-        self._atomic_write(self.state_dir / TRUST_FILE, canonical_bytes(self.trust.to_dict()))
+    def _save_trust(self, release_counter: int | None = None) -> None:
+        """Persist the trust state; with ``release_counter``, as it will be once that release is accepted
+        (saved first, so a failed save leaves both the disk and memory unchanged)."""
+        state = self.trust.to_dict()
+        if release_counter is not None:
+            state["release_counter"] = release_counter
+        self._atomic_write(self.state_dir / TRUST_FILE, canonical_bytes(state))
 
     def _write_synced(self, path: Path, data: bytes) -> None:
         with open(path, "xb") as f:
@@ -283,20 +314,30 @@ class Installer:
             f.flush()
             os.fsync(f.fileno())
 
+    def _write_temp(self, tmp: Path, data: bytes) -> None:
+        tmp.unlink(missing_ok=True)
+        self._write_synced(tmp, data)
+
     def _atomic_write(self, path: Path, data: bytes, staged: str = "", replaced: str = "") -> None:
         """Temp file + fsync + ``os.replace`` + fsync of the directory: readers see old or new, never half."""
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = _temp(path)
         try:
-            tmp.unlink(missing_ok=True)
-            self._write_synced(tmp, data)
+            self._write_temp(tmp, data)
             if staged:
                 self._step(staged)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise _os_failure(exc) from exc
+        self._replace(tmp, path, replaced)
+
+    def _replace(self, tmp: Path, path: Path, step: str = "") -> None:
+        try:
             os.replace(tmp, path)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise _os_failure(exc) from exc
-        if replaced:
-            self._step(replaced)
+        if step:
+            self._step(step)
         _fsync_dir(path.parent)
 
     def _remove(self, slot: Path) -> None:
@@ -305,10 +346,15 @@ class Installer:
             _fsync_dir(slot.parent)
 
     def _recover(self) -> None:
-        """After a crash: drop temp files and an incomplete inactive slot; the counter catches up with
-        the active release (a crash between switch and saving trust)."""
+        """After a crash: finish a committed switch, drop temp files and an incomplete inactive slot; the
+        counter catches up with the active release (state written before the counter was saved first)."""
+        staged, pointer = _temp(self.state_dir / POINTER_FILE), self.state_dir / POINTER_FILE
+        if self._committed(staged):
+            self._replace(staged, pointer)
         for tmp in self.state_dir.glob("*.tmp"):
             tmp.unlink()
+        remove_temp_files(self.state_dir)
+        self.cache.remove_temp_files()
         inactive = self._slot_dir(self._inactive_slot())
         if inactive.exists() and not (inactive / ENVELOPE_FILE).exists():
             self._remove(inactive)
@@ -317,3 +363,13 @@ class Installer:
             if release > self.trust.release_counter:
                 self.trust.raise_counter(release)
                 self._save_trust()
+
+    def _committed(self, staged: Path) -> bool:
+        """A staged pointer to the other slot whose release the saved counter already reached: the install
+        passed its commit point (``trust_saved``) and only the switch was lost."""
+        try:
+            slot = json.loads(staged.read_bytes()).get("slot")
+            return slot in SLOTS and slot != self._active_slot() and \
+                self._slot_manifest(self._slot_dir(slot)).release == self.trust.release_counter
+        except (OSError, ValueError, AttributeError, OtaError):
+            return False

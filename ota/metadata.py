@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from runtime_wasm.loader import WEIGHTS_FILE
+
 from .crypto import key_id
 from .errors import FormatError
 
@@ -149,9 +151,11 @@ class Manifest:
         names = [f.name for f in files]
         if len(set(names)) != len(names):
             raise FormatError(f"{what}: duplicate payload names")
+        spec = _get(d, "spec", dict, what)
+        _check_spec_files(spec, files, what)
         manifest = cls(name=_get(d, "name", str, what), version=version,
                        release=_count(d, "release", what, 1),
-                       expires=_get(d, "expires", str, what), spec=_get(d, "spec", dict, what),
+                       expires=_get(d, "expires", str, what), spec=spec,
                        hardware_ids=hardware_ids, profiles=_strings(targets, "profiles", what),
                        files=files, golden=_get(d, "golden", list, what),
                        quantization=_get(d, "quantization", dict, what),
@@ -188,6 +192,24 @@ def _file_entry(d: Any, what: str) -> FileEntry:
     if not _SHA256.match(digest):
         raise FormatError(f"{what}: payload {name!r} has a malformed sha256")
     return FileEntry(name, _count(d, "length", what), digest)
+
+
+def _check_spec_files(spec: Mapping[str, Any], files: tuple[FileEntry, ...], what: str) -> None:
+    """Every file the spec loads is a signed payload with the payload's hash: a variant naming
+    ``../a/m.wasm`` or an absolute path would run code no hash of this release covers."""
+    by_name = {f.name: f for f in files}
+    if WEIGHTS_FILE not in by_name:
+        raise FormatError(f"{what}: files must list {WEIGHTS_FILE}")
+    variants = spec.get("variants", [])
+    if not isinstance(variants, list):
+        raise FormatError(f"{what}: spec.variants must be a list")
+    for v in variants:
+        file = v.get("file") if isinstance(v, Mapping) else None
+        entry = by_name.get(file) if isinstance(file, str) and file != WEIGHTS_FILE else None
+        if entry is None:
+            raise FormatError(f"{what}: spec variant file {file!r} is not a module payload of this bundle")
+        if v.get("sha256") != entry.sha256:
+            raise FormatError(f"{what}: spec variant {file!r} does not record its payload's sha256")
 
 
 def parse_time(text: str) -> datetime:

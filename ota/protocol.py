@@ -18,6 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .config import TransferLimits
+from .crypto import parse_json
 from .errors import ExpiredMetadata, FormatError, LengthMismatch, UnauthorizedMessage
 from .metadata import parse_envelope, parse_time
 from .trust import TrustState, check_signatures
@@ -201,11 +202,7 @@ def _signed(payload: bytes, trust: TrustState, what: str) -> dict[str, Any]:
     """Parse a bounded JSON envelope and check it carries the release-key threshold of the trusted root."""
     if len(payload) > trust.config.max_manifest_bytes:
         raise LengthMismatch(f"{what}: {len(payload)} bytes, limit {trust.config.max_manifest_bytes}")
-    try:
-        envelope = json.loads(payload)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise FormatError(f"{what}: not JSON: {exc}") from None
-    signed, sigs = parse_envelope(envelope, what)
+    signed, sigs = parse_envelope(parse_json(payload, what), what)
     root = trust.root
     check_signatures(what, signed, sigs, root.release_keys, root.release_threshold, root.revoked)
     return signed

@@ -95,7 +95,8 @@ class _Handler(socketserver.StreamRequestHandler):
             release, outputs = self.server.host.predict(inputs, captured_at)
             reply: dict[str, Any] = {"release": release,
                                      "outputs": {k: encode_tensor(v) for k, v in outputs.items()}}
-        except (ValueError, KeyError, TypeError, AttributeError, OtaError, RuntimeWasmError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OtaError,
+                RuntimeWasmError) as exc:  # RecursionError: deeply nested JSON from a local app
             reply = {"error": str(exc), "type": type(exc).__name__}
         self.wfile.write(json.dumps(reply).encode() + b"\n")
 

@@ -132,9 +132,7 @@ class TrustState:
         manifest = Manifest.from_dict(signed)
         say(f"manifest format: {manifest.name} {manifest.version}, release {manifest.release}, "
             f"{len(manifest.files)} payloads")
-        grace = timedelta(seconds=self.config.expiry_grace_seconds)
-        if now > manifest.expires_at + grace:
-            raise ExpiredMetadata(f"release {manifest.release} expired at {manifest.expires}")
+        self._check_expiry(manifest, now)
         say(f"expiry: valid until {manifest.expires}")
         if manifest.release <= self._counter:
             raise RollbackError(f"release {manifest.release} is not newer than the trusted {self._counter}")
@@ -150,6 +148,24 @@ class TrustState:
             raise LengthMismatch(f"payloads declare {total} bytes, limit {self.config.max_bundle_bytes}")
         self._verified[id(manifest)] = manifest
         return manifest
+
+    def recheck_release(self, envelope: Mapping[str, Any], now: datetime) -> Manifest:
+        """A release installed earlier is still trusted *now*: signed by a threshold of the current root's
+        release keys (a since-revoked key no longer counts) and not expired (same grace). The counter is
+        not checked: an operator rollback goes back to an older release on purpose."""
+        if now.tzinfo is None:
+            raise RuntimeError("recheck_release needs an aware datetime (UTC), not a naive one")
+        signed, sigs = parse_envelope(envelope, "installed manifest")
+        root = self._root
+        check_signatures("installed release", signed, sigs, root.release_keys, root.release_threshold,
+                         root.revoked)
+        manifest = Manifest.from_dict(signed)
+        self._check_expiry(manifest, now)
+        return manifest
+
+    def _check_expiry(self, manifest: Manifest, now: datetime) -> None:
+        if now > manifest.expires_at + timedelta(seconds=self.config.expiry_grace_seconds):
+            raise ExpiredMetadata(f"release {manifest.release} expired at {manifest.expires}")
 
     def accept_release(self, manifest: Manifest) -> None:
         """Raise the counter to an installed release; only for a manifest this state verified."""

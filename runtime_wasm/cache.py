@@ -51,6 +51,11 @@ class ModuleCache:
         self._store(path, module.serialize())
         return module
 
+    def remove_temp_files(self) -> None:
+        """Drop ``.tmp-*`` files a crash left inside ``_store`` (only at start, when no one writes here)."""
+        for tmp in self.directory.glob(".tmp-*"):
+            tmp.unlink(missing_ok=True)
+
     def _store(self, path: Path, data: bytes) -> None:
         """Write-then-rename so a crash never leaves a truncated artifact under the final name."""
         try:

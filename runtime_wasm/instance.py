@@ -72,6 +72,9 @@ class WasmModel:
         weights_base = ex["cuvil_weights"](self._store)
         arena_base = ex["cuvil_arena"](self._store)
         mem_len = self._memory.data_len(self._store)
+        if weights_base < 0 or arena_base < 0:  # wasmtime returns i32 signed; an address is never negative
+            raise ModuleLoadError(f"module reports a negative weights/arena address ({weights_base}, "
+                                  f"{arena_base})")
         if weights_base + spec.weights_size > mem_len or arena_base + spec.arena_size > mem_len:
             raise SpecError("spec does not fit the module's memory (module and spec do not match)")
         w = np.frombuffer(weights, dtype=np.uint8) if not isinstance(weights, np.ndarray) else weights
@@ -86,7 +89,13 @@ class WasmModel:
         self._closed = False
 
     def _view(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """A view of linear memory; ``get_buffer_ptr`` does no bounds check, so one outside memory is refused
+        here (otherwise numpy would read and write host memory)."""
+        if any(d < 0 for d in shape):
+            raise SpecError(f"tensor shape {shape} has a negative dimension")
         n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if offset < 0 or offset + n > self._memory.data_len(self._store):
+            raise SpecError(f"{n} bytes at {offset} lie outside the module's linear memory")
         buf = self._memory.get_buffer_ptr(self._store, n, offset)
         return np.frombuffer(buf, dtype=dtype, count=n // dtype.itemsize).reshape(shape)
 

@@ -29,9 +29,11 @@ def instantiate(spec: ModelSpec, wasm: bytes, weights: bytes, variant: VariantSp
     return WasmModel(engine_for(config), module, spec, weights, memory_limit=memory_limit)
 
 
-def load_model_dir(path: str | os.PathLike[str], variant: str | None = None,
-                   probes: HostProbes | None = None, cache: ModuleCache | None = None,
-                   memory_limit: int | None = None) -> WasmModel:
+def read_model_dir(path: str | os.PathLike[str], variant: str | None = None,
+                   probes: HostProbes | None = None) -> tuple[ModelSpec, VariantSpec, bytes, bytes]:
+    """(spec, chosen variant, module bytes, weights bytes) of a model directory: the named variant or the
+    best for this host. Its module must lie inside the directory: a spec naming ``../other/m.wasm`` or an
+    absolute path would load code from outside what was installed (and hashed) there."""
     root = Path(path)
     try:
         spec = ModelSpec.from_json((root / SPEC_FILE).read_bytes())
@@ -43,5 +45,15 @@ def load_model_dir(path: str | os.PathLike[str], variant: str | None = None,
             raise SpecError(f"no variant {variant!r} (have {[v.name for v in spec.variants]})")
     else:
         chosen = select_variant(spec.variants, probes or probe_host())
-    return instantiate(spec, (root / chosen.file).read_bytes(), (root / WEIGHTS_FILE).read_bytes(), chosen,
-                       cache, memory_limit)
+    base = root.resolve()
+    module = (base / chosen.file).resolve()
+    if module.parent != base:
+        raise SpecError(f"variant {chosen.name!r} names {chosen.file!r}, outside the model directory")
+    return spec, chosen, module.read_bytes(), (root / WEIGHTS_FILE).read_bytes()
+
+
+def load_model_dir(path: str | os.PathLike[str], variant: str | None = None,
+                   probes: HostProbes | None = None, cache: ModuleCache | None = None,
+                   memory_limit: int | None = None) -> WasmModel:
+    spec, chosen, wasm, weights = read_model_dir(path, variant, probes)
+    return instantiate(spec, wasm, weights, chosen, cache, memory_limit)

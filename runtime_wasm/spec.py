@@ -73,17 +73,24 @@ class ModelSpec:
             spec = cls(inputs=inputs, outputs=outputs, variants=variants, extra=extra, **known)
         except SpecError:
             raise
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: not an object
             raise SpecError(f"malformed model spec: {exc}") from exc
         spec.check()
         return spec
 
     def check(self) -> None:
-        """Every tensor lies inside the arena and dtypes are ones numpy knows."""
+        """Every tensor is numeric, has non-negative dims and lies inside the arena: anything else would
+        pass here and fail later in numpy or ctypes with an error no caller expects."""
+        if self.weights_size < 0 or self.arena_size < 0:
+            raise SpecError("weights_size and arena_size must be non-negative")
         for t in (*self.inputs, *self.outputs):
             try:
-                np.dtype(t.dtype)
+                kind = np.dtype(t.dtype).kind
             except TypeError as exc:
                 raise SpecError(f"tensor {t.name!r} has unknown dtype {t.dtype!r}") from exc
+            if kind not in "biuf":
+                raise SpecError(f"tensor {t.name!r} has non-numeric dtype {t.dtype!r}")
+            if any(d < 0 for d in t.shape):
+                raise SpecError(f"tensor {t.name!r} has a negative dimension in {t.shape}")
             if t.offset < 0 or t.offset + t.nbytes > self.arena_size:
                 raise SpecError(f"tensor {t.name!r} lies outside the arena")

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from multiprocessing import shared_memory
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,9 +33,9 @@ from . import errors
 from .cache import ModuleCache
 from .errors import DeadlineExceeded, InferenceTrap, RuntimeWasmError, WorkerCrashed
 from .instance import WasmModel, check_inputs
-from .loader import SPEC_FILE, WEIGHTS_FILE, instantiate
+from .loader import instantiate, read_model_dir
 from .spec import ModelSpec, TensorSpec, VariantSpec
-from .variants import HostProbes, probe_host, select_variant
+from .variants import HostProbes
 
 _ALIGN = 64  # bytes: every tensor in a slot starts on a cache line
 
@@ -66,19 +65,8 @@ class ModelSource:
     def from_dir(cls, path: str | os.PathLike[str], variant: str | None = None,
                  probes: HostProbes | None = None, cache_dir: str = "") -> ModelSource:
         """A compiled model directory (an installed slot): its named variant, or the best for this host."""
-        root = Path(path)
-        try:
-            spec = ModelSpec.from_json((root / SPEC_FILE).read_bytes())
-        except FileNotFoundError as exc:
-            raise errors.SpecError(f"{root} has no {SPEC_FILE}") from exc
-        if variant is None:
-            chosen = select_variant(spec.variants, probes or probe_host())
-        else:
-            chosen = next((v for v in spec.variants if v.name == variant), None)
-            if chosen is None:
-                raise errors.SpecError(f"no variant {variant!r} (have {[v.name for v in spec.variants]})")
-        return cls(spec, (root / chosen.file).read_bytes(), (root / WEIGHTS_FILE).read_bytes(), chosen,
-                   cache_dir)
+        spec, chosen, wasm, weights = read_model_dir(path, variant, probes)
+        return cls(spec, wasm, weights, chosen, cache_dir)
 
     def load(self, memory_cap_bytes: int) -> WasmModel:
         cache = ModuleCache(self.cache_dir) if self.cache_dir else None

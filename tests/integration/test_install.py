@@ -14,6 +14,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +31,11 @@ from ota import (
     DiskFull,
     ExpiredMetadata,
     FileWriter,
+    FormatError,
     HashMismatch,
     Installer,
     LengthMismatch,
+    OtaConfig,
     RollbackError,
     SelfTestFailed,
     ThresholdNotMet,
@@ -39,6 +43,8 @@ from ota import (
     VerificationError,
     WrongTarget,
 )
+from ota.bundle import MAGIC
+from ota.crypto import canonical_bytes
 from ota.golden import decode_vector, encode_vector
 from ota.installer import ENVELOPE_FILE
 from runtime_wasm import ModelSpec, TensorSpec, VariantSpec
@@ -62,21 +68,41 @@ def compile_matmul(out: Path, seed: int, n_in: int = 16, n_out: int = 8) -> Path
     return CuvilModel.load(proto).optimize(targets=[Target()]).save(out)
 
 
-def trapping_model(out: Path) -> Path:
-    """A model directory whose module satisfies the loader but executes ``unreachable`` when run."""
-    wasm = wasmtime.wat2wasm("""(module (memory (export "memory") 1) (func (export "run") unreachable)
-        (func (export "cuvil_weights") (result i32) i32.const 1024)
-        (func (export "cuvil_arena") (result i32) i32.const 2048))""")
-    variant = VariantSpec("f32-wasmsimd-x86", "simd128", "x86", "trap.wasm", hashlib.sha256(wasm).hexdigest(),
+def wat_model(out: Path, run: str = '(func (export "run") unreachable)', weights_ptr: int = 1024,
+              arena_ptr: int = 2048, pages: int = 1, file: str = "m.wasm") -> Path:
+    """A hand-written model directory (x: f32[4] at arena+0, y: f32[4] at arena+16) whose ``run`` is
+    ``run``; by default it satisfies the loader but executes ``unreachable``."""
+    wasm = wasmtime.wat2wasm(f"""(module (memory (export "memory") {pages}) {run}
+        (func (export "cuvil_weights") (result i32) i32.const {weights_ptr})
+        (func (export "cuvil_arena") (result i32) i32.const {arena_ptr}))""")
+    variant = VariantSpec("f32-wasmsimd-x86", "simd128", "x86", file, hashlib.sha256(wasm).hexdigest(),
                           len(wasm))
-    spec = ModelSpec("trap", (TensorSpec("x", "float32", (4,), 0),), (TensorSpec("y", "float32", (4,), 16),),
+    spec = ModelSpec("wat", (TensorSpec("x", "float32", (4,), 0),), (TensorSpec("y", "float32", (4,), 16),),
                      weights_size=0, arena_size=32, variants=(variant,),
                      weights_sha256=hashlib.sha256().hexdigest())
     out.mkdir()
     (out / "model.json").write_text(spec.to_json())
     (out / "weights.bin").write_bytes(b"")
-    (out / "trap.wasm").write_bytes(wasm)
+    (out / file).write_bytes(wasm)
     return out
+
+
+#: ``run`` bodies for ``wat_model``: copy x to y (golden output = input), and loop forever
+COPY_RUN = '(func (export "run") (v128.store (i32.const 2064) (v128.load (i32.const 2048))))'
+LOOP_RUN = '(func (export "run") (loop $l (br $l)))'
+
+
+def copy_golden() -> list[dict]:
+    x = np.arange(4, dtype=np.float32)
+    return [encode_vector({"x": x}, {"y": x})]
+
+
+def write_raw_bundle(path: Path, manifest: dict, keys, payloads: dict[str, bytes]) -> Path:
+    """A validly signed bundle written without the host's own checks (as a compromised build could)."""
+    header = canonical_bytes(sign_envelope(manifest, keys))
+    path.write_bytes(MAGIC + len(header).to_bytes(4, "big") + header
+                     + b"".join(payloads[f["name"]] for f in manifest["files"]))
+    return path
 
 
 class World:
@@ -269,7 +295,7 @@ def test_sigkill_at_any_step_leaves_exactly_old_or_new_model(world, state, step)
                            str(world.bundles[2]), step], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    switched = STEPS.index(step) >= STEPS.index("pointer_switched")
+    switched = STEPS.index(step) >= STEPS.index("trust_saved")  # commit point: a restart finishes the switch
     assert_serving(state, 2 if switched else 1)
     if not switched:  # the interrupted release can still be installed afterwards
         Installer(state, HW).install(world.bundles[2])
@@ -280,7 +306,7 @@ def test_sigkill_at_any_step_leaves_exactly_old_or_new_model(world, state, step)
 def test_trapping_module_is_rolled_back(world, state, tmp_path):
     zeros = np.zeros(4, np.float32)
     golden = [encode_vector({"x": zeros}, {"y": zeros})]
-    bundle = world.bundle(3, trapping_model(tmp_path / "trap"), golden=golden)
+    bundle = world.bundle(3, wat_model(tmp_path / "trap"), golden=golden)
     with pytest.raises(SelfTestFailed, match="InferenceTrap"):
         Installer(state, HW).install(bundle)
     only_active_slot(state)
@@ -346,6 +372,119 @@ def test_disk_full_fails_cleanly_and_old_model_serves(world, state, tmp_path, ho
             Installer(state, HW, writer=FullDisk(64 << 10)).install(big)
         only_active_slot(state)
         assert_serving(state, 1)
+
+
+# -- 10. security review regressions (each demonstrated against the previous code) ----------------
+@pytest.mark.parametrize("where", ["other_slot", "absolute"])
+def test_variant_outside_the_signed_payloads_is_refused(world, state, tmp_path, where):
+    """A variant may only name a module payload of its own release (with that payload's sha256)."""
+    outside = tmp_path / "outside.wasm"
+    manifest = json.loads(json.dumps(world.manifest2))
+    for v in manifest["spec"]["variants"]:
+        outside.write_bytes(world.payloads2[v["file"]])
+        v.update(file=f"../a/{v['file']}" if where == "other_slot" else str(outside),
+                 sha256=v["sha256"] if where == "other_slot" else "")
+    manifest["files"] = [f for f in manifest["files"] if f["name"] == "weights.bin"]
+    bundle = write_raw_bundle(tmp_path / "escape.cvb", manifest, world.ring.release_keys(),
+                              world.payloads2)
+    with pytest.raises(FormatError, match="variant"):
+        Installer(state, HW).install(bundle)
+    only_active_slot(state)
+    assert_serving(state, 1)
+
+
+@pytest.mark.parametrize("how", ["endless_loop", "over_memory_cap"])
+def test_selftest_runs_under_a_deadline_and_memory_cap(world, state, tmp_path, how):
+    """A module that loops (or needs more memory than allowed) fails its self-test instead of hanging
+    or bloating the agent: the golden vectors run in a supervised worker."""
+    model = wat_model(tmp_path / "m", LOOP_RUN) if how == "endless_loop" else \
+        wat_model(tmp_path / "m", COPY_RUN, pages=64)
+    bundle = world.bundle(3, model, golden=copy_golden())
+    config = OtaConfig(selftest_deadline_s=1.0, selftest_memory_cap_bytes=1 << 20)
+    outcome: list[BaseException] = []
+
+    def install() -> None:
+        try:
+            Installer(state, HW, config=config).install(bundle)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=install, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "install() hung in the self-test"
+    assert outcome and isinstance(outcome[0], SelfTestFailed), outcome
+    assert ("DeadlineExceeded" if how == "endless_loop" else "ModuleLoadError") in str(outcome[0])
+    only_active_slot(state)
+    assert_serving(state, 1)
+
+
+def test_negative_module_addresses_fail_the_install_cleanly(world, state, tmp_path):
+    bundle = world.bundle(3, wat_model(tmp_path / "m", COPY_RUN, arena_ptr=-(1 << 31)), golden=copy_golden())
+    with pytest.raises(SelfTestFailed, match="ModuleLoadError"):
+        Installer(state, HW).install(bundle)
+    assert_serving(state, 1)
+
+
+def test_malformed_spec_or_golden_data_fails_cleanly(world, state, tmp_path):
+    """A spec with a negative dim is refused at verification; malformed golden data fails the
+    self-test: neither escapes as a plain ValueError/KeyError."""
+    manifest = json.loads(json.dumps(world.manifest2))
+    manifest["spec"]["outputs"][0]["shape"] = [-1]
+    with pytest.raises(FormatError, match="negative"):
+        Installer(state, HW).install(write_raw_bundle(tmp_path / "spec.cvb", manifest,
+                                                      world.ring.release_keys(), world.payloads2))
+    with pytest.raises(SelfTestFailed):
+        Installer(state, HW).install(world.signed(tmp_path / "golden.cvb", world.ring.release_keys(),
+                                                  golden=[{}]))
+    only_active_slot(state)
+    assert_serving(state, 1)
+
+
+class FullOnTrust(FileWriter):
+    """ENOSPC exactly when trust.json is saved (the last write of an install)."""
+
+    def write(self, f, data: bytes) -> None:
+        if f.name.endswith("trust.json.tmp"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        super().write(f, data)
+
+
+def test_disk_full_saving_the_counter_leaves_the_old_release_active(world, state):
+    """The counter is saved before the switch: a failure there is a clean DiskFull with the old model
+    active (before, the new release was already active and reported as failed)."""
+    inst = Installer(state, HW, writer=FullOnTrust())
+    with pytest.raises(DiskFull):
+        inst.install(world.bundles[2])
+    assert inst.active_manifest().release == 1
+    assert json.loads((state / "trust.json").read_bytes())["release_counter"] == 1
+    only_active_slot(state)
+    assert_serving(state, 1)
+    Installer(state, HW).install(world.bundles[2])
+    assert_serving(state, 2)
+
+
+def test_rollback_rechecks_signatures_and_expiry_under_the_current_root(world, state, tmp_path):
+    """Rolling back to an expired release is ExpiredMetadata; to one signed by a since-revoked key,
+    UntrustedKey; either way the current release keeps serving."""
+    inst = Installer(state, HW)
+    inst.install(world.bundles[2])  # slot b; slot a keeps release 1
+    with pytest.raises(ExpiredMetadata):
+        inst.rollback(now=datetime(2100, 1, 1, tzinfo=timezone.utc))
+    ring = Keyring(shutil.copytree(world.ring.directory, tmp_path / "keys"))
+    ring.revoke(sorted(ring.root.release_keys)[0])  # root v2: one of release 2's two signers revoked
+    inst.update_root(ring.root_chain(1))
+    inst.install(world.signed(tmp_path / "r3.cvb", ring.release_keys(), release=3, version="1.0.3"))
+    with pytest.raises(UntrustedKey, match="revoked"):
+        inst.rollback()
+    assert_serving(state, 3)
+
+
+def test_stale_temp_files_are_removed_on_start(world, state):
+    (state / ".agent.json.ab12cd_9").write_bytes(b"half")
+    (state / "cache" / ".tmp-x1y2z3w4").write_bytes(b"half")
+    Installer(state, HW)
+    assert not list(state.glob(".agent.json.*")) and not list((state / "cache").glob(".tmp-*"))
 
 
 def test_verification_errors_share_one_base():

@@ -11,6 +11,7 @@ from runtime_wasm import (
     EngineConfig,
     HostProbes,
     InferenceTrap,
+    ModelSource,
     ModelSpec,
     ModuleCache,
     ModuleLoadError,
@@ -23,6 +24,7 @@ from runtime_wasm import (
     probe_host,
     select_variant,
 )
+from runtime_wasm.loader import load_model_dir
 
 VARIANTS = (
     VariantSpec("f32-wasmsimd-x86", "simd128", "x86", "a.wasm"),
@@ -133,6 +135,55 @@ def test_spec_round_trip_keeps_unknown_fields_and_checks_bounds():
         ModelSpec.from_json(SPEC.to_json().replace('"arena_size": 32', '"arena_size": 8'))
     with pytest.raises(SpecError):
         ModelSpec.from_json(b"{not json")
+
+
+@pytest.mark.parametrize("export", ["cuvil_weights", "cuvil_arena"])
+def test_negative_export_address_is_refused_not_a_host_memory_view(export):
+    """wasmtime returns i32 signed: a negative address passed the bounds check and numpy got a view
+    outside linear memory (SIGSEGV, or host memory read and written)."""
+    getter = f'(func (export "{export}") (result i32) i32.const'
+    value = -65536 if export == "cuvil_weights" else -(1 << 31)
+    wat = MODULE_WAT.replace(f"{getter} {0 if export == 'cuvil_weights' else 1024})", f"{getter} {value})")
+    assert wat != MODULE_WAT
+    with pytest.raises(ModuleLoadError, match="negative"):
+        _instance(wat)
+
+
+def test_every_view_is_bounds_checked():
+    with _instance() as m:
+        end = m._memory.data_len(m._store)
+        assert m._view(end - 4, np.dtype(np.float32), (1,)).shape == (1,)
+        for offset, shape in ((end - 2, (1,)), (-4, (1,)), (0, (-1,))):
+            with pytest.raises(SpecError):
+                m._view(offset, np.dtype(np.float32), shape)
+
+
+@pytest.mark.parametrize("change", ["negative_dim", "string_dtype", "object_dtype", "extra_not_object"])
+def test_malformed_spec_is_a_spec_error(change):
+    """Each of these passed ``from_json`` and later raised a plain ValueError/AttributeError."""
+    text = {"negative_dim": SPEC.to_json().replace('"shape": [\n    4\n   ]', '"shape": [-1]', 1),
+            "string_dtype": SPEC.to_json().replace('"float32"', '"<U1"', 1),
+            "object_dtype": SPEC.to_json().replace('"float32"', '"O"', 1),
+            "extra_not_object": SPEC.to_json().replace('"extra": {}', '"extra": []')}[change]
+    assert text != SPEC.to_json()
+    with pytest.raises(SpecError):
+        ModelSpec.from_json(text)
+
+
+@pytest.mark.parametrize("file", ["../other/m.wasm", "/tmp/outside.wasm", "."])
+def test_variant_file_outside_the_model_directory_is_refused(tmp_path, file):
+    """Loading a model directory never reads a module from elsewhere (another slot, an absolute path)."""
+    outside = tmp_path / "other"
+    outside.mkdir()
+    (outside / "m.wasm").write_bytes(wasmtime.wat2wasm(MODULE_WAT))
+    model = tmp_path / "model"
+    model.mkdir()
+    spec = ModelSpec(**{**SPEC.__dict__, "variants": (VariantSpec("v", "simd128", "x86", file),)})
+    (model / "model.json").write_text(spec.to_json())
+    (model / "weights.bin").write_bytes(np.float32([0.5]).tobytes())
+    for load in (load_model_dir, ModelSource.from_dir):
+        with pytest.raises(SpecError, match="outside"):
+            load(model, variant="v")
 
 
 def test_module_cache_hits_and_recovers_from_corrupt_entries(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -28,6 +29,10 @@ from ota import (
     WrongTarget,
     key_id,
 )
+from ota.bundle import MAGIC, read_header
+from ota.config import TransferLimits
+from ota.crypto import canonical_bytes
+from ota.protocol import verify_command
 from ota.trust import check_payload
 
 NOW = datetime(2026, 5, 1, tzinfo=timezone.utc)
@@ -57,7 +62,8 @@ def manifest_doc(release: int = 1, expires: datetime | str = NOW + timedelta(day
     when = expires if isinstance(expires, str) else expires.isoformat()
     return {"type": "cuvil-bundle", "format": 1, "name": "m", "version": f"1.0.{release}", "release": release,
             "expires": when, "spec": {}, "targets": {"hardware_ids": [HW], "profiles": []},
-            "files": [{"name": "m.wasm", "length": len(data), "sha256": hashlib.sha256(data).hexdigest()}],
+            "files": [{"name": "m.wasm", "length": len(data), "sha256": hashlib.sha256(data).hexdigest()},
+                      {"name": "weights.bin", "length": 0, "sha256": hashlib.sha256().hexdigest()}],
             "golden": [], "quantization": {}, "provenance": {}, **extra}
 
 
@@ -199,6 +205,47 @@ def test_unknown_fields_survive_a_round_trip():
 def test_malformed_manifest_is_a_format_error(ring, field, value):
     with pytest.raises(FormatError):
         ring["state"].verify_release(sign_envelope(manifest_doc(**{field: value}), ring["release"]), NOW, HW)
+
+
+MODULE_SHA = hashlib.sha256(b"\0asm-module").hexdigest()
+
+
+def _variant_spec(file: str, sha256: str = MODULE_SHA) -> dict:
+    return {"variants": [{"name": "v", "tier": "simd128", "family": "x86", "file": file, "sha256": sha256,
+                          "size": 11}]}
+
+
+def test_spec_variants_must_be_signed_module_payloads(ring):
+    """A variant naming a file outside the signed payloads (another slot, an absolute path), without the
+    payload's hash, or the weights file, would load code no hash of this release covers."""
+    Manifest.from_dict(manifest_doc(spec=_variant_spec("m.wasm")))
+    weights_sha = hashlib.sha256().hexdigest()
+    for spec in (_variant_spec("../a/m.wasm"), _variant_spec("/tmp/outside.wasm", ""),
+                 _variant_spec("m.wasm", ""), _variant_spec("weights.bin", weights_sha), {"variants": {}}):
+        with pytest.raises(FormatError, match="variant"):
+            ring["state"].verify_release(sign_envelope(manifest_doc(spec=spec), ring["release"]), NOW, HW)
+    no_weights = manifest_doc()
+    no_weights["files"] = no_weights["files"][:1]
+    with pytest.raises(FormatError, match="weights.bin"):
+        Manifest.from_dict(no_weights)
+
+
+@pytest.mark.parametrize("payload", [b'{"signed": {"x": NaN}, "signatures": []}',
+                                     b'{"signed": {"x": -Infinity}, "signatures": []}',
+                                     b'{"signed": ' + b"[" * 200000 + b"]" * 200000 + b', "signatures": []}'],
+                         ids=["nan", "infinity", "deep_nesting"])
+def test_unsigned_malformed_json_is_a_format_error(ring, payload):
+    """NaN (no canonical form) and nesting deeper than the parser's recursion limit were a ValueError and
+    a RecursionError, which no caller expects from untrusted input."""
+    with pytest.raises(FormatError):
+        verify_command(payload, ring["state"], "eu", "dev-a", NOW, TransferLimits())
+    with pytest.raises(FormatError):
+        read_header(io.BytesIO(MAGIC + len(payload).to_bytes(4, "big") + payload), OtaConfig())
+
+
+def test_value_without_canonical_form_is_a_format_error():
+    with pytest.raises(FormatError):
+        canonical_bytes({"x": float("nan")})
 
 
 def test_misuse_by_the_caller_is_a_runtime_error(ring):
