@@ -19,7 +19,7 @@ from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType, Value
 from .common import broadcast_shape
-from .elementwise import binary_numpy, collapse_broadcast
+from .elementwise import binary_numpy, collapse_broadcast, outer_loops
 from .registry import OpDef, register
 
 COMPARE = {"eq": ("==", np.equal), "lt": ("<", np.less), "gt": (">", np.greater),
@@ -34,18 +34,9 @@ ARITH_DTYPES = ("int32", "int64", "float64")
 def broadcast_loop(ctx: EmitContext, y: Value, inputs: Sequence[Value], expr: str) -> str:
     """Nested C loops writing contiguous ``y[o] = expr`` where ``expr`` names operand k as ``{k}``."""
     dims = collapse_broadcast(y.type.shape, [v.type.shape for v in inputs])
-    heads, offs = [], [[] for _ in inputs]
-    block = y.type.size
-    yoff = []
-    for d, (size, strides) in enumerate(dims):
-        block //= size
-        heads.append(f"for (size_t i{d} = 0; i{d} < {size}; i{d}++)")
-        yoff.append(f"i{d} * {block}")
-        for k, st in enumerate(strides):
-            if st:
-                offs[k].append(f"i{d} * {st}")
-    reads = [f"{ctx.ptr(v)}[{' + '.join(o) or '0'}]" for v, o in zip(inputs, offs)]
-    return "\n".join([*heads, f"  {ctx.ptr(y)}[{' + '.join(yoff)}] = {expr.format(*reads)};"])
+    heads, offs, yoff = outer_loops(dims, 1, [ctx.ptr(v) for v in inputs])
+    reads = [f"*({o})" for o in offs]
+    return "\n".join([*heads, f"  *({ctx.ptr(y)}{yoff}) = {expr.format(*reads)};", "}" * len(heads)])
 
 
 def _bool_infer(node: Node) -> list[TensorType]:
