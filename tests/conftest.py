@@ -46,3 +46,15 @@ def assert_matches_ort(model_proto: onnx.ModelProto, cuvil_model, n_inputs: int 
 def matches_ort():
     """``assert_matches_ort`` for tests: a fixture, so test modules need not import this conftest."""
     return assert_matches_ort
+
+
+@pytest.fixture
+def host_cli(capsys):
+    """Run ``cuvil-edge ARGS...`` in process; asserts exit 0 and returns what it printed."""
+    from cuvil_edge.cli import main
+
+    def run(*argv: str) -> str:
+        assert main(list(argv)) == 0
+        return capsys.readouterr().out
+
+    return run

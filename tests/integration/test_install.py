@@ -494,19 +494,10 @@ def test_verification_errors_share_one_base():
 
 
 # -- command line -----------------------------------------------------------------------------
-def test_cli_keys_bundle_verify_install_rollback(world, tmp_path, capsys, monkeypatch):
-    import argparse
-
-    from cuvil_edge.cli_ota import register
+def test_cli_keys_bundle_verify_install_rollback(world, tmp_path, capsys, monkeypatch, host_cli):
     from ota.cli import main as agent
 
-    ap = argparse.ArgumentParser()
-    register(ap.add_subparsers(dest="cmd", required=True))
-
-    def host(*argv: str) -> str:
-        args = ap.parse_args(argv)
-        assert args.fn(args) == 0
-        return capsys.readouterr().out
+    host = host_cli
 
     keys = str(tmp_path / "keys")
     monkeypatch.setenv("CUVIL_TEST_PASS", "correct horse")

@@ -329,18 +329,8 @@ def test_example_agent_config_parses(monkeypatch, tmp_path):
 
 
 # -- command line: publish, fleet status, and the one-command demo ----------------------------------------
-def test_cli_publish_status_and_demo(fleet_world, broker, tmp_path, capsys):
-    import argparse
-
-    from cuvil_edge.cli_fleet import register
-
-    ap = argparse.ArgumentParser()
-    register(ap.add_subparsers(dest="cmd", required=True))
-
-    def host(*argv: str) -> str:
-        args = ap.parse_args(argv)
-        assert args.fn(args) == 0
-        return capsys.readouterr().out
+def test_cli_publish_status_and_demo(fleet_world, broker, tmp_path, capsys, host_cli):
+    host = host_cli
 
     common = ["--fleet", FLEET, "--broker", f"127.0.0.1:{broker.port}", "--state", str(tmp_path / "f.json")]
     agents = AgentThreads()
