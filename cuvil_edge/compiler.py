@@ -10,7 +10,7 @@ from runtime_wasm.spec import ModelSpec, TensorSpec, VariantSpec
 
 from .codegen.emit import CProgram, emit_c
 from .codegen.toolchain import Target, compile_c
-from .ir.graph import Graph
+from .ir.graph import Graph, Value
 from .passes import run_passes
 
 Progress = Callable[[str], None]
@@ -41,6 +41,30 @@ def node_table(graph: Graph, program: CProgram) -> list[dict[str, object]]:
     return rows
 
 
+def index_bounds(graph: Graph) -> dict[int, int]:
+    """``id`` of a graph input -> the smallest gather-axis size of any table its values index (followed
+    through casts and reshapes): ids drawn from [0, bound) pick real rows of every table, where larger
+    ones would only test the clamp."""
+    from .ops import get as get_op
+
+    consumers = graph.consumers()
+    bounds: dict[int, int] = {}
+    for v in graph.inputs:
+        sizes: list[int] = []
+        todo: list[Value] = [v]
+        while todo:
+            x = todo.pop()
+            for n in consumers.get(id(x), []):
+                if n.op == "gather" and n.inputs[1] is x:
+                    table = n.inputs[0].type.shape
+                    sizes.append(table[int(n.attrs["axis"]) % len(table)])
+                elif n.op == "cast" or get_op(n.op).alias:
+                    todo.append(n.outputs[0])
+        if min(sizes, default=0):
+            bounds[id(v)] = min(sizes)
+    return bounds
+
+
 def optimize_graph(graph: Graph, progress: Progress | None = None) -> Graph:
     return run_passes(graph, log=progress)
 
@@ -55,9 +79,10 @@ def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
     program = emit_c(graph, profile=profile)
     plan = program.plan
     names = graph.meta.get("output_names") or [v.name for v in graph.outputs]
+    bounds = index_bounds(graph)
 
     def tensor(v, name: str) -> TensorSpec:
-        return TensorSpec(name, v.type.dtype, v.type.shape, plan.offset(v))
+        return TensorSpec(name, v.type.dtype, v.type.shape, plan.offset(v), bounds.get(id(v)))
 
     modules: dict[str, bytes] = {}
     variants = []

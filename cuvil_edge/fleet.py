@@ -50,6 +50,7 @@ from .signing import Keyring, build_bundle, sign_envelope
 
 DEFAULT_CHUNK_BYTES = 32 << 10
 LATER_STAGES = (25.0, 50.0, 100.0)  # after the canary, unless --stages says otherwise
+_FINAL = ("failed", "timeout", "rolled_back")  # outcomes a later status report does not change
 
 
 class FleetError(CuvilError):
@@ -84,9 +85,15 @@ class Rollout:
     stage: int = 0
     select_below: int = 0
     status: str = "rolling"  # rolling, halted, complete
-    outcomes: dict[str, str] = field(default_factory=dict)  # device: active, failed, timeout, rolled_back
+    #: device: active, failed, timeout; after a halt also rollback_pending, rolled_back, withdrawn
+    outcomes: dict[str, str] = field(default_factory=dict)
     stage_started: float = 0.0
     reason: str = ""
+
+    @property
+    def pending_rollbacks(self) -> list[str]:
+        """Devices ordered to roll back whose confirmation has not arrived yet."""
+        return sorted(d for d, o in self.outcomes.items() if o == "rollback_pending")
 
 
 class Publisher:
@@ -232,12 +239,17 @@ class Publisher:
         if not status:
             return None
         release = status.get("release") or 0
-        if status.get("state") in ("active", "offline") and release >= rollout.release:
+        state = status.get("state")
+        if state in ("active", "offline") and release >= rollout.release:
             return "active"
-        if status.get("state") == "failed" and status.get("bundle") == rollout.bundle_sha256:
+        if state == "failed" and status.get("bundle") == rollout.bundle_sha256:
             return "failed"
-        if status.get("state") == "rolled_back" and rollout.outcomes.get(status["device"]) == "active":
+        ordered = rollout.outcomes.get(status["device"]) in ("active", "rollback_pending")
+        if state == "rolled_back" and ordered:
             return "rolled_back"
+        if rollout.status == "halted" and state in ("active", "idle", "offline") \
+                and release < rollout.release:
+            return "withdrawn"  # after the halt: kept (or went back to) the old release without installing
         return None
 
     def step(self, stage_timeout_s: float) -> Rollout:
@@ -273,14 +285,46 @@ class Publisher:
         """Withdraw the release (downloads in progress stop); optionally roll back devices that took it."""
         rollout.status, rollout.reason = "halted", reason
         self._announce(rollout, halted=True)
-        if rollout.rollback_on_halt:
-            for d, outcome in sorted(rollout.outcomes.items()):
-                if outcome == "active":
+        self._settle(rollout)
+
+    def _settle(self, rollout: Rollout) -> list[str]:
+        """One pass over a halted stage: record where each device ended up and order a rollback from every
+        device found on the withdrawn release (also one that finished installing after the halt). Returns
+        the devices whose outcome is not final yet (still installing, or a rollback not yet confirmed)."""
+        devices = self.devices
+        unsettled = []
+        for d in self.stage_devices(rollout):
+            outcome = rollout.outcomes.get(d)
+            if outcome not in _FINAL:
+                outcome = self._outcome(rollout, devices.get(d)) or outcome
+            if outcome == "rollback_pending" or (outcome == "active" and rollout.rollback_on_halt):
+                if rollout.outcomes.get(d) != "rollback_pending":
                     self.command(d, "rollback")
+                outcome = "rollback_pending"
+            if outcome:
+                rollout.outcomes[d] = outcome
+            if outcome in (None, "rollback_pending"):
+                unsettled.append(d)
+        self._store(rollout)
+        return unsettled
+
+    def wait_settled(self, timeout_s: float, poll_s: float = 0.05) -> Rollout:
+        """After a halt, wait (at most ``timeout_s``) until every device of the halted stage has a final
+        outcome: failed, timeout, rolled_back, withdrawn (or active, without ``rollback_on_halt``).
+        Devices still waiting stay ``rollback_pending`` (or without an outcome) in the stored record, so a
+        later call, or a restarted publisher, can wait for them again."""
+        rollout = self.rollout
+        if rollout is None or rollout.status != "halted":
+            raise FleetError("no halted rollout to settle")
+        end = time.monotonic() + timeout_s
+        while self._settle(rollout) and time.monotonic() < end:
+            time.sleep(poll_s)
+        return rollout
 
     def watch(self, timeout_s: float = 3600.0, stage_timeout_s: float = 600.0, poll_s: float = 0.2,
-              progress: Callable[[Rollout], None] | None = None) -> Rollout:
-        """Step until the rollout is complete or halted (then wait briefly for rollbacks to report)."""
+              progress: Callable[[Rollout], None] | None = None, settle_s: float = 30.0) -> Rollout:
+        """Step until the rollout is complete or halted; after a halt, wait up to ``settle_s`` for the
+        stage's devices to settle (see ``wait_settled``; unconfirmed rollbacks stay ``rollback_pending``)."""
         end = time.monotonic() + timeout_s
         seen: tuple[Any, ...] = ()
         while time.monotonic() < end:
@@ -294,21 +338,9 @@ class Publisher:
             time.sleep(poll_s)
         else:
             raise FleetError(f"rollout still running after {timeout_s}s (state kept in {self.state_path})")
-        if rollout.status == "halted" and rollout.rollback_on_halt:
-            self._await_rollbacks(rollout, min(30.0, max(end - time.monotonic(), 0.0)))
+        if rollout.status == "halted":
+            rollout = self.wait_settled(min(settle_s, max(end - time.monotonic(), 0.0)))
         return rollout
-
-    def _await_rollbacks(self, rollout: Rollout, timeout_s: float) -> None:
-        end = time.monotonic() + timeout_s
-        waiting = [d for d, o in rollout.outcomes.items() if o == "active"]
-        while waiting and time.monotonic() < end:
-            devices = self.devices
-            for d in list(waiting):
-                if devices.get(d, {}).get("state") == "rolled_back":
-                    rollout.outcomes[d] = "rolled_back"
-                    waiting.remove(d)
-            time.sleep(0.05)
-        self._store(rollout)
 
 
 # -- demo and benchmark fixtures: a tiny model release and a broker on this machine -------------------------

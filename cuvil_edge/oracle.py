@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import onnx
+
+from runtime_wasm.spec import TensorSpec
 
 
 def ort_session(model: onnx.ModelProto | str, threads: int = 1):
@@ -35,9 +37,15 @@ def random_inputs(model: onnx.ModelProto, n: int, seed: int) -> Iterator[dict[st
         yield {k: rng.standard_normal(shape).astype(dtype) for k, (shape, dtype) in specs.items()}
 
 
-def random_feeds(specs, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded feeds for a compiled model's inputs (``TensorSpec``s): standard normal floats, small
-    non-negative integers for id-like inputs, random booleans."""
+#: ``[0, DEFAULT_INDEX_BOUND)`` for wide integer inputs whose spec names no ``index_bound`` (ids, counts)
+DEFAULT_INDEX_BOUND = 10
+
+
+def random_feeds(specs: Iterable[TensorSpec], seed: int | np.random.Generator = 0) -> dict[str, np.ndarray]:
+    """Seeded feeds for a compiled model's inputs, each from its real range: standard normal floats,
+    random booleans, 8- and 16-bit integers over the whole dtype (bytes of an image, quantized values),
+    wider integers (ids, indices) over ``[0, index_bound)`` or ``[0, DEFAULT_INDEX_BOUND)``. ``seed`` may
+    be a ``Generator`` to draw several feeds from one seeded stream."""
     rng = np.random.default_rng(seed)
     out = {}
     for t in specs:
@@ -46,6 +54,9 @@ def random_feeds(specs, seed: int = 0) -> dict[str, np.ndarray]:
             out[t.name] = rng.standard_normal(t.shape).astype(dt)
         elif dt.kind == "b":
             out[t.name] = rng.random(t.shape) < 0.5
+        elif dt.itemsize <= 2:
+            info = np.iinfo(dt)
+            out[t.name] = rng.integers(info.min, info.max, t.shape, dt, endpoint=True)
         else:
-            out[t.name] = rng.integers(0, 10, t.shape).astype(dt)
+            out[t.name] = rng.integers(0, t.index_bound or DEFAULT_INDEX_BOUND, t.shape).astype(dt)
     return out

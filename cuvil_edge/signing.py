@@ -34,6 +34,7 @@ from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE, load_model_dir
 from runtime_wasm.spec import ModelSpec
 
 from .errors import CuvilError
+from .oracle import random_feeds
 
 ROLES = ("root", "release")
 ROOTS_DIR = "roots"
@@ -202,12 +203,13 @@ def _check_role(role: str) -> str:
 
 # -- bundles ----------------------------------------------------------------------------------
 def golden_vectors(model_dir: str | os.PathLike[str], count: int = 2, seed: int = 0) -> list[dict[str, Any]]:
-    """Seeded random inputs and what the compiled model answers: the device's self-test reference."""
+    """Seeded random inputs, each over its tensor's real range (``random_feeds``), and what the compiled
+    model answers: the device's self-test reference."""
     rng = np.random.default_rng(seed)
     vectors = []
     with load_model_dir(model_dir) as model:
         for _ in range(count):
-            inputs = {t.name: rng.standard_normal(t.shape).astype(t.dtype) for t in model.spec.inputs}
+            inputs = random_feeds(model.spec.inputs, rng)
             vectors.append(encode_vector(inputs, model.predict(inputs)))
     return vectors
 

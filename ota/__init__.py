@@ -13,6 +13,7 @@ from .crypto import canonical_bytes, key_id
 from .errors import (
     BadSignature,
     BrokenChain,
+    CorruptSlot,
     DiskFull,
     ExpiredMetadata,
     FormatError,
@@ -27,6 +28,7 @@ from .errors import (
     RollbackError,
     SelfTestFailed,
     SlowRetrieval,
+    StateLocked,
     ThresholdNotMet,
     TransferFailed,
     TransportError,
@@ -43,11 +45,11 @@ from .trust import TrustState
 
 __all__ = [
     "STEPS", "Agent", "AgentConfig", "Announcement", "BadSignature", "BrokenChain", "BrokerSettings",
-    "Command", "DiskFull", "ExpiredMetadata", "FileEntry", "FileWriter", "FormatError", "HashMismatch",
-    "InstallError", "Installer", "LengthMismatch", "Manifest", "MqttClient", "NoActiveModel", "NotAuthorized",
-    "NothingToRollBack", "OtaConfig", "OtaError", "ReplayedCommand", "Root", "RollbackError",
-    "SelfTestFailed", "SlowRetrieval", "ThresholdNotMet", "Topics", "TransferFailed", "TransferLimits",
-    "TransportError", "TrustState", "UnauthorizedMessage", "UntrustedKey", "VerificationError", "WrongTarget",
-    "canonical_bytes", "key_id", "load_agent_config", "read_header", "read_payloads", "verify_bundle",
-    "write_bundle",
+    "Command", "CorruptSlot", "DiskFull", "ExpiredMetadata", "FileEntry", "FileWriter", "FormatError",
+    "HashMismatch", "InstallError", "Installer", "LengthMismatch", "Manifest", "MqttClient",
+    "NoActiveModel", "NotAuthorized", "NothingToRollBack", "OtaConfig", "OtaError", "ReplayedCommand",
+    "RollbackError", "Root", "SelfTestFailed", "SlowRetrieval", "StateLocked", "ThresholdNotMet", "Topics",
+    "TransferFailed", "TransferLimits", "TransportError", "TrustState", "UnauthorizedMessage",
+    "UntrustedKey", "VerificationError", "WrongTarget", "canonical_bytes", "key_id", "load_agent_config",
+    "read_header", "read_payloads", "verify_bundle", "write_bundle",
 ]

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import queue
+import shutil
 import sys
 import threading
 import time
@@ -20,10 +21,16 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from .chunks import ChunkTransfer, file_sha256
+from runtime_wasm import RuntimePolicy
+
+from .bundle import read_header
+from .chunks import PART_FILE, ChunkTransfer, file_sha256
 from .config import AgentConfig, default_hardware_id
+from .crypto import parse_json
 from .errors import (
     HashMismatch,
+    InstallError,
+    NoActiveModel,
     OtaError,
     ReplayedCommand,
     RollbackError,
@@ -55,23 +62,52 @@ _STEP_STATES = {"verified": "installing", "reverified": "self-test"}
 
 
 class JsonLog:
-    """Structured logs: one JSON object per line (time, device, event, fields)."""
+    """Structured logs: one JSON object per line (time, device, event, fields).
+
+    Logging is never fatal: a log file that cannot be opened or written (disk full, ``/dev/full``, a
+    removed mount) falls back to stderr, and lines that cannot be written anywhere are counted in
+    ``dropped``; the agent keeps serving and updating either way."""
 
     def __init__(self, device: str, path: str = "") -> None:
         self.device = device
-        self._out: TextIO = open(path, "a", buffering=1) if path else sys.stderr
+        self.dropped = 0
         self._lock = threading.Lock()
+        self._out: TextIO = sys.stderr
+        if path:
+            try:
+                self._out = open(path, "a", buffering=1)
+            except OSError as exc:
+                self._fallback(f"cannot open log file {path}: {exc}")
 
     def __call__(self, event: str, /, **fields: Any) -> None:
         line = json.dumps({**fields, "ts": round(time.time(), 3), "device": self.device, "event": event},
                           default=str)
         with self._lock:
-            self._out.write(line + "\n")
-            self._out.flush()
+            try:
+                self._out.write(line + "\n")
+                self._out.flush()
+            except (OSError, ValueError) as exc:  # ValueError: a closed file
+                self.dropped += 1
+                self._fallback(f"log write failed: {exc}")
+
+    def _fallback(self, why: str) -> None:
+        if self._out is not sys.stderr:
+            try:
+                self._out.close()
+            except OSError:
+                pass
+            self._out = sys.stderr
+        try:
+            sys.stderr.write(json.dumps({"device": self.device, "event": "log_failed", "detail": why}) + "\n")
+        except (OSError, ValueError):
+            pass
 
     def close(self) -> None:
         if self._out is not sys.stderr:
-            self._out.close()
+            try:
+                self._out.close()
+            except OSError:
+                pass
 
 
 class Agent:
@@ -86,12 +122,19 @@ class Agent:
         state = Path(config.state_dir)
         root = None
         if not (state / "trust.json").exists() and config.trust_root:
-            root = json.loads(Path(config.trust_root).read_bytes())
+            root = parse_json(Path(config.trust_root).read_bytes(), f"trust root {config.trust_root}")
         self._user_step = on_step
+        policy = config.policy or RuntimePolicy()  # always served supervised, under a deadline
         self.installer = Installer(state, config.hardware_id or default_hardware_id(), config.profile or None,
-                                   root=root, config=config.ota, on_step=self._step)
-        self.host = ModelHost(self.installer, config.policy)
+                                   root=root, config=config.ota, on_step=self._step, policy=policy)
+        self._drop_installed_transfer()
+        self.host = ModelHost(self.installer, policy)
+        self._health: dict[str, Any] = {}  # why the model on disk is not served (sent with every status)
+        self._served = self._disk_key()
         self.state = "active" if self.host.release is not None else "idle"
+        if self.host.load_error is not None and not isinstance(self.host.load_error, NoActiveModel):
+            self.state = self._fall_back(self.host.load_error, "at start")
+        self._last_disk_check = 0.0
         self._store_path = state / STORE_FILE
         self._store: dict[str, Any] = read_json(self._store_path, {"announce_seq": 0, "announce_digest": "",
                                                                    "failed": {}, "nonces": {}})
@@ -175,6 +218,9 @@ class Agent:
 
     def _tick(self) -> None:
         now = time.monotonic()
+        if now - self._last_disk_check >= 1.0:
+            self._last_disk_check = now
+            self._follow_disk()
         if self.transfer and self.mqtt.connected:
             try:
                 if self.transfer.due():
@@ -227,11 +273,13 @@ class Agent:
 
     def _abandon(self, why: str) -> None:
         assert self.transfer is not None
-        self.log("transfer_abandoned", bundle=self.transfer.ann.bundle_sha256, reason=why)
+        bundle = self.transfer.ann.bundle_sha256
+        self.log("transfer_abandoned", bundle=bundle, reason=why)
         self.transfer.discard()
         self.transfer = None
         self._request_window()
-        self._report("active" if self.host.release is not None else "idle", event="withdrawn", detail=why)
+        self._report("active" if self.host.release is not None else "idle", event="withdrawn", detail=why,
+                     bundle=bundle)
 
     # -- chunks -------------------------------------------------------------------------------
     def _chunk_topics(self, indices: list[int]) -> list[str]:
@@ -282,7 +330,15 @@ class Agent:
             return
         self.transfer = None
         t.discard()
-        self.host.reload()
+        self._served = self._disk_key()
+        try:
+            self.host.reload()
+        except Exception as exc:  # committed, yet it cannot be served here: never a silent old model
+            state = self._fall_back(exc, f"after installing release {manifest.release}")
+            self._fail(ann, InstallError(f"release {manifest.release} was installed but cannot be served "
+                                         f"({type(exc).__name__}: {exc}); now {state}"))
+            return
+        self._health = {}
         self.log("installed", release=manifest.release, version=manifest.version)
         self._report("active", bundle=ann.bundle_sha256, version=manifest.version)
 
@@ -335,9 +391,72 @@ class Agent:
         except (OtaError, OSError) as exc:
             self._report(self.state, event="command_failed", error=type(exc).__name__, detail=str(exc))
             return
-        self.host.reload()
+        self._served = self._disk_key()
+        try:
+            self.host.reload()
+        except Exception as exc:
+            self._report(self._unhealthy(exc, "after the rollback command"))
+            return
+        self._health = {}
         self.log("rolled_back", release=manifest.release)
         self._report("rolled_back", version=manifest.version)
+
+    # -- serving what the state directory says ------------------------------------------------
+    def _disk_key(self) -> tuple[str, int] | None:
+        """(active slot, its release) as on disk now; None when there is none or it is unreadable."""
+        try:
+            return self.installer.active_dir().name, self.installer.active_manifest().release
+        except OtaError:
+            return None
+
+    def _follow_disk(self) -> None:
+        """An operator may install or roll back with ``cuvil-agent`` while the agent runs: serve what the
+        state directory says (the trust state is re-read from disk at every use anyway)."""
+        key = self._disk_key()
+        if key == self._served:
+            return
+        self._served = key
+        self.log("state_changed", active=key)
+        try:
+            self.host.reload()
+        except Exception as exc:
+            self._report(self._fall_back(exc, "after a change on disk"))
+            return
+        self._health = {}
+        self._report("active" if self.host.release is not None else "idle", event="state_changed")
+
+    def _fall_back(self, exc: BaseException, when: str) -> str:
+        """The active model cannot be served (corrupt slot, does not load under the policy): go back to the
+        other slot after re-verifying it under the current root; when that fails too, keep running, report
+        ``unhealthy`` and wait for a rollback or install command. Returns the state to report."""
+        self.log("load_failed", when=when, error=type(exc).__name__, detail=str(exc))
+        try:
+            manifest = self.installer.rollback()
+            self._served = self._disk_key()
+            self.host.reload()
+        except Exception as again:
+            return self._unhealthy(again, f"{when}: {type(exc).__name__}: {exc}")
+        self._health = {"error": type(exc).__name__, "detail": f"{when}: {exc}; rolled back"}
+        self.log("rolled_back", release=manifest.release, reason=str(exc))
+        return "rolled_back"
+
+    def _unhealthy(self, exc: BaseException, why: str) -> str:
+        self._health = {"error": type(exc).__name__, "detail": f"no healthy model ({why}): {exc}"}
+        self.log("unhealthy", **self._health)
+        self.state = "unhealthy"
+        return "unhealthy"
+
+    def _drop_installed_transfer(self) -> None:
+        """A crash between the install and removing its download leaves the whole bundle in ``transfer/``:
+        drop it at start when its release is already installed (status would show it as in progress)."""
+        part = Path(self.cfg.state_dir) / TRANSFER_DIR / PART_FILE
+        try:
+            with open(part, "rb") as f:
+                release = read_header(f, self.cfg.ota)["signed"]["release"]
+        except (OSError, OtaError, KeyError, TypeError):
+            return
+        if isinstance(release, int) and release <= self.installer.trust.release_counter:
+            shutil.rmtree(part.parent, ignore_errors=True)
 
     def _cmd_report(self, cmd: Command) -> None:
         self._report(self.state, event="report")
@@ -345,7 +464,7 @@ class Agent:
 
     # -- reporting ----------------------------------------------------------------------------
     def _status(self, state: str, **fields: Any) -> bytes:
-        return status_payload(self.device, state, release=self.host.release, **fields)
+        return status_payload(self.device, state, release=self.host.release, **{**self._health, **fields})
 
     def _report(self, state: str, **fields: Any) -> None:
         """Retained status (the last word on this device); dropped when offline and re-sent on connect."""

@@ -51,15 +51,20 @@ def _read_exact(stream: BinaryIO, n: int, what: str) -> bytes:
 
 
 def read_header(stream: BinaryIO, config: OtaConfig) -> dict[str, Any]:
-    """The signed envelope, read up to its declared length (itself capped by ``max_manifest_bytes``)."""
+    """The signed envelope, read up to its declared length (itself capped by ``max_manifest_bytes``). The
+    header must be exactly its canonical JSON: then every reader of the file sees the one document the
+    signatures cover, whatever its parser does with spaces, escapes or key order."""
     if _read_exact(stream, len(MAGIC), "magic") != MAGIC:
         raise FormatError("not a cuvil-edge bundle (bad magic)")
     (n,) = _LENGTH.unpack(_read_exact(stream, _LENGTH.size, "header length"))
     if n > config.max_manifest_bytes:
         raise LengthMismatch(f"manifest declares {n} bytes, over the limit of {config.max_manifest_bytes}")
-    envelope = parse_json(_read_exact(stream, n, "manifest"), "manifest")
+    header = _read_exact(stream, n, "manifest")
+    envelope = parse_json(header, "manifest")
     if not isinstance(envelope, dict):
         raise FormatError("manifest is not a JSON object")
+    if header != canonical_bytes(envelope):
+        raise FormatError("manifest header is not canonical JSON (sorted keys, no spaces, ASCII escapes)")
     return envelope
 
 

@@ -4,7 +4,7 @@ status, infer) over one state directory."""
 from __future__ import annotations
 
 import argparse
-import json
+import logging
 import signal
 import sys
 import threading
@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 
 from .config import default_hardware_id, load_agent_config
+from .crypto import parse_json
 from .errors import InstallError, OtaError, VerificationError
 from .installer import Installer
 
 
 def _read_roots(paths: Sequence[str]) -> list[dict[str, Any]]:
-    return [json.loads(Path(p).read_bytes()) for p in paths]
+    return [parse_json(Path(p).read_bytes(), f"root metadata {p}") for p in paths]
 
 
 def _from_config(args: argparse.Namespace) -> None:
@@ -31,17 +32,20 @@ def _from_config(args: argparse.Namespace) -> None:
         args.hardware_id = cfg.hardware_id or args.hardware_id
         args.root = args.root or ([cfg.trust_root] if cfg.trust_root else [])
         args.socket = getattr(args, "socket", None) or cfg.socket
+        args.policy = cfg.policy  # an install self-tests under the limits the agent will serve with
     elif not args.state_dir:
         raise SystemExit("give --state-dir DIR or --config agent.toml")
 
 
 def _installer(args: argparse.Namespace) -> Installer:
-    """Open the state; the first ``--root`` provisions an empty one, newer ones rotate the trust."""
+    """Open the state (under its lock, as the agent does); the first ``--root`` provisions an empty one,
+    newer ones rotate the trust."""
     _from_config(args)
     roots = _read_roots(args.root or [])
     provisioned = (Path(args.state_dir) / "trust.json").exists()
     bootstrap = roots[0] if roots and not provisioned else None
-    inst = Installer(args.state_dir, args.hardware_id, args.profile, root=bootstrap)
+    inst = Installer(args.state_dir, args.hardware_id, args.profile, root=bootstrap,
+                     policy=getattr(args, "policy", None))
     newer = [r for r in roots if r.get("signed", {}).get("version", 0) > inst.trust.root.version]
     if newer:
         inst.update_root(newer)
@@ -62,11 +66,30 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def cmd_trust(args: argparse.Namespace) -> int:
+    """Provision or rotate the root of trust (``--root`` in version order), nothing else."""
+    if not args.root:
+        raise SystemExit("give --root ROOT_JSON (each new version, in order)")
     inst = _installer(args)
-    m = inst.active_manifest()
-    print(f"active: {m.name} {m.version} (release {m.release}); counter {inst.trust.release_counter}; "
-          f"root v{inst.trust.root.version}")
+    print(f"trust: root v{inst.trust.root.version}, release counter {inst.trust.release_counter}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Read only: no lock, no recovery, no writes, so it can run beside a running install."""
+    if args.root:
+        raise SystemExit("status only reads; rotate trust with: cuvil-agent trust --root ROOT_JSON")
+    _from_config(args)
+    d = Installer(args.state_dir, args.hardware_id, args.profile, read_only=True).describe()
+    print(f"trust: counter {d['release_counter']}; root v{d['root_version']}")
+    if d["pointer_problem"]:
+        print(f"active: UNKNOWN ({d['pointer_problem']})")
+    elif d["active"] is None:
+        print("active: none installed")
+    for name, slot in sorted(d["slots"].items()):
+        what = f"{slot['name']} {slot['version']} (release {slot['release']})" if "release" in slot else "?"
+        health = "ok" if slot["healthy"] else f"CORRUPT: {slot['problem']}"
+        print(f"{'active' if slot['active'] else 'other '}: slot {name}: {what}: {health}")
     from .agent import describe_state
 
     d = describe_state(args.state_dir)
@@ -120,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(fn=cmd_run)
     for name, fn, help_ in (("install", cmd_install, "verify, install, self-test and activate a bundle"),
                             ("rollback", cmd_rollback, "reactivate the previous model after checking it"),
-                            ("status", cmd_status, "show the active model, trust and update state"),
+                            ("trust", cmd_trust, "provision or rotate the root of trust (--root)"),
+                            ("status", cmd_status, "show the slots, trust and update state (read only)"),
                             ("infer", cmd_infer, "run inputs through the running agent's model")):
         p = sub.add_parser(name, help=help_)
         if name == "install":
@@ -141,10 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="cuvil-agent: %(message)s")  # e.g. waiting for the lock
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except ValueError as exc:  # a bad config file
+    except (ValueError, OSError) as exc:  # a bad config file, a missing bundle or state directory
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except VerificationError as exc:

@@ -1,7 +1,8 @@
 """Limits and settings of the update path: typed fields whose names carry their units.
 
 ``OtaConfig`` bounds the bundle checks, ``TransferLimits`` the chunked download, ``BrokerSettings``
-the MQTT connection, and ``AgentConfig`` ties them to one device (``load_agent_config`` reads TOML).
+the MQTT connection, ``ServeLimits`` the local inference socket, and ``AgentConfig`` ties them to one
+device (``load_agent_config`` reads TOML).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class OtaConfig:
     selftest_deadline_s: float = 10.0
     selftest_memory_cap_bytes: int = 256 << 20
     selftest_start_timeout_s: float = 60.0
+    #: how long an installer waits for the state-directory lock held by another installer before failing
+    lock_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -61,9 +64,9 @@ class OtaConfig:
                 raise ValueError(f"OtaConfig.{f.name} must be a non-negative number, got {value!r}")
         _check_numbers(self)
         if 0 in (self.chunk_bytes, self.max_root_chain_length, self.selftest_deadline_s,
-                 self.selftest_memory_cap_bytes, self.selftest_start_timeout_s):
-            raise ValueError("OtaConfig.chunk_bytes, max_root_chain_length and the selftest_* limits must be "
-                             "positive")
+                 self.selftest_memory_cap_bytes, self.selftest_start_timeout_s, self.lock_timeout_s):
+            raise ValueError("OtaConfig.chunk_bytes, max_root_chain_length, lock_timeout_s and the "
+                             "selftest_* limits must be positive")
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,9 @@ class TransferLimits:
     min_rate_bytes_per_s: float = 64.0  # measured over rate_window_s once that much time has passed
     rate_window_s: float = 60.0
     max_command_ttl_s: float = 3600.0  # commands valid longer are refused (bounds the nonce store)
-    max_connect_failures: int = 30  # consecutive broker connect failures before giving up
+    #: consecutive broker connect failures before giving up; 0: never (an agent offline for days must keep
+    #: serving locally and reconnect when the broker returns), retrying every ``backoff_max_s``
+    max_connect_failures: int = 0
 
     def __post_init__(self) -> None:
         _check_numbers(self)
@@ -89,7 +94,8 @@ class TransferLimits:
 
     def backoff_s(self, attempt: int, rand: float) -> float:
         """Exponential backoff with "equal jitter": half fixed, half random (``rand`` in [0, 1))."""
-        cap = min(self.backoff_max_s, self.backoff_min_s * 2 ** max(attempt - 1, 0))
+        # the exponent is capped: retrying forever, 2 ** attempt would overflow a float after ~1000 tries
+        cap = min(self.backoff_max_s, self.backoff_min_s * 2 ** min(max(attempt - 1, 0), 64))
         return cap / 2 + cap / 2 * rand
 
 
@@ -116,6 +122,22 @@ class BrokerSettings:
 
 
 @dataclass(frozen=True)
+class ServeLimits:
+    """The local inference socket: what local apps can hold (threads, memory, time). Worst-case request
+    memory is about ``max_connections * max_request_bytes`` (256 MiB by default), before JSON decoding."""
+
+    max_connections: int = 16  # served at once; one more is answered ``Overloaded`` and closed
+    read_timeout_s: float = 10.0  # to receive a whole request line (and to send the reply); else dropped
+    max_request_bytes: int = 16 << 20  # one request line; longer ones get "request too large", unread
+
+    def __post_init__(self) -> None:
+        _check_numbers(self)
+        if not (self.max_connections > 0 and self.read_timeout_s > 0 and self.max_request_bytes > 0):
+            raise ValueError("ServeLimits.max_connections, read_timeout_s and max_request_bytes must be "
+                             "positive")
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """One device: identity, trust root, state directory, broker and limits."""
 
@@ -131,7 +153,8 @@ class AgentConfig:
     broker: BrokerSettings = field(default_factory=BrokerSettings)
     limits: TransferLimits = field(default_factory=TransferLimits)
     ota: OtaConfig = field(default_factory=OtaConfig)
-    policy: RuntimePolicy | None = None  # set: serve through supervised workers under this policy
+    serve: ServeLimits = field(default_factory=ServeLimits)
+    policy: RuntimePolicy | None = None  # None: serve under the default ``RuntimePolicy()``
 
 
 def _typed(cls: type, table: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -150,11 +173,12 @@ def _typed(cls: type, table: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
-    """Sections ``agent``, ``broker`` (secret: ``password_file`` or ``password_env``), ``limits``, ``ota``
-    and ``policy`` (a ``RuntimePolicy``; without it the model is served in-process)."""
+    """Sections ``agent``, ``broker`` (secret: ``password_file`` or ``password_env``), ``limits``, ``ota``,
+    ``serve`` (``ServeLimits``) and ``policy`` (a ``RuntimePolicy``; without it the defaults: the model
+    always runs in supervised workers under a deadline)."""
     with open(path, "rb") as f:
         doc = tomllib.load(f)
-    unknown = set(doc) - {"agent", "broker", "limits", "ota", "policy"}
+    unknown = set(doc) - {"agent", "broker", "limits", "ota", "serve", "policy"}
     if unknown:
         raise ValueError(f"{path}: unknown sections {sorted(unknown)}")
     broker = dict(doc.get("broker", {}))
@@ -167,6 +191,7 @@ def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
                            broker=BrokerSettings(**_typed(BrokerSettings, broker, "broker")),
                            limits=TransferLimits(**_typed(TransferLimits, doc.get("limits", {}), "limits")),
                            ota=OtaConfig(**_typed(OtaConfig, doc.get("ota", {}), "ota")),
+                           serve=ServeLimits(**_typed(ServeLimits, doc.get("serve", {}), "serve")),
                            policy=RuntimePolicy.from_dict(doc["policy"]) if "policy" in doc else None)
     except TypeError as exc:  # a required [agent] field is missing
         raise ValueError(f"{path}: {exc}") from None

@@ -76,6 +76,15 @@ class NoActiveModel(InstallError):
     """No model has been installed in this state directory yet."""
 
 
+class CorruptSlot(InstallError):
+    """An installed slot or the active pointer is missing, unreadable or no longer matches its signed
+    manifest (disk corruption or tampering on the device)."""
+
+
+class StateLocked(InstallError):
+    """Another install, rollback or root update held the state directory's lock past the wait limit."""
+
+
 class ReplayedCommand(VerificationError):
     """A signed command whose nonce was already used: the same signed bytes were sent again."""
 

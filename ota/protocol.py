@@ -29,7 +29,7 @@ PROTOCOL_FORMAT = 1
 ACTIONS = ("install", "rollback", "report")
 #: states an agent reports on its status topic, in the order an install walks them
 STATES = ("idle", "downloading", "verifying", "installing", "self-test", "active", "rolled_back", "failed",
-          "offline")
+          "unhealthy", "offline")
 BUCKETS = 1 << 32  # a device's rollout bucket is in [0, BUCKETS)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # no '/', '+', '#': one topic level
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

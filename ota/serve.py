@@ -4,116 +4,214 @@ Request: ``{"inputs": {name: tensor}}``, optionally with ``"captured_at"`` (unix
 data was captured, for the policy's freshness bound); reply: ``{"release": n, "outputs": {name: tensor}}``
 or ``{"error": "...", "type": "..."}``, tensors as in golden vectors (``ota.golden``: dtype, shape,
 base64 little-endian data). File permissions on the socket decide which local users may ask.
+
+Nothing a local app or the model does can stall serving: the model always runs in supervised worker
+processes under the policy's deadline (``ModelHost``), and ``ServeLimits`` bound the connections served
+at once, the time to send a request and its size (``InferenceServer``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from runtime_wasm import ModelSource, RuntimePolicy, RuntimeWasmError, Scheduler, WasmModel
+from runtime_wasm import ModelSource, Overloaded, RuntimePolicy, RuntimeWasmError, Scheduler
 
-from .errors import NoActiveModel, OtaError
+from .config import ServeLimits
+from .errors import LengthMismatch, NoActiveModel, OtaError
 from .golden import decode_tensor, encode_tensor
 from .installer import Installer
 
-MAX_REQUEST_BYTES = 64 << 20
+log = logging.getLogger(__name__)
+#: the client's bound on one reply line
+MAX_REPLY_BYTES = 64 << 20
+
+
+class NoHealthyModel(NoActiveModel):
+    """A model is installed but could not be loaded (corrupt files, over the memory cap): nothing serves."""
 
 
 class ModelHost:
-    """The active model; swapped whole after an install or rollback, so a request sees old or new.
+    """The active model, in supervised worker processes behind a ``Scheduler``: every request runs under
+    the policy's deadline (default ``RuntimePolicy()``), so a model that loops on one input is killed
+    there instead of hanging later requests, reloads and shutdown.
 
-    With a ``policy`` the model runs in supervised worker processes behind a ``Scheduler`` (deadline,
-    memory cap, batching, freshness, thermal degrade); without one, in-process (one call at a time).
+    Swapped whole after an install or rollback, so a request sees old or new. ``load_error`` holds why
+    the latest load failed (None after a success); with nothing loaded requests get ``NoActiveModel`` or
+    ``NoHealthyModel``.
     """
 
     def __init__(self, installer: Installer, policy: RuntimePolicy | None = None) -> None:
-        self._installer, self._policy = installer, policy
+        self._installer, self.policy = installer, policy or RuntimePolicy()
         self._lock = threading.Lock()
-        self._model: WasmModel | Scheduler | None = None
+        self._model: Scheduler | None = None
+        self._retiring: list[threading.Thread] = []
         self.release: int | None = None
-        self.reload()
-
-    def _load(self) -> WasmModel | Scheduler:
-        if self._policy is None:
-            return self._installer.active_model()
-        source = ModelSource.from_dir(self._installer.active_dir(),
-                                      cache_dir=str(self._installer.cache.directory))
-        return Scheduler(source, self._policy)
+        self.load_error: Exception | None = None
+        with contextlib.suppress(Exception):  # in load_error: serving nothing beats an agent that crashes
+            self.reload()
 
     def reload(self) -> None:
-        """Load the installer's active slot (compiled from the local cache) and retire the previous one."""
+        """Load the installer's active slot (compiled from the local cache) into fresh workers, swap it in
+        and retire the previous model in the background: its in-flight request ends by its deadline, so
+        this never waits on it. On failure: raises, sets ``load_error``, the previous model keeps serving."""
         try:
-            model, release = self._load(), self._installer.active_manifest().release
-        except NoActiveModel:
-            model, release = None, None
+            slot = self._installer.active_dir()
+            release = self._installer.active_manifest().release
+            model = Scheduler(ModelSource.from_dir(slot, cache_dir=str(self._installer.cache.directory)),
+                              self.policy)
+        except Exception as exc:
+            self.load_error = exc
+            raise
         with self._lock:
-            old, self._model, self.release = self._model, model, release
-        if old is not None:
-            old.close()
+            old, self._model, self.release, self.load_error = self._model, model, release, None
+            self._retiring = [t for t in self._retiring if t.is_alive()]
+            if old is not None:
+                retire = threading.Thread(target=old.close, name="retire-model", daemon=True)
+                retire.start()
+                self._retiring.append(retire)
+
+    def _current(self) -> tuple[Scheduler, int]:
+        with self._lock:
+            model, release, error = self._model, self.release, self.load_error
+        if model is None or release is None:
+            if error is None or isinstance(error, NoActiveModel):
+                raise NoActiveModel("no model is installed yet")
+            raise NoHealthyModel(f"no healthy model is loaded ({type(error).__name__}: {error})")
+        return model, release
 
     def predict(self, inputs: Mapping[str, np.ndarray], captured_at: float | None = None
                 ) -> tuple[int, dict[str, np.ndarray]]:
-        with self._lock:
-            model, release = self._model, self.release
-            if model is None or release is None:
-                raise NoActiveModel("no model is installed yet")
-            if isinstance(model, WasmModel):
-                return release, model.predict(dict(inputs))
-        return release, model.predict(dict(inputs), captured_at)  # the scheduler queues and batches
+        model, release = self._current()
+        try:
+            return release, model.predict(dict(inputs), captured_at)  # the scheduler queues and batches
+        except Overloaded:
+            if self._model is model:  # queue full or load shed: the caller's to handle
+                raise
+        model, release = self._current()  # retired by a reload while queued: the new model answers
+        return release, model.predict(dict(inputs), captured_at)
 
     def metrics(self) -> dict[str, Any] | None:
-        """The scheduler's counters and latency percentiles (None when serving in-process)."""
+        """The scheduler's counters and latency percentiles (None while no model is loaded)."""
         with self._lock:
             model = self._model
-        return model.metrics() if isinstance(model, Scheduler) else None
+        return model.metrics() if model is not None else None
 
     def close(self) -> None:
+        """Stop serving and wait for retired models too (each bounded by its deadline): no worker is left."""
         with self._lock:
-            if self._model is not None:
-                self._model.close()
-            self._model = None
+            model, self._model = self._model, None
+            retiring, self._retiring = self._retiring, []
+        if model is not None:
+            model.close()
+        for t in retiring:
+            t.join()
 
 
-class _Handler(socketserver.StreamRequestHandler):
+def _read_line(sock: socket.socket, max_bytes: int, timeout_s: float) -> bytes:
+    """The request line (up to a newline or EOF) within ``timeout_s`` in all: a client trickling bytes is
+    dropped like a silent one (``TimeoutError``). ``LengthMismatch`` once it exceeds ``max_bytes``: at
+    most ``max_bytes + 1`` bytes are ever read."""
+    deadline = time.monotonic() + timeout_s
+    buf = bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no complete request within {timeout_s} s")
+        sock.settimeout(left)
+        chunk = sock.recv(min(1 << 16, max_bytes + 1 - len(buf)))
+        end = chunk.find(b"\n")
+        buf += chunk if end < 0 else chunk[:end]
+        if len(buf) > max_bytes:
+            raise LengthMismatch(f"request too large (over {max_bytes} bytes)")
+        if end >= 0 or not chunk:
+            return bytes(buf)
+
+
+def _error(exc: Exception) -> dict[str, Any]:
+    return {"error": str(exc), "type": type(exc).__name__}
+
+
+class _Handler(socketserver.BaseRequestHandler):
     server: InferenceServer
+    request: socket.socket
 
     def handle(self) -> None:
+        limits = self.server.limits
         try:
-            request = json.loads(self.rfile.readline(MAX_REQUEST_BYTES))
+            line = _read_line(self.request, limits.max_request_bytes, limits.read_timeout_s)
+        except LengthMismatch as exc:
+            reply = _error(exc)
+        except OSError as exc:  # TimeoutError included: the client is dropped, others never notice
+            log.info("dropped a local client: %s", exc)
+            return
+        else:
+            reply = self._answer(line)
+        self.request.settimeout(limits.read_timeout_s)  # a client that does not read its reply is dropped
+        with contextlib.suppress(OSError):
+            self.request.sendall(json.dumps(reply).encode() + b"\n")
+
+    def _answer(self, line: bytes) -> dict[str, Any]:
+        try:
+            request = json.loads(line)
             inputs = {k: decode_tensor(v) for k, v in request["inputs"].items()}
             captured = request.get("captured_at")  # optional: when the app captured the input data
             captured_at = None if captured is None else float(captured)
             release, outputs = self.server.host.predict(inputs, captured_at)
-            reply: dict[str, Any] = {"release": release,
-                                     "outputs": {k: encode_tensor(v) for k, v in outputs.items()}}
+            return {"release": release, "outputs": {k: encode_tensor(v) for k, v in outputs.items()}}
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OtaError,
                 RuntimeWasmError) as exc:  # RecursionError: deeply nested JSON from a local app
-            reply = {"error": str(exc), "type": type(exc).__name__}
-        self.wfile.write(json.dumps(reply).encode() + b"\n")
+            return _error(exc)
 
 
 class InferenceServer(socketserver.ThreadingUnixStreamServer):
-    """Serves ``host`` on ``path`` (mode 0660) from a daemon thread until ``close``."""
+    """Serves ``host`` on ``path`` (mode 0660) from a daemon thread until ``close``; at most
+    ``limits.max_connections`` at once, each in its own thread: one more is answered ``Overloaded`` and
+    closed without a thread."""
 
     daemon_threads = True
 
-    def __init__(self, path: str | os.PathLike[str], host: ModelHost) -> None:
-        self.path, self.host = Path(path), host
+    def __init__(self, path: str | os.PathLike[str], host: ModelHost,
+                 limits: ServeLimits | None = None) -> None:
+        self.path, self.host, self.limits = Path(path), host, limits or ServeLimits()
+        self._slots = threading.BoundedSemaphore(self.limits.max_connections)
         self.path.unlink(missing_ok=True)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         super().__init__(str(self.path), _Handler)
         os.chmod(self.path, 0o660)
         self._thread = threading.Thread(target=self.serve_forever, args=(0.2,), name="infer", daemon=True)
         self._thread.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            reply = _error(Overloaded(f"{self.limits.max_connections} connections already being served"))
+            request.setblocking(False)  # a fresh socket's buffer takes the line; never wait on a client
+            with contextlib.suppress(OSError):
+                request.send(json.dumps(reply).encode() + b"\n")
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: its slot is free again
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def close(self) -> None:
         self.shutdown()
@@ -131,9 +229,13 @@ def infer(path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray], timeou
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout_s)
         s.connect(str(path))
-        s.sendall(request.encode() + b"\n")
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused early: read why
+            s.sendall(request.encode() + b"\n")
         with s.makefile("rb") as f:
-            reply = json.loads(f.readline(MAX_REQUEST_BYTES))
+            line = f.readline(MAX_REPLY_BYTES)
+    if not line:
+        raise OtaError("the agent closed the connection without a reply")
+    reply = json.loads(line)
     if "error" in reply:
         raise OtaError(f"{reply['type']}: {reply['error']}")
     return reply["release"], {k: decode_tensor(v) for k, v in reply["outputs"].items()}

@@ -1,5 +1,11 @@
 """One MQTT connection (paho-mqtt 2.x) that keeps itself up: reconnect with exponential backoff and jitter,
-bounded consecutive failures, subscriptions restored on every connect, paho errors wrapped in ours.
+subscriptions restored on every connect, paho errors wrapped in ours.
+
+Giving up: with ``TransferLimits.max_connect_failures`` = 0 (the default) never; retries settle at
+``backoff_max_s``, so a device offline for days keeps serving locally and reconnects when the broker
+returns. A broker refusing the credentials is retried too (every ``backoff_max_s``, logged as a warning):
+they can be fixed on the broker's side without touching the device. With a finite budget (tools that
+want to fail fast) the client gives up after that many failures in a row, and at once on a refusal.
 
 QoS 1 throughout. MQTT 5 when ``BrokerSettings.protocol`` is 5: a session expiry interval makes the
 session persistent (commands wait for an offline device), message expiry and user properties ride
@@ -12,6 +18,7 @@ import logging
 import random
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 import paho.mqtt.client as paho
@@ -56,22 +63,39 @@ class MqttClient:
         self._lock = threading.Lock()
         self._up = threading.Event()
         self._stop = threading.Event()
-        self._failures = 0
-        self.fatal: TransportError | None = None
-        self.connects = self.received = self.sent = 0  # counters for telemetry and benchmarks
+        self._failures = 0  # in a row; reset by a successful connect
+        self.fatal: TransportError | None = None  # why the client gave up
+        self.last_error: TransportError | None = None  # the latest connect failure, until a connect succeeds
+        # counters for telemetry and benchmarks
+        self.connects = self.received = self.sent = self.connect_failures = 0
         self._thread = threading.Thread(target=self._run, name=f"mqtt-{client_id}", daemon=True)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, wait_s: float | None = None) -> MqttClient:
-        """Start the network thread; with ``wait_s``, wait for the first connection or raise."""
+        """Start the network thread; with ``wait_s``, wait for the first connection or close and raise
+        (a caller that got an exception has no client to close, so no retry loop is left behind)."""
         self._thread.start()
         if wait_s is not None:
-            self.wait_connected(wait_s)
+            try:
+                self.wait_connected(wait_s)
+            except TransportError:
+                self.close()
+                raise
         return self
 
     def wait_connected(self, timeout_s: float) -> None:
-        if not self._up.wait(timeout_s):
-            raise self.fatal or TransportError(f"no connection to {self._where} within {timeout_s}s")
+        """Wait for a connection. Raises ``NotAuthorized`` as soon as the broker refuses the credentials
+        (they will not fix themselves while a caller waits; the client itself keeps retrying unless its
+        budget is finite), the client's ``fatal`` error once it gave up, else ``TransportError`` after
+        ``timeout_s``."""
+        end = time.monotonic() + timeout_s
+        while not self._up.wait(min(0.05, max(end - time.monotonic(), 0.0))):
+            refused = self.last_error if isinstance(self.last_error, NotAuthorized) else None
+            if self.fatal or refused:
+                raise self.fatal or refused
+            if time.monotonic() >= end or not self._thread.is_alive():
+                raise TransportError(f"no connection to {self._where} within {timeout_s}s"
+                                     + (f" ({self.last_error})" if self.last_error else ""))
 
     @property
     def connected(self) -> bool:
@@ -79,7 +103,7 @@ class MqttClient:
 
     @property
     def alive(self) -> bool:
-        """False once the failure budget is spent (``fatal`` says why) or after ``close``."""
+        """False once a finite failure budget is spent (``fatal`` says why) or after ``close``."""
         return self._thread.is_alive()
 
     def close(self, final: tuple[str, bytes] | None = None) -> None:
@@ -99,7 +123,8 @@ class MqttClient:
         return f"{self.settings.host}:{self.settings.port}"
 
     def _run(self) -> None:
-        """Connect, serve until the link drops, back off (jittered, doubling), repeat; bounded failures."""
+        """Connect, serve until the link drops, back off (jittered, doubling), repeat; see the module
+        docstring for when it gives up."""
         first = True
         while not self._stop.is_set():
             try:
@@ -117,24 +142,39 @@ class MqttClient:
                 self._client.loop_forever()
             except (OSError, ValueError, paho.WebsocketConnectionError) as exc:
                 log.info("connect to %s failed: %s", self._where, exc)
-                self._failures += 1
+                self._failed(TransportError(f"connect to {self._where} failed: {exc}"))
             self._up.clear()
             if self._stop.is_set() or self.fatal:
                 return
-            if self._failures > self.limits.max_connect_failures:
+            budget = self.limits.max_connect_failures
+            if budget and self._failures > budget:
                 self.fatal = TransportError(f"{self._failures} failures in a row connecting to {self._where}")
                 return
-            self._stop.wait(self.limits.backoff_s(self._failures, random.random()))
+            refused = isinstance(self.last_error, NotAuthorized)  # no use asking again soon
+            self._stop.wait(self.limits.backoff_max_s if refused else
+                            self.limits.backoff_s(self._failures, random.random()))
+
+    def _failed(self, exc: TransportError) -> None:
+        self._failures += 1
+        self.connect_failures += 1
+        self.last_error = exc
 
     # -- paho callbacks (network thread) ------------------------------------------------------
     def _connected(self, client: paho.Client, _u: object, _flags: object, reason: paho.ReasonCode,
                    _props: object) -> None:
         if reason.is_failure:
-            self._failures += 1
-            if reason.value in _AUTH_CODES or reason.value in (4, 5):  # 3.1.1: bad login, not authorized
-                self.fatal = NotAuthorized(f"broker {self._where} refused the connection: {reason}")
+            if reason.value not in _AUTH_CODES and reason.value not in (4, 5):  # 3.1.1: bad login, not auth.
+                self._failed(TransportError(f"broker {self._where} refused the connection: {reason}"))
+                return
+            self._failed(NotAuthorized(f"broker {self._where} refused the connection: {reason}"))
+            if self.limits.max_connect_failures:
+                self.fatal = self.last_error
+            else:
+                log.warning("broker %s refused the credentials (%s); retrying every %s s", self._where,
+                            reason, self.limits.backoff_max_s)
             return
         self._failures = 0
+        self.last_error = None
         self.connects += 1
         with self._lock:
             subs = sorted(self._subs)

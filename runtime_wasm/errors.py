@@ -19,6 +19,10 @@ class ModuleLoadError(RuntimeWasmError):
     """wasmtime rejected a module, or it does not export what a cuvil-edge model must."""
 
 
+class CacheKeyError(RuntimeWasmError):
+    """The precompiled-module cache key exists but cannot be read, or was put inside the cache directory."""
+
+
 class InferenceInputError(RuntimeWasmError, ValueError):
     """Inputs do not match the model signature: wrong names, count, dtype or shape."""
 

@@ -21,6 +21,9 @@ class TensorSpec:
     dtype: str
     shape: tuple[int, ...]
     offset: int  # bytes from the arena base
+    #: integer inputs that index a table (token ids): valid values are [0, index_bound). Optional, so
+    #: specs without it still load; the host draws golden and benchmark inputs from it.
+    index_bound: int | None = None
 
     @property
     def nbytes(self) -> int:
@@ -53,6 +56,9 @@ class ModelSpec:
     def to_json(self) -> str:
         d = asdict(self)
         d["format"] = SPEC_FORMAT
+        for t in (*d["inputs"], *d["outputs"]):  # absent rather than null: older specs stay byte-identical
+            if t["index_bound"] is None:
+                del t["index_bound"]
         return json.dumps(d, indent=1, sort_keys=True)
 
     @classmethod
@@ -62,7 +68,8 @@ class ModelSpec:
             if d.pop("format", None) != SPEC_FORMAT:
                 raise SpecError(f"unsupported model spec format (want {SPEC_FORMAT})")
             tensors = lambda key: tuple(  # noqa: E731
-                TensorSpec(t["name"], t["dtype"], tuple(int(x) for x in t["shape"]), int(t["offset"]))
+                TensorSpec(t["name"], t["dtype"], tuple(int(x) for x in t["shape"]), int(t["offset"]),
+                           None if t.get("index_bound") is None else int(t["index_bound"]))
                 for t in d.pop(key))
             inputs, outputs = tensors("inputs"), tensors("outputs")
             variants = tuple(VariantSpec(**v) for v in d.pop("variants", []))
@@ -94,3 +101,5 @@ class ModelSpec:
                 raise SpecError(f"tensor {t.name!r} has a negative dimension in {t.shape}")
             if t.offset < 0 or t.offset + t.nbytes > self.arena_size:
                 raise SpecError(f"tensor {t.name!r} lies outside the arena")
+            if t.index_bound is not None and t.index_bound < 1:
+                raise SpecError(f"tensor {t.name!r} has index_bound {t.index_bound}, want >= 1")

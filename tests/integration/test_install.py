@@ -47,7 +47,7 @@ from ota.bundle import MAGIC
 from ota.crypto import canonical_bytes
 from ota.golden import decode_vector, encode_vector
 from ota.installer import ENVELOPE_FILE
-from runtime_wasm import ModelSpec, TensorSpec, VariantSpec
+from runtime_wasm import ModelSpec, RuntimePolicy, TensorSpec, VariantSpec
 
 pytestmark = pytest.mark.integration
 
@@ -400,12 +400,13 @@ def test_selftest_runs_under_a_deadline_and_memory_cap(world, state, tmp_path, h
     model = wat_model(tmp_path / "m", LOOP_RUN) if how == "endless_loop" else \
         wat_model(tmp_path / "m", COPY_RUN, pages=64)
     bundle = world.bundle(3, model, golden=copy_golden())
-    config = OtaConfig(selftest_deadline_s=1.0, selftest_memory_cap_bytes=1 << 20)
+    config = OtaConfig(selftest_deadline_s=1.0)
+    served_under = RuntimePolicy(memory_cap_bytes=1 << 20)  # the self-test uses the serving memory cap
     outcome: list[BaseException] = []
 
     def install() -> None:
         try:
-            Installer(state, HW, config=config).install(bundle)
+            Installer(state, HW, config=config, policy=served_under).install(bundle)
         except BaseException as exc:
             outcome.append(exc)
 
