@@ -8,7 +8,7 @@ signed spec is checked as the device will load it); the installer adds the runti
 
 from .agent import Agent
 from .bundle import read_header, read_payloads, verify_bundle, write_bundle
-from .config import AgentConfig, BrokerSettings, OtaConfig, TransferLimits, load_agent_config
+from .config import AgentConfig, BrokerSettings, OtaConfig, ServeLimits, TransferLimits, load_agent_config
 from .crypto import canonical_bytes, key_id
 from .errors import (
     BadSignature,
@@ -21,6 +21,7 @@ from .errors import (
     InstallError,
     LengthMismatch,
     NoActiveModel,
+    NoHealthyModel,
     NotAuthorized,
     NothingToRollBack,
     OtaError,
@@ -47,9 +48,10 @@ __all__ = [
     "STEPS", "Agent", "AgentConfig", "Announcement", "BadSignature", "BrokenChain", "BrokerSettings",
     "Command", "CorruptSlot", "DiskFull", "ExpiredMetadata", "FileEntry", "FileWriter", "FormatError",
     "HashMismatch", "InstallError", "Installer", "LengthMismatch", "Manifest", "MqttClient",
-    "NoActiveModel", "NotAuthorized", "NothingToRollBack", "OtaConfig", "OtaError", "ReplayedCommand",
-    "RollbackError", "Root", "SelfTestFailed", "SlowRetrieval", "StateLocked", "ThresholdNotMet", "Topics",
-    "TransferFailed", "TransferLimits", "TransportError", "TrustState", "UnauthorizedMessage",
-    "UntrustedKey", "VerificationError", "WrongTarget", "canonical_bytes", "key_id", "load_agent_config",
-    "read_header", "read_payloads", "verify_bundle", "write_bundle",
+    "NoActiveModel", "NoHealthyModel", "NotAuthorized", "NothingToRollBack", "OtaConfig", "OtaError",
+    "ReplayedCommand", "RollbackError", "Root", "SelfTestFailed", "ServeLimits", "SlowRetrieval",
+    "StateLocked", "ThresholdNotMet", "Topics", "TransferFailed", "TransferLimits", "TransportError",
+    "TrustState", "UnauthorizedMessage", "UntrustedKey", "VerificationError", "WrongTarget",
+    "canonical_bytes", "key_id", "load_agent_config", "read_header", "read_payloads", "verify_bundle",
+    "write_bundle",
 ]

@@ -39,7 +39,7 @@ from .errors import (
     UnauthorizedMessage,
     VerificationError,
 )
-from .installer import Installer
+from .installer import ENVELOPE_FILE, Installer
 from .metadata import parse_time
 from .protocol import (
     Announcement,
@@ -152,7 +152,7 @@ class Agent:
     def run(self, stop: threading.Event) -> int:
         """Serve until ``stop`` (SIGTERM) is set; 1 when the broker stays unreachable beyond its retries."""
         if self.cfg.socket:
-            self.server = InferenceServer(self.cfg.socket, self.host)
+            self.server = InferenceServer(self.cfg.socket, self.host, self.cfg.serve)
         self.log("start", state=self.state, release=self.host.release, fleet=self.cfg.fleet)
         self.mqtt.subscribe([self.topics.release, self.topics.command(self.device)])
         self.mqtt.start()
@@ -402,12 +402,15 @@ class Agent:
         self._report("rolled_back", version=manifest.version)
 
     # -- serving what the state directory says ------------------------------------------------
-    def _disk_key(self) -> tuple[str, int] | None:
-        """(active slot, its release) as on disk now; None when there is none or it is unreadable."""
+    def _disk_key(self) -> tuple[str, int, int] | None:
+        """Which slot is active and which file its signed manifest is (an install writes a new one), from
+        ``stat`` alone (checked every second); None when there is none or it is unreadable."""
         try:
-            return self.installer.active_dir().name, self.installer.active_manifest().release
-        except OtaError:
+            slot = self.installer.active_dir()
+            st = (slot / ENVELOPE_FILE).stat()
+        except (OtaError, OSError):
             return None
+        return slot.name, st.st_ino, st.st_mtime_ns
 
     def _follow_disk(self) -> None:
         """An operator may install or roll back with ``cuvil-agent`` while the agent runs: serve what the

@@ -50,9 +50,9 @@ class OtaConfig:
     chunk_bytes: int = 1 << 16  # read/write granularity for payloads
     selftest_rtol: float = 1e-4
     selftest_atol: float = 1e-4
-    #: the self-test runs in a supervised worker: per golden vector, its memory cap, and its start + compile
+    #: the self-test runs in a supervised worker under the serving policy's memory cap; per golden vector,
+    #: and its start + compile
     selftest_deadline_s: float = 10.0
-    selftest_memory_cap_bytes: int = 256 << 20
     selftest_start_timeout_s: float = 60.0
     #: how long an installer waits for the state-directory lock held by another installer before failing
     lock_timeout_s: float = 300.0
@@ -64,7 +64,7 @@ class OtaConfig:
                 raise ValueError(f"OtaConfig.{f.name} must be a non-negative number, got {value!r}")
         _check_numbers(self)
         if 0 in (self.chunk_bytes, self.max_root_chain_length, self.selftest_deadline_s,
-                 self.selftest_memory_cap_bytes, self.selftest_start_timeout_s, self.lock_timeout_s):
+                 self.selftest_start_timeout_s, self.lock_timeout_s):
             raise ValueError("OtaConfig.chunk_bytes, max_root_chain_length, lock_timeout_s and the "
                              "selftest_* limits must be positive")
 
@@ -127,7 +127,7 @@ class ServeLimits:
     memory is about ``max_connections * max_request_bytes`` (256 MiB by default), before JSON decoding."""
 
     max_connections: int = 16  # served at once; one more is answered ``Overloaded`` and closed
-    read_timeout_s: float = 10.0  # to receive a whole request line (and to send the reply); else dropped
+    read_timeout_s: float = 10.0  # to receive a whole request line, and per wait sending the reply
     max_request_bytes: int = 16 << 20  # one request line; longer ones get "request too large", unread
 
     def __post_init__(self) -> None:

@@ -76,6 +76,10 @@ class NoActiveModel(InstallError):
     """No model has been installed in this state directory yet."""
 
 
+class NoHealthyModel(NoActiveModel):
+    """A model is installed but could not be loaded (corrupt files, over the memory cap): nothing serves."""
+
+
 class CorruptSlot(InstallError):
     """An installed slot or the active pointer is missing, unreadable or no longer matches its signed
     manifest (disk corruption or tampering on the device)."""

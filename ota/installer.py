@@ -25,8 +25,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from runtime_wasm import EngineConfig, ModelSource, ModuleCache, RuntimePolicy, SupervisedModel, WasmModel
-from runtime_wasm.loader import SPEC_FILE, load_model_dir
+from runtime_wasm import EngineConfig, ModelSource, ModuleCache, RuntimePolicy, SupervisedModel
+from runtime_wasm.loader import SPEC_FILE
 
 from .bundle import read_header, read_payloads, verify_bundle
 from .config import OtaConfig
@@ -290,10 +290,6 @@ class Installer:
 
     def active_manifest(self) -> Manifest:
         return self._slot_manifest(self.active_dir())
-
-    def active_model(self) -> WasmModel:
-        """The active slot, instantiated in this process (tools and tests; the agent serves supervised)."""
-        return load_model_dir(self.active_dir(), cache=self.cache)
 
     def verify_active(self) -> Manifest:
         """Health check: the active slot's files match its manifest and it passes its self-test."""

@@ -5,7 +5,7 @@ data was captured, for the policy's freshness bound); reply: ``{"release": n, "o
 or ``{"error": "...", "type": "..."}``, tensors as in golden vectors (``ota.golden``: dtype, shape,
 base64 little-endian data). File permissions on the socket decide which local users may ask.
 
-Nothing a local app or the model does can stall serving: the model always runs in supervised worker
+Neither a local app nor the model can hang serving: the model always runs in supervised worker
 processes under the policy's deadline (``ModelHost``), and ``ServeLimits`` bound the connections served
 at once, the time to send a request and its size (``InferenceServer``).
 """
@@ -29,17 +29,13 @@ import numpy as np
 from runtime_wasm import ModelSource, Overloaded, RuntimePolicy, RuntimeWasmError, Scheduler
 
 from .config import ServeLimits
-from .errors import LengthMismatch, NoActiveModel, OtaError
+from .errors import LengthMismatch, NoActiveModel, NoHealthyModel, OtaError
 from .golden import decode_tensor, encode_tensor
 from .installer import Installer
 
 log = logging.getLogger(__name__)
 #: the client's bound on one reply line
 MAX_REPLY_BYTES = 64 << 20
-
-
-class NoHealthyModel(NoActiveModel):
-    """A model is installed but could not be loaded (corrupt files, over the memory cap): nothing serves."""
 
 
 class ModelHost:

@@ -48,6 +48,7 @@ from ota.crypto import canonical_bytes
 from ota.golden import decode_vector, encode_vector
 from ota.installer import ENVELOPE_FILE
 from runtime_wasm import ModelSpec, RuntimePolicy, TensorSpec, VariantSpec
+from runtime_wasm.loader import load_model_dir
 
 pytestmark = pytest.mark.integration
 
@@ -148,7 +149,7 @@ def assert_serving(state_dir: Path, release: int) -> None:
     assert inst.verify_active().release == release
     manifest = inst.active_manifest()
     inputs, want = decode_vector(manifest.golden[0])
-    with inst.active_model() as model:
+    with load_model_dir(inst.active_dir(), cache=inst.cache) as model:
         np.testing.assert_allclose(model.predict(inputs)["y"], want["y"], rtol=1e-5, atol=1e-5)
     assert not list(state_dir.rglob("*.tmp"))
     for slot in (state_dir / "slots").iterdir():

@@ -29,9 +29,9 @@ from cuvil_edge.signing import Keyring, build_bundle
 from ota import Installer
 from ota.agent import Agent, JsonLog
 from ota.config import AgentConfig, BrokerSettings, ServeLimits, TransferLimits, load_agent_config
-from ota.errors import NoActiveModel, NotAuthorized, OtaError
+from ota.errors import NoActiveModel, NoHealthyModel, NotAuthorized, OtaError
 from ota.golden import encode_vector
-from ota.serve import InferenceServer, ModelHost, NoHealthyModel, infer
+from ota.serve import InferenceServer, ModelHost, infer
 from ota.transport import MqttClient
 from runtime_wasm import DeadlineExceeded, ModuleLoadError, RuntimePolicy, SpecError
 
@@ -133,6 +133,14 @@ def test_looping_input_gets_a_deadline_error_and_the_agent_process_keeps_serving
     assert log_events(Path(cfg.log_file), "stop")
 
 
+def _raised(fn: Callable[..., object], *args: object) -> BaseException | None:
+    try:
+        fn(*args)
+    except BaseException as exc:
+        return exc
+    return None
+
+
 def test_reload_does_not_wait_behind_a_looping_request(world, tmp_path):
     """A rollback reloads the host while a request spins: ``reload`` used to block on the in-process lock
     for ever. Now it swaps at once; the spinning request still ends with its deadline error."""
@@ -154,14 +162,6 @@ def test_reload_does_not_wait_behind_a_looping_request(world, tmp_path):
         np.testing.assert_array_equal(out["y"], 2 * X)
     finally:
         host.close()
-
-
-def _raised(fn: Callable[..., object], *args: object) -> BaseException | None:
-    try:
-        fn(*args)
-    except BaseException as exc:
-        return exc
-    return None
 
 
 # -- 2. an active slot that cannot be loaded -----------------------------------------------------------
