@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from device_profiles import Caches
+
 from .cli_fleet import register as register_fleet
 from .cli_ota import add_signing_args, sign_model_dir
 from .cli_ota import register as register_ota
@@ -217,6 +219,49 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(workdir=args.workdir, repeat=args.repeat)
 
 
+def _caches_text(c: Caches) -> str:
+    return ", ".join(f"{level} {_human(n) if n else 'none'}" for level, n in
+                     (("L1d", c.l1d_bytes), ("L2", c.l2_bytes), ("L3", c.l3_bytes)))
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    """Device classes: list the shipped profiles, show one validated, or detect this machine."""
+    from dataclasses import fields
+
+    from device_profiles import available_profiles, detect, load_profile
+    from runtime_wasm.policy import RuntimePolicy
+
+    if args.profiles_cmd == "list":
+        for p in map(load_profile, available_profiles()):
+            print(f"{p.name:18s} {p.arch:8s} {' '.join(sorted(p.features)):38s} {p.cores.total:>2} cores "
+                  f"{p.memory_mb // 1024:>3} GB")
+    elif args.profiles_cmd == "show":
+        p = load_profile(args.name)
+        policy = [f"{f.name}={getattr(p.policy, f.name)}" for f in fields(RuntimePolicy)
+                  if getattr(p.policy, f.name) != f.default]
+        for key, value in (
+                ("name", p.name), ("arch", f"{p.arch} (family {p.family})"),
+                ("features", ", ".join(sorted(p.features))),
+                ("cores", f"{p.cores.big} big + {p.cores.little} little"), ("caches", _caches_text(p.caches)),
+                ("memory", f"{p.memory_mb} MiB"),
+                ("thermal", f"limit {p.thermal.limit_c:g} C, sensors {', '.join(p.thermal.sensors)}"),
+                ("policy", ", ".join([*policy, "the rest RuntimePolicy defaults"])), ("threads", p.threads),
+                ("relaxed_simd", "yes" if p.relaxed_simd else "no"), ("description", p.description)):
+            print(f"{key:13s} {value}")
+    else:
+        h = detect(args.root, args.machine)
+        zones = f"{len(h.thermal.sensors)} zone(s)" + (f", lowest trip {h.thermal.limit_c:g} C"
+                                                     if h.thermal.limit_c else "")
+        for key, value in (
+                ("arch", f"{h.arch} (family {h.family})"), ("model", h.model or "unknown"),
+                ("features", f"{', '.join(sorted(h.features)) or 'none'} (from {h.feature_source})"),
+                ("cores", f"{h.cores.big} big + {h.cores.little} little"), ("caches", _caches_text(h.caches)),
+                ("memory", f"{h.memory_mb} MiB" if h.memory_mb else "unknown"), ("thermal", zones),
+                ("closest profile", h.closest or f"none (no {h.family} profile)")):
+            print(f"{key + ':':17s}{value}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cuvil-edge",
                                  description="Compile ONNX models to WASM-SIMD and run them.")
@@ -273,6 +318,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workdir", help="where to write the model and build (default: a temp dir)")
     d.add_argument("--repeat", type=int, default=50)
     d.set_defaults(fn=cmd_demo)
+    pr = sub.add_parser("profiles", help="device classes: list, show one, or detect this machine")
+    prs = pr.add_subparsers(dest="profiles_cmd", required=True)
+    prs.add_parser("list", help="the shipped device profiles")
+    show = prs.add_parser("show", help="every validated field of one profile")
+    show.add_argument("name")
+    det = prs.add_parser("detect", help="this machine's CPU, caches, memory, thermal zones; closest profile")
+    det.add_argument("--root", default="/", help="read a recorded tree (proc/, sys/) instead of this machine")
+    det.add_argument("--machine", help="architecture of that tree (default: this machine's)")
+    pr.set_defaults(fn=cmd_profiles)
     register_ota(sub)
     register_fleet(sub)
     return ap
@@ -286,10 +340,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # device-side errors have their own hierarchy
+        from device_profiles import ProfileError
         from ota.errors import OtaError
         from runtime_wasm.errors import RuntimeWasmError
 
-        if isinstance(exc, (RuntimeWasmError, OtaError)):
+        if isinstance(exc, (RuntimeWasmError, OtaError, ProfileError)):
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2
         raise

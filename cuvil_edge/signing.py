@@ -24,6 +24,7 @@ import numpy as np
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from device_profiles import available_profiles
 from ota.bundle import read_header, read_payloads, write_bundle
 from ota.config import OtaConfig
 from ota.crypto import canonical_bytes, key_id
@@ -220,6 +221,7 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
                   quantization: Mapping[str, Any] | None = None, provenance: Mapping[str, Any] | None = None,
                   now: datetime | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The unsigned manifest of a model directory and its payloads (weights + every module variant)."""
+    _check_profiles(profiles)
     root = Path(model_dir)
     spec_text = (root / SPEC_FILE).read_text()
     spec = ModelSpec.from_json(spec_text)
@@ -238,6 +240,15 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
     }
     Manifest.from_dict(manifest)  # the host refuses to sign what a device would refuse to parse
     return manifest, payloads
+
+
+def _check_profiles(profiles: Sequence[str]) -> None:
+    """A bundle may target only shipped profiles: a misspelt name matches no device, so every device would
+    refuse the release (``WrongTarget``) after it was signed and published."""
+    known = available_profiles()
+    unknown = sorted(set(profiles) - set(known))
+    if unknown:
+        raise SigningError(f"unknown device profile(s) {unknown} in the bundle's targets; known: {known}")
 
 
 def build_bundle(model_dir: str | os.PathLike[str], out: str | os.PathLike[str],

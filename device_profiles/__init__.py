@@ -1,6 +1,22 @@
-"""Device profiles: one JSON data file per device class, plus CPU feature detection on the device."""
+"""Device profiles: one validated JSON data file per device class, and detection of the machine it runs on."""
 
-from .detect import CpuInfo, detect_cpu
-from .profile import DeviceProfile, ProfileError, available_profiles, load_profile
+from .detect import DetectedHost, HostInputs, closest_profile, describe, detect, gather
+from .profile import (
+    ARCH_FAMILY,
+    SIMD_FEATURES,
+    Caches,
+    Cores,
+    DeviceProfile,
+    ProfileError,
+    Thermal,
+    available_profiles,
+    load_profile,
+    load_profiles,
+    profile_from_dict,
+)
 
-__all__ = ["CpuInfo", "DeviceProfile", "ProfileError", "available_profiles", "detect_cpu", "load_profile"]
+__all__ = [
+    "ARCH_FAMILY", "SIMD_FEATURES", "Caches", "Cores", "DetectedHost", "DeviceProfile", "HostInputs",
+    "ProfileError", "Thermal", "available_profiles", "closest_profile", "describe", "detect", "gather",
+    "load_profile", "load_profiles", "profile_from_dict",
+]

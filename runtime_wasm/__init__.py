@@ -20,12 +20,13 @@ from .policy import RuntimePolicy
 from .scheduler import Scheduler, read_cpu_temp_c, should_wait
 from .spec import ModelSpec, TensorSpec, VariantSpec
 from .supervisor import ModelSource, SupervisedModel
-from .variants import HostProbes, probe_host, select_variant
+from .variants import EngineProbes, HostProbes, probe_engine, probe_host, select_variant
 
 __all__ = [
-    "DeadlineExceeded", "EngineConfig", "HostProbes", "InferenceInputError", "InferenceTrap", "ModelSource",
-    "ModelSpec", "ModuleCache", "ModuleLoadError", "NoUsableVariant", "Overloaded", "PolicyError",
-    "RuntimePolicy", "RuntimeWasmError", "Scheduler", "SpecError", "StaleInput", "SupervisedModel",
-    "TensorSpec", "VariantSpec", "WasmModel", "WorkerCrashed", "cpu_fingerprint", "engine_for", "probe_host",
-    "read_cpu_temp_c", "select_variant", "should_wait",
+    "DeadlineExceeded", "EngineConfig", "EngineProbes", "HostProbes", "InferenceInputError",
+    "InferenceTrap", "ModelSource", "ModelSpec", "ModuleCache", "ModuleLoadError", "NoUsableVariant",
+    "Overloaded", "PolicyError", "RuntimePolicy", "RuntimeWasmError", "Scheduler", "SpecError",
+    "StaleInput", "SupervisedModel", "TensorSpec", "VariantSpec", "WasmModel", "WorkerCrashed",
+    "cpu_fingerprint", "engine_for", "probe_engine", "probe_host", "read_cpu_temp_c", "select_variant",
+    "should_wait",
 ]

@@ -1,4 +1,10 @@
-"""Variant selection: a pure function from (host probes, available variants) to one variant."""
+"""Variant selection: a pure function from (host or profile, engine probes, variants) to one variant.
+
+The host side (a ``DeviceProfile``, or ``HostProbes`` measured here) says which family suits the CPU and
+whether the runtime build accepts relaxed SIMD; the engine side (``EngineProbes``) says whether the
+wasmtime engine in this process validates relaxed-SIMD modules. A relaxed variant is chosen only when
+both allow it, because a module the engine cannot validate does not load at all.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from functools import lru_cache
 
 import wasmtime
 
-from device_profiles import DeviceProfile, detect_cpu
+from device_profiles import DeviceProfile, describe, gather
 
 from .engine import EngineConfig, engine_for
 from .errors import NoUsableVariant
@@ -33,22 +39,58 @@ class HostProbes:
         return cls(profile.family, profile.relaxed_simd)
 
 
+@dataclass(frozen=True)
+class EngineProbes:
+    """What the wasmtime engine in this process accepts, found by validating probe modules."""
+
+    relaxed_simd: bool
+
+
 @lru_cache(maxsize=1)
-def probe_host() -> HostProbes:
+def probe_engine() -> EngineProbes:
     """Ask the engine itself: a relaxed-SIMD module must validate, or that tier cannot load here."""
     try:
         wasmtime.Module.validate(engine_for(EngineConfig("relaxed")), wasmtime.wat2wasm(_RELAXED_PROBE_WAT))
-        relaxed = True
+        return EngineProbes(relaxed_simd=True)
     except wasmtime.WasmtimeError:
-        relaxed = False
-    return HostProbes(family=detect_cpu().family, relaxed_simd=relaxed)
+        return EngineProbes(relaxed_simd=False)
 
 
-def select_variant(variants: Sequence[VariantSpec], probes: HostProbes,
-                   allow_relaxed: bool = True) -> VariantSpec:
-    """Best runnable variant: relaxed tier if the engine validates it, matching host family first."""
-    usable = [v for v in variants if v.tier == "simd128" or (v.tier == "relaxed" and probes.relaxed_simd
-                                                                and allow_relaxed)]
+@lru_cache(maxsize=1)
+def probe_host() -> HostProbes:
+    """This machine's family (detected) and whether this engine validates relaxed SIMD."""
+    return HostProbes(family=describe(gather()).family, relaxed_simd=probe_engine().relaxed_simd)
+
+
+def select_variant(variants: Sequence[VariantSpec], probes: HostProbes | DeviceProfile,
+                   allow_relaxed: bool = True, engine: EngineProbes | None = None) -> VariantSpec:
+    """Best runnable variant: the relaxed tier when host, engine and caller all allow it, matching host
+    family first. ``NoUsableVariant`` says what is missing when nothing runs."""
+    host = probes if isinstance(probes, HostProbes) else HostProbes.from_profile(probes)
+    no_relaxed = []  # why the relaxed tier cannot run here
+    if not host.relaxed_simd:
+        no_relaxed.append(f"profile {probes.name!r} says its runtime build lacks relaxed SIMD"
+                          if isinstance(probes, DeviceProfile) else "the host probes report no relaxed SIMD")
+    if engine is not None and not engine.relaxed_simd:
+        no_relaxed.append("the engine does not validate relaxed-SIMD modules")
+    if not allow_relaxed:
+        no_relaxed.append("the caller disabled the relaxed tier")
+    runnable = {"simd128"} if no_relaxed else set(TIER_ORDER)
+    usable = [v for v in variants if v.tier in runnable]
     if not usable:
-        raise NoUsableVariant(f"no variant runs here (have {[v.name for v in variants]}, host {probes})")
-    return min(usable, key=lambda v: (v.family != probes.family, TIER_ORDER.index(v.tier)))
+        raise NoUsableVariant(_nothing_fits(variants, no_relaxed))
+    return min(usable, key=lambda v: (v.family != host.family, TIER_ORDER.index(v.tier)))
+
+
+def _nothing_fits(variants: Sequence[VariantSpec], no_relaxed: list[str]) -> str:
+    if not variants:
+        return "the model lists no module variants"
+    tiers = sorted({v.tier for v in variants})
+    why = [f"the model ships only {'/'.join(tiers)} variants {[v.name for v in variants]}"]
+    if "relaxed" in tiers:
+        why += no_relaxed
+    unknown = sorted(set(tiers) - set(TIER_ORDER))
+    if unknown:
+        why.append(f"tier(s) {unknown} are unknown to this runtime")
+    return ("no variant runs here: " + "; ".join(why)
+            + "; a simd128 variant runs on every host (build --targets simd128-x86,simd128-arm)")
