@@ -1,4 +1,4 @@
-"""Quantized linear ops on the integer kernels (``qs8-gemm``, ``qb4-gemm`` templates).
+"""Quantized linear ops on the integer kernels (``qs8-gemm``, ``qs8-dwconv``, ``qb4-gemm`` templates).
 
 Every op takes f32 activations (or uint8 ones already quantized by an imported QuantizeLinear) and
 writes f32: it quantizes its input into scratch (statically, or dynamically at run time), runs the
@@ -14,7 +14,7 @@ quantized layer drops in for a float one anywhere in the graph, and layers mix f
 qmax 127 (our quantizer: 7-bit activations, the exact relaxed-dot path) or 255 (imported uint8).
 
 Ops:  qgemm   [x, w int8 [K,N], w_scale [N], bias?]             int8 per-channel symmetric weights
-      qconv   [x, w int8 [M,C/G,kh,kw], w_scale [M], bias?]     + conv attrs
+      qconv   [x, w int8 [M,C/G,kh,kw], w_scale [M], bias?]     + conv attrs (depthwise: qs8-dwconv)
       qb4gemm [x, q uint8 [N,K], scale [N,K/G], zp int32 [N,K/G], bias?]   4-bit group-wise
       qb4conv [x, q uint8 [M,C,kh,kw], scale, zp, bias?]        + conv attrs (group 1)
 
@@ -37,7 +37,7 @@ from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import act_c
 from .conv import _infer as conv_infer
-from .conv import conv_geometry
+from .conv import conv_geometry, is_depthwise, kernel_tile
 from .registry import OpDef, register
 
 COL_BYTES = 262144  # im2col rows per chunk: about 256 KiB of uint8 patches
@@ -64,11 +64,17 @@ def pack_s8(wq: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, groups: 
     w = np.zeros((groups, rp, k4), np.int8)
     w[:, :rows, :k] = wq.reshape(groups, rows, k)
     w = w.reshape(groups, rp // 8, 8, k4 // 4, 4).transpose(0, 1, 3, 2, 4)
-    per = [(wq.astype(np.int32).sum(1), "int32"), (scale.astype(np.float32), "float32"),
-           (np.zeros(i_all, np.float32) if bias is None else bias.astype(np.float32), "float32")]
-    wsum, ws, b = (np.concatenate([_pad(v.reshape(groups, rows)[g], rp, dt) for g in range(groups)])
-                   for v, dt in per)
+    wsum, ws, b = (np.concatenate([_pad(v.reshape(groups, rows)[g], rp, v.dtype.name) for g in range(groups)])
+                   for v in row_params(wq, scale, bias))
     return np.ascontiguousarray(w).reshape(-1), wsum, ws, b
+
+
+def row_params(wq: np.ndarray, scale: np.ndarray, bias: np.ndarray | None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The qs8 epilogue's per-output-row operands of [I, K] int8 rows: row sums (zero-point
+    compensation, int32), weight scales and bias (f32, zeros when there is none)."""
+    return (wq.astype(np.int32).sum(1, dtype=np.int32), scale.astype(np.float32),
+            np.zeros(len(wq), np.float32) if bias is None else bias.astype(np.float32))
 
 
 def s8_tile(rows: int) -> str:
@@ -231,7 +237,58 @@ register(OpDef("qb4gemm", _qb4gemm_infer, None, _qb4gemm_emit, kernels=("qs8-gem
                scratch=_qb4gemm_scratch))
 
 
-# -- qconv / qb4conv: NCHW convolution through im2col rows ----------------------------------------
+# -- qconv, depthwise: the qs8-dwconv kernels over zero-point-bordered planes (see their template) ------
+DW_STEP = 8  # output pixels per step of the qs8-dwconv row loops
+
+
+def dw_variant(g: dict[str, int]) -> str:
+    """C suffix of the qs8 depthwise kernel: constant 3x3 / 5x5 taps or "kxk", then its row loop: s1/s2
+    (width stride 1 or 2, dilation 1 across: each 4-tap group is one shuffled load) or sN (gathered)."""
+    shuffled = g["dw"] == 1 and g["sw"] in (1, 2)
+    taps = f"{g['kh']}x{g['kw']}" if shuffled and (g["kh"], g["kw"]) in ((3, 3), (5, 5)) else "kxk"
+    return taps + (f"s{g['sw']}" if shuffled else "sN")
+
+
+def dw_plane(g: dict[str, int]) -> tuple[int, int]:
+    """Hp, Wp of the zero-point-bordered plane: every row the output rows read and, in each row, the
+    padded input, the 16-byte row copies and every byte the last 8-pixel step loads (Wp a multiple of 16)."""
+    kwg = -(-g["kw"] // 4)
+    last = _ceil(g["OW"], DW_STEP) - DW_STEP  # first output of the last step
+    if dw_variant(g).endswith("sN"):
+        end = (last + DW_STEP - 1) * g["sw"] + (4 * kwg - 1) * g["dw"] + 1
+    else:
+        end = g["sw"] * last + 4 * (kwg - 1) + (16 if g["sw"] == 1 else 24)
+    wp = max(g["pl"] + g["W"] + g["pr"], g["pl"] + _ceil(g["W"], 16), end)
+    hp = max(g["pt"] + g["H"] + g["pb"], (g["OH"] - 1) * g["sh"] + (g["kh"] - 1) * g["dh"] + 1)
+    return hp, _ceil(wp, 16)
+
+
+def dw_scratch_bytes(g: dict[str, int]) -> int:
+    """The plane, then (kxk kernels) the splatted tap groups, 16 bytes each."""
+    hp, wp = dw_plane(g)
+    groups = g["kh"] * -(-g["kw"] // 4) if dw_variant(g).startswith("kxk") else 0
+    return _ceil(hp * wp, 16) + 16 * groups
+
+
+def _qdwconv_call(node: Node, ctx: EmitContext, g: dict[str, int], xbits: int, xq: str, s: str, z: str,
+                  plane: int) -> str:
+    """The qs8-dwconv call on the quantized input; its epilogue operands are the GEMM's (``row_params``),
+    so a depthwise layer gives the bits the im2col path gave."""
+    m, kh, kw = g["M"], g["kh"], g["kw"]
+    wq = node.inputs[1].const.reshape(m, kh, kw)
+    taps = np.zeros((m, kh, _ceil(kw, 4)), np.int8)  # [C][kh][kwg][4], zero past kw
+    taps[..., :kw] = wq
+    wsum, ws, b = row_params(wq.reshape(m, -1), node.inputs[2].const, _bias(node, 3))
+    hp, wp = dw_plane(g)
+    ctx.use_kernel(f"qs8-dwconv{'' if xbits == 7 else '-x8'}-{kernel_tile(g)}")
+    return (f"qs8_dwconv_x{xbits}_{dw_variant(g)}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
+            f"{ctx.weight(taps.reshape(-1), 'int8_t')}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
+            f"{ctx.weight(b)}, {s}, {z}, {ctx.ptr(node.outputs[0])}, {g['OH']}, {g['OW']}, {kh}, {kw}, "
+            f"{g['sh']}, {g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {g['pr']}, {hp}, {wp}, "
+            f"((uint8_t*)(A + {plane})), {act_c(node)});")
+
+
+# -- qconv / qb4conv: NCHW convolution (im2col rows, or the depthwise kernels above) -----------------
 def _conv_k(g: dict[str, int]) -> int:
     return g["C"] // g["G"] * g["kh"] * g["kw"]
 
@@ -242,9 +299,10 @@ def _pchunk(g: dict[str, int]) -> int:
 
 def _qconv_scratch(node: Node) -> int:
     g = conv_geometry(node)
-    x = node.inputs[0].type
-    return (_Act(node, 1, x.size).scratch_bytes() + _ceil(_pchunk(g) * _conv_k(g), 64)
-            + xpack_bytes(_pchunk(g), _conv_k(g)) + 64)
+    act = _Act(node, 1, node.inputs[0].type.size).scratch_bytes()
+    if is_depthwise(g):
+        return _ceil(act, 64) + dw_scratch_bytes(g)
+    return act + _ceil(_pchunk(g) * _conv_k(g), 64) + xpack_bytes(_pchunk(g), _conv_k(g)) + 64
 
 
 def _conv_args(g: dict[str, int]) -> str:
@@ -252,18 +310,20 @@ def _conv_args(g: dict[str, int]) -> str:
             f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}")
 
 
-def _conv_prologue(node: Node, ctx: EmitContext) -> tuple[dict[str, int], _Act, str, str, str, str, str]:
-    """Geometry, activation quantization (per tensor) and the im2col scratch pointer."""
+def _conv_prologue(node: Node, ctx: EmitContext) -> tuple[dict[str, int], _Act, str, str, str, str, int]:
+    """Geometry, activation quantization (per tensor) and the arena offset of the free scratch after it."""
     g = conv_geometry(node)
     act = _Act(node, 1, node.inputs[0].type.size)
     base = _scratch_base(ctx)
     pre, xq, s, z, used = act.emit(node, ctx, base)
-    col = f"((uint8_t*)(A + {base + used}))"
-    return g, act, pre, xq, s, z, col
+    return g, act, pre, xq, s, z, base + used
 
 
 def _qconv_emit(node: Node, ctx: EmitContext) -> str:
-    g, act, pre, xq, s, z, col = _conv_prologue(node, ctx)
+    g, act, pre, xq, s, z, free = _conv_prologue(node, ctx)
+    if is_depthwise(g):
+        return f"{pre}\n{_qdwconv_call(node, ctx, g, act.xbits, xq, s, z, _ceil(free, 64))}"
+    col = f"((uint8_t*)(A + {free}))"
     k = _conv_k(g)
     w, wsum, ws, b = pack_s8(node.inputs[1].const.reshape(g["M"], -1), node.inputs[2].const, _bias(node, 3),
                              g["G"])
@@ -275,11 +335,13 @@ def _qconv_emit(node: Node, ctx: EmitContext) -> str:
             f"{xp}, {act_c(node)});")
 
 
-register(OpDef("qconv", conv_infer, None, _qconv_emit, kernels=("qs8-gemm",), scratch=_qconv_scratch))
+register(OpDef("qconv", conv_infer, None, _qconv_emit, kernels=("qs8-gemm", "qs8-dwconv"),
+               scratch=_qconv_scratch))
 
 
 def _qb4conv_emit(node: Node, ctx: EmitContext) -> str:
-    g, _, pre, xq, s, z, col = _conv_prologue(node, ctx)
+    g, _, pre, xq, s, z, free = _conv_prologue(node, ctx)
+    col = f"((uint8_t*)(A + {free}))"
     k = _conv_k(g)
     group = k // node.inputs[2].type.shape[1]
     w, ws, wz, wsc, b = pack_b4(node.inputs[1].const.reshape(g["M"], k), node.inputs[2].const,

@@ -133,8 +133,9 @@ class AgentThreads:
         self.agents: list[Agent] = []
         self._threads: list[threading.Thread] = []
 
-    def add(self, cfg: AgentConfig, on_step: Callable[[str], None] | None = None) -> Agent:
-        agent = Agent(cfg, on_step=on_step, log_sink=JsonLog(cfg.device_id, cfg.log_file))
+    def add(self, cfg: AgentConfig, on_step: Callable[[str], None] | None = None,
+            log_sink: JsonLog | None = None) -> Agent:
+        agent = Agent(cfg, on_step=on_step, log_sink=log_sink or JsonLog(cfg.device_id, cfg.log_file))
         thread = threading.Thread(target=agent.run, args=(self.stop,), daemon=True)
         thread.start()
         self.agents.append(agent)

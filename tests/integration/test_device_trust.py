@@ -6,6 +6,7 @@ a leftover download and an unwritable log. Real files, real processes, real Mosq
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +91,27 @@ def flip_bytes(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+@contextlib.contextmanager
+def one_agent(fleet_world: FleetWorld, broker: LocalBroker, tmp_path: Path, device: str,
+              on_step=None, log_sink: JsonLog | None = None) -> Iterator[tuple[Agent, AgentConfig, Watcher,
+                                                                                  Publisher]]:
+    """One agent thread (release 1 active, socket on), a status watcher and a publisher, all closed after."""
+    settings = broker.settings()
+    cfg = fleet_world.agent_config(tmp_path, device, FLEET, settings, socket=True)
+    agents = AgentThreads()
+    watcher = Watcher(settings, FLEET)
+    pub = Publisher(settings, FLEET, fleet_world.ring.release_keys(), tmp_path / "fleet.json")
+    try:
+        agent = agents.add(cfg, on_step=on_step, log_sink=log_sink)
+        watcher.wait_state(device, "active", 1, WAIT_S)
+        pub.start()
+        yield agent, cfg, watcher, pub
+    finally:
+        agents.close()
+        watcher.close()
+        pub.close()
+
+
 # -- trust state changed by another process while the agent's installer is open -------------------
 def test_root_rotation_by_an_operator_is_not_undone_by_the_running_agents_installer(world, state, tmp_path):
     """The agent's long-lived installer must not write back the root it read at start: the operator's
@@ -123,18 +146,10 @@ def test_counter_raised_by_another_process_is_never_lowered(world, state):
 
 @needs_broker
 def test_agent_follows_an_operator_install_and_refuses_the_older_announcement(fleet_world, broker, tmp_path):
-    settings = broker.settings()
-    cfg = fleet_world.agent_config(tmp_path, "op0", FLEET, settings, socket=True)
-    agents = AgentThreads()
-    watcher = Watcher(settings, FLEET)
-    pub = Publisher(settings, FLEET, fleet_world.ring.release_keys(), tmp_path / "fleet.json")
-    try:
-        agent = agents.add(cfg)
-        watcher.wait_state("op0", "active", 1, WAIT_S)
+    with one_agent(fleet_world, broker, tmp_path, "op0") as (agent, cfg, watcher, pub):
         assert agent_cli(["install", str(fleet_world.bundles[3]), "--state-dir", cfg.state_dir,
                           "--hardware-id", FLEET_HW]) == 0
         watcher.wait_state("op0", "active", 3, WAIT_S)  # the agent serves what the disk says
-        pub.start()
         pub.publish(fleet_world.bundles[2], canary=100.0, halt_on=50.0)
         log = Path(cfg.log_file)
         wait_until(lambda: any(e["release"] == 2 for e in log_events(log, "announcement")), "announcement")
@@ -144,10 +159,6 @@ def test_agent_follows_an_operator_install_and_refuses_the_older_announcement(fl
         assert release == 3
         np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-5)
         assert counter(Path(cfg.state_dir)) == 3 and agent.installer.trust.release_counter == 3
-    finally:
-        agents.close()
-        watcher.close()
-        pub.close()
 
 
 # -- two installs at once, and a status beside a running install ------------------------------------
@@ -266,9 +277,7 @@ def test_committed_release_that_cannot_be_served_is_rolled_back_and_reported(fle
     """The new slot breaks right after the commit point (its module corrupted): the agent cannot serve it,
     goes back to release 1 (counter stays 2), reports the release failed, keeps serving, and a restarted
     agent starts normally."""
-    settings = broker.settings()
-    cfg = fleet_world.agent_config(tmp_path, "brk0", FLEET, settings, socket=True)
-    state = Path(cfg.state_dir)
+    state = tmp_path / "brk0"  # where fleet_world.agent_config puts the device's state
 
     def corrupt_new_slot(step: str) -> None:
         if step == "trust_saved":
@@ -276,13 +285,8 @@ def test_committed_release_that_cannot_be_served_is_rolled_back_and_reported(fle
             for wasm in (state / "slots" / new).glob("*.wasm"):
                 flip_bytes(wasm)
 
-    agents = AgentThreads()
-    watcher = Watcher(settings, FLEET)
-    pub = Publisher(settings, FLEET, fleet_world.ring.release_keys(), tmp_path / "fleet.json")
-    try:
-        agents.add(cfg, on_step=corrupt_new_slot)
-        watcher.wait_state("brk0", "active", 1, WAIT_S)
-        pub.start()
+    with one_agent(fleet_world, broker, tmp_path, "brk0", on_step=corrupt_new_slot) as (_, cfg, watcher, pub):
+        assert Path(cfg.state_dir) == state
         pub.publish(fleet_world.bundles[2], canary=100.0, halt_on=50.0)
         failed = watcher.wait(lambda m: m["state"] == "failed", WAIT_S, "failed")
         assert failed["release"] == 1 and "cannot be served" in failed["reason"], failed
@@ -291,10 +295,6 @@ def test_committed_release_that_cannot_be_served_is_rolled_back_and_reported(fle
         assert release == 1
         np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-5)
         assert counter(state) == 2
-    finally:
-        agents.close()
-        watcher.close()
-        pub.close()
     again = Agent(cfg, log_sink=JsonLog("brk0", cfg.log_file))  # a restart: no crash, release 1 served
     try:
         assert again.host.release == 1 and again.state == "active"
@@ -391,27 +391,12 @@ def test_download_left_by_a_crash_after_the_install_is_dropped_at_start(fleet_wo
 
 @needs_broker
 def test_a_log_that_cannot_be_written_is_not_fatal(fleet_world, broker, tmp_path):
-    settings = broker.settings()
-    cfg = fleet_world.agent_config(tmp_path, "full0", FLEET, settings, socket=True)
-    agents = AgentThreads()
-    watcher = Watcher(settings, FLEET)
-    pub = Publisher(settings, FLEET, fleet_world.ring.release_keys(), tmp_path / "fleet.json")
-    try:
-        sink = JsonLog("full0", "/dev/full")
-        agent = Agent(cfg, log_sink=sink)
-        thread = threading.Thread(target=agent.run, args=(agents.stop,), daemon=True)
-        thread.start()
-        agents._threads.append(thread)
-        watcher.wait_state("full0", "active", 1, WAIT_S)
-        pub.start()
+    sink = JsonLog("full0", "/dev/full")
+    with one_agent(fleet_world, broker, tmp_path, "full0", log_sink=sink) as (_, cfg, watcher, pub):
         pub.publish(fleet_world.bundles[2], canary=100.0, halt_on=50.0)
         watcher.wait_state("full0", "active", 2, WAIT_S)
-        assert thread.is_alive() and sink.dropped > 0
+        assert sink.dropped > 0
         assert infer(cfg.socket, golden_of(Installer(cfg.state_dir, FLEET_HW, read_only=True))[0])[0] == 2
-    finally:
-        agents.close()
-        watcher.close()
-        pub.close()
 
 
 def test_read_only_installer_writes_nothing(world, state):
