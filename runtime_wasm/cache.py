@@ -136,18 +136,23 @@ class ModuleCache:
 
 
 def read_or_create_key(path: Path) -> bytes | None:
-    """The device's cache key, made on first use; None when it cannot be written (caching is then off)."""
+    """The device's cache key, made on first use; None when it cannot be written (caching is then off).
+
+    A key another user could have read (group/other permission bits, or another owner) is treated as
+    leaked and replaced: every entry then fails its MAC and is recompiled, which is safe."""
     for _ in range(3):  # only concurrent replacements loop; give up rather than spin
         try:
             with open(path, "rb") as f:
                 key = f.read(KEY_BYTES + 1)
+                st = os.fstat(f.fileno())
         except (FileNotFoundError, NotADirectoryError):  # no key yet, or no directory that could hold one
             if not _publish_key(path, os.link):  # link fails if another process published first
                 return None
             continue
         except OSError as exc:
             raise CacheKeyError(f"cannot read the module cache key {path}: {exc.strerror}") from exc
-        if len(key) == KEY_BYTES:
+        private = not st.st_mode & 0o077 and st.st_uid == os.geteuid()
+        if len(key) == KEY_BYTES and private:
             return key
         if not _publish_key(path, os.replace):
             return None

@@ -4,6 +4,7 @@ recompiled (real wasmtime, real files; corrupt machine code is only ever loaded 
 
 from __future__ import annotations
 
+import os
 import stat
 import struct
 import subprocess
@@ -168,3 +169,14 @@ def test_unwritable_cache_and_key_only_cost_a_recompile(tmp_path: Path) -> None:
     cache = ModuleCache(blocker / "cache")
     assert answer(cache.load(WASM_A, CFG)) == 1 and answer(cache.load(WASM_A, CFG)) == 1
     assert (cache.hits, cache.misses, cache.rejected) == (0, 2, 0)
+
+
+def test_key_readable_by_others_is_replaced(tmp_path):
+    """A key with group/other bits may have leaked: a fresh private key replaces it and old entries are
+    recompiled, never trusted under the leaked key."""
+    key_path = tmp_path / "cache.key"
+    first = read_or_create_key(key_path)
+    os.chmod(key_path, 0o644)
+    second = read_or_create_key(key_path)
+    assert second is not None and second != first
+    assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
