@@ -8,6 +8,7 @@ from .errors import (
     InputError,
     ModelFormatError,
     ShapeError,
+    TargetError,
     ToolchainError,
     UnsupportedOperator,
 )
@@ -15,6 +16,6 @@ from .model import CuvilModel
 
 __all__ = [
     "ALL_TARGETS", "CompiledModel", "CuvilError", "CuvilModel", "GraphVerificationError", "InputError",
-    "ModelFormatError", "ShapeError", "Target", "ToolchainError", "UnsupportedOperator", "compile_graph",
-    "optimize_graph",
+    "ModelFormatError", "ShapeError", "Target", "TargetError", "ToolchainError", "UnsupportedOperator",
+    "compile_graph", "optimize_graph",
 ]

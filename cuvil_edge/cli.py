@@ -13,7 +13,7 @@ import numpy as np
 from device_profiles import Caches
 
 from .cli_fleet import register as register_fleet
-from .cli_ota import add_signing_args, sign_model_dir
+from .cli_ota import add_signing_args, profile_names, sign_model_dir
 from .cli_ota import register as register_ota
 from .errors import CuvilError
 
@@ -31,10 +31,10 @@ def _parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
     return shapes
 
 
-def _targets(text: str):
+def _targets(text: str | None):
     from .codegen.toolchain import ALL_TARGETS
 
-    if text in ("host", "all"):
+    if text in (None, "host", "all"):
         return text
     chosen = []
     for part in text.split(","):
@@ -65,7 +65,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     say(f"import {args.model}")
     model = CuvilModel.load(args.model, input_shapes=_parse_shapes(args.input_shape))
     model.optimize(precision=args.precision, targets=_targets(args.targets), progress=say,
-                   calibration=args.calib, accuracy_budget=args.accuracy_budget)
+                   calibration=args.calib, accuracy_budget=args.accuracy_budget, profiles=profile_names(args))
     out = Path(args.output or Path(args.model).with_suffix(".cuvil"))
     model.save(out)
     c = model.compiled
@@ -277,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--accuracy-budget", type=float, default=0.01,
                    help="mixed: allowed top-1 disagreement (or 1 - cosine) vs fp32 on the calibration data")
     b.add_argument("--report", help="write the quantization report (JSON) here and print it")
-    b.add_argument("--targets", default="host", help="host, all, or e.g. simd128-x86,relaxed-x86")
+    b.add_argument("--targets", help="host (default), all, or e.g. simd128-x86,relaxed-x86; with --profile, "
+                   "the profiles choose them")
     b.add_argument("-q", "--quiet", action="store_true")
     b.add_argument("--bundle-output", help="signed bundle path with --sign-key (default: OUTPUT.cvb)")
     add_signing_args(b)

@@ -91,6 +91,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def profile_names(args: argparse.Namespace) -> list[str]:
+    """``--profile a,b --profile c``: the device profiles named, in order."""
+    return [name for item in args.profile or [] for name in item.split(",")]
+
+
 def sign_model_dir(model_dir: str | os.PathLike[str], out: str | os.PathLike[str],
                    args: argparse.Namespace) -> Manifest:
     """Bundle and sign a built model directory from the ``add_signing_args`` options (``bundle`` and
@@ -98,7 +103,7 @@ def sign_model_dir(model_dir: str | os.PathLike[str], out: str | os.PathLike[str
     if args.release is None or not args.hardware_id:
         raise SigningError("a signed bundle needs --release N and at least one --hardware-id")
     m = build_bundle(model_dir, out, _signing_keys(args), version=args.version, release=args.release,
-                     hardware_ids=args.hardware_id, profiles=args.profile or [],
+                     hardware_ids=args.hardware_id, profiles=profile_names(args) or None,
                      expires_in=timedelta(days=args.expires_days))
     print(f"wrote {out}: {m.name} {m.version} release {m.release}, {len(m.files)} payloads, "
           f"{len(m.golden)} golden vectors, expires {m.expires}")
@@ -114,7 +119,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from .model import CuvilModel
 
     model = CuvilModel.load(source, input_shapes=_parse_shapes(args.input_shape))
-    model.optimize(targets=_targets(args.targets))
+    model.optimize(targets=_targets(args.targets), profiles=profile_names(args))
     with tempfile.TemporaryDirectory(prefix="cuvil-bundle-") as tmp:
         sign_model_dir(model.save(Path(tmp) / "model"), args.output, args)
     return 0
@@ -129,7 +134,9 @@ def add_signing_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--version", default="0.1.0", help="semantic version of this release")
     p.add_argument("--release", type=int, help="monotonic release counter (required when signing)")
     p.add_argument("--hardware-id", action="append", help="hardware id it may install on (repeatable)")
-    p.add_argument("--profile", action="append", help="device profile it targets (repeatable; default any)")
+    p.add_argument("--profile", action="append", metavar="NAME[,NAME...]",
+                   help="device profiles it targets (repeatable); for ONNX input also the variants built: "
+                        "only those the profiles need (default: what the model was built for, else any)")
     p.add_argument("--expires-days", type=float, default=30.0)
 
 
@@ -170,7 +177,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bundle", help="model directory or ONNX file -> signed bundle (.cvb)")
     b.add_argument("model", help="a built model directory or an .onnx file")
     b.add_argument("-o", "--output", required=True)
-    b.add_argument("--targets", default="host", help="for ONNX input: host, all, or a list")
+    b.add_argument("--targets", help="for ONNX input: host (default), all, or a list")
     b.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
     add_signing_args(b)
     b.set_defaults(fn=cmd_bundle)

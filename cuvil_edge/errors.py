@@ -34,3 +34,7 @@ class InputError(CuvilError, ValueError):
 
 class ToolchainError(CuvilError):
     """The kernel compiler is missing or rejected the generated code."""
+
+
+class TargetError(CuvilError):
+    """The build was asked for an unknown device profile, or for both explicit targets and profiles."""

@@ -50,7 +50,7 @@ from .signing import Keyring, build_bundle, sign_envelope
 
 DEFAULT_CHUNK_BYTES = 32 << 10
 LATER_STAGES = (25.0, 50.0, 100.0)  # after the canary, unless --stages says otherwise
-_FINAL = ("failed", "timeout", "rolled_back")  # outcomes a later status report does not change
+_FINAL = ("failed", "timeout", "rolled_back", "not_targeted")  # outcomes a later status does not change
 
 
 class FleetError(CuvilError):
@@ -85,10 +85,14 @@ class Rollout:
     stage: int = 0
     select_below: int = 0
     status: str = "rolling"  # rolling, halted, complete
-    #: device: active, failed, timeout; after a halt also rollback_pending, rolled_back, withdrawn
+    #: device: active, failed, timeout, not_targeted (refused before download: another hardware id or
+    #: profile; not a failure); after a halt also rollback_pending, rolled_back, withdrawn
     outcomes: dict[str, str] = field(default_factory=dict)
     stage_started: float = 0.0
     reason: str = ""
+    #: the signed manifest's targets, repeated in every announcement (absent in older state files)
+    hardware_ids: list[str] = field(default_factory=list)
+    profiles: list[str] = field(default_factory=list)
 
     @property
     def pending_rollbacks(self) -> list[str]:
@@ -178,7 +182,8 @@ class Publisher:
                               user={"index": str(i), "sha256": sha256_hex(piece)})
         rollout = Rollout(sha, manifest.name, manifest.release, manifest.version, chunk_bytes,
                           [sha256_hex(p) for p in pieces], len(data), list(stages or stages_for(canary)),
-                          halt_on, rollback_on_halt)
+                          halt_on, rollback_on_halt, hardware_ids=list(manifest.hardware_ids),
+                          profiles=list(manifest.profiles))
         self._announce(rollout)
         return rollout
 
@@ -217,7 +222,7 @@ class Publisher:
         ann = Announcement(self.topics.fleet, seq, format_time(now), format_time(now + self.announce_ttl),
                            rollout.bundle_sha256, rollout.bundle_length, rollout.release, rollout.name,
                            rollout.version, rollout.chunk_bytes, tuple(rollout.chunks), rollout.select_below,
-                           halted)
+                           halted, tuple(rollout.hardware_ids), tuple(rollout.profiles))
         self._store(rollout)
         self.mqtt.publish(self.topics.release, self.signed(ann.to_dict()), retain=True)
 
@@ -242,8 +247,11 @@ class Publisher:
         state = status.get("state")
         if state in ("active", "offline") and release >= rollout.release:
             return "active"
-        if state == "failed" and status.get("bundle") == rollout.bundle_sha256:
-            return "failed"
+        if status.get("bundle") == rollout.bundle_sha256:
+            if status.get("error") == "WrongTarget":  # refused before the download (older agents: after)
+                return "not_targeted"
+            if state == "failed":
+                return "failed"
         ordered = rollout.outcomes.get(status["device"]) in ("active", "rollback_pending")
         if state == "rolled_back" and ordered:
             return "rolled_back"

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from device_profiles import available_profiles, load_profile
 from runtime_wasm import InferenceInputError, ModuleCache, WasmModel
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE, instantiate
 from runtime_wasm.variants import probe_host, select_variant
 
 from .codegen.toolchain import ALL_TARGETS, Target
 from .compiler import CompiledModel, compile_graph, optimize_graph
-from .errors import InputError
+from .errors import InputError, TargetError
 from .ir.graph import Graph
 
 if TYPE_CHECKING:
@@ -46,28 +47,35 @@ class CuvilModel:
         return cls(import_onnx(path, input_shapes, name=name))
 
     # -- build --------------------------------------------------------------------------------
-    def optimize(self, precision: str = "fp32", targets: Sequence[Target] | str = "host",
+    def optimize(self, precision: str = "fp32", targets: Sequence[Target] | str | None = None,
                  progress: Callable[[str], None] | None = None, calibration: Any = None,
-                 accuracy_budget: float = 0.01, **quant_options: Any) -> CuvilModel:
-        """Run the passes and compile modules: ``targets`` = "host" (this machine's family, both
-        tiers), "all" (every tier x family) or a list of ``Target``. ``precision`` other than fp32
+                 accuracy_budget: float = 0.01, profiles: Sequence[str] = (),
+                 **quant_options: Any) -> CuvilModel:
+        """Run the passes and compile modules: ``targets`` = "host" (the default: this machine's family,
+        both tiers), "all" (every tier x family) or a list of ``Target``; or instead ``profiles``, device
+        profile names: only the variants those devices need (``profile_targets``), and the names are
+        recorded in the spec so a bundle signed from it targets them. ``precision`` other than fp32
         quantizes the optimized graph (``cuvil_edge.quant``): ``calibration`` is an .npz file, a
         directory of .npy/.npz or an iterable of samples; ``accuracy_budget`` bounds ``mixed``;
         ``quant_options``: observer ("minmax", "percentile", "mse"), group_size, max_samples."""
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}")
+        if profiles and targets is not None:
+            raise TargetError("give either targets or profiles: profiles choose the targets")
+        chosen = (profile_targets(profiles) if profiles
+                  else _resolve_targets("host" if targets is None else targets))
         if not self._optimized:
             optimize_graph(self.graph, progress)
             self._optimized = True
-        graph, extra = self.graph, None
+        graph, extra = self.graph, {"profiles": list(profiles)} if profiles else {}
         self.quantization = None
         if precision != "fp32":
             from .quant import quantize
 
             self.quantization = quantize(self.graph, precision, calibration, accuracy_budget,
                                          progress=progress, **quant_options)
-            graph, extra = self.quantization.graph, {"quantization": self.quantization.record}
-        self.compiled = compile_graph(graph, _resolve_targets(targets), progress, extra=extra)
+            graph, extra = self.quantization.graph, {**extra, "quantization": self.quantization.record}
+        self.compiled = compile_graph(graph, chosen, progress, extra=extra)
         self._close_instance()
         return self
 
@@ -134,6 +142,20 @@ class CuvilModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def profile_targets(profiles: Sequence[str]) -> tuple[Target, ...]:
+    """The variants devices of these classes need, in ``ALL_TARGETS`` order: each profile's family at the
+    relaxed tier when its runtime accepts relaxed SIMD, and always at simd128, which ``select_variant``
+    falls back to on an engine that does not validate relaxed-SIMD modules."""
+    known = available_profiles()
+    unknown = sorted(set(profiles) - set(known))
+    if unknown or not profiles:
+        raise TargetError(f"unknown device profile(s) {unknown}; known: {known}" if unknown
+                          else f"no device profile given; known: {known}")
+    chosen = [load_profile(name) for name in profiles]
+    return tuple(t for t in ALL_TARGETS
+                 if any(p.family == t.family and (t.tier == "simd128" or p.relaxed_simd) for p in chosen))
 
 
 def _resolve_targets(targets: Sequence[Target] | str) -> tuple[Target, ...]:

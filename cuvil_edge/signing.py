@@ -216,15 +216,18 @@ def golden_vectors(model_dir: str | os.PathLike[str], count: int = 2, seed: int 
 
 
 def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: int,
-                  hardware_ids: Sequence[str], profiles: Sequence[str] = (),
+                  hardware_ids: Sequence[str], profiles: Sequence[str] | None = None,
                   expires_in: timedelta = timedelta(days=30), golden: list[dict[str, Any]] | None = None,
                   quantization: Mapping[str, Any] | None = None, provenance: Mapping[str, Any] | None = None,
                   now: datetime | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The unsigned manifest of a model directory and its payloads (weights + every module variant)."""
-    _check_profiles(profiles)
+    """The unsigned manifest of a model directory and its payloads (weights + every module variant).
+    ``profiles`` None: the profiles the model was built for (``optimize(profiles=...)``), else any."""
     root = Path(model_dir)
     spec_text = (root / SPEC_FILE).read_text()
     spec = ModelSpec.from_json(spec_text)
+    if profiles is None:
+        profiles = spec.extra.get("profiles", [])
+    _check_profiles(profiles)
     payloads = {WEIGHTS_FILE: (root / WEIGHTS_FILE).read_bytes()}
     payloads.update({v.file: (root / v.file).read_bytes() for v in spec.variants})
     now = now or datetime.now(timezone.utc)

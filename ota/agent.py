@@ -38,6 +38,7 @@ from .errors import (
     TransportError,
     UnauthorizedMessage,
     VerificationError,
+    WrongTarget,
 )
 from .installer import ENVELOPE_FILE, Installer
 from .metadata import parse_time
@@ -264,6 +265,12 @@ class Agent:
             return
         if ann.bundle_sha256 in self._store["failed"] and not forced:
             return  # failed here before: only an explicit install command retries it
+        try:
+            ann.check_target(self.installer.hardware_id, self.installer.profile)
+        except WrongTarget as exc:  # recorded like a failed release: a retained announcement is not retried
+            self._save(failed={**self._store["failed"], ann.bundle_sha256: f"{type(exc).__name__}: {exc}"})
+            self._refuse(exc, "announcement", bundle=ann.bundle_sha256, target_release=ann.release)
+            return
         self.transfer = ChunkTransfer(Path(self.cfg.state_dir) / TRANSFER_DIR, ann, self.cfg.limits)
         self.log("transfer_start", bundle=ann.bundle_sha256, release=ann.release, total=self.transfer.total,
                  from_chunk=self.transfer.have)

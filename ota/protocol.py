@@ -21,7 +21,7 @@ from .config import TransferLimits
 from .crypto import parse_json
 from .errors import ExpiredMetadata, FormatError, LengthMismatch, UnauthorizedMessage
 from .metadata import parse_envelope, parse_time
-from .trust import TrustState, check_signatures
+from .trust import TrustState, check_signatures, check_target
 
 ANNOUNCE_TYPE = "cuvil-announce"
 COMMAND_TYPE = "cuvil-command"
@@ -119,7 +119,9 @@ class Announcement:
 
     ``seq`` rises with every announcement of the fleet (a replayed older one is refused); devices
     whose ``bucket`` is below ``select_below`` take part in the current rollout stage; ``halted``
-    withdraws the offer.
+    withdraws the offer. ``hardware_ids`` / ``profiles`` repeat the signed manifest's targets so a
+    device for another target refuses before downloading; empty ``hardware_ids`` (an older publisher)
+    says nothing, empty ``profiles`` means any profile, as in the manifest.
     """
 
     fleet: str
@@ -135,12 +137,21 @@ class Announcement:
     chunks: tuple[str, ...]
     select_below: int
     halted: bool = False
+    hardware_ids: tuple[str, ...] = ()
+    profiles: tuple[str, ...] = ()
 
     def selects(self, device: str) -> bool:
         return not self.halted and bucket(self.bundle_sha256, device) < self.select_below
 
+    def check_target(self, hardware_id: str, profile: str | None) -> None:
+        """``WrongTarget`` for a release this device's full check (``TrustState.verify_release``, which
+        stays) would refuse after the download: refused here, no chunk is fetched."""
+        check_target(f"release {self.release} is announced", self.hardware_ids, self.profiles, hardware_id,
+                     profile)
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "chunks": list(self.chunks), "type": ANNOUNCE_TYPE, "format": PROTOCOL_FORMAT}
+        return {**asdict(self), "chunks": list(self.chunks), "hardware_ids": list(self.hardware_ids),
+                "profiles": list(self.profiles), "type": ANNOUNCE_TYPE, "format": PROTOCOL_FORMAT}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Announcement:
@@ -150,7 +161,11 @@ class Announcement:
             a = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
         except TypeError as exc:
             raise FormatError(f"{what}: {exc}") from None
-        a = cls(**{**asdict(a), "chunks": tuple(a.chunks)})
+        lists = {k: getattr(a, k) for k in ("chunks", "hardware_ids", "profiles")}
+        if not all(isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
+                   for v in lists.values()):
+            raise FormatError(f"{what}: chunks, hardware_ids and profiles must be lists of strings")
+        a = cls(**{**asdict(a), **{k: tuple(v) for k, v in lists.items()}})
         ints = (a.seq, a.bundle_length, a.release, a.chunk_bytes, a.select_below)
         if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in ints) \
                 or a.chunk_bytes == 0 or not isinstance(a.halted, bool):

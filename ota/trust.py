@@ -65,6 +65,17 @@ def check_payload(entry: FileEntry, length: int, sha256: str) -> None:
         raise HashMismatch(f"payload {entry.name!r} does not match its signed sha256 (tampered or mixed)")
 
 
+def check_target(what: str, hardware_ids: Sequence[str], profiles: Sequence[str], hardware_id: str,
+                 profile: str | None) -> None:
+    """The one target rule (bundles and announcements): this device's hardware id is listed and, when
+    profiles are listed, its profile too; an empty list names no restriction (a manifest always lists
+    hardware ids; an announcement from before targets were announced lists none)."""
+    if hardware_ids and hardware_id not in hardware_ids:
+        raise WrongTarget(f"{what} for hardware {list(hardware_ids)}, this device is {hardware_id!r}")
+    if profiles and profile not in profiles:
+        raise WrongTarget(f"{what} for profiles {list(profiles)}, this device is {profile!r}")
+
+
 def _verify_root(envelope: Any, trusted: Root | None) -> Root:
     """A root signed by a threshold of its own keys and, when rotating, of the trusted root's keys."""
     signed, sigs = parse_envelope(envelope, "root metadata")
@@ -137,11 +148,7 @@ class TrustState:
         if manifest.release <= self._counter:
             raise RollbackError(f"release {manifest.release} is not newer than the trusted {self._counter}")
         say(f"rollback: release {manifest.release} > trusted counter {self._counter}")
-        if hardware_id not in manifest.hardware_ids:
-            raise WrongTarget(f"bundle is for hardware {list(manifest.hardware_ids)}, this device is "
-                              f"{hardware_id!r}")
-        if manifest.profiles and profile not in manifest.profiles:
-            raise WrongTarget(f"bundle is for profiles {list(manifest.profiles)}, this device is {profile!r}")
+        check_target("bundle is", manifest.hardware_ids, manifest.profiles, hardware_id, profile)
         say(f"target: hardware id {hardware_id!r} is listed")
         total = manifest.payload_bytes
         if total > self.config.max_bundle_bytes:
