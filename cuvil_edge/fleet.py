@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ota.bundle import read_header
 from ota.config import BrokerSettings, OtaConfig, TransferLimits
+from ota.errors import WrongTarget
 from ota.metadata import Manifest
 from ota.protocol import (
     BUCKETS,
@@ -44,6 +45,7 @@ from ota.protocol import (
 )
 from ota.store import read_json, write_json
 from ota.transport import MqttClient
+from ota.trust import check_target
 
 from .errors import CuvilError
 from .signing import Keyring, build_bundle, sign_envelope
@@ -197,18 +199,33 @@ class Publisher:
         for i in range(len(rollout.chunks)):
             self.mqtt.publish(self.topics.chunk(rollout.bundle_sha256, i), b"", retain=True)
 
+    def targeted(self, rollout: Rollout) -> list[str]:
+        """Known devices the release is for: their reported hardware id and profile pass the device's own
+        target rule (a status without them, from an older agent, counts as targeted)."""
+        out = []
+        for d, status in self.devices.items():
+            if "hardware_id" in status:
+                try:
+                    check_target("release", rollout.hardware_ids, rollout.profiles, status["hardware_id"],
+                                 status.get("profile") or None)
+                except WrongTarget:
+                    continue
+            out.append(d)
+        return sorted(out)
+
     def _select_below(self, rollout: Rollout) -> int:
-        """The bucket bound that takes ``stages[stage]`` percent of the known devices (all at 100%)."""
+        """The bucket bound that takes ``stages[stage]`` percent of the targeted devices (all at 100%):
+        devices the release is not for neither fill a canary nor count against its threshold."""
         percent = rollout.stages[rollout.stage]
         if percent >= 100:
             return BUCKETS
-        known = sorted(bucket(rollout.bundle_sha256, d) for d in self.devices)
+        known = sorted(bucket(rollout.bundle_sha256, d) for d in self.targeted(rollout))
         if not known or percent == 0:
             return 0
         return known[max(1, math.ceil(percent / 100 * len(known))) - 1] + 1
 
     def stage_devices(self, rollout: Rollout) -> list[str]:
-        return sorted(d for d in self.devices if bucket(rollout.bundle_sha256, d) < rollout.select_below)
+        return [d for d in self.targeted(rollout) if bucket(rollout.bundle_sha256, d) < rollout.select_below]
 
     def _announce(self, rollout: Rollout, halted: bool = False) -> None:
         """Sign and publish (retained) the next announcement; the counter is saved before it goes out."""

@@ -474,7 +474,10 @@ class Agent:
 
     # -- reporting ----------------------------------------------------------------------------
     def _status(self, state: str, **fields: Any) -> bytes:
-        return status_payload(self.device, state, release=self.host.release, **{**self._health, **fields})
+        """Every status names the device's targets, so a publisher stages only devices a release is for."""
+        return status_payload(self.device, state, release=self.host.release,
+                              hardware_id=self.installer.hardware_id, profile=self.installer.profile or "",
+                              **{**self._health, **fields})
 
     def _report(self, state: str, **fields: Any) -> None:
         """Retained status (the last word on this device); dropped when offline and re-sent on connect."""

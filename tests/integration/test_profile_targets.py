@@ -19,13 +19,13 @@ from onnx import TensorProto, helper, numpy_helper, save
 
 from cuvil_edge import CuvilError, CuvilModel, Target, TargetError
 from cuvil_edge.cli import main
-from cuvil_edge.fleet import LocalBroker, Publisher
+from cuvil_edge.fleet import LocalBroker, Publisher, Rollout
 from cuvil_edge.model import profile_targets
 from cuvil_edge.signing import Keyring, build_bundle, sign_envelope
 from device_profiles import load_profile
 from ota import TrustState, WrongTarget
 from ota.bundle import read_header
-from ota.config import OtaConfig, TransferLimits
+from ota.config import BrokerSettings, OtaConfig, TransferLimits
 from ota.errors import BadSignature, FormatError
 from ota.golden import decode_vector
 from ota.installer import Installer
@@ -174,13 +174,35 @@ def _release2(world: FleetWorld, out: Path, hardware_ids: list[str], profiles: l
     return out
 
 
-def _outcome(pub: Publisher, device: str, timeout_s: float = 20.0) -> str:
-    """Step the rollout until ``device`` has an outcome (the publisher sees statuses on its own client)."""
+def _completes_without(pub: Publisher, device: str, timeout_s: float = 60.0) -> None:
+    """The device reports its hardware id and profile, so the publisher leaves it out of every stage: the
+    rollout completes (it is the only device) without an outcome for it, and is never halted."""
     end = time.monotonic() + timeout_s
-    while device not in (rollout := pub.step(stage_timeout_s=600)).outcomes:
-        assert time.monotonic() < end, f"no outcome for {device}: {pub.devices.get(device)}"
+    while (rollout := pub.step(stage_timeout_s=600)).status == "rolling":
+        assert time.monotonic() < end, f"rollout not complete: {rollout}"
         time.sleep(0.05)
-    return rollout.outcomes[device]
+    assert rollout.status == "complete" and device not in rollout.outcomes, rollout
+    assert device not in pub.targeted(rollout) and device in pub.devices
+
+
+def test_publisher_stages_only_devices_the_release_is_for(tmp_path):
+    """Percentages and thresholds count targeted devices only; a status without targets (an older agent)
+    counts as targeted, and its refusal is then recorded as ``not_targeted``, not a failure."""
+    pub = Publisher(BrokerSettings(port=1), "lab", [], tmp_path / "fleet.json")  # never started
+    pub.state["devices"] = {
+        "pi": {"device": "pi", "state": "active", "release": 1, "hardware_id": HW, "profile": PI4},
+        "nuc": {"device": "nuc", "state": "active", "release": 1, "hardware_id": HW, "profile": AVX2},
+        "other-hw": {"device": "other-hw", "state": "active", "release": 1, "hardware_id": "hw-x",
+                     "profile": PI4},
+        "old": {"device": "old", "state": "active", "release": 1},
+    }
+    rollout = Rollout("ab" * 32, "m", 2, "1.0.2", 1, ["00"], 1, [100.0], 0.0, False, select_below=1 << 32,
+                      hardware_ids=[HW], profiles=[PI4])
+    assert pub.targeted(rollout) == ["old", "pi"]
+    assert pub.stage_devices(rollout) == ["old", "pi"]
+    refused = {"device": "old", "state": "active", "release": 1, "bundle": rollout.bundle_sha256,
+               "error": "WrongTarget", "event": "refused"}
+    assert pub._outcome(rollout, refused) == "not_targeted"
 
 
 @pytest.mark.skipif(not shutil.which("mosquitto"), reason="mosquitto not installed")
@@ -204,7 +226,7 @@ def test_announcement_for_another_target_is_refused_before_download(world, tmp_p
                                    and m.get("bundle") == sha, 30, f"{name} refused")
                 assert hit["error"] == "WrongTarget" and hit["what"] == "announcement"
                 assert hit["state"] == "active" and hit["release"] == 1 and hit["target_release"] == 2
-                assert _outcome(pub, device) == "not_targeted"  # not a failure: halt_on 0% did not halt
+                _completes_without(pub, device)  # not a failure: halt_on 0% did not halt
                 refused.append(rollout.bundle_sha256)
             # nothing was fetched: no transfer started, no part file, the failure store keeps both
             assert log_events(Path(cfg.log_file), "transfer_start") == []
