@@ -24,7 +24,7 @@ import numpy as np
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from device_profiles import available_profiles
+from device_profiles import available_profiles, load_profile
 from ota.bundle import read_header, read_payloads, write_bundle
 from ota.config import OtaConfig
 from ota.crypto import canonical_bytes, key_id
@@ -227,7 +227,7 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
     spec = ModelSpec.from_json(spec_text)
     if profiles is None:
         profiles = spec.extra.get("profiles", [])
-    _check_profiles(profiles)
+    _check_profiles(profiles, spec)
     payloads = {WEIGHTS_FILE: (root / WEIGHTS_FILE).read_bytes()}
     payloads.update({v.file: (root / v.file).read_bytes() for v in spec.variants})
     now = now or datetime.now(timezone.utc)
@@ -245,13 +245,21 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
     return manifest, payloads
 
 
-def _check_profiles(profiles: Sequence[str]) -> None:
-    """A bundle may target only shipped profiles: a misspelt name matches no device, so every device would
-    refuse the release (``WrongTarget``) after it was signed and published."""
+def _check_profiles(profiles: Sequence[str], spec: ModelSpec) -> None:
+    """A bundle may target only shipped profiles (a misspelt name matches no device, so every device would
+    refuse the release after it was signed and published), and must carry, for each, the simd128 variant of
+    its family: what selection falls back to on an engine without relaxed SIMD."""
     known = available_profiles()
     unknown = sorted(set(profiles) - set(known))
     if unknown:
         raise SigningError(f"unknown device profile(s) {unknown} in the bundle's targets; known: {known}")
+    shipped = {(v.tier, v.family) for v in spec.variants}
+    for name in profiles:
+        family = load_profile(name).family
+        if ("simd128", family) not in shipped:
+            raise SigningError(f"the bundle targets {name} ({family}) but carries no simd128 {family} "
+                               f"variant (has {sorted(v.name for v in spec.variants)}): build with "
+                               f"--profile {name}")
 
 
 def build_bundle(model_dir: str | os.PathLike[str], out: str | os.PathLike[str],

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -57,8 +58,10 @@ HW = "test-device"
 RELEASE_FIELDS = {"hardware_ids": [HW]}
 
 
-def compile_matmul(out: Path, seed: int, n_in: int = 16, n_out: int = 8) -> Path:
-    """MatMul + Relu with seeded weights, compiled for one variant and saved as a model directory."""
+def compile_matmul(out: Path, seed: int, n_in: int = 16, n_out: int = 8,
+                   targets: Sequence[Target] = (Target(),)) -> Path:
+    """MatMul + Relu with seeded weights, compiled (for one variant unless told) and saved as a model
+    directory."""
     w = np.random.default_rng(seed).standard_normal((n_in, n_out)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], f"mm{seed}",
@@ -66,7 +69,7 @@ def compile_matmul(out: Path, seed: int, n_in: int = 16, n_out: int = 8) -> Path
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, n_out])],
         [numpy_helper.from_array(w, "w")])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return CuvilModel.load(proto).optimize(targets=[Target()]).save(out)
+    return CuvilModel.load(proto).optimize(targets=list(targets)).save(out)
 
 
 def wat_model(out: Path, run: str = '(func (export "run") unreachable)', weights_ptr: int = 1024,

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from fleetkit import HW, AgentThreads, FleetWorld, Watcher, log_events
 from onnx import TensorProto, helper, numpy_helper, save
+from test_install import compile_matmul
 
-from cuvil_edge import CuvilError, CuvilModel, Target, TargetError
+from cuvil_edge import ALL_TARGETS, CuvilError, CuvilModel, Target, TargetError
 from cuvil_edge.cli import main
 from cuvil_edge.fleet import LocalBroker, Publisher, Rollout
 from cuvil_edge.model import profile_targets
@@ -165,7 +166,10 @@ def test_announcement_targets_are_signed_optional_and_checked(ring):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> FleetWorld:
-    return FleetWorld(tmp_path_factory.mktemp("profile-fleet"))
+    """Release 2 built for both families: a bundle may target a profile only with its family's variants."""
+    fw = FleetWorld(tmp_path_factory.mktemp("profile-fleet"))
+    fw.models[2] = compile_matmul(fw.base / "m2-both", seed=12, targets=ALL_TARGETS)
+    return fw
 
 
 def _release2(world: FleetWorld, out: Path, hardware_ids: list[str], profiles: list[str]) -> Path:

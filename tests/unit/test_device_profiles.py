@@ -288,7 +288,7 @@ def model_dir(tmp_path_factory) -> Path:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
                               [numpy_helper.from_array(w, "w")])
     model = CuvilModel.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
-    return model.optimize(targets=[Target()]).save(tmp_path_factory.mktemp("profiles") / "m")
+    return model.optimize(targets=[Target("simd128", "arm")]).save(tmp_path_factory.mktemp("profiles") / "m")
 
 
 def test_signing_refuses_unknown_target_profiles(model_dir, tmp_path):
@@ -302,4 +302,12 @@ def test_signing_refuses_unknown_target_profiles(model_dir, tmp_path):
     with pytest.raises(SigningError, match="jetson-orin-nano-cpu"):
         build_bundle(model_dir, tmp_path / "m.cvb", [], version="1.0.0", release=1, hardware_ids=["hw"],
                      profiles=["jetson-orin-nano-cpu"])
+    assert not (tmp_path / "m.cvb").exists()
+
+
+def test_signing_refuses_a_profile_whose_family_the_bundle_lacks(model_dir, tmp_path):
+    """An arm-only build cannot be targeted at an x86 class: no variant of its family would run there."""
+    with pytest.raises(SigningError, match="targets x86-64-avx2 .x86. but carries no simd128 x86 variant"):
+        build_bundle(model_dir, tmp_path / "m.cvb", [], version="1.0.0", release=1, hardware_ids=["hw"],
+                     profiles=["raspberry-pi-5", "x86-64-avx2"])
     assert not (tmp_path / "m.cvb").exists()
