@@ -2,10 +2,10 @@
 and static int8 modules next to onnxruntime fp32 and int8 (QDQ from its own ``quantize_static``, which we
 also compile: its uint8 activations run our 8-bit kernels), one thread, timed in one process in
 interleaved blocks so a noisy neighbour hits every engine alike; then the per-node profile of the
-depthwise convolutions in our fp32 and int8 builds (time and GOPS, 2 ops per multiply-add).
+depthwise and 1x1 convolutions in our fp32 and int8 builds (time and GOPS, 2 ops per multiply-add).
 
-The 64x64 zoo nets hide what real sizes show: at 224 the depthwise layers run on 112x112 planes and
-their kernel decides the int8 latency.
+The 64x64 zoo nets hide what real sizes show: at 224 the depthwise layers run on 112x112 planes, and
+the 1x1 convs (most of the multiply-adds) on up to 112x112 pixels with as few as 16 input channels.
 
     python benchmarks/bench_real_size.py [--repeat 30] [--size 224] [--calib 4]
 """
@@ -87,18 +87,27 @@ def interleaved(engines: dict[str, Callable[[], object]], warmup: int, repeat: i
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def depthwise_profile(model: CuvilModel, repeat: int) -> dict[str, tuple[str, str, float, float]]:
-    """node -> (kernel, geometry, us, GOPS) for each depthwise conv of the compiled graph."""
+Rows = dict[str, tuple[str, str, float, float]]
+
+
+def conv_profile(model: CuvilModel, repeat: int) -> dict[str, Rows]:
+    """"depthwise" / "1x1" -> node -> (kernel, geometry, us, GOPS) for those convs of the compiled graph
+    (one profile run)."""
     assert model.compiled is not None
     nodes = {n.name: n for n in model.compiled.graph.nodes}
-    rows = {}
+    rows: dict[str, Rows] = {"depthwise": {}, "1x1": {}}
     for r in profile_model(model, host_target(), repeat=repeat):
         node = nodes[r.name]
-        if node.op not in ("conv", "qconv") or not is_depthwise(g := conv_geometry(node)):
+        if node.op not in ("conv", "qconv"):
             continue
-        ops = 2 * g["N"] * g["M"] * g["OH"] * g["OW"] * g["kh"] * g["kw"]
-        shape = f"{g['C']}x{g['H']}x{g['W']} {g['kh']}x{g['kw']}s{g['sh']}"
-        rows[r.name] = (r.kernel, shape, r.median_us, ops / r.median_us / 1e3)
+        g = conv_geometry(node)
+        kind = "depthwise" if is_depthwise(g) else "1x1" if g["kh"] == g["kw"] == 1 else None
+        if kind is None:
+            continue
+        ops = 2 * g["N"] * g["M"] * g["OH"] * g["OW"] * g["kh"] * g["kw"] * g["C"] // g["G"]
+        taps = f"{g['kh']}x{g['kw']}s{g['sh']}" if kind == "depthwise" else f"->{g['M']}"
+        rows[kind][r.name] = (r.kernel, f"{g['C']}x{g['H']}x{g['W']} {taps}", r.median_us,
+                              ops / r.median_us / 1e3)
     return rows
 
 
@@ -141,23 +150,24 @@ def main() -> None:
         cos = float(y @ ref / np.linalg.norm(y) / np.linalg.norm(ref))  # vs onnxruntime fp32
         print(f"{name:22s} {ms:10.2f} {ms / med['onnxruntime fp32']:11.2f}x {ms / med['cuvil fp32']:12.2f}x "
               f"{cos:8.5f}")
-    prof = {k: depthwise_profile(m, args.profile_repeat) for k, m in (("fp32", fp32), ("int8", int8))}
-    print_depthwise(prof, args.profile_repeat)
+    prof = {k: conv_profile(m, args.profile_repeat) for k, m in (("fp32", fp32), ("int8", int8))}
+    for kind in ("depthwise", "1x1"):
+        print_convs(kind, {k: p[kind] for k, p in prof.items()}, args.profile_repeat)
     for m in (fp32, int8, qdq):
         m.close()
 
 
-def print_depthwise(prof: dict[str, dict[str, tuple[str, str, float, float]]], repeat: int) -> None:
-    """The fp32 and int8 profile rows of each depthwise node side by side."""
-    print(f"\ndepthwise convs (profile builds, medians of {repeat}; GOPS = 2 x MACs / time)")
-    print(f"{'node':6s} {'C x H x W, taps':22s} {'fp32 kernel':18s} {'us':>8s} {'GOPS':>6s}  "
+def print_convs(kind: str, prof: dict[str, Rows], repeat: int) -> None:
+    """The fp32 and int8 profile rows of each ``kind`` conv node side by side."""
+    print(f"\n{kind} convs (profile builds, medians of {repeat}; GOPS = 2 x MACs / time)")
+    print(f"{'node':8s} {'C x H x W, taps/out':22s} {'fp32 kernel':20s} {'us':>8s} {'GOPS':>6s}  "
           f"{'int8 kernel':26s} {'us':>8s} {'GOPS':>6s}")
     for node, (k32, shape, us32, g32) in prof["fp32"].items():
         k8, _, us8, g8 = prof["int8"][node]
-        print(f"{node[:6]:6s} {shape:22s} {k32[:18]:18s} {us32:8.1f} {g32:6.2f}  "
+        print(f"{node[:8]:8s} {shape:22s} {k32[:20]:20s} {us32:8.1f} {g32:6.2f}  "
               f"{k8[:26]:26s} {us8:8.1f} {g8:6.2f}")
     ms = {k: sum(r[2] for r in rows.values()) / 1e3 for k, rows in prof.items()}
-    print(f"{len(prof['int8'])} depthwise nodes: fp32 {ms['fp32']:.2f} ms, int8 {ms['int8']:.2f} ms in all")
+    print(f"{len(prof['int8'])} {kind} nodes: fp32 {ms['fp32']:.2f} ms, int8 {ms['int8']:.2f} ms in all")
 
 
 if __name__ == "__main__":

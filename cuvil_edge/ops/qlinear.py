@@ -37,7 +37,7 @@ from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import act_c
 from .conv import _infer as conv_infer
-from .conv import conv_geometry, is_depthwise, kernel_tile
+from .conv import conv_geometry, is_depthwise, is_pointwise, kernel_tile
 from .registry import OpDef, register
 
 COL_BYTES = 262144  # im2col rows per chunk: about 256 KiB of uint8 patches
@@ -280,7 +280,6 @@ def _qdwconv_call(node: Node, ctx: EmitContext, g: dict[str, int], xbits: int, x
     taps[..., :kw] = wq
     wsum, ws, b = row_params(wq.reshape(m, -1), node.inputs[2].const, _bias(node, 3))
     hp, wp = dw_plane(g)
-    ctx.use_kernel(f"qs8-dwconv{'' if xbits == 7 else '-x8'}-{kernel_tile(g)}")
     return (f"qs8_dwconv_x{xbits}_{dw_variant(g)}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
             f"{ctx.weight(taps.reshape(-1), 'int8_t')}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
             f"{ctx.weight(b)}, {s}, {z}, {ctx.ptr(node.outputs[0])}, {g['OH']}, {g['OW']}, {kh}, {kw}, "
@@ -297,12 +296,28 @@ def _pchunk(g: dict[str, int]) -> int:
     return max(1, min(g["OH"] * g["OW"], COL_BYTES // max(_conv_k(g), 1)))
 
 
+def _col_bytes(g: dict[str, int]) -> int:
+    """im2col rows of one pixel chunk; none for 1x1 convs, whose planes are packed as they lie."""
+    return 0 if is_pointwise(g) else _ceil(_pchunk(g) * _conv_k(g), 64)
+
+
 def _qconv_scratch(node: Node) -> int:
     g = conv_geometry(node)
     act = _Act(node, 1, node.inputs[0].type.size).scratch_bytes()
     if is_depthwise(g):
         return _ceil(act, 64) + dw_scratch_bytes(g)
-    return act + _ceil(_pchunk(g) * _conv_k(g), 64) + xpack_bytes(_pchunk(g), _conv_k(g)) + 64
+    return act + _col_bytes(g) + xpack_bytes(_pchunk(g), _conv_k(g)) + 64
+
+
+def qconv_kernel(g: dict[str, int], xbits: int) -> str:
+    """Grammar name of the int8 conv kernel, a pure function of geometry and activation bits: depthwise
+    convs run qs8-dwconv, 1x1 stride-1 unpadded ones pack their planes straight into the GEMM panels
+    (qs8-conv1x1-gemm), the rest im2col rows (qs8-conv-im2col-gemm); tile as ``s8_tile``."""
+    x8 = "" if xbits == 7 else "-x8"
+    if is_depthwise(g):
+        return f"qs8-dwconv{x8}-{kernel_tile(g)}"
+    op = "conv1x1-gemm" if is_pointwise(g) else "conv-im2col-gemm"
+    return f"qs8-{op}{x8}-{s8_tile(_pchunk(g))}"
 
 
 def _conv_args(g: dict[str, int]) -> str:
@@ -321,18 +336,20 @@ def _conv_prologue(node: Node, ctx: EmitContext) -> tuple[dict[str, int], _Act, 
 
 def _qconv_emit(node: Node, ctx: EmitContext) -> str:
     g, act, pre, xq, s, z, free = _conv_prologue(node, ctx)
+    ctx.use_kernel(qconv_kernel(g, act.xbits))
     if is_depthwise(g):
         return f"{pre}\n{_qdwconv_call(node, ctx, g, act.xbits, xq, s, z, _ceil(free, 64))}"
-    col = f"((uint8_t*)(A + {free}))"
-    k = _conv_k(g)
     w, wsum, ws, b = pack_s8(node.inputs[1].const.reshape(g["M"], -1), node.inputs[2].const, _bias(node, 3),
                              g["G"])
-    xp = f"({col} + {_ceil(_pchunk(g) * k, 64)})"
-    ctx.use_kernel(f"qs8-conv-im2col-gemm{'' if act.xbits == 7 else '-x8'}-{s8_tile(_pchunk(g))}")
-    return (f"{pre}\nqs8_conv2d_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
-            f"{ctx.weight(w, 'int8_t')}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
-            f"{ctx.weight(b)}, {s}, {z}, {ctx.ptr(node.outputs[0])}, {_conv_args(g)}, {_pchunk(g)}, {col}, "
-            f"{xp}, {act_c(node)});")
+    col = f"((uint8_t*)(A + {free}))"
+    xp = f"({col} + {_col_bytes(g)})"
+    operands = (f"{ctx.weight(w, 'int8_t')}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
+                f"{ctx.weight(b)}, {s}, {z}, {ctx.ptr(node.outputs[0])}")
+    if is_pointwise(g):
+        return (f"{pre}\nqs8_conv1x1_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['D'] * g['H'] * g['W']}, "
+                f"{operands}, {g['M']}, {g['G']}, {_pchunk(g)}, {xp}, {act_c(node)});")
+    return (f"{pre}\nqs8_conv2d_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {operands}, "
+            f"{_conv_args(g)}, {_pchunk(g)}, {col}, {xp}, {act_c(node)});")
 
 
 register(OpDef("qconv", conv_infer, None, _qconv_emit, kernels=("qs8-gemm", "qs8-dwconv"),

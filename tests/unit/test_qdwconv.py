@@ -228,19 +228,23 @@ def test_onnxruntime_quantized_models(tmp_path, fmt: str, reduce_range: bool, ac
                 assert np.abs(got[name] - ref[name]).max() <= step[name] * 1.001, (name, step[name])
 
 
-# -- audit: a MobileNet at 224 never runs a grouped conv through im2col ------------------------------
+# -- audit: a MobileNet at 224 runs no grouped or 1x1 conv through im2col -----------------------------
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
-def test_mobilenet_grouped_convs_use_depthwise_kernels(precision: str) -> None:
+def test_mobilenet_grouped_and_1x1_convs_skip_im2col(precision: str) -> None:
     """Read the kernel table of a 224x224 MobileNet build: every grouped (here: depthwise) conv runs a
-    dwconv kernel of its precision, none an im2col one."""
+    dwconv kernel of its precision and every 1x1 conv (stride 1, unpadded here) its 1x1 GEMM kernel, none
+    an im2col one."""
     proto = mobilenet(size=224)
     calib = [{"x": np.random.default_rng(i).standard_normal((1, 3, 224, 224)).astype(np.float32)}
              for i in range(2)]
     with CuvilModel.load(proto) as m:
         m.optimize(precision, targets=[Target()], calibration=calib if precision == "int8" else None)
         assert m.compiled is not None
-        grouped = {n.name: m.compiled.kernels[n.name] for n in m.compiled.graph.nodes
-                   if n.op in ("conv", "qconv") and n.attrs.get("group", 1) > 1}
+        convs = [n for n in m.compiled.graph.nodes if n.op in ("conv", "qconv")]
+        grouped = {n.name: m.compiled.kernels[n.name] for n in convs if n.attrs.get("group", 1) > 1}
+        pointwise = {n.name: m.compiled.kernels[n.name] for n in convs
+                     if n.attrs.get("group", 1) == 1 and n.inputs[1].type.shape[2:] == (1, 1)}
     prefix = "f32-dwconv-" if precision == "fp32" else "qs8-dwconv-"
     assert len(grouped) == 4 and all(k.startswith(prefix) for k in grouped.values()), grouped
-    assert not any("im2col" in k for k in grouped.values())
+    want = {"f32-conv1x1-gemm-4x8"} if precision == "fp32" else {f"qs8-conv1x1-gemm-8x{t}" for t in (1, 4)}
+    assert pointwise and set(pointwise.values()) <= want, pointwise

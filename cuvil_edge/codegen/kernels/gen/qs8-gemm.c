@@ -18,8 +18,11 @@
  *
  * Dequantize / requantize (documented rounding): acc is exact int32; y = f32(acc - xz*wsum[i]) *
  * (ws[i] * xs[j]) + bias[i], each step one IEEE f32 operation rounded to nearest even (mul then add, no
- * FMA, so every tier gives identical floats), then the fused activation. Quantization of activations
- * (qu8_quantize*) is ONNX QuantizeLinear's: round(x / scale) half to even, + zero point, saturated.
+ * FMA, so every tier gives identical floats), then the fused activation. Stores: 4 tokens adjacent in y
+ * (sj = 1: a conv's output pixels) go out as one vector per output row after a 4x4 transpose (measured:
+ * the per-float stores cost a 16-channel 1x1 conv a quarter of its time), else per token. Quantization
+ * of activations (qu8_quantize*) is ONNX QuantizeLinear's: round(x / scale) half to even, + zero point,
+ * saturated.
  */
 
 /* Lane l sums bytes 4l..4l+3, as the relaxed dot does: per-lane partial sums (which qb4 scales per
@@ -56,6 +59,16 @@ INLINE void q_store4(v128_t f, float* y, int si, int ni, Act act) {
   float t[4] __attribute__((aligned(16)));
   VSTORE(t, f);
   for (int l = 0; l < ni; l++) y[(size_t)l * si] = t[l];
+}
+
+/* 4x4 transpose of 32-bit lanes in place: lane c of v[r] becomes lane r of v[c]. */
+INLINE void q_transpose4(v128_t* v) {
+  const v128_t ab0 = wasm_i32x4_shuffle(v[0], v[1], 0, 4, 1, 5), ab1 = wasm_i32x4_shuffle(v[0], v[1], 2, 6, 3, 7);
+  const v128_t cd0 = wasm_i32x4_shuffle(v[2], v[3], 0, 4, 1, 5), cd1 = wasm_i32x4_shuffle(v[2], v[3], 2, 6, 3, 7);
+  v[0] = wasm_i64x2_shuffle(ab0, cd0, 0, 2);
+  v[1] = wasm_i64x2_shuffle(ab0, cd0, 1, 3);
+  v[2] = wasm_i64x2_shuffle(ab1, cd1, 0, 2);
+  v[3] = wasm_i64x2_shuffle(ab1, cd1, 1, 3);
 }
 
 /* x -> clamp(round_half_even(x / scale) + zp, 0, qmax) as uint8, n values. The clamp is pmax/pmin with
@@ -160,16 +173,55 @@ KERNEL void qu8_pack_x4(int J, int K, const uint8_t* x, int ldx, uint8_t* xp) {
     for (int t = 0; t < 4; t++) r[t] = x + (size_t)(j + (t < nj ? t : 0)) * ldx;
     int k = 0;
     for (; k + 16 <= K; k += 16) {
-      const v128_t a = VLOAD(r[0] + k), b = VLOAD(r[1] + k), c = VLOAD(r[2] + k), d = VLOAD(r[3] + k);
-      const v128_t ab0 = wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), ab1 = wasm_i32x4_shuffle(a, b, 2, 6, 3, 7);
-      const v128_t cd0 = wasm_i32x4_shuffle(c, d, 0, 4, 1, 5), cd1 = wasm_i32x4_shuffle(c, d, 2, 6, 3, 7);
-      VSTORE(xp + 4 * k, wasm_i64x2_shuffle(ab0, cd0, 0, 2));
-      VSTORE(xp + 4 * k + 16, wasm_i64x2_shuffle(ab0, cd0, 1, 3));
-      VSTORE(xp + 4 * k + 32, wasm_i64x2_shuffle(ab1, cd1, 0, 2));
-      VSTORE(xp + 4 * k + 48, wasm_i64x2_shuffle(ab1, cd1, 1, 3));
+      v128_t v[4] = {VLOAD(r[0] + k), VLOAD(r[1] + k), VLOAD(r[2] + k), VLOAD(r[3] + k)};
+      q_transpose4(v);
+      for (int q = 0; q < 4; q++) VSTORE(xp + 4 * k + 16 * q, v[q]);
     }
     for (; k < K4; k++)
       for (int t = 0; t < 4; t++) xp[(k & ~3) * 4 + t * 4 + (k & 3)] = t < nj && k < K ? r[t][k] : 0;
+  }
+}
+
+/* 16 bytes of a channel's pixel row: all 16, or the first n < 16 and zeros (nothing past them is read). */
+INLINE v128_t qu8_row16(const uint8_t* r, int n) {
+  if (n == 16) return VLOAD(r);
+  uint8_t t[16] __attribute__((aligned(16))) = {0};
+  for (int l = 0; l < n; l++) t[l] = r[l];
+  return VLOAD(t);
+}
+
+/* Pack J tokens of channel-major activations (channel k's J bytes at x + k * ldk: an NCHW plane set, so
+ * a 1x1 convolution's input as it lies) into qu8_pack_x4's layout, with no im2col rows in between. Per
+ * 16 pixels and 4 channels: four row loads, byte then 16-bit interleaves give 4 pixels' 4-byte groups
+ * per vector, stored into 4 consecutive token blocks. Channels past K and pixels past J are zero (no
+ * loop reads a partial block's missing tokens); a last step of fewer than 16 pixels copies its rows. */
+KERNEL void qu8_pack_nchw_x4(int J, int K, const uint8_t* x, int ldk, uint8_t* xp) {
+  const int K4 = (K + 3) & ~3;
+  const size_t bs = (size_t)4 * K4;  /* bytes per 4-token block */
+  for (int j = 0; j < J; j += 16) {
+    const int nj = J - j < 16 ? J - j : 16, nb = (nj + 3) >> 2;
+    uint8_t* xb = xp + (size_t)(j >> 2) * bs;
+    for (int k = 0; k < K4; k += 4, xb += 16) {
+      const uint8_t* r = x + (size_t)k * ldk + j;
+      v128_t a, b, c, d;
+      if (nj == 16 && k + 4 <= K) {
+        a = VLOAD(r); b = VLOAD(r + ldk); c = VLOAD(r + 2 * (size_t)ldk); d = VLOAD(r + 3 * (size_t)ldk);
+      } else {
+        a = qu8_row16(r, nj);
+        b = qu8_row16(r + ldk, k + 1 < K ? nj : 0);
+        c = qu8_row16(r + 2 * (size_t)ldk, k + 2 < K ? nj : 0);
+        d = qu8_row16(r + 3 * (size_t)ldk, k + 3 < K ? nj : 0);
+      }
+      const v128_t ab0 = wasm_i8x16_shuffle(a, b, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+      const v128_t ab1 = wasm_i8x16_shuffle(a, b, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+      const v128_t cd0 = wasm_i8x16_shuffle(c, d, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+      const v128_t cd1 = wasm_i8x16_shuffle(c, d, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+      const v128_t o[4] = {wasm_i16x8_shuffle(ab0, cd0, 0, 8, 1, 9, 2, 10, 3, 11),
+                           wasm_i16x8_shuffle(ab0, cd0, 4, 12, 5, 13, 6, 14, 7, 15),
+                           wasm_i16x8_shuffle(ab1, cd1, 0, 8, 1, 9, 2, 10, 3, 11),
+                           wasm_i16x8_shuffle(ab1, cd1, 4, 12, 5, 13, 6, 14, 7, 15)};
+      for (int q = 0; q < nb; q++) VSTORE(xb + q * bs, o[q]);
+    }
   }
 }
 
@@ -328,14 +380,13 @@ INLINE void qs8_tile_x7_8x1(int K4, const int8_t* w, const uint8_t* xp, v128_t* 
 #endif
 }
 
-/* y[i*si + j*sj] for i < I, j < J (see the header for operands and the epilogue). w is packed in 8-row
- * panels [ceil(I/8)][K4/4][8][4] (K4 = ceil4(K)); x rows are packed into xp (qu8_pack_x4, ceil4(J) * K4
- * bytes of scratch) once, then every panel meets 4 tokens at a time, the last 1-3 tokens one by one. */
-KERNEL void qs8_gemm_x7(int I, int J, int K, const int8_t* w, const uint8_t* x, int ldx, uint8_t* xp,
-                          const float* xs, const int32_t* xz, int xstep, const int32_t* wsum,
-                          const float* ws, const float* bias, float* y, int si, int sj, Act act) {
+/* y[i*si + j*sj] for i < I, j < J (see the header for operands and the epilogue) from activations
+ * already packed in xp (qu8_pack_x4's layout). w is packed in 8-row panels [ceil(I/8)][K4/4][8][4]
+ * (K4 = ceil4(K)); every panel meets 4 tokens at a time, the last 1-3 tokens one by one. */
+KERNEL void qs8_gemm_packed_x7(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
+                                 const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
+                                 const float* bias, float* y, int si, int sj, Act act) {
   const int K4 = (K + 3) & ~3, J4 = J & ~3;
-  qu8_pack_x4(J, K, x, ldx, xp);
   for (int i = 0; i < I; i += 8) {
     const int8_t* wi = w + (size_t)i * K4;
     for (int j = 0; j < J; ) {
@@ -348,16 +399,33 @@ KERNEL void qs8_gemm_x7(int I, int J, int K, const int8_t* w, const uint8_t* x, 
         const int ih = i + 4 * h, ni = I - ih < 4 ? I - ih : 4;
         if (ni <= 0) break;
         const v128_t vsum = VLOAD(wsum + ih), vws = VLOAD(ws + ih), vb = VLOAD(bias + ih);
+        float* yt = y + (size_t)ih * si + (size_t)j * sj;
+        v128_t f[4];
         for (int t = 0; t < nt; t++) {
           const int jj = (j + t) * xstep;
-          const v128_t f = q_dequant(acc[h * nt + t], wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[jj])),
-                                     wasm_f32x4_mul(vws, VSPLAT(xs[jj])), vb);
-          q_store4(f, y + (size_t)ih * si + (size_t)(j + t) * sj, si, ni, act);
+          f[t] = q_dequant(acc[h * nt + t], wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[jj])),
+                           wasm_f32x4_mul(vws, VSPLAT(xs[jj])), vb);
+        }
+        if (nt == 4 && sj == 1) {  /* tokens adjacent in y (conv output rows): one vector per row */
+          for (int t = 0; t < 4; t++) f[t] = act_apply(f[t], act);
+          q_transpose4(f);
+          for (int r = 0; r < ni; r++) VSTORE(yt + (size_t)r * si, f[r]);
+        } else {
+          for (int t = 0; t < nt; t++) q_store4(f[t], yt + (size_t)t * sj, si, ni, act);
         }
       }
       j += nt;
     }
   }
+}
+
+/* The GEMM on x rows (J rows of K bytes, stride ldx): packed into xp (qu8_pack_x4, ceil4(J) * K4 bytes of
+ * scratch) once, then qs8_gemm_packed. */
+KERNEL void qs8_gemm_x7(int I, int J, int K, const int8_t* w, const uint8_t* x, int ldx, uint8_t* xp,
+                          const float* xs, const int32_t* xz, int xstep, const int32_t* wsum,
+                          const float* ws, const float* bias, float* y, int si, int sj, Act act) {
+  qu8_pack_x4(J, K, x, ldx, xp);
+  qs8_gemm_packed_x7(I, J, K, w, xp, xs, xz, xstep, wsum, ws, bias, y, si, sj, act);
 }
 
 /* NCHW convolution on quantized input xq: im2col rows per chunk of output pixels, then the GEMM with
@@ -380,6 +448,25 @@ KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const i
       }
 }
 
+/* 1x1 convolution, stride 1, no padding (any groups): each group's uint8 channels are already the GEMM's
+ * activations, channel-major, so every chunk of pixels is packed straight from the planes
+ * (qu8_pack_nchw_x4) and meets the GEMM (operands as in qs8_conv2d; P = pixels per plane). Same bytes in
+ * the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits. */
+KERNEL void qs8_conv1x1_x7(const uint8_t* xq, int N, int C, int P, const int8_t* w, const int32_t* wsum,
+                             const float* ws, const float* bias, const float* xs, const int32_t* xz, float* y,
+                             int M, int G, int pchunk, uint8_t* xp, Act act) {
+  const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K4 = (Cg + 3) & ~3;
+  for (int n = 0; n < N; n++)
+    for (int g = 0; g < G; g++)
+      for (int p0 = 0; p0 < P; p0 += pchunk) {
+        const int pc = P - p0 < pchunk ? P - p0 : pchunk;
+        qu8_pack_nchw_x4(pc, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0, P, xp);
+        qs8_gemm_packed_x7(Mg, pc, Cg, w + (size_t)g * Mgp * K4, xp, xs, xz, 0, wsum + g * Mgp,
+                             ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, 1,
+                             act);
+      }
+}
+
 /* One 8-row panel x NT tokens: out[t] = rows 0-3 of token t, out[NT + t] = rows 4-7. */
 INLINE void qs8_tile_x8_8x4(int K4, const int8_t* w, const uint8_t* xp, v128_t* out) {
 #if CUVIL_RELAXED && 8 == 7
@@ -398,14 +485,13 @@ INLINE void qs8_tile_x8_8x1(int K4, const int8_t* w, const uint8_t* xp, v128_t* 
 #endif
 }
 
-/* y[i*si + j*sj] for i < I, j < J (see the header for operands and the epilogue). w is packed in 8-row
- * panels [ceil(I/8)][K4/4][8][4] (K4 = ceil4(K)); x rows are packed into xp (qu8_pack_x4, ceil4(J) * K4
- * bytes of scratch) once, then every panel meets 4 tokens at a time, the last 1-3 tokens one by one. */
-KERNEL void qs8_gemm_x8(int I, int J, int K, const int8_t* w, const uint8_t* x, int ldx, uint8_t* xp,
-                          const float* xs, const int32_t* xz, int xstep, const int32_t* wsum,
-                          const float* ws, const float* bias, float* y, int si, int sj, Act act) {
+/* y[i*si + j*sj] for i < I, j < J (see the header for operands and the epilogue) from activations
+ * already packed in xp (qu8_pack_x4's layout). w is packed in 8-row panels [ceil(I/8)][K4/4][8][4]
+ * (K4 = ceil4(K)); every panel meets 4 tokens at a time, the last 1-3 tokens one by one. */
+KERNEL void qs8_gemm_packed_x8(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
+                                 const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
+                                 const float* bias, float* y, int si, int sj, Act act) {
   const int K4 = (K + 3) & ~3, J4 = J & ~3;
-  qu8_pack_x4(J, K, x, ldx, xp);
   for (int i = 0; i < I; i += 8) {
     const int8_t* wi = w + (size_t)i * K4;
     for (int j = 0; j < J; ) {
@@ -418,16 +504,33 @@ KERNEL void qs8_gemm_x8(int I, int J, int K, const int8_t* w, const uint8_t* x, 
         const int ih = i + 4 * h, ni = I - ih < 4 ? I - ih : 4;
         if (ni <= 0) break;
         const v128_t vsum = VLOAD(wsum + ih), vws = VLOAD(ws + ih), vb = VLOAD(bias + ih);
+        float* yt = y + (size_t)ih * si + (size_t)j * sj;
+        v128_t f[4];
         for (int t = 0; t < nt; t++) {
           const int jj = (j + t) * xstep;
-          const v128_t f = q_dequant(acc[h * nt + t], wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[jj])),
-                                     wasm_f32x4_mul(vws, VSPLAT(xs[jj])), vb);
-          q_store4(f, y + (size_t)ih * si + (size_t)(j + t) * sj, si, ni, act);
+          f[t] = q_dequant(acc[h * nt + t], wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[jj])),
+                           wasm_f32x4_mul(vws, VSPLAT(xs[jj])), vb);
+        }
+        if (nt == 4 && sj == 1) {  /* tokens adjacent in y (conv output rows): one vector per row */
+          for (int t = 0; t < 4; t++) f[t] = act_apply(f[t], act);
+          q_transpose4(f);
+          for (int r = 0; r < ni; r++) VSTORE(yt + (size_t)r * si, f[r]);
+        } else {
+          for (int t = 0; t < nt; t++) q_store4(f[t], yt + (size_t)t * sj, si, ni, act);
         }
       }
       j += nt;
     }
   }
+}
+
+/* The GEMM on x rows (J rows of K bytes, stride ldx): packed into xp (qu8_pack_x4, ceil4(J) * K4 bytes of
+ * scratch) once, then qs8_gemm_packed. */
+KERNEL void qs8_gemm_x8(int I, int J, int K, const int8_t* w, const uint8_t* x, int ldx, uint8_t* xp,
+                          const float* xs, const int32_t* xz, int xstep, const int32_t* wsum,
+                          const float* ws, const float* bias, float* y, int si, int sj, Act act) {
+  qu8_pack_x4(J, K, x, ldx, xp);
+  qs8_gemm_packed_x8(I, J, K, w, xp, xs, xz, xstep, wsum, ws, bias, y, si, sj, act);
 }
 
 /* NCHW convolution on quantized input xq: im2col rows per chunk of output pixels, then the GEMM with
@@ -447,6 +550,25 @@ KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const i
                         pt, pl, OW, p0, pc, xz[0], col);
         qs8_gemm_x8(Mg, pc, K, w + (size_t)g * Mgp * K4, col, K, xp, xs, xz, 0, wsum + g * Mgp,
                       ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, 1, act);
+      }
+}
+
+/* 1x1 convolution, stride 1, no padding (any groups): each group's uint8 channels are already the GEMM's
+ * activations, channel-major, so every chunk of pixels is packed straight from the planes
+ * (qu8_pack_nchw_x4) and meets the GEMM (operands as in qs8_conv2d; P = pixels per plane). Same bytes in
+ * the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits. */
+KERNEL void qs8_conv1x1_x8(const uint8_t* xq, int N, int C, int P, const int8_t* w, const int32_t* wsum,
+                             const float* ws, const float* bias, const float* xs, const int32_t* xz, float* y,
+                             int M, int G, int pchunk, uint8_t* xp, Act act) {
+  const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K4 = (Cg + 3) & ~3;
+  for (int n = 0; n < N; n++)
+    for (int g = 0; g < G; g++)
+      for (int p0 = 0; p0 < P; p0 += pchunk) {
+        const int pc = P - p0 < pchunk ? P - p0 : pchunk;
+        qu8_pack_nchw_x4(pc, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0, P, xp);
+        qs8_gemm_packed_x8(Mg, pc, Cg, w + (size_t)g * Mgp * K4, xp, xs, xz, 0, wsum + g * Mgp,
+                             ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, 1,
+                             act);
       }
 }
 

@@ -1,0 +1,221 @@
+"""Quantized 1x1 convolution (``qs8-conv1x1-gemm``: the uint8 planes packed straight into the GEMM's
+activation panels, no im2col): the kernel each geometry gets, the exact integer math in both tiers,
+equality with the im2col path it replaced, and onnxruntime's QDQ and QLinearConv models within one
+output step.
+
+All cases of one test share one model (one node per case), so each tier compiles once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx import shape_inference as si
+
+from cuvil_edge import CuvilModel, Target
+from cuvil_edge.compiler import optimize_graph
+from cuvil_edge.ir.graph import Graph
+from cuvil_edge.ops import qlinear
+from cuvil_edge.quant.calibrate import ActRange
+from cuvil_edge.quant.rewrite import act_qparams, quantize_graph, quantize_int8_rows
+from cuvil_edge.quant.runner import Runner
+from runtime_wasm.variants import probe_host
+
+TIERS = ("simd128", "relaxed") if probe_host().relaxed_simd else ("simd128",)
+
+#: name -> (input shape, output channels, groups, clip bounds after (None: no activation), kernel).
+#: Channels off multiples of 4 and 8, pixel counts off whole 16-pixel packing steps and 4-token blocks,
+#: 1x1 to 56x56 planes, batch 2, groups, 1D, and a plane in two pixel chunks (the second starting at an
+#: odd pixel).
+CASES: dict[str, tuple[list[int], int, int, tuple[float, float] | None, str]] = {
+    "c3-m5-1x1": ([1, 3, 1, 1], 5, 1, (0.0, 6.0), "qs8-conv1x1-gemm-8x1"),
+    "c5-m7-3x3": ([1, 5, 3, 3], 7, 1, None, "qs8-conv1x1-gemm-8x4"),
+    "c7-m13-5x9": ([1, 7, 5, 9], 13, 1, (0.0, 6.0), "qs8-conv1x1-gemm-8x4"),
+    "c17-m9-batch2": ([2, 17, 6, 7], 9, 1, (-0.5, 1.5), "qs8-conv1x1-gemm-8x4"),
+    "c24-m144-56x56": ([1, 24, 56, 56], 144, 1, (0.0, 6.0), "qs8-conv1x1-gemm-8x4"),
+    "c96-m24-14x14": ([1, 96, 14, 14], 24, 1, None, "qs8-conv1x1-gemm-8x4"),
+    "c960-m20-7x7": ([1, 960, 7, 7], 20, 1, (0.0, 6.0), "qs8-conv1x1-gemm-8x4"),
+    "c10-m6-g2": ([1, 10, 9, 11], 6, 2, (0.0, 6.0), "qs8-conv1x1-gemm-8x4"),
+    "c48-m11-2chunks": ([1, 48, 75, 75], 11, 1, None, "qs8-conv1x1-gemm-8x4"),
+    "1d-c6-m9": ([1, 6, 30], 9, 1, (0.0, 6.0), "qs8-conv1x1-gemm-8x4"),
+}
+#: 1x1 convs that are not stride 1 and unpadded keep the im2col path: name -> (shape, strides, pads, kernel)
+IM2COL_CASES = {
+    "s2": ([1, 8, 9, 9], [2, 2], [0, 0, 0, 0], "qs8-conv-im2col-gemm-8x4"),
+    "pad1": ([1, 8, 5, 5], [1, 1], [1, 1, 1, 1], "qs8-conv-im2col-gemm-8x4"),
+}
+
+
+def _weights(name: str, cin: int, m: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(sum(map(ord, name)))
+    return ((rng.standard_normal((m, cin // groups)) * 0.5).astype(np.float32),
+            rng.standard_normal(m).astype(np.float32))
+
+
+def _input(name: str, shape: list[int]) -> np.ndarray:
+    return np.random.default_rng(len(name)).standard_normal(shape).astype(np.float32)
+
+
+def conv_model(cases: dict[str, tuple], im2col_cases: dict[str, tuple]) -> onnx.ModelProto:
+    """One 1x1 Conv (bias) per case on input ``x_<name>``, then Clip(lo, hi) when the case has bounds;
+    the im2col cases (stride 2, padding) follow with 6 output channels."""
+    nodes, inits, ins, outs = [], [], [], []
+    spec = {k: (v[0], v[1], v[2], v[3], [1] * (len(v[0]) - 2), [0] * (2 * len(v[0]) - 4))
+            for k, v in cases.items()}
+    spec |= {k: (shape, 6, 1, None, strides, pads) for k, (shape, strides, pads, _) in im2col_cases.items()}
+    for name, (shape, m, groups, clip, strides, pads) in spec.items():
+        w, b = _weights(name, shape[1], m, groups)
+        w = w.reshape(m, shape[1] // groups, *[1] * (len(shape) - 2))
+        inits += [numpy_helper.from_array(w, f"w_{name}"), numpy_helper.from_array(b, f"b_{name}")]
+        conv_out = f"c_{name}" if clip else f"y_{name}"
+        nodes.append(helper.make_node("Conv", [f"x_{name}", f"w_{name}", f"b_{name}"], [conv_out],
+                                      name=f"pw_{name}", group=groups, strides=strides, pads=pads))
+        if clip:
+            inits += [numpy_helper.from_array(np.float32(v), f"{e}_{name}") for e, v in zip("lh", clip)]
+            nodes.append(helper.make_node("Clip", [conv_out, f"l_{name}", f"h_{name}"], [f"y_{name}"]))
+        ins.append(helper.make_tensor_value_info(f"x_{name}", TensorProto.FLOAT, shape))
+        outs.append(helper.make_tensor_value_info(f"y_{name}", TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "pw", ins, outs, inits)
+    return si.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def reference(name: str, x: np.ndarray, s: float, z: int) -> np.ndarray:
+    """The kernel's math in numpy: 7-bit input (ONNX QuantizeLinear: scale s, zero point z), int8
+    per-channel weights, exact per-group sums of w * (xq - z), then the qs8 epilogue
+    f32(sum) * f32(ws * s) + bias, each an f32 rounding, and the fused Clip."""
+    shape, m, groups, clip, _ = CASES[name]
+    w, b = _weights(name, shape[1], m, groups)
+    n, c = shape[:2]
+    xq = np.clip(np.rint(x / np.float32(s)) + z, 0, 127).astype(np.int64) - z
+    xq = xq.reshape(n, groups, c // groups, -1)
+    wq, ws = quantize_int8_rows(w.reshape(m, -1))
+    acc = np.einsum("gmc,ngcp->ngmp", wq.astype(np.int64).reshape(groups, m // groups, -1), xq)
+    y = acc.reshape(n, m, -1).astype(np.float32) * (ws * np.float32(s))[:, None] + b[:, None]
+    y = np.clip(y, np.float32(clip[0]), np.float32(clip[1])) if clip else y
+    return y.reshape(n, m, *shape[2:])
+
+
+def _quantized(dynamic: bool = False) -> tuple[Graph, dict[str, np.ndarray], dict[str, ActRange]]:
+    """Every case quantized to int8: activations static (calibrated on the test input itself) or dynamic."""
+    graph = CuvilModel.load(conv_model(CASES, IM2COL_CASES)).graph
+    optimize_graph(graph)
+    shapes = {k: v[0] for k, v in CASES.items()} | {k: v[0] for k, v in IM2COL_CASES.items()}
+    xs = {name: _input(name, shape) for name, shape in shapes.items()}
+    ranges = {name: ActRange(float(x.min()), float(x.max())) for name, x in xs.items()}
+    plan = {n.name: "int8" for n in graph.nodes if n.op == "conv"}
+    q = quantize_graph(graph, plan, {f"x_{k}": r for k, r in ranges.items()}, dynamic=dynamic)
+    return q, xs, ranges
+
+
+def _run(graph: Graph, xs: dict[str, np.ndarray], tier: str) -> tuple[dict[str, str], dict[str, np.ndarray]]:
+    with Runner(graph, Target(tier, probe_host().family)) as run:
+        return dict(run.compiled.kernels), run({f"x_{k}": x for k, x in xs.items()})
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    return _quantized()
+
+
+@pytest.fixture(scope="module")
+def results(quantized) -> dict[str, tuple[dict[str, str], dict[str, np.ndarray]]]:
+    q, xs, _ = quantized
+    return {tier: _run(q, xs, tier) for tier in TIERS}
+
+
+@pytest.mark.parametrize("name", sorted(CASES) + sorted(IM2COL_CASES))
+def test_kernel_choice(results, name: str) -> None:
+    """1x1 stride-1 unpadded convs (any channels, groups, 1D/2D) run qs8-conv1x1-gemm, tiled 8x1 below 4
+    pixels; strided or padded 1x1 convs keep im2col (NAMING.md)."""
+    kernels, _ = results[TIERS[0]]
+    assert kernels[f"pw_{name}"] == {**CASES, **IM2COL_CASES}[name][-1]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("tier", TIERS)
+def test_matches_integer_reference_bit_for_bit(quantized, results, name: str, tier: str) -> None:
+    """Exact int32 sums and the shared f32 epilogue: equal to the numpy reference in every tier (so the
+    SIMD128 and relaxed-SIMD modules agree bit for bit)."""
+    _, xs, ranges = quantized
+    _, outs = results[tier]
+    np.testing.assert_array_equal(outs[f"y_{name}"], reference(name, xs[name], *act_qparams(ranges[name])))
+
+
+def test_dynamic_activations_bit_for_bit() -> None:
+    """int8-dynamic: scale and zero point from the input's range at run time, then the same exact answer."""
+    q, xs, _ = _quantized(dynamic=True)
+    _, outs = _run(q, xs, TIERS[-1])
+    for name in CASES:
+        x = xs[name]
+        lo, hi = min(x.min(), np.float32(0)), max(x.max(), np.float32(0))
+        s = (hi - lo) / np.float32(127)
+        z = int(np.clip(np.rint(-lo / s), 0, 127))
+        np.testing.assert_array_equal(outs[f"y_{name}"], reference(name, x, s, z), err_msg=name)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_equals_the_im2col_path(quantized, results, tier: str) -> None:
+    """The im2col + GEMM path the 1x1 convs ran on before gives the same bits in each tier."""
+    q, xs, _ = quantized
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(qlinear, "is_pointwise", lambda g: False)
+        kernels, old = _run(q, xs, tier)
+    assert {kernels[f"pw_{name}"] for name in CASES} == {f"qs8-conv-im2col-gemm-8x{t}" for t in (1, 4)}
+    _, new = results[tier]
+    for name in [*CASES, *IM2COL_CASES]:
+        np.testing.assert_array_equal(new[f"y_{name}"], old[f"y_{name}"], err_msg=name)
+
+
+# -- onnxruntime's quantized models: 8-bit activations, the x8 kernels ----------------------------------
+ORT_CASES = {k: CASES[k] for k in ("c7-m13-5x9", "c17-m9-batch2", "c24-m144-56x56", "c10-m6-g2")}
+# QOperator only with reduce_range: without it onnxruntime has no exact reference (see test_prequantized)
+ORT_FORMATS = [("QDQ", True, "QUInt8"), ("QDQ", False, "QInt8"), ("QOperator", True, "QUInt8")]
+
+
+@pytest.mark.parametrize(("fmt", "reduce_range", "act"), ORT_FORMATS)
+def test_onnxruntime_quantized_models(tmp_path, fmt: str, reduce_range: bool, act: str) -> None:
+    """onnxruntime's quantize_static output (per-channel int8 weights, QDQ or QLinearConv) runs on
+    qs8-conv1x1-gemm-x8 and matches onnxruntime within one step of each output's quantizer, on inputs
+    unseen in calibration."""
+    ort = pytest.importorskip("onnxruntime")
+    oq = pytest.importorskip("onnxruntime.quantization")
+    src, dst = tmp_path / "f32.onnx", tmp_path / "q.onnx"
+    onnx.save(conv_model(ORT_CASES, {}), src)
+    shapes = {f"x_{k}": v[0] for k, v in ORT_CASES.items()}
+
+    def feeds(seed: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+
+    class Reader(oq.CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it = iter([feeds(i) for i in range(8)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._it, None)
+
+    oq.quantize_static(str(src), str(dst), Reader(), quant_format=getattr(oq.QuantFormat, fmt),
+                       per_channel=True, activation_type=getattr(oq.QuantType, act),
+                       reduce_range=reduce_range)
+    so = ort.SessionOptions()
+    if not reduce_range:  # its optimized u8 x s8 kernels saturate int16 pair sums: use the reference run
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(dst), so, providers=["CPUExecutionProvider"])
+    qmodel = onnx.load(dst)
+    inits = {i.name: numpy_helper.to_array(i) for i in qmodel.graph.initializer}
+    outputs = {o.name for o in qmodel.graph.output}
+    step = {n.output[0]: float(inits[n.input[1]]) for n in qmodel.graph.node
+            if n.op_type == "DequantizeLinear" and n.output[0] in outputs}
+    with CuvilModel.load(dst) as m:
+        m.optimize(targets=[Target(TIERS[-1], probe_host().family)])
+        assert m.compiled is not None
+        ops = {n.name: n.op for n in m.compiled.graph.nodes}
+        assert {k for n, k in m.compiled.kernels.items() if ops[n] == "qconv"} == {"qs8-conv1x1-gemm-x8-8x4"}
+        for seed in (100, 101, 102):
+            x = feeds(seed)
+            ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, x)))
+            got = m.predict(x)
+            for name in ref:
+                assert np.abs(got[name] - ref[name]).max() <= step[name] * 1.001, (name, step[name])
