@@ -4,10 +4,15 @@ also compile: its uint8 activations run our 8-bit kernels), one thread, timed in
 interleaved blocks so a noisy neighbour hits every engine alike; then the per-node profile of the
 depthwise and 1x1 convolutions in our fp32 and int8 builds (time and GOPS, 2 ops per multiply-add).
 
+``--fp32-nets`` instead times MobileNetV2 224, ResNet-50 224 (torchvision v1.5 shapes) and a YOLOv8n-style
+320 detector (ultralytics' n-scale backbone, neck and head) in fp32 next to onnxruntime fp32, interleaved
+in one process, then profiles their full (non-depthwise, non-1x1) convolutions: the 3x3s where the fp32
+conv kernels (im2col + GEMM, direct, Winograd) spend their time.
+
 The 64x64 zoo nets hide what real sizes show: at 224 the depthwise layers run on 112x112 planes, and
 the 1x1 convs (most of the multiply-adds) on up to 112x112 pixels with as few as 16 input channels.
 
-    python benchmarks/bench_real_size.py [--repeat 30] [--size 224] [--calib 4]
+    python benchmarks/bench_real_size.py [--repeat 30] [--size 224] [--calib 4] [--fp32-nets]
 """
 
 from __future__ import annotations
@@ -53,6 +58,81 @@ def mobilenet_v2(size: int = 224, classes: int = 1000, seed: int = 0) -> onnx.Mo
     return b.build([("x", [1, 3, size, size])], b.head(y, 1280, classes), [1, classes])
 
 
+def resnet50(size: int = 224, classes: int = 1000, seed: int = 0) -> onnx.ModelProto:
+    """torchvision's ResNet-50 (v1.5: stride on the bottleneck's 3x3): 7x7 stem, max pool, [3, 4, 6, 3]
+    bottlenecks of width 64-512 (x4 out), 1x1 projection shortcuts, pooled Gemm head."""
+    b = NetBuilder("resnet50", seed=seed)
+    y = b.op("MaxPool", [b.conv_bn("x", 3, 64, 7, stride=2)], kernel_shape=[3, 3], strides=[2, 2],
+             pads=[1, 1, 1, 1])
+    cin = 64
+    for width, blocks, first_stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for i in range(blocks):
+            stride = first_stride if i == 0 else 1
+            h = b.conv_bn(y, cin, width, 1)
+            h = b.conv_bn(h, width, width, 3, stride=stride)
+            h = b.conv_bn(h, width, 4 * width, 1, act=None)
+            short = y if i else b.conv_bn(y, cin, 4 * width, 1, act=None, stride=stride)
+            y, cin = b.op("Relu", [b.op("Add", [h, short])]), 4 * width
+    return b.build([("x", [1, 3, size, size])], b.head(y, cin, classes), [1, classes])
+
+
+def _cbs(b: NetBuilder, x: str, cin: int, cout: int, k: int = 3, stride: int = 1) -> str:
+    """ultralytics Conv: conv + BN + SiLU, exported as x * Sigmoid(x)."""
+    y = b.conv_bn(x, cin, cout, k, act=None, stride=stride)
+    return b.op("Mul", [y, b.op("Sigmoid", [y])])
+
+
+def _c2f(b: NetBuilder, x: str, cin: int, cout: int, n: int, shortcut: bool) -> str:
+    """ultralytics C2f: 1x1 to 2c channels, split in halves (two Slices), n bottlenecks (two 3x3 convs,
+    residual when ``shortcut``) chained on the second half, every partial result concatenated, 1x1 out."""
+    c = cout // 2
+    y = _cbs(b, x, cin, 2 * c, 1)
+    def half(lo: int) -> str:
+        bounds = [b.const(np.array([v], np.int64), "slice") for v in (lo, lo + c, 1)]
+        return b.op("Slice", [y, *bounds])
+
+    halves = [half(0), half(c)]
+    for _ in range(n):
+        h = _cbs(b, _cbs(b, halves[-1], c, c), c, c)
+        halves.append(b.op("Add", [halves[-1], h]) if shortcut else h)
+    return _cbs(b, b.op("Concat", halves, axis=1), (2 + n) * c, cout, 1)
+
+
+def yolov8n(size: int = 320, classes: int = 80, seed: int = 0) -> onnx.ModelProto:
+    """YOLOv8n-style detector (ultralytics n scale: widths 16-256, C2f depths 1-2-2-1, SPPF, PAN neck,
+    decoupled head with 64 box and 80 class channels per scale), Conv + BN + SiLU throughout; output
+    [1, 144, anchors] as the export has it before box decoding."""
+    b = NetBuilder("yolov8n", seed=seed)
+
+    def conv(x: str, cin: int, cout: int, k: int = 3, stride: int = 1) -> str:
+        return _cbs(b, x, cin, cout, k, stride)
+
+    y = conv(conv("x", 3, 16, stride=2), 16, 32, stride=2)
+    y = _c2f(b, y, 32, 32, 1, True)
+    p3 = _c2f(b, conv(y, 32, 64, stride=2), 64, 64, 2, True)
+    p4 = _c2f(b, conv(p3, 64, 128, stride=2), 128, 128, 2, True)
+    y = _c2f(b, conv(p4, 128, 256, stride=2), 256, 256, 1, True)
+    y = conv(y, 256, 128, 1)  # SPPF: three chained 5x5 max pools, concatenated
+    pools = [y]
+    for _ in range(3):
+        pools.append(b.op("MaxPool", [pools[-1]], kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]))
+    p5 = conv(b.op("Concat", pools, axis=1), 512, 256, 1)
+    up = b.op("Resize", [p5, "", b.const(np.array([1, 1, 2, 2], np.float32), "scales")], mode="nearest")
+    n4 = _c2f(b, b.op("Concat", [up, p4], axis=1), 384, 128, 1, False)
+    up = b.op("Resize", [n4, "", b.const(np.array([1, 1, 2, 2], np.float32), "scales")], mode="nearest")
+    o3 = _c2f(b, b.op("Concat", [up, p3], axis=1), 192, 64, 1, False)
+    o4 = _c2f(b, b.op("Concat", [conv(o3, 64, 64, stride=2), n4], axis=1), 192, 128, 1, False)
+    o5 = _c2f(b, b.op("Concat", [conv(o4, 128, 128, stride=2), p5], axis=1), 384, 256, 1, False)
+    outs = []
+    for feat, c in ((o3, 64), (o4, 128), (o5, 256)):
+        box = b.conv(conv(conv(feat, c, 64), 64, 64), 64, 64, 1)
+        cls = b.conv(conv(conv(feat, c, 80), 80, 80), 80, classes, 1)
+        head = b.op("Concat", [box, cls], axis=1)
+        outs.append(b.op("Reshape", [head, b.const(np.array([1, 64 + classes, -1], np.int64), "shape")]))
+    anchors = sum((size // s) ** 2 for s in (8, 16, 32))
+    return b.build([("x", [1, 3, size, size])], b.op("Concat", outs, axis=2), [1, 64 + classes, anchors])
+
+
 def _samples(size: int, n: int, seed: int) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [{"x": rng.standard_normal((1, 3, size, size)).astype(np.float32)} for _ in range(n)]
@@ -91,24 +171,56 @@ Rows = dict[str, tuple[str, str, float, float]]
 
 
 def conv_profile(model: CuvilModel, repeat: int) -> dict[str, Rows]:
-    """"depthwise" / "1x1" -> node -> (kernel, geometry, us, GOPS) for those convs of the compiled graph
-    (one profile run)."""
+    """"depthwise" / "1x1" / "full" (every other conv) -> node -> (kernel, geometry, us, GOPS) for the
+    convs of the compiled graph (one profile run)."""
     assert model.compiled is not None
     nodes = {n.name: n for n in model.compiled.graph.nodes}
-    rows: dict[str, Rows] = {"depthwise": {}, "1x1": {}}
+    rows: dict[str, Rows] = {"depthwise": {}, "1x1": {}, "full": {}}
     for r in profile_model(model, host_target(), repeat=repeat):
         node = nodes[r.name]
         if node.op not in ("conv", "qconv"):
             continue
         g = conv_geometry(node)
-        kind = "depthwise" if is_depthwise(g) else "1x1" if g["kh"] == g["kw"] == 1 else None
-        if kind is None:
-            continue
+        kind = "depthwise" if is_depthwise(g) else "1x1" if g["kh"] == g["kw"] == 1 else "full"
         ops = 2 * g["N"] * g["M"] * g["OH"] * g["OW"] * g["kh"] * g["kw"] * g["C"] // g["G"]
-        taps = f"{g['kh']}x{g['kw']}s{g['sh']}" if kind == "depthwise" else f"->{g['M']}"
-        rows[kind][r.name] = (r.kernel, f"{g['C']}x{g['H']}x{g['W']} {taps}", r.median_us,
+        taps = f"{g['kh']}x{g['kw']}s{g['sh']}"
+        shape = {"depthwise": taps, "1x1": f"->{g['M']}", "full": f"{taps}->{g['M']}"}[kind]
+        rows[kind][r.name] = (r.kernel, f"{g['C']}x{g['H']}x{g['W']} {shape}", r.median_us,
                               ops / r.median_us / 1e3)
     return rows
+
+
+def fp32_nets(args: argparse.Namespace) -> None:
+    """MobileNetV2 224, ResNet-50 224, YOLOv8n-style 320: ours fp32 next to onnxruntime fp32 (all four
+    engines' calls interleaved), then each net's full convs from one profile build."""
+    target = host_target()
+    nets = {"mobilenet_v2": mobilenet_v2(224), "resnet50": resnet50(224), "yolov8n": yolov8n(320)}
+    models, engines, errors = {}, {}, {}
+    for name, proto in nets.items():
+        size = proto.graph.input[0].type.tensor_type.shape.dim[2].dim_value
+        feeds = _samples(size, 1, 0)[0]
+        models[name] = m = CuvilModel.load(proto).optimize(targets=[target])
+        sess = ort_session(proto)
+        ref = sess.run(None, feeds)[0]
+        errors[name] = float(np.abs(next(iter(m.predict(feeds).values())) - ref).max())
+        m.instance.set_inputs(feeds)
+        engines[f"{name} ours"] = m.instance.run
+        engines[f"{name} ORT"] = lambda s=sess, f=feeds: s.run(None, f)
+    med = interleaved(engines, args.warmup, args.repeat)
+    print(f"fp32, {target.name}, 1 thread, medians of {max(1, args.repeat // 5) * 5} interleaved calls")
+    print(f"{'net':14s} {'ours ms':>9s} {'ORT ms':>9s} {'ratio':>7s} {'max |err|':>10s}")
+    for name in nets:
+        ours, ort = med[f"{name} ours"], med[f"{name} ORT"]
+        print(f"{name:14s} {ours:9.2f} {ort:9.2f} {ours / ort:6.2f}x {errors[name]:10.2e}")
+    for name, m in models.items():
+        rows = conv_profile(m, args.profile_repeat)["full"]
+        print(f"\n{name}: full convs (profile build, medians of {args.profile_repeat}; "
+              "GFLOP/s = 2 x MACs / time)")
+        print(f"{'node':10s} {'C x H x W taps->M':24s} {'kernel':30s} {'us':>9s} {'GFLOP/s':>8s}")
+        for node, (kernel, shape, us, gops) in rows.items():
+            print(f"{node[:10]:10s} {shape:24s} {kernel[:30]:30s} {us:9.1f} {gops:8.2f}")
+        print(f"{len(rows)} full convs: {sum(r[2] for r in rows.values()) / 1e3:.2f} ms in all")
+        m.close()
 
 
 def main() -> None:
@@ -118,8 +230,13 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--calib", type=int, default=4, help="calibration samples (ours and onnxruntime's)")
     ap.add_argument("--profile-repeat", type=int, default=10, help="runs per node in the profile")
+    ap.add_argument("--fp32-nets", action="store_true",
+                    help="MobileNetV2, ResNet-50 and YOLOv8n-style fp32 vs onnxruntime, and their full convs")
     args = ap.parse_args()
     os.environ.setdefault("CUVIL_CACHE_DIR", tempfile.mkdtemp(prefix="cuvil-bench-"))
+    if args.fp32_nets:
+        fp32_nets(args)
+        return
     target = host_target()
     proto = mobilenet_v2(args.size)
     calib = _samples(args.size, args.calib, 1)

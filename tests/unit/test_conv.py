@@ -16,7 +16,7 @@ from conftest import assert_matches_ort
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel, Target
-from cuvil_edge.ops.conv import uses_direct
+from cuvil_edge.ops.conv import WINOGRAD_FLOATS, conv_geometry, uses_direct, uses_winograd, winograd_tiling
 
 OPSET = 17
 
@@ -63,6 +63,7 @@ def conv_model(op: str, x_shape: Sequence[int], w_shape: Sequence[int], bias: bo
 
 
 IM2COL, DIRECT, POINTWISE = "f32-conv-im2col-gemm-4x8", "f32-conv-direct-4x8", "f32-conv1x1-gemm-4x8"
+WINOGRAD = "f32-conv-winograd-f2x2-4x8"
 CONV_CASES = {
     "2d-3x3-pad1": ([1, 3, 9, 11], [5, 3, 3, 3], dict(pads=[1, 1, 1, 1]), DIRECT),
     "1d-stride2-dil2": ([2, 4, 23], [6, 4, 3], dict(strides=[2], dilations=[2], pads=[1, 2]), IM2COL),
@@ -82,12 +83,19 @@ CONV_CASES = {
     "direct-1d-dil4": ([1, 12, 45], [16, 12, 3], dict(dilations=[4], pads=[4, 4]), DIRECT),
     "direct-unpadded-1d": ([2, 6, 19], [5, 6, 4], {}, DIRECT),
     "many-outputs-im2col": ([1, 8, 10, 12], [20, 8, 3, 3], dict(pads=[1, 1, 1, 1]), IM2COL),
+    # winograd: odd output rows and columns (tiles half outside), a tile row of one quad (a half GEMM
+    # panel), output channels not a multiple of 4, two images; asymmetric and no padding; several
+    # chunks of tile rows with a shorter last one
+    "winograd-odd-batch2": ([2, 16, 9, 7], [18, 16, 3, 3], dict(pads=[1, 1, 1, 1]), WINOGRAD),
+    "winograd-asym-pads": ([1, 16, 12, 21], [16, 16, 3, 3], dict(pads=[0, 2, 1, 0]), WINOGRAD),
+    "winograd-valid": ([1, 20, 10, 9], [16, 20, 3, 3], dict(auto_pad="VALID"), WINOGRAD),
+    "winograd-chunks": ([1, 96, 30, 26], [100, 96, 3, 3], dict(pads=[1, 1, 1, 1]), WINOGRAD),
 }
 
 
 # every case with a bias; bias-free runs the same kernels, so two cases cover it
 @pytest.mark.parametrize(("case", "bias"), [(c, True) for c in CONV_CASES] +
-                         [("2d-3x3-pad1", False), ("groups-2", False)])
+                         [("2d-3x3-pad1", False), ("groups-2", False), ("winograd-odd-batch2", False)])
 def test_conv(case: str, bias: bool) -> None:
     x, w, attrs, expected = CONV_CASES[case]
     m = compile_and_check(conv_model("Conv", x, w, bias=bias, **attrs))
@@ -110,6 +118,47 @@ def test_direct_choice(cin: int, cout: int, k: int, stride: int, group: int, siz
     assert uses_direct(g) == direct
 
 
+def _geometry(cin: int, cout: int, k: int, stride: int, group: int, dil: int, size: int) -> dict[str, int]:
+    g = dict(N=1, C=cin, M=cout, G=group, D=1, H=size, W=size, kd=1, kh=k, kw=k, sd=1, sh=stride, sw=stride,
+             dd=1, dh=dil, dw=dil, pd=0, pt=1, pl=1, pdb=0, pb=1, pr=1, OD=1)
+    g["OH"] = g["OW"] = (size + 2 - dil * (k - 1) - 1) // stride + 1
+    return g
+
+
+@pytest.mark.parametrize(("cin", "cout", "k", "stride", "group", "dil", "winograd"), [
+    (64, 64, 3, 1, 1, 1, True),      # YOLOv8n / ResNet-50 3x3 blocks
+    (16, 16, 3, 1, 1, 1, True),      # smallest taken: beats direct by 1.1-1.3x
+    (32, 16, 3, 1, 1, 1, True),      # also a direct-kernel shape: winograd wins
+    (8, 64, 3, 1, 1, 1, False),      # transforms per input channel dominate
+    (64, 8, 3, 1, 1, 1, False),
+    (64, 64, 3, 2, 1, 1, False),     # F(2x2, 3x3) is stride 1 only
+    (64, 64, 3, 1, 2, 1, False),
+    (64, 64, 3, 1, 1, 2, False),
+    (64, 64, 5, 1, 1, 1, False),
+])
+def test_winograd_choice(cin: int, cout: int, k: int, stride: int, group: int, dil: int,
+                         winograd: bool) -> None:
+    assert uses_winograd(_geometry(cin, cout, k, stride, group, dil, 28)) == winograd
+
+
+@pytest.mark.parametrize(("cin", "cout", "size"), [(16, 16, 7), (64, 64, 40), (512, 512, 7), (256, 256, 112)])
+def test_winograd_tiling(cin: int, cout: int, size: int) -> None:
+    """Quads of tiles cover each output row, and a chunk stays in budget unless it is one tile row."""
+    g = _geometry(cin, cout, 3, 1, 1, 1, size)
+    twp, rows = winograd_tiling(g)
+    assert twp % 4 == 0 and 2 * twp >= g["OW"] > 2 * twp - 8
+    assert 1 <= rows <= (g["OH"] + 1) // 2
+    assert rows == 1 or 16 * (cin + cout) * twp * rows <= WINOGRAD_FLOATS
+
+
+def test_winograd_chunks_case_runs_several_chunks() -> None:
+    """The "winograd-chunks" case really splits its tile rows (else it would not test the split)."""
+    x, w, attrs, _ = CONV_CASES["winograd-chunks"]
+    node = CuvilModel.load(conv_model("Conv", x, w, **attrs)).graph.nodes[0]
+    _, rows = winograd_tiling(conv_geometry(node))
+    assert rows < (x[2] + 1) // 2
+
+
 DW_CASES = {
     "3x3-s1-pad1": ([1, 8, 13, 19], 3, dict(pads=[1, 1, 1, 1]), "f32-dwconv-3x3s1"),
     "3x3-s2-pad1": ([1, 8, 14, 21], 3, dict(strides=[2, 2], pads=[1, 1, 1, 1]), "f32-dwconv-3x3s2"),
@@ -130,12 +179,15 @@ def test_depthwise(case: str) -> None:
 
 
 @pytest.mark.parametrize("act", [("Relu", {}), ("Clip", {})], ids=["relu", "clip"])
-@pytest.mark.parametrize("depthwise", [False, True], ids=["im2col", "depthwise"])
-def test_conv_fused_activation(depthwise: bool, act: tuple[str, dict]) -> None:
-    w, group = ([6, 1, 3, 3], 6) if depthwise else ([4, 6, 3, 3], 1)
-    model = conv_model("Conv", [1, 6, 9, 10], w, act=act, group=group, pads=[1, 1, 1, 1])
+@pytest.mark.parametrize(("c", "w", "group", "kernel"), [
+    (6, [4, 6, 3, 3], 1, DIRECT), (6, [6, 1, 3, 3], 6, "f32-dwconv-3x3s1"),
+    (16, [20, 16, 3, 3], 1, WINOGRAD)],
+    ids=["direct", "depthwise", "winograd"])
+def test_conv_fused_activation(c: int, w: list[int], group: int, kernel: str, act: tuple[str, dict]) -> None:
+    model = conv_model("Conv", [1, c, 9, 10], w, act=act, group=group, pads=[1, 1, 1, 1])
     cm = compile_and_check(model)
     assert [n.op for n in cm.graph.nodes] == ["conv"], "the activation should be fused into the conv"
+    assert list(cm.compiled.kernels.values()) == [kernel]
 
 
 DECONV_CASES = {

@@ -206,6 +206,177 @@ KERNEL void f32_conv2d_direct(const float* x, int N, int C, int H, int W, const 
   }
 }
 
+/* Winograd F(2x2, 3x3) for 3x3 stride-1 undilated convolutions (group 1): a 2x2 block of output pixels
+ * (a tile) costs 16 multiplies per input/output channel pair instead of 36, so the GEMM that dominates
+ * these layers does 2.25x less work. Per chunk of whole tile rows: the input transform V = B^T d B of
+ * each 4x4 input patch is written straight into 16 GEMM B operands (one per transform position
+ * xi = 4i + j, [C] x [tiles] in 8-column panels); 16 packed-A GEMMs with the weights transformed at
+ * build time (U = G g G^T, packed per xi like conv weights) give M_xi = U_xi . V_xi; the output
+ * transform A^T M A adds the bias, applies the activation and stores each tile's 2x2 pixels. Tiles go
+ * in quads along a tile row (10 input columns in, 8 output columns out), so both transforms are
+ * vector ops across 4 tiles with no gathers. */
+
+/* Input transform of tile rows [ty0, ty1): tile t of the chunk (twp tiles per tile row, a multiple of
+ * 4) lands in panel t/8, lane t%8 of operand xi at bp + xi * bstride. The 4 input rows of a tile row
+ * are first copied per channel into zero-bordered rows of wr floats (padding and the odd last row or
+ * column cost no branches in the transform). */
+KERNEL void f32_winograd_input(const float* x, int C, int H, int W, int pt, int pl, int ty0, int ty1, int twp,
+                               int wr, float* rows, float* bp, int bstride) {
+  for (int ty = ty0; ty < ty1; ty++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + (size_t)c * H * W;
+      for (int r = 0; r < 4; r++) {
+        const int iy = 2 * ty - pt + r;
+        float* row = rows + r * wr;
+        if (iy < 0 || iy >= H) {
+          fill_f32(row, 0.0f, wr);
+          continue;
+        }
+        fill_f32(row, 0.0f, pl);
+        copy_f32(row + pl, xc + (size_t)iy * W, W);
+        fill_f32(row + pl + W, 0.0f, wr - pl - W);
+      }
+      for (int q = 0; q < twp; q += 4) {
+        const int t = (ty - ty0) * twp + q;
+        float* dst = bp + (size_t)(t / 8) * C * 8 + (size_t)c * 8 + t % 8;
+        /* row 0: columns 2t..2t+3 of the 4 tiles, then B^T across them */
+        const float* s0 = rows + 0 * wr + 2 * q;
+        const v128_t e0 = wasm_i32x4_shuffle(VLOAD(s0), VLOAD(s0 + 4), 0, 2, 4, 6);
+        const v128_t o0 = wasm_i32x4_shuffle(VLOAD(s0), VLOAD(s0 + 4), 1, 3, 5, 7);
+        const v128_t f0 = wasm_i32x4_shuffle(e0, VLOAD(s0 + 8), 1, 2, 3, 4);
+        const v128_t g0 = wasm_i32x4_shuffle(o0, VLOAD(s0 + 8), 1, 2, 3, 5);
+        const v128_t d00 = wasm_f32x4_sub(e0, f0), d01 = wasm_f32x4_add(o0, f0);
+        const v128_t d02 = wasm_f32x4_sub(f0, o0), d03 = wasm_f32x4_sub(o0, g0);
+        /* row 1: columns 2t..2t+3 of the 4 tiles, then B^T across them */
+        const float* s1 = rows + 1 * wr + 2 * q;
+        const v128_t e1 = wasm_i32x4_shuffle(VLOAD(s1), VLOAD(s1 + 4), 0, 2, 4, 6);
+        const v128_t o1 = wasm_i32x4_shuffle(VLOAD(s1), VLOAD(s1 + 4), 1, 3, 5, 7);
+        const v128_t f1 = wasm_i32x4_shuffle(e1, VLOAD(s1 + 8), 1, 2, 3, 4);
+        const v128_t g1 = wasm_i32x4_shuffle(o1, VLOAD(s1 + 8), 1, 2, 3, 5);
+        const v128_t d10 = wasm_f32x4_sub(e1, f1), d11 = wasm_f32x4_add(o1, f1);
+        const v128_t d12 = wasm_f32x4_sub(f1, o1), d13 = wasm_f32x4_sub(o1, g1);
+        /* row 2: columns 2t..2t+3 of the 4 tiles, then B^T across them */
+        const float* s2 = rows + 2 * wr + 2 * q;
+        const v128_t e2 = wasm_i32x4_shuffle(VLOAD(s2), VLOAD(s2 + 4), 0, 2, 4, 6);
+        const v128_t o2 = wasm_i32x4_shuffle(VLOAD(s2), VLOAD(s2 + 4), 1, 3, 5, 7);
+        const v128_t f2 = wasm_i32x4_shuffle(e2, VLOAD(s2 + 8), 1, 2, 3, 4);
+        const v128_t g2 = wasm_i32x4_shuffle(o2, VLOAD(s2 + 8), 1, 2, 3, 5);
+        const v128_t d20 = wasm_f32x4_sub(e2, f2), d21 = wasm_f32x4_add(o2, f2);
+        const v128_t d22 = wasm_f32x4_sub(f2, o2), d23 = wasm_f32x4_sub(o2, g2);
+        /* row 3: columns 2t..2t+3 of the 4 tiles, then B^T across them */
+        const float* s3 = rows + 3 * wr + 2 * q;
+        const v128_t e3 = wasm_i32x4_shuffle(VLOAD(s3), VLOAD(s3 + 4), 0, 2, 4, 6);
+        const v128_t o3 = wasm_i32x4_shuffle(VLOAD(s3), VLOAD(s3 + 4), 1, 3, 5, 7);
+        const v128_t f3 = wasm_i32x4_shuffle(e3, VLOAD(s3 + 8), 1, 2, 3, 4);
+        const v128_t g3 = wasm_i32x4_shuffle(o3, VLOAD(s3 + 8), 1, 2, 3, 5);
+        const v128_t d30 = wasm_f32x4_sub(e3, f3), d31 = wasm_f32x4_add(o3, f3);
+        const v128_t d32 = wasm_f32x4_sub(f3, o3), d33 = wasm_f32x4_sub(o3, g3);
+        VSTORE(dst + 0 * (size_t)bstride, wasm_f32x4_sub(d00, d20));
+        VSTORE(dst + 4 * (size_t)bstride, wasm_f32x4_add(d10, d20));
+        VSTORE(dst + 8 * (size_t)bstride, wasm_f32x4_sub(d20, d10));
+        VSTORE(dst + 12 * (size_t)bstride, wasm_f32x4_sub(d10, d30));
+        VSTORE(dst + 1 * (size_t)bstride, wasm_f32x4_sub(d01, d21));
+        VSTORE(dst + 5 * (size_t)bstride, wasm_f32x4_add(d11, d21));
+        VSTORE(dst + 9 * (size_t)bstride, wasm_f32x4_sub(d21, d11));
+        VSTORE(dst + 13 * (size_t)bstride, wasm_f32x4_sub(d11, d31));
+        VSTORE(dst + 2 * (size_t)bstride, wasm_f32x4_sub(d02, d22));
+        VSTORE(dst + 6 * (size_t)bstride, wasm_f32x4_add(d12, d22));
+        VSTORE(dst + 10 * (size_t)bstride, wasm_f32x4_sub(d22, d12));
+        VSTORE(dst + 14 * (size_t)bstride, wasm_f32x4_sub(d12, d32));
+        VSTORE(dst + 3 * (size_t)bstride, wasm_f32x4_sub(d03, d23));
+        VSTORE(dst + 7 * (size_t)bstride, wasm_f32x4_add(d13, d23));
+        VSTORE(dst + 11 * (size_t)bstride, wasm_f32x4_sub(d23, d13));
+        VSTORE(dst + 15 * (size_t)bstride, wasm_f32x4_sub(d13, d33));
+      }
+    }
+  }
+}
+
+/* Store lanes of an 8-column output run (lo, hi) that fall before column n. */
+INLINE void store_cols8(float* dst, v128_t lo, v128_t hi, int n) {
+  if (n >= 8) {
+    VSTORE(dst, lo); VSTORE(dst + 4, hi);
+  } else if (n > 4) {
+    VSTORE(dst, lo); store_partial(dst + 4, hi, n - 4);
+  } else if (n == 4) {
+    VSTORE(dst, lo);
+  } else if (n > 0) {
+    store_partial(dst, lo, n);
+  }
+}
+
+/* Output transform of tile rows [ty0, ty1): operand xi's products are mo + xi * M * n ([M][n]); each
+ * quad of tiles gives 8 columns of two output rows, interleaved back into pixel order. Tiles past the
+ * output's last row or column are computed but not stored. */
+KERNEL void f32_winograd_output(const float* mo, int M, int n, const float* bias, float* y, int OH, int OW,
+                                int ty0, int ty1, int twp, Act act) {
+  const size_t xs = (size_t)M * n;
+  for (int m = 0; m < M; m++) {
+    const v128_t b = bias ? VSPLAT(bias[m]) : wasm_f32x4_const_splat(0.0f);
+    float* ym = y + (size_t)m * OH * OW;
+    for (int ty = ty0; ty < ty1; ty++) {
+      const int oy = 2 * ty;
+      for (int q = 0; q < twp; q += 4) {
+        const float* s = mo + (size_t)m * n + (ty - ty0) * twp + q;
+        const v128_t u0 = wasm_f32x4_add(wasm_f32x4_add(VLOAD(s + 0 * xs), VLOAD(s + 4 * xs)),
+                                        VLOAD(s + 8 * xs));
+        const v128_t v0 = wasm_f32x4_sub(wasm_f32x4_sub(VLOAD(s + 4 * xs), VLOAD(s + 8 * xs)),
+                                        VLOAD(s + 12 * xs));
+        const v128_t u1 = wasm_f32x4_add(wasm_f32x4_add(VLOAD(s + 1 * xs), VLOAD(s + 5 * xs)),
+                                        VLOAD(s + 9 * xs));
+        const v128_t v1 = wasm_f32x4_sub(wasm_f32x4_sub(VLOAD(s + 5 * xs), VLOAD(s + 9 * xs)),
+                                        VLOAD(s + 13 * xs));
+        const v128_t u2 = wasm_f32x4_add(wasm_f32x4_add(VLOAD(s + 2 * xs), VLOAD(s + 6 * xs)),
+                                        VLOAD(s + 10 * xs));
+        const v128_t v2 = wasm_f32x4_sub(wasm_f32x4_sub(VLOAD(s + 6 * xs), VLOAD(s + 10 * xs)),
+                                        VLOAD(s + 14 * xs));
+        const v128_t u3 = wasm_f32x4_add(wasm_f32x4_add(VLOAD(s + 3 * xs), VLOAD(s + 7 * xs)),
+                                        VLOAD(s + 11 * xs));
+        const v128_t v3 = wasm_f32x4_sub(wasm_f32x4_sub(VLOAD(s + 7 * xs), VLOAD(s + 11 * xs)),
+                                        VLOAD(s + 15 * xs));
+        const v128_t y00 = act_apply(wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_add(u0, u1), u2), b), act);
+        const v128_t y01 = act_apply(wasm_f32x4_add(wasm_f32x4_sub(wasm_f32x4_sub(u1, u2), u3), b), act);
+        const v128_t y10 = act_apply(wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_add(v0, v1), v2), b), act);
+        const v128_t y11 = act_apply(wasm_f32x4_add(wasm_f32x4_sub(wasm_f32x4_sub(v1, v2), v3), b), act);
+        const int ox = 2 * q;
+        store_cols8(ym + (size_t)oy * OW + ox, wasm_i32x4_shuffle(y00, y01, 0, 4, 1, 5),
+                    wasm_i32x4_shuffle(y00, y01, 2, 6, 3, 7), OW - ox);
+        if (oy + 1 < OH)
+          store_cols8(ym + (size_t)(oy + 1) * OW + ox, wasm_i32x4_shuffle(y10, y11, 0, 4, 1, 5),
+                      wasm_i32x4_shuffle(y10, y11, 2, 6, 3, 7), OW - ox);
+      }
+    }
+  }
+}
+
+/* Full Winograd convolution: N images, weights u as [16][ceil(M/4)][C][4] (see above), chunks of rpc
+ * tile rows. scratch: the 16 B operands (C x n rounded up to a panel each), the 16 products (M x n
+ * each), 4 bordered input rows of 2 * twp + 4 floats. A last half panel (n % 8 == 4) carries 4 lanes
+ * the GEMM computes and never stores. */
+KERNEL void f32_conv2d_winograd(const float* x, int N, int C, int H, int W, const float* u, const float* bias,
+                                float* y, int M, int OH, int OW, int pt, int pl, int twp, int rpc,
+                                float* scratch, Act act) {
+  const int th = (OH + 1) / 2, nmax = rpc * twp, wr = 2 * twp + 4;
+  const size_t usize = (size_t)((M + 3) & ~3) * C;
+  float* bp = scratch;
+  float* mo = bp + (size_t)16 * C * ((nmax + 7) & ~7);
+  float* rows = mo + (size_t)16 * M * nmax;
+  const Act none = {ACT_NONE, 0.0f, 0.0f};
+  for (int img = 0; img < N; img++) {
+    const float* xn = x + (size_t)img * C * H * W;
+    float* yn = y + (size_t)img * M * OH * OW;
+    for (int ty0 = 0; ty0 < th; ty0 += rpc) {
+      const int ty1 = ty0 + rpc < th ? ty0 + rpc : th, n = (ty1 - ty0) * twp;
+      const int bstride = C * ((n + 7) & ~7);
+      f32_winograd_input(xn, C, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, bstride);
+      for (int xi = 0; xi < 16; xi++)
+        f32_gemm_pa(M, n, C, u + xi * usize, bp + (size_t)xi * bstride, C * 8, 8, mo + (size_t)xi * M * n, n,
+                    0, 0, none);
+      f32_winograd_output(mo, M, n, bias, yn, OH, OW, ty0, ty1, twp, act);
+    }
+  }
+}
+
 /* 3D convolution (NCDHW): the same GEMM over output voxels. The im2col panels are packed lane by lane
  * with precomputed bases (no row fast path: 3D layers are rare and small on the edge). */
 KERNEL void f32_im2col3d_packed(const float* x, int C, int D, int H, int W, int kd, int kh, int kw,
