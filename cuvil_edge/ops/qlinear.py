@@ -89,29 +89,36 @@ def xpack_bytes(rows: int, k: int) -> int:
 
 
 def b4_tile(rows: int) -> str:
-    """The qb4 kernel's tile for ``rows`` activation rows: 4x4 (4 tokens share each unpacked chunk) from
-    4 rows on, else the 4x1 GEMV."""
-    return "4x4" if rows >= 4 else "4x1"
+    """The qb4 kernel's tile for ``rows`` activation rows: 8x4 (weights unpacked once per 8-row panel, 4
+    tokens per tile) from 4 rows on, else the 8x1 GEMV on the packed nibbles."""
+    return "8x4" if rows >= 4 else "8x1"
+
+
+def b4_scratch_bytes(rows: int, k: int) -> int:
+    """qb4_gemm's working space (see its template): packed activations and one unpacked 8-row panel from
+    4 rows on, else the GEMV's int32 block sums of one token's activations."""
+    return xpack_bytes(rows, k) + 8 * k if rows >= 4 else 4 * (k // 32)
 
 
 def pack_b4(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, bias: np.ndarray | None, group: int
             ) -> tuple[np.ndarray, ...]:
     """[I, K] nibbles (0..15) with [I, K/G] scales and zero points -> the qb4 kernel layout (see its
-    template): packed bytes, scales and zero points [I/4][K/G][4], wsc and bias padded to 4."""
+    template): per 8-row panel and 4 k one 16-byte vector, rows 0-3 in the low nibbles and rows 4-7 in
+    the high ones; scales (f32) and zero points (uint8) per 32-k block [I/8][K/32][8] (a group's repeated
+    per block, so the kernel knows one block size); wsc and bias padded to 8."""
     i, k = q.shape
-    ng, ip = k // group, _ceil(i, 4)
+    nb, ip = k // 32, _ceil(i, 8)
     qp = np.zeros((ip, k), np.uint8)
     qp[:i] = q
-    zpp = np.full((ip, ng), 0, np.int32)
-    zpp[:i] = zp
-    sp = np.zeros((ip, ng), np.float32)
-    sp[:i] = scale
-    chunks = qp.reshape(ip, k // 32, 2, 16)  # per 32 k: low nibbles k..k+15, high k+16..k+31
-    packed = (chunks[:, :, 0] | (chunks[:, :, 1] << 4)).astype(np.uint8).reshape(ip // 4, 4, ng, group // 2)
-    packed = packed.transpose(0, 2, 1, 3)
-    qsum = qp.reshape(ip, ng, group).astype(np.int64).sum(2)
-    wsc = (sp * (qsum - group * zpp)).sum(1).astype(np.float32)
-    lay = lambda a: np.ascontiguousarray(a.reshape(ip // 4, 4, ng).transpose(0, 2, 1))  # noqa: E731
+    zpp = np.zeros((ip, nb), np.uint8)
+    zpp[:i] = np.repeat(zp, group // 32, axis=1)
+    sp = np.zeros((ip, nb), np.float32)
+    sp[:i] = np.repeat(scale, group // 32, axis=1)
+    halves = qp.reshape(ip // 8, 2, 4, k // 4, 4)  # panel, rows 0-3 / 4-7, row, step of 4 k, k in step
+    packed = (halves[:, 0] | (halves[:, 1] << 4)).transpose(0, 2, 1, 3)
+    qsum = qp.reshape(ip, nb, 32).astype(np.int64).sum(2)
+    wsc = (sp * (qsum - 32 * zpp.astype(np.int64))).sum(1).astype(np.float32)
+    lay = lambda a: np.ascontiguousarray(a.reshape(ip // 8, 8, nb).transpose(0, 2, 1)).reshape(-1)  # noqa: E731
     b = np.zeros(i, np.float32) if bias is None else bias.astype(np.float32)
     return (np.ascontiguousarray(packed).reshape(-1), lay(sp), lay(zpp), wsc, _pad(b, ip, "float32"))
 
@@ -216,7 +223,8 @@ def _qb4gemm_infer(node: Node) -> list[TensorType]:
 
 
 def _qb4gemm_scratch(node: Node) -> int:
-    return _Act(node, *_gemm_rows(node)).scratch_bytes()
+    m, k = _gemm_rows(node)
+    return _Act(node, m, k).scratch_bytes() + b4_scratch_bytes(m, k)
 
 
 def _qb4gemm_emit(node: Node, ctx: EmitContext) -> str:
@@ -226,11 +234,13 @@ def _qb4gemm_emit(node: Node, ctx: EmitContext) -> str:
     w, ws, wz, wsc, b = pack_b4(node.inputs[1].const, node.inputs[2].const, node.inputs[3].const,
                                 _bias(node, 4), group)
     act = _Act(node, m, k)
-    pre, xq, s, z, _ = act.emit(node, ctx, _scratch_base(ctx))
+    base = _scratch_base(ctx)
+    pre, xq, s, z, used = act.emit(node, ctx, base)
     ctx.use_kernel(f"qb4-gemm-{b4_tile(m)}")
-    return (f"{pre}\nqb4_gemm({n}, {m}, {k}, {group}, {ctx.weight(w, 'uint8_t')}, {ctx.weight(ws)}, "
-            f"{ctx.weight(wz, 'int32_t')}, {ctx.weight(wsc)}, {xq}, {k}, {s}, {z}, {act.xstep}, "
-            f"{ctx.weight(b)}, {ctx.ptr(node.outputs[0])}, 1, {n}, {act_c(node)});")
+    return (f"{pre}\nqb4_gemm({n}, {m}, {k}, {ctx.weight(w, 'uint8_t')}, {ctx.weight(ws)}, "
+            f"{ctx.weight(wz, 'uint8_t')}, {ctx.weight(wsc)}, {xq}, {k}, {s}, {z}, {act.xstep}, "
+            f"{ctx.weight(b)}, {ctx.ptr(node.outputs[0])}, 1, {n}, ((uint8_t*)(A + {base + used})), "
+            f"{act_c(node)});")
 
 
 register(OpDef("qb4gemm", _qb4gemm_infer, None, _qb4gemm_emit, kernels=("qs8-gemm", "qb4-gemm"),
@@ -365,14 +375,26 @@ def _qb4conv_emit(node: Node, ctx: EmitContext) -> str:
                                 node.inputs[3].const, _bias(node, 4), group)
     ctx.use_kernel(f"qb4-conv-im2col-gemm-{b4_tile(_pchunk(g))}")
     return (f"{pre}\nqb4_conv2d({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {ctx.weight(w, 'uint8_t')}, "
-            f"{ctx.weight(ws)}, {ctx.weight(wz, 'int32_t')}, {ctx.weight(wsc)}, {ctx.weight(b)}, {s}, {z}, "
+            f"{ctx.weight(ws)}, {ctx.weight(wz, 'uint8_t')}, {ctx.weight(wsc)}, {ctx.weight(b)}, {s}, {z}, "
             f"{ctx.ptr(node.outputs[0])}, {g['M']}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, "
-            f"{g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {group}, {_pchunk(g)}, {col}, "
-            f"{act_c(node)});")
+            f"{g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {_pchunk(g)}, {col}, "
+            f"({col} + {_b4_col_bytes(g)}), {act_c(node)});")
+
+
+def _b4_col_bytes(g: dict[str, int]) -> int:
+    """im2col rows of one pixel chunk: qb4 convs take them at every kernel size, 1x1 included."""
+    return _ceil(_pchunk(g) * _conv_k(g), 64)
+
+
+def _qb4conv_scratch(node: Node) -> int:
+    """Quantized input, im2col rows of one pixel chunk, then qb4_gemm's working space for the chunk."""
+    g = conv_geometry(node)
+    act = _Act(node, 1, node.inputs[0].type.size).scratch_bytes()
+    return act + _b4_col_bytes(g) + b4_scratch_bytes(_pchunk(g), _conv_k(g))
 
 
 register(OpDef("qb4conv", conv_infer, None, _qb4conv_emit, kernels=("qs8-gemm", "qb4-gemm"),
-               scratch=_qconv_scratch))
+               scratch=_qb4conv_scratch))
 
 
 # -- quantize / dequantize / quantize_dyn: ONNX QuantizeLinear and friends at run time ------------------

@@ -51,13 +51,13 @@ def cnn() -> onnx.ModelProto:
         _init(rng, "b1", [16], 0.3), _init(rng, "fw", [10, 256], 0.1), _init(rng, "fb", [10], 0.3)])
 
 
-def mlp() -> onnx.ModelProto:
-    """Transformer-FFN-like: MatMul + bias, ReLU, MatMul + bias, on 4 tokens of width 64."""
+def mlp(shape: list[int] = MLP_SHAPE) -> onnx.ModelProto:
+    """Transformer-FFN-like: MatMul + bias, ReLU, MatMul + bias, on 4 tokens (or shape[0]) of width 64."""
     rng = np.random.default_rng(1)
     nodes = [helper.make_node("MatMul", ["x", "w0"], ["m0"]), helper.make_node("Add", ["m0", "b0"], ["a0"]),
              helper.make_node("Relu", ["a0"], ["r0"]), helper.make_node("MatMul", ["r0", "w1"], ["m1"]),
              helper.make_node("Add", ["m1", "b1"], ["y"])]
-    return _model(nodes, MLP_SHAPE, MLP_SHAPE, [
+    return _model(nodes, shape, shape, [
         _init(rng, "w0", [64, 128], 0.15), _init(rng, "b0", [128], 0.3), _init(rng, "w1", [128, 64], 0.1),
         _init(rng, "b1", [64], 0.3)])
 
@@ -146,11 +146,14 @@ def test_quantize_dynamic(tmp_path, name):
             assert np.abs(ref - got).max() <= 1e-5 * np.abs(ref).max()
 
 
-def test_matmul_nbits(tmp_path):
+@pytest.mark.parametrize(("block_size", "rows", "tile"), [(32, 4, "8x4"), (64, 4, "8x4"), (32, 1, "8x1")])
+def test_matmul_nbits(tmp_path, block_size, rows, tile):
+    """Blocks of 32 and 64 (the kernels see 32-k blocks either way), on the 8x4 tiles and the GEMV."""
     pytest.importorskip("onnx_ir")  # MatMulNBitsQuantizer needs it
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    q = MatMulNBitsQuantizer(mlp(), block_size=32, is_symmetric=False)
+    shape = [rows, MLP_SHAPE[1]]
+    q = MatMulNBitsQuantizer(mlp(shape), block_size=block_size, is_symmetric=False)
     q.process()
     path = tmp_path / "q4.onnx"
     onnx.save(q.model.model, path)
@@ -158,7 +161,8 @@ def test_matmul_nbits(tmp_path):
     biases = [numpy_helper.to_array(i) for i in q.model.model.graph.initializer if i.name in ("b0", "b1")]
     with _build(path) as m:
         _assert_integer_graph(m, {"qb4gemm"})
-        for x, ref, got in _diffs(m, _session(path), MLP_SHAPE):
+        assert {k for k in m.compiled.kernels.values() if k.startswith("qb4")} == {f"qb4-gemm-{tile}"}
+        for x, ref, got in _diffs(m, _session(path), shape):
             bound = _nbits_bound(m, x, sorted(biases, key=len, reverse=True))
             assert (np.abs(ref - got) <= bound + 1e-4).all(), float((np.abs(ref - got) - bound).max())
 

@@ -111,7 +111,7 @@ QB4_ROWS = (1, 3, 4, 7, 128)
 @pytest.fixture(scope="module")
 def qb4_case():
     """One int4 MatMul weight (K = 96: three groups) applied to inputs of every row count in QB4_ROWS,
-    so the 4x1 GEMV path (M < 4), the 4x4 tile and the tile + GEMV tail all run."""
+    so the 8x1 GEMV (M < 4), the 8x4 tile and the tile + 1-token tail all run."""
     rng = np.random.default_rng(5)
     k, n = 96, 13
     w = rng.standard_normal((k, n)).astype(np.float32)
@@ -146,7 +146,7 @@ def test_qb4_tiles_match_reference_and_agree(qb4_case):
         with Runner(q, Target(tier, probe_host().family)) as run:
             kernels = run.compiled.kernels
             outs.append(run(xs))
-    assert sorted(kernels.values()) == sorted(f"qb4-gemm-4x{4 if m >= 4 else 1}" for m in QB4_ROWS)
+    assert sorted(kernels.values()) == sorted(f"qb4-gemm-8x{4 if m >= 4 else 1}" for m in QB4_ROWS)
     for m in QB4_ROWS:
         want = _dynamic_rows(xs[f"x{m}"]) @ wdq.reshape(w.shape[1], -1).T
         got = outs[0][f"y{m}"]

@@ -1,261 +1,241 @@
 /* generated from templates/qb4-gemm.c.in by cuvil_edge/codegen/kernels/generate.py; do not edit */
 /* 4-bit weight GEMM/GEMV (group-wise asymmetric weights, int8-dynamic or static 7-bit activations).
  *
- * Weights are unsigned nibbles q in 0..15 with one f32 scale ws and integer zero point wz per group
- * of G consecutive k (G a multiple of 32): w = ws * (q - wz). Packed [I/4][K/G][4 rows][G/2 bytes];
- * in each 16-byte chunk, byte t holds k = 32c + t (low nibble) and 32c + 16 + t (high nibble), so
- * unpacking is one AND and one unsigned shift per 32 weights, fused into the dot loop (the unpacked q
- * feeds the dot as its signed operand; activations are the 7-bit one: see qs8-gemm's header).
- * Per group: facc += f32(dot(q, x) - wz * sum(x)) * ws  (sum(x) from one extra dot with ones, shared by
- * the 4 rows); at the end y = (hsum(facc) - xz * wsc[i]) * xs + bias, wsc[i] = sum_g ws*(sum q - G*wz).
- * K must be a multiple of G (no over-read: non-zero zero points make padding bytes count).
+ * Weights are unsigned nibbles q in 0..15 with one f32 scale ws and zero point wz per group of G
+ * consecutive k (G a multiple of 32): w = ws * (q - wz). The kernels work in blocks of 32 k, so the
+ * packer repeats each group's scale and zero point per block (pack_b4 in ops/qlinear.py): K a multiple
+ * of 32, I padded to 8 (zero weights, scales and zero points). Layout, per 8-row panel:
+ *   w  [I/8][K/4][4][4] bytes: byte (r, kk) of step s holds row r's k = 4s + kk in its low nibble and
+ *      row r + 4's in its high nibble, so one AND and one shift give qs8's 8-row panel vectors
+ *      (rows 0-3, rows 4-7 of 4 k) for one 16-byte load;
+ *   ws [I/8][K/32][8] f32, wz [I/8][K/32][8] uint8 (one byte each: the GEMV is bandwidth-bound).
+ * Per output and block the integer dot d = sum (q - wz) x over 32 k is exact, and the block's scale is
+ * applied outside the dot loop: facc += f32(d) * ws (one IEEE mul and add per block, no FMA, so every
+ * tier and both paths round alike); at the end y = (facc - xz * wsc[i]) * xs + bias with
+ * wsc[i] = sum_k ws * (q - wz) (the activation zero point; see qs8-gemm's header).
  *
- * Two paths (qb4_gemm picks per block of 4 activation rows j, the tokens of a transformer):
- *  - 4x4 tile (4 output rows i x 4 tokens j): each chunk's nibbles are unpacked once, offset by the
- *    group's zero point (q - wz in -15..15 is a valid signed dot operand, so no sum(x) term is needed)
- *    and fed to the dots of all 4 tokens. Same integers as the GEMV path's dot(q, x) - wz * sum(x),
- *    but the epilogue sums whole-group dots: results may differ from the GEMV path by f32 rounding.
- *  - 4x1 GEMV (one token at a time, the rows left over after the 4x4 tiles): unpacking and the
- *    sum(x) dot are paid per token, which only pays off for M < 4.
+ * Dots: weights as the signed operand, activations (0..127) the 7-bit one, token broadcast, lanes =
+ * rows (no horizontal sums), as in qs8-gemm. Under relaxed SIMD a block accumulates i16 pair sums
+ * (i16x8.relaxed_dot_i8x16_i7x16_s, one pmaddubsw on x86, then one i16 add): 8 steps x 2 products of at
+ * most 15 * 127 stay below 2^15, so the block needs one pairwise widening instead of widening every dot
+ * (the i32 relaxed dot is three instructions there). SIMD128 sums the same products exactly in i32.
+ *
+ * Two paths (qb4_gemm picks them by J, the tokens of a transformer):
+ *  - J >= 4: per 8-row panel the nibbles are unpacked once into an int8 panel with the zero points
+ *    subtracted (q - wz in -15..15: a valid signed operand), then 8 rows x 4 tokens per tile over
+ *    activations packed by qu8_pack_x4, the 1-3 tokens left one at a time from the same panel.
+ *  - J < 4 (GEMV): the nibbles are read in place, the unpacking is fused into the dot loop and the zero
+ *    point is applied per block as d = dot(q, x) - wz * sum(x) (block sums of x computed once per
+ *    token): the same integers, so the same bits as the GEMM path.
  */
 
-/* Rows i..i+3 (packed wp, scales sp, zero points zp) for tokens j..j+3 (x rows, stride ldx): out[t]
- * lanes = sum over groups of f32(dot) * ws. Per group the rows go in pairs, so the 8 accumulators, 4
- * unpacked chunks and 2 x chunks fit Cranelift's 16 registers; each pair's accumulators are half
- * reduced (adjacent lanes) right away, the two halves meet in one i32 vector per token. noinline for
- * the same reason as f32-gemm's loop (an epilogue in the same function degrades the allocation). */
-static __attribute__((noinline)) void qb4_loop_4x4(int K, int G, const uint8_t* wp, const float* sp,
-                                                   const int32_t* zp, const uint8_t* x, int ldx, v128_t* out) {
+#if CUVIL_RELAXED
+#define QB4_DOT(w, x, acc) wasm_i16x8_add((acc), wasm_i16x8_relaxed_dot_i8x16_i7x16((w), (x)))
+#define QB4_I32(acc) wasm_i32x4_extadd_pairwise_i16x8(acc)
+#else
+#define QB4_DOT(w, x, acc) QDOT7((w), (x), (acc))
+#define QB4_I32(acc) (acc)
+#endif
+
+/* f32 accumulator += f32(block dot) * block scale (the one rounding per block, see the header). */
+INLINE v128_t qb4_scale_add(v128_t facc, v128_t d, const float* s) {
+  return wasm_f32x4_add(facc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(d), VLOAD(s)));
+}
+
+/* Unpack panel weights w (nb blocks) into int8 q - wz in qs8's panel layout [K/4][8][4]. */
+static void qb4_unpack_panel(int nb, const uint8_t* w, const uint8_t* wz, int8_t* panel) {
   const v128_t mask = wasm_i8x16_splat(0x0F);
-  const int nc = G / 32, half = G / 2;
-  v128_t f0 = wasm_f32x4_const_splat(0.0f);
-  v128_t f1 = wasm_f32x4_const_splat(0.0f);
-  v128_t f2 = wasm_f32x4_const_splat(0.0f);
-  v128_t f3 = wasm_f32x4_const_splat(0.0f);
-  for (int g = 0; g < K; g += G, wp += 2 * G, sp += 4, zp += 4) {
-    v128_t p0, p1, p2, p3;  /* rows 0, 1 per token: [r0 lanes 0+2, r1 lanes 0+2, r0 lanes 1+3, r1 lanes 1+3] */
-    {
-      const v128_t z0 = wasm_i8x16_splat((int8_t)zp[0]);
-      v128_t a00 = wasm_i32x4_const_splat(0);
-      v128_t a01 = wasm_i32x4_const_splat(0);
-      v128_t a02 = wasm_i32x4_const_splat(0);
-      v128_t a03 = wasm_i32x4_const_splat(0);
-      const v128_t z1 = wasm_i8x16_splat((int8_t)zp[1]);
-      v128_t a10 = wasm_i32x4_const_splat(0);
-      v128_t a11 = wasm_i32x4_const_splat(0);
-      v128_t a12 = wasm_i32x4_const_splat(0);
-      v128_t a13 = wasm_i32x4_const_splat(0);
-      for (int c = 0; c < nc; c++) {
-        const v128_t b0 = VLOAD(wp + 0 * half + c * 16);
-        const v128_t l0 = wasm_i8x16_sub(wasm_v128_and(b0, mask), z0);
-        const v128_t h0 = wasm_i8x16_sub(wasm_u8x16_shr(b0, 4), z0);
-        const v128_t b1 = VLOAD(wp + 1 * half + c * 16);
-        const v128_t l1 = wasm_i8x16_sub(wasm_v128_and(b1, mask), z1);
-        const v128_t h1 = wasm_i8x16_sub(wasm_u8x16_shr(b1, 4), z1);
-        {
-          const v128_t xl = VLOAD(x + 0 * ldx + g + c * 32), xh = VLOAD(x + 0 * ldx + g + c * 32 + 16);
-          a00 = QDOT7(h0, xh, QDOT7(l0, xl, a00));
-          a10 = QDOT7(h1, xh, QDOT7(l1, xl, a10));
-        }
-        {
-          const v128_t xl = VLOAD(x + 1 * ldx + g + c * 32), xh = VLOAD(x + 1 * ldx + g + c * 32 + 16);
-          a01 = QDOT7(h0, xh, QDOT7(l0, xl, a01));
-          a11 = QDOT7(h1, xh, QDOT7(l1, xl, a11));
-        }
-        {
-          const v128_t xl = VLOAD(x + 2 * ldx + g + c * 32), xh = VLOAD(x + 2 * ldx + g + c * 32 + 16);
-          a02 = QDOT7(h0, xh, QDOT7(l0, xl, a02));
-          a12 = QDOT7(h1, xh, QDOT7(l1, xl, a12));
-        }
-        {
-          const v128_t xl = VLOAD(x + 3 * ldx + g + c * 32), xh = VLOAD(x + 3 * ldx + g + c * 32 + 16);
-          a03 = QDOT7(h0, xh, QDOT7(l0, xl, a03));
-          a13 = QDOT7(h1, xh, QDOT7(l1, xl, a13));
-        }
-      }
-      p0 = wasm_i32x4_add(wasm_i32x4_shuffle(a00, a10, 0, 4, 1, 5), wasm_i32x4_shuffle(a00, a10, 2, 6, 3, 7));
-      p1 = wasm_i32x4_add(wasm_i32x4_shuffle(a01, a11, 0, 4, 1, 5), wasm_i32x4_shuffle(a01, a11, 2, 6, 3, 7));
-      p2 = wasm_i32x4_add(wasm_i32x4_shuffle(a02, a12, 0, 4, 1, 5), wasm_i32x4_shuffle(a02, a12, 2, 6, 3, 7));
-      p3 = wasm_i32x4_add(wasm_i32x4_shuffle(a03, a13, 0, 4, 1, 5), wasm_i32x4_shuffle(a03, a13, 2, 6, 3, 7));
+  for (int b = 0; b < nb; b++, wz += 8) {
+    const v128_t z = wasm_v128_load64_zero(wz);
+    const v128_t zl = wasm_i8x16_shuffle(z, z, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const v128_t zh = wasm_i8x16_shuffle(z, z, 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
+    for (int s = 0; s < 8; s++, w += 16, panel += 32) {
+      const v128_t v = VLOAD(w);
+      VSTORE(panel, wasm_i8x16_sub(wasm_v128_and(v, mask), zl));
+      VSTORE(panel + 16, wasm_i8x16_sub(wasm_u8x16_shr(v, 4), zh));
     }
-    {
-      const v128_t z0 = wasm_i8x16_splat((int8_t)zp[2]);
-      v128_t a00 = wasm_i32x4_const_splat(0);
-      v128_t a01 = wasm_i32x4_const_splat(0);
-      v128_t a02 = wasm_i32x4_const_splat(0);
-      v128_t a03 = wasm_i32x4_const_splat(0);
-      const v128_t z1 = wasm_i8x16_splat((int8_t)zp[3]);
-      v128_t a10 = wasm_i32x4_const_splat(0);
-      v128_t a11 = wasm_i32x4_const_splat(0);
-      v128_t a12 = wasm_i32x4_const_splat(0);
-      v128_t a13 = wasm_i32x4_const_splat(0);
-      for (int c = 0; c < nc; c++) {
-        const v128_t b0 = VLOAD(wp + 2 * half + c * 16);
-        const v128_t l0 = wasm_i8x16_sub(wasm_v128_and(b0, mask), z0);
-        const v128_t h0 = wasm_i8x16_sub(wasm_u8x16_shr(b0, 4), z0);
-        const v128_t b1 = VLOAD(wp + 3 * half + c * 16);
-        const v128_t l1 = wasm_i8x16_sub(wasm_v128_and(b1, mask), z1);
-        const v128_t h1 = wasm_i8x16_sub(wasm_u8x16_shr(b1, 4), z1);
-        {
-          const v128_t xl = VLOAD(x + 0 * ldx + g + c * 32), xh = VLOAD(x + 0 * ldx + g + c * 32 + 16);
-          a00 = QDOT7(h0, xh, QDOT7(l0, xl, a00));
-          a10 = QDOT7(h1, xh, QDOT7(l1, xl, a10));
-        }
-        {
-          const v128_t xl = VLOAD(x + 1 * ldx + g + c * 32), xh = VLOAD(x + 1 * ldx + g + c * 32 + 16);
-          a01 = QDOT7(h0, xh, QDOT7(l0, xl, a01));
-          a11 = QDOT7(h1, xh, QDOT7(l1, xl, a11));
-        }
-        {
-          const v128_t xl = VLOAD(x + 2 * ldx + g + c * 32), xh = VLOAD(x + 2 * ldx + g + c * 32 + 16);
-          a02 = QDOT7(h0, xh, QDOT7(l0, xl, a02));
-          a12 = QDOT7(h1, xh, QDOT7(l1, xl, a12));
-        }
-        {
-          const v128_t xl = VLOAD(x + 3 * ldx + g + c * 32), xh = VLOAD(x + 3 * ldx + g + c * 32 + 16);
-          a03 = QDOT7(h0, xh, QDOT7(l0, xl, a03));
-          a13 = QDOT7(h1, xh, QDOT7(l1, xl, a13));
-        }
+  }
+}
+
+/* One unpacked 8-row panel x NT tokens of packed activations xp (qu8_pack_x4 layout): out[t] = rows
+ * 0-3 of token t, out[NT + t] = rows 4-7, each the sum over blocks of f32(d) * ws. The f32 sums live in
+ * out (memory): with them in registers 8x4 would need 16 accumulators plus operands (Cranelift has 16
+ * vector registers), and they are touched once per block. noinline as qs8-gemm's loops. */
+static __attribute__((noinline)) void qb4_loop_8x4(int nb, const int8_t* w, const uint8_t* xp,
+                                                       const float* ws, v128_t* out) {
+  for (int t = 0; t < 8; t++) out[t] = wasm_f32x4_const_splat(0.0f);
+  for (int b = 0; b < nb; b++, ws += 8) {
+    v128_t a0 = wasm_i32x4_const_splat(0), c0 = a0;
+    v128_t a1 = wasm_i32x4_const_splat(0), c1 = a1;
+    v128_t a2 = wasm_i32x4_const_splat(0), c2 = a2;
+    v128_t a3 = wasm_i32x4_const_splat(0), c3 = a3;
+#pragma clang loop unroll(disable)
+    for (int s = 0; s < 8; s++, w += 32, xp += 16) {
+      const v128_t p = VLOAD(w), q = VLOAD(w + 16), v = VLOAD(xp);
+      const v128_t b0 = QBCAST(v, 0);
+      a0 = QB4_DOT(p, b0, a0);
+      c0 = QB4_DOT(q, b0, c0);
+      const v128_t b1 = QBCAST(v, 1);
+      a1 = QB4_DOT(p, b1, a1);
+      c1 = QB4_DOT(q, b1, c1);
+      const v128_t b2 = QBCAST(v, 2);
+      a2 = QB4_DOT(p, b2, a2);
+      c2 = QB4_DOT(q, b2, c2);
+      const v128_t b3 = QBCAST(v, 3);
+      a3 = QB4_DOT(p, b3, a3);
+      c3 = QB4_DOT(q, b3, c3);
+    }
+    out[0] = qb4_scale_add(out[0], QB4_I32(a0), ws);
+    out[4] = qb4_scale_add(out[4], QB4_I32(c0), ws + 4);
+    out[1] = qb4_scale_add(out[1], QB4_I32(a1), ws);
+    out[5] = qb4_scale_add(out[5], QB4_I32(c1), ws + 4);
+    out[2] = qb4_scale_add(out[2], QB4_I32(a2), ws);
+    out[6] = qb4_scale_add(out[6], QB4_I32(c2), ws + 4);
+    out[3] = qb4_scale_add(out[3], QB4_I32(a3), ws);
+    out[7] = qb4_scale_add(out[7], QB4_I32(c3), ws + 4);
+  }
+}
+
+static __attribute__((noinline)) void qb4_loop_8x1(int nb, const int8_t* w, const uint8_t* xp,
+                                                       const float* ws, v128_t* out) {
+  for (int t = 0; t < 2; t++) out[t] = wasm_f32x4_const_splat(0.0f);
+  for (int b = 0; b < nb; b++, ws += 8) {
+    v128_t a0 = wasm_i32x4_const_splat(0), c0 = a0;
+#pragma clang loop unroll(disable)
+    for (int s = 0; s < 8; s++, w += 32, xp += 16) {
+      const v128_t p = VLOAD(w), q = VLOAD(w + 16), v = VLOAD(xp);
+      const v128_t b0 = QBCAST(v, 0);
+      a0 = QB4_DOT(p, b0, a0);
+      c0 = QB4_DOT(q, b0, c0);
+    }
+    out[0] = qb4_scale_add(out[0], QB4_I32(a0), ws);
+    out[1] = qb4_scale_add(out[1], QB4_I32(c0), ws + 4);
+  }
+}
+
+/* GEMV on the packed nibbles of one 8-row panel and one token x (K bytes; xsum its block sums):
+ * out[0] = rows 0-3, out[1] = rows 4-7, as qb4_loop_8x1 gives from the unpacked panel. */
+static __attribute__((noinline)) void qb4_loop_nib_8x1(int nb, const uint8_t* w, const float* ws,
+                                                       const uint8_t* wz, const uint8_t* x,
+                                                       const int32_t* xsum, v128_t* out) {
+  const v128_t mask = wasm_i8x16_splat(0x0F), zero = wasm_i32x4_const_splat(0);
+  v128_t f0 = wasm_f32x4_const_splat(0.0f), f1 = f0;
+  for (int b = 0; b < nb; b++, w += 128, x += 32, ws += 8, wz += 8) {
+    v128_t a = zero, c = zero;
+#pragma clang loop unroll(disable)
+    for (int h = 0; h < 32; h += 16) {
+      const v128_t v = VLOAD(x + h);
+      {
+        const v128_t q = VLOAD(w + 4 * h + 0), bx = QBCAST(v, 0);
+        a = QB4_DOT(wasm_v128_and(q, mask), bx, a);
+        c = QB4_DOT(wasm_u8x16_shr(q, 4), bx, c);
       }
       {
-        const v128_t q = wasm_i32x4_add(wasm_i32x4_shuffle(a00, a10, 0, 4, 1, 5), wasm_i32x4_shuffle(a00, a10, 2, 6, 3, 7));
-        const v128_t d = wasm_i32x4_add(wasm_i32x4_shuffle(p0, q, 0, 1, 4, 5), wasm_i32x4_shuffle(p0, q, 2, 3, 6, 7));
-        f0 = wasm_f32x4_add(f0, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(d), VLOAD(sp)));
+        const v128_t q = VLOAD(w + 4 * h + 16), bx = QBCAST(v, 1);
+        a = QB4_DOT(wasm_v128_and(q, mask), bx, a);
+        c = QB4_DOT(wasm_u8x16_shr(q, 4), bx, c);
       }
       {
-        const v128_t q = wasm_i32x4_add(wasm_i32x4_shuffle(a01, a11, 0, 4, 1, 5), wasm_i32x4_shuffle(a01, a11, 2, 6, 3, 7));
-        const v128_t d = wasm_i32x4_add(wasm_i32x4_shuffle(p1, q, 0, 1, 4, 5), wasm_i32x4_shuffle(p1, q, 2, 3, 6, 7));
-        f1 = wasm_f32x4_add(f1, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(d), VLOAD(sp)));
+        const v128_t q = VLOAD(w + 4 * h + 32), bx = QBCAST(v, 2);
+        a = QB4_DOT(wasm_v128_and(q, mask), bx, a);
+        c = QB4_DOT(wasm_u8x16_shr(q, 4), bx, c);
       }
       {
-        const v128_t q = wasm_i32x4_add(wasm_i32x4_shuffle(a02, a12, 0, 4, 1, 5), wasm_i32x4_shuffle(a02, a12, 2, 6, 3, 7));
-        const v128_t d = wasm_i32x4_add(wasm_i32x4_shuffle(p2, q, 0, 1, 4, 5), wasm_i32x4_shuffle(p2, q, 2, 3, 6, 7));
-        f2 = wasm_f32x4_add(f2, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(d), VLOAD(sp)));
-      }
-      {
-        const v128_t q = wasm_i32x4_add(wasm_i32x4_shuffle(a03, a13, 0, 4, 1, 5), wasm_i32x4_shuffle(a03, a13, 2, 6, 3, 7));
-        const v128_t d = wasm_i32x4_add(wasm_i32x4_shuffle(p3, q, 0, 1, 4, 5), wasm_i32x4_shuffle(p3, q, 2, 3, 6, 7));
-        f3 = wasm_f32x4_add(f3, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(d), VLOAD(sp)));
+        const v128_t q = VLOAD(w + 4 * h + 48), bx = QBCAST(v, 3);
+        a = QB4_DOT(wasm_v128_and(q, mask), bx, a);
+        c = QB4_DOT(wasm_u8x16_shr(q, 4), bx, c);
       }
     }
+    const v128_t z = wasm_v128_load64_zero(wz), vx = wasm_i32x4_splat(xsum[b]);
+    const v128_t zl = wasm_i8x16_shuffle(z, zero, 0, 16, 16, 16, 1, 16, 16, 16, 2, 16, 16, 16, 3, 16, 16, 16);
+    const v128_t zh = wasm_i8x16_shuffle(z, zero, 4, 16, 16, 16, 5, 16, 16, 16, 6, 16, 16, 16, 7, 16, 16, 16);
+    f0 = qb4_scale_add(f0, wasm_i32x4_sub(QB4_I32(a), wasm_i32x4_mul(zl, vx)), ws);
+    f1 = qb4_scale_add(f1, wasm_i32x4_sub(QB4_I32(c), wasm_i32x4_mul(zh, vx)), ws + 4);
   }
   out[0] = f0;
   out[1] = f1;
-  out[2] = f2;
-  out[3] = f3;
 }
 
-/* Output rows i..i+ni-1 for tokens j..j+3: the 4x4 loop, then the epilogue. */
-INLINE void qb4_tile_4x4(int K, int G, const uint8_t* wp, const float* sp, const int32_t* zp, v128_t vsc,
-                         v128_t vb, const uint8_t* x, int ldx, const float* xs, const int32_t* xz,
-                         int xstep, int j, float* y, int si, int sj, int ni, Act act) {
-  v128_t f[4];
-  qb4_loop_4x4(K, G, wp, sp, zp, x + (size_t)j * ldx, ldx, f);
-  for (int t = 0; t < 4; t++) {
-    const int jj = (j + t) * xstep;
-    const v128_t r4 = wasm_f32x4_add(f[t], wasm_f32x4_mul(vsc, VSPLAT(-(float)xz[jj])));
-    q_store4(wasm_f32x4_add(wasm_f32x4_mul(r4, VSPLAT(xs[jj])), vb), y + (size_t)(j + t) * sj, si, ni, act);
+/* Epilogue of an 8-row panel (rows i.., ni0 of them) x nt tokens j..: f[h * nt + t] are the block sums
+ * of rows 4h..4h+3, token t. Tokens adjacent in y (sj = 1: conv output rows) with nt = 4 go out as one
+ * vector per row after a 4x4 transpose, as in qs8-gemm. */
+INLINE void qb4_store(v128_t* f, int nt, int i, int ni0, const float* wsc, const float* bias, const float* xs,
+                      const int32_t* xz, int xstep, int j, float* y, int si, int sj, Act act) {
+  for (int h = 0; h < 2; h++) {
+    const int ih = i + 4 * h, ni = ni0 - 4 * h < 4 ? ni0 - 4 * h : 4;
+    if (ni <= 0) break;
+    const v128_t vsc = VLOAD(wsc + ih), vb = VLOAD(bias + ih);
+    float* yt = y + (size_t)ih * si + (size_t)j * sj;
+    v128_t r[4];
+    for (int t = 0; t < nt; t++) {
+      const int jj = (j + t) * xstep;
+      const v128_t d = wasm_f32x4_add(f[h * nt + t], wasm_f32x4_mul(vsc, VSPLAT(-(float)xz[jj])));
+      r[t] = wasm_f32x4_add(wasm_f32x4_mul(d, VSPLAT(xs[jj])), vb);
+    }
+    if (nt == 4 && sj == 1) {
+      for (int t = 0; t < 4; t++) r[t] = act_apply(r[t], act);
+      q_transpose4(r);
+      for (int l = 0; l < ni; l++) VSTORE(yt + (size_t)l * si, r[l]);
+    } else {
+      for (int t = 0; t < nt; t++) q_store4(r[t], yt + (size_t)t * sj, si, ni, act);
+    }
   }
 }
 
-/* Output rows i..i+ni-1 for the single token j (the GEMV path). */
-INLINE void qb4_tile_4x1(int K, int G, const uint8_t* wp, const float* sp, const int32_t* zp, v128_t vsc,
-                         v128_t vb, const uint8_t* x, int ldx, const float* xs, const int32_t* xz,
-                         int xstep, int j, float* y, int si, int sj, int ni, Act act) {
-  const int ng = K / G, nc = G / 32;
-  const v128_t ones = wasm_i8x16_splat(1), mask = wasm_i8x16_splat(0x0F);
-  const uint8_t* xr = x + (size_t)j * ldx;
-  v128_t f0 = wasm_f32x4_const_splat(0.0f);
-  v128_t f1 = wasm_f32x4_const_splat(0.0f);
-  v128_t f2 = wasm_f32x4_const_splat(0.0f);
-  v128_t f3 = wasm_f32x4_const_splat(0.0f);
-  for (int g = 0; g < ng; g++) {
-    v128_t xsum = wasm_i32x4_const_splat(0);
-    v128_t a0 = xsum;
-    v128_t a1 = xsum;
-    v128_t a2 = xsum;
-    v128_t a3 = xsum;
-    for (int c = 0; c < nc; c++) {
-      const int k = g * G + c * 32;
-      const v128_t xl = VLOAD(xr + k), xh = VLOAD(xr + k + 16);
-      xsum = QDOT7(ones, xl, xsum);
-      xsum = QDOT7(ones, xh, xsum);
-      {
-        const v128_t b = VLOAD(wp + 0 * (G / 2) + c * 16);
-        a0 = QDOT7(wasm_v128_and(b, mask), xl, a0);
-        a0 = QDOT7(wasm_u8x16_shr(b, 4), xh, a0);
-      }
-      {
-        const v128_t b = VLOAD(wp + 1 * (G / 2) + c * 16);
-        a1 = QDOT7(wasm_v128_and(b, mask), xl, a1);
-        a1 = QDOT7(wasm_u8x16_shr(b, 4), xh, a1);
-      }
-      {
-        const v128_t b = VLOAD(wp + 2 * (G / 2) + c * 16);
-        a2 = QDOT7(wasm_v128_and(b, mask), xl, a2);
-        a2 = QDOT7(wasm_u8x16_shr(b, 4), xh, a2);
-      }
-      {
-        const v128_t b = VLOAD(wp + 3 * (G / 2) + c * 16);
-        a3 = QDOT7(wasm_v128_and(b, mask), xl, a3);
-        a3 = QDOT7(wasm_u8x16_shr(b, 4), xh, a3);
-      }
-    }
-    wp += 2 * G;
-    const v128_t vs = VLOAD(sp + g * 4), vz = VLOAD(zp + g * 4);
-    {
-      const v128_t d = wasm_i32x4_sub(a0, wasm_i32x4_mul(xsum, wasm_i32x4_shuffle(vz, vz, 0, 0, 0, 0)));
-      f0 = wasm_f32x4_add(f0, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(d), wasm_i32x4_shuffle(vs, vs, 0, 0, 0, 0)));
-    }
-    {
-      const v128_t d = wasm_i32x4_sub(a1, wasm_i32x4_mul(xsum, wasm_i32x4_shuffle(vz, vz, 1, 1, 1, 1)));
-      f1 = wasm_f32x4_add(f1, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(d), wasm_i32x4_shuffle(vs, vs, 1, 1, 1, 1)));
-    }
-    {
-      const v128_t d = wasm_i32x4_sub(a2, wasm_i32x4_mul(xsum, wasm_i32x4_shuffle(vz, vz, 2, 2, 2, 2)));
-      f2 = wasm_f32x4_add(f2, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(d), wasm_i32x4_shuffle(vs, vs, 2, 2, 2, 2)));
-    }
-    {
-      const v128_t d = wasm_i32x4_sub(a3, wasm_i32x4_mul(xsum, wasm_i32x4_shuffle(vz, vz, 3, 3, 3, 3)));
-      f3 = wasm_f32x4_add(f3, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(d), wasm_i32x4_shuffle(vs, vs, 3, 3, 3, 3)));
-    }
-  }
-  const int jj = j * xstep;
-  const v128_t r4 = wasm_f32x4_add(hsum4_f32(f0, f1, f2, f3), wasm_f32x4_mul(vsc, VSPLAT(-(float)xz[jj])));
-  q_store4(wasm_f32x4_add(wasm_f32x4_mul(r4, VSPLAT(xs[jj])), vb), y + (size_t)j * sj, si, ni, act);
-}
-
-/* y[i*si + j*sj] for i < I, j < J: 4x4 tiles while 4 tokens remain, then the 4x1 GEMV path. */
-KERNEL void qb4_gemm(int I, int J, int K, int G, const uint8_t* w, const float* ws, const int32_t* wz,
+/* y[i*si + j*sj] for i < I, j < J (operands in the header; x rows of K bytes, stride ldx). scratch:
+ * J >= 4: packed activations (ceil4(J) * K + 64 bytes) then one unpacked panel (8K); J < 4: the block
+ * sums of x (K / 8 bytes). ops/qlinear.py's b4_scratch_bytes sizes it. */
+KERNEL void qb4_gemm(int I, int J, int K, const uint8_t* w, const float* ws, const uint8_t* wz,
                      const float* wsc, const uint8_t* x, int ldx, const float* xs, const int32_t* xz,
-                     int xstep, const float* bias, float* y, int si, int sj, Act act) {
-  const int ng = K / G, J4 = J & ~3;
-  for (int i = 0; i < I; i += 4) {
-    const int ni = I - i < 4 ? I - i : 4;
-    const v128_t vsc = VLOAD(wsc + i), vb = VLOAD(bias + i);
-    const uint8_t* wp = w + (size_t)i * K / 2;
-    const float* sp = ws + (size_t)i * ng;
-    const int32_t* zp = wz + (size_t)i * ng;
-    float* yi = y + (size_t)i * si;
-    for (int j = 0; j < J4; j += 4)
-      qb4_tile_4x4(K, G, wp, sp, zp, vsc, vb, x, ldx, xs, xz, xstep, j, yi, si, sj, ni, act);
-    for (int j = J4; j < J; j++)
-      qb4_tile_4x1(K, G, wp, sp, zp, vsc, vb, x, ldx, xs, xz, xstep, j, yi, si, sj, ni, act);
+                     int xstep, const float* bias, float* y, int si, int sj, uint8_t* scratch, Act act) {
+  const int nb = K / 32, J4 = J & ~3;
+  v128_t f[8];
+  if (J < 4) {
+    int32_t* xsum = (int32_t*)scratch;
+    for (int j = 0; j < J; j++) {
+      const uint8_t* xj = x + (size_t)j * ldx;
+      for (int b = 0; b < nb; b++) {
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++) s += xj[32 * b + k];
+        xsum[b] = s;
+      }
+      for (int i = 0; i < I; i += 8) {
+        qb4_loop_nib_8x1(nb, w + (size_t)i * K / 2, ws + (size_t)i * nb, wz + (size_t)i * nb, xj, xsum, f);
+        qb4_store(f, 1, i, I - i, wsc, bias, xs, xz, xstep, j, y, si, sj, act);
+      }
+    }
+    return;
+  }
+  uint8_t* xp = scratch;
+  int8_t* panel = (int8_t*)(scratch + (size_t)((J + 3) & ~3) * K + 64);
+  qu8_pack_x4(J, K, x, ldx, xp);
+  for (int i = 0; i < I; i += 8) {
+    const float* wsi = ws + (size_t)i * nb;
+    qb4_unpack_panel(nb, w + (size_t)i * K / 2, wz + (size_t)i * nb, panel);
+    for (int j = 0; j < J; ) {
+      const int nt = j < J4 ? 4 : 1;
+      const uint8_t* xj = xp + (size_t)(j & ~3) * K + 4 * (j & 3);
+      if (nt == 4) qb4_loop_8x4(nb, panel, xj, wsi, f);
+      else qb4_loop_8x1(nb, panel, xj, wsi, f);
+      qb4_store(f, nt, i, I - i, wsc, bias, xs, xz, xstep, j, y, si, sj, act);
+      j += nt;
+    }
   }
 }
 
-/* Group-1 NCHW convolution with 4-bit weights ([M][C*kh*kw], K a multiple of G): im2col rows, then
- * qb4_gemm with output channels as i. */
+/* Group-1 NCHW convolution with 4-bit weights ([M][C*kh*kw], K a multiple of 32): im2col rows per chunk
+ * of output pixels, then qb4_gemm with output channels as i (scratch: its working space). */
 KERNEL void qb4_conv2d(const uint8_t* xq, int N, int C, int H, int W, const uint8_t* w, const float* ws,
-                       const int32_t* wz, const float* wsc, const float* bias, const float* xs,
+                       const uint8_t* wz, const float* wsc, const float* bias, const float* xs,
                        const int32_t* xz, float* y, int M, int OH, int OW, int kh, int kw, int sh, int sw,
-                       int dh, int dw, int pt, int pl, int G, int pchunk, uint8_t* col, Act act) {
+                       int dh, int dw, int pt, int pl, int pchunk, uint8_t* col, uint8_t* scratch, Act act) {
   const int K = C * kh * kw, P = OH * OW;
   for (int n = 0; n < N; n++)
     for (int p0 = 0; p0 < P; p0 += pchunk) {
       const int pc = P - p0 < pchunk ? P - p0 : pchunk;
       qu8_im2col_rows(xq + (size_t)n * C * H * W, C, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0, pc,
                       xz[0], col);
-      qb4_gemm(M, pc, K, G, w, ws, wz, wsc, col, K, xs, xz, 0, bias, y + (size_t)n * M * P + p0, P, 1, act);
+      qb4_gemm(M, pc, K, w, ws, wz, wsc, col, K, xs, xz, 0, bias, y + (size_t)n * M * P + p0, P, 1, scratch,
+               act);
     }
 }
