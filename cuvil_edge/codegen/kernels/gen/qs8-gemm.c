@@ -25,8 +25,8 @@
  * saturated.
  */
 
-/* Lane l sums bytes 4l..4l+3, as the relaxed dot does: per-lane partial sums (which qb4 scales per
- * group before the horizontal sum) are then identical in both tiers, not just their totals. */
+/* Lane l sums bytes 4l..4l+3, as the relaxed dot does: per-lane partial sums are then identical in both
+ * tiers, not just their totals. */
 INLINE v128_t qdot_widen(v128_t w, v128_t x, v128_t acc) {
   const v128_t lo = wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(w), wasm_u16x8_extend_low_u8x16(x));
   const v128_t hi = wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(w), wasm_u16x8_extend_high_u8x16(x));
