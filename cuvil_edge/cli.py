@@ -68,11 +68,11 @@ def cmd_build(args: argparse.Namespace) -> int:
                    calibration=args.calib, accuracy_budget=args.accuracy_budget, profiles=profile_names(args))
     out = Path(args.output or Path(args.model).with_suffix(".cuvil"))
     model.save(out)
-    c = model.compiled
-    assert c is not None
-    print(f"built {out} in {time.perf_counter() - t0:.2f}s: {len(c.graph.nodes)} nodes, "
-          f"weights {_human(c.spec.weights_size)}, arena {_human(c.spec.arena_size)}")
-    for v in c.spec.variants:
+    spec = model.spec
+    print(f"built {out} in {time.perf_counter() - t0:.2f}s: {len(spec.extra['nodes'])} nodes, "
+          f"weights {_human(spec.weights_size)}, arena {_human(spec.arena_size)}"
+          + (" (build cache)" if model.build_cache_hit else ""))
+    for v in spec.variants:
         print(f"  {v.file:36s} {_human(v.size):>10s}  sha256 {v.sha256[:16]}")
     if args.report:
         _write_quant_report(model, args)

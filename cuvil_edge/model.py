@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from device_profiles import available_profiles, load_profile
-from runtime_wasm import InferenceInputError, ModuleCache, WasmModel
+from runtime_wasm import InferenceInputError, ModelSpec, ModuleCache, RuntimeWasmError, WasmModel
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE, instantiate
 from runtime_wasm.variants import probe_host, select_variant
 
+from .buildcache import BuildCache, build_key, data_digest
 from .codegen.toolchain import ALL_TARGETS, Target
 from .compiler import CompiledModel, compile_graph, optimize_graph
 from .errors import InputError, TargetError
@@ -27,69 +32,159 @@ PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int4", "mixed")
 
 
 class CuvilModel:
-    """A model on its way to the edge: imported graph, optimized IR, compiled modules, a live instance."""
+    """A model on its way to the edge: imported graph, optimized IR, compiled modules, a live instance.
 
-    def __init__(self, graph: Graph) -> None:
-        self.graph = graph
-        self.compiled: CompiledModel | None = None
+    ``optimize`` looks its build up in the build cache (``cuvil_edge.buildcache``) first. On a hit only
+    what ``predict`` and ``save`` need is loaded (spec, modules, weights); the host's view (``graph``,
+    ``compiled``, ``quantization``) is rebuilt on first access, so a process that only predicts never
+    runs the passes, calibrates or compiles."""
+
+    def __init__(self, graph: Graph, source_digest: str | None = None) -> None:
+        """``source_digest`` identifies the imported model (bytes, input shapes, name) for the build
+        cache; None: its builds are not cached."""
+        self._graph = graph
+        self._source_digest = source_digest
+        self._compiled: CompiledModel | None = None
+        self._quantization: QuantResult | None = None
+        self._artifact: Artifact | None = None
+        self._pending: Callable[[], None] | None = None  # rebuilds the host view after a cache hit
         self._instance: WasmModel | None = None
         self._optimized = False
-        self.quantization: QuantResult | None = None
+        self.build_cache_hit = False
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | os.PathLike[str] | bytes | Any,
              input_shapes: Mapping[str, Sequence[int]] | None = None) -> CuvilModel:
-        """Import an ONNX model (path, bytes or ModelProto); input shapes fix dynamic dims."""
+        """Import an ONNX model (path, bytes or ModelProto); input shapes fix dynamic dims. A file is read
+        once and imported from those bytes, so the build cache's key is the digest of what was built."""
         from .frontend.onnx import import_onnx
 
         name = Path(os.fspath(path)).stem if isinstance(path, (str, os.PathLike)) else None
-        return cls(import_onnx(path, input_shapes, name=name))
+        data = _model_bytes(path)
+        if data is None:  # tensors in external files: onnx reads them itself, and builds are not cached
+            return cls(import_onnx(path, input_shapes, name=name))
+        shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+        digest = hashlib.sha256(json.dumps([hashlib.sha256(data).hexdigest(), shapes, name]).encode())
+        source = data if isinstance(path, (str, os.PathLike, bytes, bytearray)) else path
+        return cls(import_onnx(source, input_shapes, name=name), digest.hexdigest())
+
+    @property
+    def graph(self) -> Graph:
+        """The model's graph: after ``optimize`` the optimized one (quantized: see ``quantization``)."""
+        self._materialize()
+        return self._graph
+
+    @property
+    def compiled(self) -> CompiledModel | None:
+        self._materialize()
+        return self._compiled
+
+    @property
+    def quantization(self) -> QuantResult | None:
+        self._materialize()
+        return self._quantization
+
+    def _materialize(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending()
 
     # -- build --------------------------------------------------------------------------------
     def optimize(self, precision: str = "fp32", targets: Sequence[Target] | str | None = None,
                  progress: Callable[[str], None] | None = None, calibration: Any = None,
                  accuracy_budget: float = 0.01, profiles: Sequence[str] = (),
-                 **quant_options: Any) -> CuvilModel:
+                 build_cache: BuildCache | None = None, **quant_options: Any) -> CuvilModel:
         """Run the passes and compile modules: ``targets`` = "host" (the default: this machine's family,
         both tiers), "all" (every tier x family) or a list of ``Target``; or instead ``profiles``, device
         profile names: only the variants those devices need (``profile_targets``), and the names are
         recorded in the spec so a bundle signed from it targets them. ``precision`` other than fp32
         quantizes the optimized graph (``cuvil_edge.quant``): ``calibration`` is an .npz file, a
         directory of .npy/.npz or an iterable of samples; ``accuracy_budget`` bounds ``mixed``;
-        ``quant_options``: observer ("minmax", "percentile", "mse"), group_size, max_samples."""
+        ``quant_options``: observer ("minmax", "percentile", "mse"), group_size, max_samples.
+        ``build_cache``: where earlier builds are reused (default: ``BuildCacheConfig.from_env()``)."""
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}")
         if profiles and targets is not None:
             raise TargetError("give either targets or profiles: profiles choose the targets")
         chosen = (profile_targets(profiles) if profiles
                   else _resolve_targets("host" if targets is None else targets))
+        self._close_instance()
+        self._pending = None
+        key = None
+        if self._source_digest is not None:
+            cache = build_cache or BuildCache()
+            if cache.config.enabled:
+                key, calibration = self._build_key(precision, chosen, profiles, calibration, accuracy_budget,
+                                                   quant_options)
+        build = functools.partial(self._build, precision, chosen, progress, calibration, accuracy_budget,
+                                  profiles, quant_options)
+        artifact = _artifact_from_files(cache.get(key)) if key is not None else None
+        self.build_cache_hit = artifact is not None
+        if artifact is not None:
+            self._artifact, self._compiled, self._quantization, self._pending = artifact, None, None, build
+            return self
+        if key is not None:
+            cache.discard(key)  # an entry that verified but does not parse as a model: rebuild it
+        build()
+        if key is not None:
+            assert self._artifact is not None
+            cache.put(key, self._artifact.files())
+        return self
+
+    def _build_key(self, precision: str, targets: Sequence[Target], profiles: Sequence[str], calibration: Any,
+                   accuracy_budget: float, quant_options: Mapping[str, Any]) -> tuple[str | None, Any]:
+        """(key, calibration to use) of this build; the key is None when the options cannot be hashed."""
+        parts: dict[str, Any] = {"model": self._source_digest, "precision": precision,
+                                 "targets": [t.name for t in targets], "profiles": list(profiles)}
+        if precision != "fp32":
+            digest = None
+            if calibration is not None:
+                digest, calibration = data_digest(calibration)
+                if digest is None:
+                    return None, calibration
+            parts.update(calibration=digest, accuracy_budget=float(accuracy_budget),
+                         quant_options=json.dumps(quant_options, sort_keys=True, default=repr))
+        return build_key(parts), calibration
+
+    def _build(self, precision: str, targets: Sequence[Target], progress: Callable[[str], None] | None,
+               calibration: Any, accuracy_budget: float, profiles: Sequence[str],
+               quant_options: Mapping[str, Any]) -> None:
+        graph = self._graph
         if not self._optimized:
-            optimize_graph(self.graph, progress)
+            optimize_graph(graph, progress)
             self._optimized = True
-        graph, extra = self.graph, {"profiles": list(profiles)} if profiles else {}
-        self.quantization = None
+        extra: dict[str, Any] = {"profiles": list(profiles)} if profiles else {}
+        self._quantization = None
         if precision != "fp32":
             from .quant import quantize
 
-            self.quantization = quantize(self.graph, precision, calibration, accuracy_budget,
-                                         progress=progress, **quant_options)
-            graph, extra = self.quantization.graph, {**extra, "quantization": self.quantization.record}
-        self.compiled = compile_graph(graph, chosen, progress, extra=extra)
-        self._close_instance()
-        return self
+            self._quantization = quantize(graph, precision, calibration, accuracy_budget,
+                                          progress=progress, **quant_options)
+            graph, extra = self._quantization.graph, {**extra, "quantization": self._quantization.record}
+        self._compiled = compile_graph(graph, targets, progress, extra=extra)
+        self._artifact = Artifact(self._compiled.spec, self._compiled.modules, self._compiled.weights)
 
     # -- run ----------------------------------------------------------------------------------
     @property
     def instance(self) -> WasmModel:
         if self._instance is None:
-            if self.compiled is None:
-                self.optimize()
-            c = self.compiled
-            assert c is not None
-            variant = select_variant(c.spec.variants, probe_host())
-            self._instance = instantiate(c.spec, c.modules[variant.name], c.weights, variant, ModuleCache())
+            a = self._built()
+            variant = select_variant(a.spec.variants, probe_host())
+            self._instance = instantiate(a.spec, a.modules[variant.name], a.weights, variant, ModuleCache())
         return self._instance
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The built model's I/O signature, variants and kernel table (builds first if needed); cheap on a
+        build-cache hit, unlike ``compiled``, which rebuilds the host view."""
+        return self._built().spec
+
+    def _built(self) -> Artifact:
+        if self._artifact is None:
+            self.optimize()
+        assert self._artifact is not None
+        return self._artifact
 
     def predict(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray) -> dict[str, np.ndarray]:
         """Run once in wasmtime. Inputs: dict by name, list in order, or one array for one input."""
@@ -102,22 +197,19 @@ class CuvilModel:
 
     @property
     def input_names(self) -> list[str]:
+        if self._artifact is not None:
+            return [t.name for t in self._artifact.spec.inputs]
         return [v.name for v in self.graph.inputs]
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write spec, modules and weights to a directory (written aside, then renamed into place)."""
-        if self.compiled is None:
-            self.optimize()
-        c = self.compiled
-        assert c is not None
+        files = self._built().files()
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        (tmp / SPEC_FILE).write_text(c.spec.to_json())
-        (tmp / WEIGHTS_FILE).write_bytes(c.weights)
-        for v in c.spec.variants:
-            (tmp / v.file).write_bytes(c.modules[v.name])
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
         if out.exists():
             import shutil
 
@@ -142,6 +234,45 @@ class CuvilModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What ``predict`` and ``save`` need of a build: the model directory's contents."""
+
+    spec: ModelSpec
+    modules: dict[str, bytes]  # variant name -> wasm bytes
+    weights: bytes
+
+    def files(self) -> dict[str, bytes]:
+        """File name -> bytes, as in a model directory (``runtime_wasm.loader.load_model_dir``)."""
+        return {SPEC_FILE: self.spec.to_json().encode(), WEIGHTS_FILE: self.weights,
+                **{v.file: self.modules[v.name] for v in self.spec.variants}}
+
+
+def _artifact_from_files(files: Mapping[str, bytes] | None) -> Artifact | None:
+    """None when absent, or when verified files do not make a model (a spec this version cannot read)."""
+    if files is None:
+        return None
+    try:
+        spec = ModelSpec.from_json(files[SPEC_FILE])
+        return Artifact(spec, {v.name: files[v.file] for v in spec.variants}, files[WEIGHTS_FILE])
+    except (KeyError, RuntimeWasmError):
+        return None
+
+
+def _model_bytes(model: Any) -> bytes | None:
+    """The serialized model to hash, or None when the bytes may not hold all of it: tensors in external
+    files name them under the key ``location``, so a model without that string has none (a chance match
+    inside weights only turns caching off)."""
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+            return None
+        return model.SerializeToString(deterministic=True)
+    data = bytes(model) if isinstance(model, (bytes, bytearray)) else Path(os.fspath(model)).read_bytes()
+    return None if b"location" in data else data
 
 
 def profile_targets(profiles: Sequence[str]) -> tuple[Target, ...]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import hashlib
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,6 +18,11 @@ from .spec import ModelSpec, TensorSpec
 
 #: exports every cuvil-edge module has: its memory, the entry point and two address getters.
 REQUIRED_EXPORTS = ("memory", "run", "cuvil_weights", "cuvil_arena")
+#: bytes read (and hashed) per step when weights come from a file: hashed while still in cache
+WEIGHTS_CHUNK = 4 << 20
+
+#: weights in memory, or the path of a weights file read straight into linear memory
+Weights = bytes | np.ndarray | str | os.PathLike[str]
 
 
 class _FastCall:
@@ -46,11 +54,14 @@ class WasmModel:
 
     Views stay valid for the life of the instance (the module never grows its memory after start).
     Use ``input_views`` / ``run()`` / ``output_views`` for zero-copy serving, or ``predict``.
+    ``weights`` given as a path are read in chunks straight into linear memory, so no copy of their size
+    exists outside it; with ``weights_sha256`` they are hashed on the way in and a mismatch is a
+    ``SpecError`` (one pass over the bytes, however they come).
     """
 
     def __init__(self, engine: wasmtime.Engine, module: wasmtime.Module, spec: ModelSpec,
-                 weights: bytes | np.ndarray, memory_limit: int | None = None,
-                 epoch_deadline: int | None = None) -> None:
+                 weights: Weights, memory_limit: int | None = None,
+                 epoch_deadline: int | None = None, weights_sha256: str = "") -> None:
         self.spec = spec
         exports = {e.name for e in module.exports}
         missing = [e for e in REQUIRED_EXPORTS if e not in exports]
@@ -77,16 +88,36 @@ class WasmModel:
                                   f"{arena_base})")
         if weights_base + spec.weights_size > mem_len or arena_base + spec.arena_size > mem_len:
             raise SpecError("spec does not fit the module's memory (module and spec do not match)")
-        w = np.frombuffer(weights, dtype=np.uint8) if not isinstance(weights, np.ndarray) else weights
-        if w.nbytes != spec.weights_size:
-            raise SpecError(f"weights are {w.nbytes} bytes, spec says {spec.weights_size}")
-        if w.nbytes:
-            self._view(weights_base, np.dtype(np.uint8), (w.nbytes,))[:] = w.view(np.uint8).reshape(-1)
+        self._load_weights(weights_base, weights, weights_sha256)
         self._exports = ex
         self._run = _FastCall(self._store, ex["run"])
         self.input_views = {t.name: self._tensor_view(arena_base, t) for t in spec.inputs}
         self.output_views = {t.name: self._tensor_view(arena_base, t) for t in spec.outputs}
         self._closed = False
+
+    def _load_weights(self, base: int, weights: Weights, sha256: str) -> None:
+        size = self.spec.weights_size
+        dst = self._view(base, np.dtype(np.uint8), (size,)) if size else np.empty(0, np.uint8)
+        with contextlib.ExitStack() as stack:
+            if isinstance(weights, (str, os.PathLike)):
+                f = stack.enter_context(open(weights, "rb", buffering=0))
+                if (n := os.fstat(f.fileno()).st_size) != size:
+                    raise SpecError(f"weights file is {n} bytes, spec says {size}")
+                fill = lambda chunk, _start: _read_exactly(f, chunk)  # noqa: E731
+            else:
+                w = np.frombuffer(weights, dtype=np.uint8) if not isinstance(weights, np.ndarray) else weights
+                if w.nbytes != size:
+                    raise SpecError(f"weights are {w.nbytes} bytes, spec says {size}")
+                w = w.view(np.uint8).reshape(-1)
+                fill = lambda chunk, start: np.copyto(chunk, w[start:start + chunk.nbytes])  # noqa: E731
+            digest = hashlib.sha256()
+            for start in range(0, size, WEIGHTS_CHUNK):
+                chunk = dst[start:start + WEIGHTS_CHUNK]
+                fill(chunk, start)
+                if sha256:
+                    digest.update(chunk)  # while the chunk is still in cache
+        if sha256 and digest.hexdigest() != sha256:
+            raise SpecError("weights do not match their recorded sha256")
 
     def _view(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         """A view of linear memory; ``get_buffer_ptr`` does no bounds check, so one outside memory is refused
@@ -140,6 +171,15 @@ class WasmModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _read_exactly(f: Any, buf: np.ndarray) -> None:
+    got = 0
+    while got < buf.nbytes:  # a raw read may return less than asked
+        n = f.readinto(buf[got:])
+        if not n:
+            raise SpecError("weights file shrank while it was being read")
+        got += n
 
 
 def check_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from .cache import ModuleCache
 from .engine import EngineConfig, engine_for
 from .errors import SpecError
-from .instance import WasmModel
+from .instance import WasmModel, Weights
 from .spec import ModelSpec, VariantSpec
 from .variants import HostProbes, probe_host, select_variant
 
@@ -17,23 +17,25 @@ SPEC_FILE = "model.json"
 WEIGHTS_FILE = "weights.bin"
 
 
-def instantiate(spec: ModelSpec, wasm: bytes, weights: bytes, variant: VariantSpec,
+def instantiate(spec: ModelSpec, wasm: bytes, weights: Weights, variant: VariantSpec,
                 cache: ModuleCache | None = None, memory_limit: int | None = None) -> WasmModel:
-    """Check the module against the spec's hash, compile it (cached) and instantiate it."""
+    """Check the module against the spec's hash, compile it (cached) and instantiate it; the weights
+    (bytes, or a file read straight into linear memory) are checked against the spec's hash as they are
+    copied in."""
     if variant.sha256 and hashlib.sha256(wasm).hexdigest() != variant.sha256:
         raise SpecError(f"module for variant {variant.name!r} does not match its recorded sha256")
-    if spec.weights_sha256 and hashlib.sha256(weights).hexdigest() != spec.weights_sha256:
-        raise SpecError("weights do not match their recorded sha256")
     config = EngineConfig(variant.tier)
     module = (cache or ModuleCache()).load(wasm, config)
-    return WasmModel(engine_for(config), module, spec, weights, memory_limit=memory_limit)
+    return WasmModel(engine_for(config), module, spec, weights, memory_limit=memory_limit,
+                     weights_sha256=spec.weights_sha256)
 
 
 def read_model_dir(path: str | os.PathLike[str], variant: str | None = None,
-                   probes: HostProbes | None = None) -> tuple[ModelSpec, VariantSpec, bytes, bytes]:
-    """(spec, chosen variant, module bytes, weights bytes) of a model directory: the named variant or the
+                   probes: HostProbes | None = None) -> tuple[ModelSpec, VariantSpec, bytes, Path]:
+    """(spec, chosen variant, module bytes, weights file) of a model directory: the named variant or the
     best for this host. Its module must lie inside the directory: a spec naming ``../other/m.wasm`` or an
-    absolute path would load code from outside what was installed (and hashed) there."""
+    absolute path would load code from outside what was installed (and hashed) there. The weights are
+    not read here: ``WasmModel`` reads them straight into linear memory."""
     root = Path(path)
     try:
         spec = ModelSpec.from_json((root / SPEC_FILE).read_bytes())
@@ -49,7 +51,10 @@ def read_model_dir(path: str | os.PathLike[str], variant: str | None = None,
     module = (base / chosen.file).resolve()
     if module.parent != base:
         raise SpecError(f"variant {chosen.name!r} names {chosen.file!r}, outside the model directory")
-    return spec, chosen, module.read_bytes(), (root / WEIGHTS_FILE).read_bytes()
+    weights = root / WEIGHTS_FILE
+    if not weights.is_file():
+        raise SpecError(f"{root} has no {WEIGHTS_FILE}")
+    return spec, chosen, module.read_bytes(), weights
 
 
 def load_model_dir(path: str | os.PathLike[str], variant: str | None = None,

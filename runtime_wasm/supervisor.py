@@ -53,11 +53,15 @@ def _context() -> Any:
 
 @dataclass(frozen=True)
 class ModelSource:
-    """Everything a worker needs to (re)load one model variant; it travels to each new worker."""
+    """Everything a worker needs to (re)load one model variant; it travels to each new worker.
+
+    ``weights`` is bytes, or the path of a weights file (``from_dir``): each worker then reads it straight
+    into its linear memory, checked against ``spec.weights_sha256``, so weights are neither pickled to
+    workers nor held by the supervising process."""
 
     spec: ModelSpec
     wasm: bytes
-    weights: bytes
+    weights: bytes | str
     variant: VariantSpec
     cache_dir: str = ""  # precompiled-module cache; empty: the default directory
 
@@ -66,7 +70,7 @@ class ModelSource:
                  probes: HostProbes | None = None, cache_dir: str = "") -> ModelSource:
         """A compiled model directory (an installed slot): its named variant, or the best for this host."""
         spec, chosen, wasm, weights = read_model_dir(path, variant, probes)
-        return cls(spec, wasm, weights, chosen, cache_dir)
+        return cls(spec, wasm, str(weights.resolve()), chosen, cache_dir)
 
     def load(self, memory_cap_bytes: int) -> WasmModel:
         cache = ModuleCache(self.cache_dir) if self.cache_dir else None

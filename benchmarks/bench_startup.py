@@ -1,0 +1,173 @@
+"""Start-up cost in fresh processes (issue 10): process start -> first result, and peak RSS.
+
+(a) Device path: ``load_model_dir`` (warm precompiled-module cache) + one inference, next to
+    onnxruntime session creation + first inference (one thread), for the DistilBERT-shaped encoder fp32
+    and int8 (ours: static int8 on 4 calibration samples; ORT: dynamic int8) and MobileNetV2 224 fp32.
+(b) Host path: ``CuvilModel.load(onnx).optimize(...).predict(...)`` in a new process, first (empty
+    build cache) and second (the build cache holds the first's build).
+
+Every measurement is its own process (``python -c``); runs of different engines interleave, medians of
+``--repeat`` runs are printed with ratios. Peak RSS is VmHWM from ``/proc/self/status`` in the child.
+
+    python benchmarks/bench_startup.py [--repeat 3] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from bench_real_size import mobilenet_v2
+
+from cuvil_edge import CuvilModel
+from cuvil_edge.bench import host_target
+from cuvil_edge.zoo_transformers import bert_encoder, bert_feeds
+
+CALIB_SAMPLES = 4
+
+_CHILD = """
+import json, sys, time
+import numpy as np
+
+def peak():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+mode, path, feeds_path = sys.argv[1:4]
+with np.load(feeds_path) as z:
+    feeds = {k: z[k] for k in z.files}
+if mode == "device":
+    from runtime_wasm.loader import load_model_dir
+    out = load_model_dir(path).predict(feeds)
+elif mode == "ort":
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    out = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+else:  # host: precision [calibration dir]
+    from cuvil_edge import CuvilModel
+    from cuvil_edge.bench import host_target
+    precision, calib = sys.argv[4], (sys.argv[5] if len(sys.argv) > 5 else None)
+    m = CuvilModel.load(path).optimize(precision, targets=[host_target()], calibration=calib)
+    out = m.predict(feeds)
+print(json.dumps({"peak": peak()}), flush=True)
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One model as both sides run it: our model directory, ORT's .onnx, the inputs, the host build."""
+
+    name: str
+    model_dir: Path
+    ort_model: Path
+    onnx_path: Path
+    feeds: Path
+    precision: str
+    calib: Path | None
+
+
+def run_child(args: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
+    """(seconds from spawn to the first result line, child's peak RSS in bytes)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, *args], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    elapsed = time.perf_counter() - t0
+    proc.wait()
+    if proc.returncode or not line:
+        raise SystemExit(f"child {args[:2]} failed (rc {proc.returncode})")
+    return elapsed, json.loads(line)["peak"]
+
+
+def prepare(wd: Path, name: str, proto: onnx.ModelProto, feeds: dict[str, np.ndarray], precision: str,
+            calib: list[dict[str, np.ndarray]] | None) -> Case:
+    onnx_path = wd / f"{name}.onnx"
+    onnx.save(proto, onnx_path)
+    np.savez(wd / f"{name}.feeds.npz", **feeds)
+    calib_dir = None
+    if calib is not None:
+        calib_dir = wd / f"{name}.calib"
+        calib_dir.mkdir(exist_ok=True)
+        for i, sample in enumerate(calib):
+            np.savez(calib_dir / f"{i}.npz", **sample)
+    model = CuvilModel.load(onnx_path).optimize(precision, targets=[host_target()], calibration=calib_dir)
+    model_dir = model.save(wd / f"{name}.cuvil")
+    ort_model = onnx_path
+    if precision != "fp32":
+        from onnxruntime.quantization import quantize_dynamic
+
+        ort_model = wd / f"{name}.ort-int8.onnx"
+        quantize_dynamic(str(onnx_path), str(ort_model))
+    return Case(name, model_dir, ort_model, onnx_path, wd / f"{name}.feeds.npz", precision, calib_dir)
+
+
+def interleave(runs: dict[str, Callable[[], tuple[float, int]]], repeat: int) -> dict[str, tuple[float, int]]:
+    """Median seconds and median peak RSS per run name, the names taking turns."""
+    got: dict[str, list[tuple[float, int]]] = {k: [] for k in runs}
+    for _ in range(repeat):
+        for k, fn in runs.items():
+            got[k].append(fn())
+    return {k: (statistics.median(t for t, _ in v), int(statistics.median(p for _, p in v)))
+            for k, v in got.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workdir", help="keep models and caches here (default: a temp dir)")
+    args = ap.parse_args()
+    wd = Path(args.workdir or tempfile.mkdtemp(prefix="cuvil-startup-"))
+    wd.mkdir(parents=True, exist_ok=True)
+    os.environ["CUVIL_BUILD_CACHE_DIR"] = str(wd / "builds-prepare")  # keep big entries out of ~/.cache
+
+    encoder = bert_encoder()
+    calib = [bert_feeds(seed=i) for i in range(1, CALIB_SAMPLES + 1)]
+    rng = np.random.default_rng(0)
+    image = {"x": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    print(f"preparing models in {wd} ...", flush=True)
+    cases = [prepare(wd, "encoder-fp32", encoder, bert_feeds(), "fp32", None),
+             prepare(wd, "encoder-int8", encoder, bert_feeds(), "int8", calib),
+             prepare(wd, "mobilenetv2-224", mobilenet_v2(), image, "fp32", None)]
+    for c in cases:  # warm the precompiled-module cache (the device path is measured warm)
+        run_child(["device", str(c.model_dir), str(c.feeds)])
+
+    print(f"\n(a) device path, process start -> first result; medians of {args.repeat}")
+    print(f"{'model':18s} {'ours s':>7s} {'ORT s':>7s} {'ratio':>6s} {'ours MB':>8s} {'ORT MB':>7s} "
+          f"{'ratio':>6s}")
+    for c in cases:
+        r = interleave({"ours": lambda c=c: run_child(["device", str(c.model_dir), str(c.feeds)]),
+                        "ort": lambda c=c: run_child(["ort", str(c.ort_model), str(c.feeds)])}, args.repeat)
+        (ts, ps), (to, po) = r["ours"], r["ort"]
+        print(f"{c.name:18s} {ts:7.2f} {to:7.2f} {ts / to:5.2f}x {ps / 1e6:8.0f} {po / 1e6:7.0f} "
+              f"{ps / po:5.2f}x")
+
+    print(f"\n(b) host path load().optimize().predict() in new processes; medians of {args.repeat}")
+    print(f"{'model':18s} {'first s':>8s} {'second s':>9s} {'first/second':>13s} {'ORT start s':>12s}")
+    for c in cases:
+        host = ["host", str(c.onnx_path), str(c.feeds), c.precision, *([str(c.calib)] if c.calib else [])]
+        rounds: dict[str, list[tuple[float, int]]] = {"first": [], "second": [], "ort": []}
+        for i in range(args.repeat):
+            env = {"CUVIL_BUILD_CACHE_DIR": str(wd / f"builds-{c.name}-{i}")}  # empty: the first run builds
+            rounds["first"].append(run_child(host, env))
+            rounds["second"].append(run_child(host, env))
+            rounds["ort"].append(run_child(["ort", str(c.onnx_path), str(c.feeds)]))
+        first, second, ort = (statistics.median(t for t, _ in rounds[k]) for k in ("first", "second", "ort"))
+        print(f"{c.name:18s} {first:8.2f} {second:9.2f} {first / second:12.1f}x {ort:12.2f}"
+              f"   (second / ORT {second / ort:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

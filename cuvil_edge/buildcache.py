@@ -1,0 +1,284 @@
+"""Content-addressed, size-bounded on-disk cache of whole builds.
+
+Why: ``optimize`` re-runs passes, calibration and clang on every new process (an int8 encoder costs
+seconds each time), although its output is a pure function of the model bytes, the options and the
+compiler. An entry is the compiled model directory (spec, weights, module variants) under a key that
+hashes all three; a hit skips the whole pipeline.
+
+Safety. Entries are built in a temp directory (every file fsynced), then renamed into place in one step:
+two builders of one key both succeed and one entry remains. Each entry carries a manifest of sha256
+digests that is checked on every read: a corrupt, truncated or half-deleted entry is discarded and
+rebuilt, never used. The cache holds the user's own builds; it is not a trust boundary (signed bundles
+and the device's own checks are).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import CuvilError
+
+MANIFEST = "manifest.json"
+_FORMAT = 1
+_STALE_TEMP_S = 3600.0  # a temp/trash directory this old was left by a crashed writer
+_SOURCE_SUFFIXES = (".py", ".c", ".h", ".in")
+
+
+class BuildCacheError(CuvilError):
+    """A build-cache setting is invalid (e.g. a negative size bound in ``CUVIL_BUILD_CACHE_MAX_BYTES``)."""
+
+
+def default_build_cache_dir() -> Path:
+    if os.environ.get("CUVIL_BUILD_CACHE_DIR"):
+        return Path(os.environ["CUVIL_BUILD_CACHE_DIR"])
+    base = os.environ.get("CUVIL_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cuvil-edge")
+    return Path(base) / "builds"
+
+
+@dataclass(frozen=True)
+class BuildCacheConfig:
+    """Where builds are kept, how many bytes they may take in all (least recently used go first), and
+    whether caching is on. ``from_env`` reads ``CUVIL_BUILD_CACHE`` (``0`` disables),
+    ``CUVIL_BUILD_CACHE_MAX_BYTES``, and ``CUVIL_BUILD_CACHE_DIR`` (default ``builds`` under
+    ``CUVIL_CACHE_DIR``, else under ``$XDG_CACHE_HOME/cuvil-edge``)."""
+
+    directory: Path = field(default_factory=default_build_cache_dir)
+    max_bytes: int = 4 << 30
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "directory", Path(self.directory))  # a str given for the path works too
+        if not isinstance(self.max_bytes, int) or self.max_bytes < 0:
+            raise BuildCacheError(f"max_bytes must be a non-negative int, got {self.max_bytes!r}")
+
+    @classmethod
+    def from_env(cls) -> BuildCacheConfig:
+        raw = os.environ.get("CUVIL_BUILD_CACHE_MAX_BYTES")
+        try:
+            limit = int(raw) if raw else cls.max_bytes
+        except ValueError:
+            raise BuildCacheError(f"CUVIL_BUILD_CACHE_MAX_BYTES must be an integer, got {raw!r}") from None
+        return cls(max_bytes=limit, enabled=os.environ.get("CUVIL_BUILD_CACHE", "1") != "0")
+
+
+@lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """Everything besides model and options that shapes a build: our version, every source file of the
+    compiler and runtime (kernels, generator, passes, quantizer: an edit anywhere invalidates), the
+    toolchain, numeric libraries, and the wasmtime + CPU that calibration runs on."""
+    from runtime_wasm.engine import cpu_fingerprint, wasmtime_version
+
+    h = hashlib.sha256()
+    for dist in ("cuvil-edge", "ziglang", "numpy", "onnx"):
+        try:
+            h.update(f"{dist}={version(dist)}\n".encode())
+        except PackageNotFoundError:
+            h.update(f"{dist}=?\n".encode())
+    h.update(f"wasmtime={wasmtime_version()} cpu={cpu_fingerprint()}\n".encode())
+    for root in (Path(__file__).parent, Path(__file__).parent.parent / "runtime_wasm"):
+        for path in sorted(p for p in root.rglob("*") if p.suffix in _SOURCE_SUFFIXES and p.is_file()):
+            h.update(f"{path.relative_to(root.parent)}\0".encode())
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def build_key(parts: Mapping[str, Any]) -> str:
+    """The cache key of a build: ``parts`` (JSON-able: model digest, every output-changing option) plus
+    the compiler fingerprint."""
+    text = json.dumps({"compiler": compiler_fingerprint(), "format": _FORMAT, **parts}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def data_digest(source: Any) -> tuple[str | None, Any]:
+    """(sha256, source to use instead) of calibration data: a file, a directory of .npy/.npz (names and
+    bytes), or an iterable of samples, which is materialized into a list (a generator hashed here would be
+    spent before quantization reads it). The digest is None when something in it is not numeric data."""
+    h = hashlib.sha256()
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        files = sorted(p for p in path.iterdir() if p.suffix in (".npy", ".npz")) if path.is_dir() else [path]
+        for p in files:
+            h.update(f"{p.name}\0".encode())
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+        return h.hexdigest(), source
+    items = list(source)
+    try:
+        _feed(h, items)
+    except TypeError:
+        return None, items
+    return h.hexdigest(), items
+
+
+def _feed(h: Any, obj: Any) -> None:
+    if isinstance(obj, Mapping):
+        h.update(b"{%d" % len(obj))
+        for k in sorted(obj, key=str):
+            h.update(f"{k}\0".encode())
+            _feed(h, obj[k])
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"[%d" % len(obj))
+        for item in obj:
+            _feed(h, item)
+    else:
+        arr = np.ascontiguousarray(obj)
+        if arr.dtype.hasobject:
+            raise TypeError(f"calibration data holds a {type(obj).__name__}, not numbers")
+        h.update(f"{arr.dtype.str}{arr.shape}".encode())
+        h.update(arr.data)
+
+
+class BuildCache:
+    """``get(key)`` the verified files of an entry, ``put(key, files)`` a new one (then evict to the bound).
+
+    Failures to write (read-only or full disk) only cost a rebuild next time; counters ``hits``,
+    ``misses``, ``rejected`` (entries that failed verification and were discarded) are for tests and
+    benchmarks."""
+
+    def __init__(self, config: BuildCacheConfig | None = None) -> None:
+        self.config = config or BuildCacheConfig.from_env()
+        self.directory = self.config.directory
+        self.hits = self.misses = self.rejected = 0
+
+    def get(self, key: str) -> dict[str, bytes] | None:
+        entry = self.directory / key
+        try:
+            files = _read_verified(entry, key)
+        except FileNotFoundError:  # absent, or removed by a concurrent eviction while being read
+            self.misses += 1
+            return None
+        if files is None:
+            self.rejected += 1
+            self.misses += 1
+            self.discard(key)
+            return None
+        self.hits += 1
+        try:
+            os.utime(entry)  # recency for LRU eviction
+        except OSError:
+            pass
+        return files
+
+    def put(self, key: str, files: Mapping[str, bytes]) -> None:
+        """Store an entry (an entry larger than ``max_bytes`` on its own is not stored: it would evict
+        everything, itself included)."""
+        if sum(len(data) for data in files.values()) > self.config.max_bytes:
+            return
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.directory))
+        except OSError:
+            return
+        try:
+            manifest = {"format": _FORMAT, "key": key, "files": {
+                name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+                for name, data in files.items()}}
+            for name, data in (*files.items(), (MANIFEST, json.dumps(manifest).encode())):
+                _write_synced(tmp / name, data)
+            _fsync_dir(tmp)
+            try:
+                os.rename(tmp, self.directory / key)
+            except OSError:
+                if not (self.directory / key).is_dir():
+                    raise
+                # another builder of the same key renamed first: its entry stands, ours goes
+            else:
+                _fsync_dir(self.directory)
+        except OSError:
+            pass
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.evict()
+
+    def discard(self, key: str) -> None:
+        _remove_dir(self.directory / key, self.directory)
+
+    def evict(self) -> None:
+        """Drop least recently used entries until all fit in ``max_bytes``, and crash leftovers."""
+        entries: list[tuple[float, int, str]] = []
+        try:
+            listing = list(os.scandir(self.directory))
+        except OSError:
+            return
+        now = time.time()
+        for d in listing:
+            try:
+                if not d.is_dir(follow_symlinks=False):
+                    continue
+                mtime = d.stat(follow_symlinks=False).st_mtime
+                if d.name.startswith("."):
+                    if now - mtime > _STALE_TEMP_S:
+                        _remove_dir(Path(d.path), self.directory)
+                    continue
+                size = sum(f.stat().st_size for f in os.scandir(d.path) if f.is_file(follow_symlinks=False))
+            except OSError:
+                continue  # removed meanwhile by another process
+            entries.append((mtime, size, d.name))
+        total = sum(size for _, size, _ in entries)
+        for _, size, name in sorted(entries):
+            if total <= self.config.max_bytes:
+                break
+            self.discard(name)
+            total -= size
+
+
+def _read_verified(entry: Path, key: str) -> dict[str, bytes] | None:
+    """The entry's files if the manifest parses, names this key and every digest matches; else None."""
+    try:
+        manifest = json.loads((entry / MANIFEST).read_bytes())
+        if manifest.get("format") != _FORMAT or manifest.get("key") != key:
+            return None
+        files = {}
+        for name, meta in manifest["files"].items():
+            if Path(name).name != name or name == MANIFEST:
+                return None
+            data = (entry / name).read_bytes()
+            if len(data) != meta["size"] or hashlib.sha256(data).hexdigest() != meta["sha256"]:
+                return None
+            files[name] = data
+        return files
+    except FileNotFoundError:
+        if entry.is_dir():
+            return None  # a file of a present entry is missing: corrupt (eviction removes whole entries)
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, OSError):  # malformed or unreadable manifest
+        return None
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_dir(path: Path, parent: Path) -> None:
+    """Rename aside first (one atomic step: readers see the entry or nothing), then delete."""
+    trash = parent / f".trash-{uuid.uuid4().hex}"
+    try:
+        os.rename(path, trash)
+    except OSError:
+        return  # gone already (another process discarded it)
+    shutil.rmtree(trash, ignore_errors=True)

@@ -1,0 +1,226 @@
+"""Build cache (issue 10): a second ``optimize`` of the same model bytes, options and compiler reuses the
+first build without compiling, any change misses, corrupt entries are rebuilt, concurrent builders agree,
+and the cache stays under its size bound."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import cuvil_edge.model
+from cuvil_edge import ALL_TARGETS, CuvilModel
+from cuvil_edge.bench import host_target
+from cuvil_edge.buildcache import MANIFEST, BuildCache, BuildCacheConfig, BuildCacheError
+from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE
+
+X = np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32)
+
+
+def tiny(seed: int = 0) -> onnx.ModelProto:
+    """MatMul + Add + Relu: quantizable (one gemm layer) and quick to build."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def calib(seed: int = 2) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(4)]
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> BuildCache:
+    return BuildCache(BuildCacheConfig(tmp_path / "builds"))
+
+
+@pytest.fixture
+def compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per ``compile_graph`` call made by ``optimize``."""
+    calls: list[int] = []
+    real = cuvil_edge.model.compile_graph
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cuvil_edge.model, "compile_graph", counting)
+    return calls
+
+
+def build(cache: BuildCache | None, model: onnx.ModelProto | None = None, **options) -> CuvilModel:
+    """``optimize`` through ``cache``; None: a fresh build with caching off."""
+    cache = cache or BuildCache(BuildCacheConfig(enabled=False))
+    options = {"targets": [host_target()], **options}
+    return CuvilModel.load(model or tiny()).optimize(build_cache=cache, **options)
+
+
+def entries(cache: BuildCache) -> list[Path]:
+    return sorted(p for p in cache.directory.iterdir() if not p.name.startswith("."))
+
+
+def test_second_optimize_hits_without_compiling_and_matches_a_fresh_build(cache, monkeypatch):
+    options = {"precision": "int8", "calibration": calib()}
+    first = build(cache, **options)
+    assert not first.build_cache_hit and len(entries(cache)) == 1
+
+    def never(*_a, **_k):
+        raise AssertionError("the compiler ran on a cache hit")
+
+    with monkeypatch.context() as m:
+        for name in ("compile_graph", "optimize_graph"):
+            m.setattr(cuvil_edge.model, name, never)
+        m.setattr("cuvil_edge.quant.quantize", never)
+        second = build(cache, **options)
+        assert second.build_cache_hit and cache.hits == 1
+        got = second.predict({"x": X})["y"]
+    fresh = build(None, **options)
+    np.testing.assert_array_equal(got, fresh.predict({"x": X})["y"])  # bit for bit
+    # the host's view comes back on demand (here the compiler may run again)
+    assert second.compiled.spec.to_json() == fresh.compiled.spec.to_json()
+    assert second.quantization.record == fresh.quantization.record
+
+
+def test_calibration_from_a_generator_is_hashed_and_still_fully_used(cache):
+    first = build(cache, precision="int8", calibration=(s for s in calib()))
+    assert first.quantization.record["calibration_samples"] == len(calib())
+    assert build(cache, precision="int8", calibration=iter(calib())).build_cache_hit
+
+
+def test_save_of_a_hit_writes_the_same_model_directory(cache, tmp_path):
+    build(None).save(tmp_path / "fresh")
+    build(cache)
+    hit = build(cache)
+    assert hit.build_cache_hit
+    hit.save(tmp_path / "hit")
+    files = sorted(p.name for p in (tmp_path / "fresh").iterdir())
+    assert SPEC_FILE in files and WEIGHTS_FILE in files
+    assert files == sorted(p.name for p in (tmp_path / "hit").iterdir())
+    for name in files:
+        assert (tmp_path / "fresh" / name).read_bytes() == (tmp_path / "hit" / name).read_bytes()
+
+
+@pytest.mark.parametrize("change", [
+    {"model": tiny(seed=5)},
+    {"precision": "fp16"},
+    {"calibration": calib(seed=3)},
+    {"accuracy_budget": 0.05},
+    {"observer": "percentile"},
+    {"targets": [host_target(), *[t for t in ALL_TARGETS if t != host_target()][:1]]},
+    {"compiler": "another compiler"},
+], ids=["model", "precision", "calibration", "budget", "quant-option", "targets", "compiler"])
+def test_any_change_that_shapes_the_output_misses(cache, compiles, monkeypatch, change):
+    base = {"precision": "int8", "calibration": calib()}
+    build(cache, **base)
+    build(cache, **base)
+    assert len(compiles) == 1, "same inputs must hit"
+    if "compiler" in change:
+        monkeypatch.setattr("cuvil_edge.buildcache.compiler_fingerprint", lambda: change["compiler"])
+    changed = build(cache, **{**base, **{k: v for k, v in change.items() if k != "compiler"}})
+    assert not changed.build_cache_hit and len(compiles) == 2
+
+
+def corrupt_module(entry: Path) -> None:
+    wasm = next(entry.glob("*.wasm"))
+    data = bytearray(wasm.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    wasm.write_bytes(bytes(data))
+
+
+def truncate_manifest(entry: Path) -> None:
+    m = entry / MANIFEST
+    m.write_bytes(m.read_bytes()[:20])
+
+
+def drop_weights(entry: Path) -> None:
+    (entry / WEIGHTS_FILE).unlink()
+
+
+@pytest.mark.parametrize("damage", [corrupt_module, truncate_manifest, drop_weights])
+def test_a_corrupt_entry_is_rebuilt_never_used(cache, compiles, damage):
+    want = build(cache).predict({"x": X})["y"]
+    (entry,) = entries(cache)
+    damage(entry)
+    rebuilt = build(cache)
+    assert not rebuilt.build_cache_hit and cache.rejected == 1 and len(compiles) == 2
+    np.testing.assert_array_equal(rebuilt.predict({"x": X})["y"], want)
+    assert build(cache).build_cache_hit and len(compiles) == 2, "the rebuilt entry is valid again"
+
+
+_BUILDER = textwrap.dedent("""
+    import hashlib, sys
+    import numpy as np
+    from cuvil_edge import ALL_TARGETS, CuvilModel
+    from cuvil_edge.bench import host_target
+    from cuvil_edge.buildcache import BuildCache, BuildCacheConfig
+    cache = BuildCache(BuildCacheConfig(sys.argv[2]))
+    x = np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32)
+    m = CuvilModel.load(sys.argv[1]).optimize(targets=[host_target()], build_cache=cache)
+    print(hashlib.sha256(m.predict({"x": x})["y"].tobytes()).hexdigest())
+""")
+
+
+def test_two_concurrent_builders_both_succeed_and_leave_one_valid_entry(tmp_path, cache):
+    model = tmp_path / "tiny.onnx"
+    onnx.save(tiny(), model)
+    procs = [subprocess.Popen([sys.executable, "-c", _BUILDER, str(model), str(cache.directory)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in results]
+    assert results[0][0] == results[1][0]
+    assert [p.name for p in cache.directory.iterdir()] == [entries(cache)[0].name], "no temp dirs left"
+    assert cache.get(entries(cache)[0].name) is not None and cache.rejected == 0
+
+
+def test_least_recently_used_entries_go_first_at_the_size_bound(tmp_path):
+    cache = BuildCache(BuildCacheConfig(tmp_path, max_bytes=2500))
+    blob = {"weights.bin": bytes(1000)}
+    for i, key in enumerate(("a", "b")):
+        cache.put(key, blob)
+        os.utime(tmp_path / key, (1000 + i, 1000 + i))
+    assert cache.get("a") is not None  # now "a" is the most recently used
+    cache.put("c", blob)  # three entries > 2500 bytes (with manifests): the least recent ("b") goes
+    assert [p.name for p in entries(cache)] == ["a", "c"]
+    cache.put("huge", {"weights.bin": bytes(3000)})  # larger than the bound on its own: never stored
+    assert [p.name for p in entries(cache)] == ["a", "c"]
+    assert sum(f.stat().st_size for d in entries(cache) for f in d.iterdir()) <= 2500
+
+
+def test_environment_settings(monkeypatch, tmp_path):
+    monkeypatch.delenv("CUVIL_BUILD_CACHE_DIR", raising=False)
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CUVIL_BUILD_CACHE_MAX_BYTES", "12345")
+    config = BuildCacheConfig.from_env()
+    assert config.directory == tmp_path / "builds" and config.max_bytes == 12345 and config.enabled
+    monkeypatch.setenv("CUVIL_BUILD_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert BuildCacheConfig.from_env().directory == tmp_path / "elsewhere"
+    monkeypatch.delenv("CUVIL_BUILD_CACHE_DIR")
+    monkeypatch.setenv("CUVIL_BUILD_CACHE", "0")
+    assert not BuildCacheConfig.from_env().enabled
+    CuvilModel.load(tiny()).optimize(targets=[host_target()])
+    assert not (tmp_path / "builds").exists()
+    monkeypatch.setenv("CUVIL_BUILD_CACHE_MAX_BYTES", "lots")
+    with pytest.raises(BuildCacheError, match="MAX_BYTES"):
+        BuildCacheConfig.from_env()
+    with pytest.raises(BuildCacheError):
+        BuildCacheConfig(tmp_path, max_bytes=-1)
+
+
+def test_manifest_lists_every_file_with_its_digest(cache):
+    build(cache)
+    (entry,) = entries(cache)
+    manifest = json.loads((entry / MANIFEST).read_bytes())
+    assert set(manifest["files"]) == {p.name for p in entry.iterdir()} - {MANIFEST}
