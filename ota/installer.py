@@ -400,8 +400,9 @@ class Installer:
         if not manifest.golden:
             raise SelfTestFailed(f"{what}: bundle carries no golden vectors to self-test with")
         try:
-            source = ModelSource.from_dir(slot, cache_dir=str(self.cache.directory))
-            self.cache.load(source.wasm, EngineConfig(source.variant.tier))
+            det = self.policy.deterministic  # the variant and engine it will be served with
+            source = ModelSource.from_dir(slot, cache_dir=str(self.cache.directory), deterministic=det)
+            self.cache.load(source.wasm, EngineConfig(source.variant.tier, deterministic=det))
             self._step("precompiled")
             self._run_golden(source, manifest)
         except SelfTestFailed:

@@ -65,7 +65,8 @@ class ModelHost:
         try:
             slot = self._installer.active_dir()
             release = self._installer.active_manifest().release
-            model = Scheduler(ModelSource.from_dir(slot, cache_dir=str(self._installer.cache.directory)),
+            model = Scheduler(ModelSource.from_dir(slot, cache_dir=str(self._installer.cache.directory),
+                                                   deterministic=self.policy.deterministic),
                               self.policy)
         except Exception as exc:
             self.load_error = exc

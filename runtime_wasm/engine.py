@@ -19,6 +19,9 @@ class EngineConfig:
     tier: str = "simd128"
     max_wasm_stack: int = 1 << 20  # bytes; runaway recursion traps instead of crashing the host
     parallel_compilation: bool = True
+    #: determinism mode: NaNs canonicalized (their bits differ per ISA otherwise) and relaxed-SIMD ops with
+    #: one behaviour on every platform
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -31,12 +34,14 @@ class EngineConfig:
         cfg.wasm_relaxed_simd = self.tier == "relaxed"
         cfg.max_wasm_stack = self.max_wasm_stack
         cfg.parallel_compilation = self.parallel_compilation
+        cfg.cranelift_nan_canonicalization = self.deterministic
+        cfg.wasm_relaxed_simd_deterministic = self.deterministic
         return cfg
 
     def fingerprint(self) -> str:
         """Artifacts are only valid for the same wasmtime, settings and CPU (it picks ISA features)."""
         parts = [f"wasmtime-{wasmtime_version()}", f"tier={self.tier}", "opt=speed",
-                 f"stack={self.max_wasm_stack}", f"cpu={cpu_fingerprint()}"]
+                 f"stack={self.max_wasm_stack}", f"det={int(self.deterministic)}", f"cpu={cpu_fingerprint()}"]
         return "|".join(parts)
 
 

@@ -18,24 +18,27 @@ WEIGHTS_FILE = "weights.bin"
 
 
 def instantiate(spec: ModelSpec, wasm: bytes, weights: Weights, variant: VariantSpec,
-                cache: ModuleCache | None = None, memory_limit: int | None = None) -> WasmModel:
+                cache: ModuleCache | None = None, memory_limit: int | None = None,
+                deterministic: bool = False) -> WasmModel:
     """Check the module against the spec's hash, compile it (cached) and instantiate it; the weights
     (bytes, or a file read straight into linear memory) are checked against the spec's hash as they are
-    copied in."""
+    copied in. ``deterministic``: the engine settings of determinism mode (``EngineConfig``)."""
     if variant.sha256 and hashlib.sha256(wasm).hexdigest() != variant.sha256:
         raise SpecError(f"module for variant {variant.name!r} does not match its recorded sha256")
-    config = EngineConfig(variant.tier)
+    config = EngineConfig(variant.tier, deterministic=deterministic)
     module = (cache or ModuleCache()).load(wasm, config)
     return WasmModel(engine_for(config), module, spec, weights, memory_limit=memory_limit,
                      weights_sha256=spec.weights_sha256)
 
 
 def read_model_dir(path: str | os.PathLike[str], variant: str | None = None,
-                   probes: HostProbes | None = None) -> tuple[ModelSpec, VariantSpec, bytes, Path]:
+                   probes: HostProbes | None = None,
+                   deterministic: bool = False) -> tuple[ModelSpec, VariantSpec, bytes, Path]:
     """(spec, chosen variant, module bytes, weights file) of a model directory: the named variant or the
-    best for this host. Its module must lie inside the directory: a spec naming ``../other/m.wasm`` or an
-    absolute path would load code from outside what was installed (and hashed) there. The weights are
-    not read here: ``WasmModel`` reads them straight into linear memory."""
+    best for this host (in determinism mode: the one every host runs). Its module must lie inside the
+    directory: a spec naming ``../other/m.wasm`` or an absolute path would load code from outside what was
+    installed (and hashed) there. The weights are not read here: ``WasmModel`` reads them straight into
+    linear memory."""
     root = Path(path)
     try:
         spec = ModelSpec.from_json((root / SPEC_FILE).read_bytes())
@@ -46,7 +49,7 @@ def read_model_dir(path: str | os.PathLike[str], variant: str | None = None,
         if chosen is None:
             raise SpecError(f"no variant {variant!r} (have {[v.name for v in spec.variants]})")
     else:
-        chosen = select_variant(spec.variants, probes or probe_host())
+        chosen = select_variant(spec.variants, probes or probe_host(), deterministic=deterministic)
     base = root.resolve()
     module = (base / chosen.file).resolve()
     if module.parent != base:
@@ -59,6 +62,6 @@ def read_model_dir(path: str | os.PathLike[str], variant: str | None = None,
 
 def load_model_dir(path: str | os.PathLike[str], variant: str | None = None,
                    probes: HostProbes | None = None, cache: ModuleCache | None = None,
-                   memory_limit: int | None = None) -> WasmModel:
-    spec, chosen, wasm, weights = read_model_dir(path, variant, probes)
-    return instantiate(spec, wasm, weights, chosen, cache, memory_limit)
+                   memory_limit: int | None = None, deterministic: bool = False) -> WasmModel:
+    spec, chosen, wasm, weights = read_model_dir(path, variant, probes, deterministic)
+    return instantiate(spec, wasm, weights, chosen, cache, memory_limit, deterministic)

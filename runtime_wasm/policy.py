@@ -44,6 +44,9 @@ class RuntimePolicy:
     throttle_duty_cycle: float = 0.25  # duty cycle while degraded by "throttle"
     # data freshness
     max_input_age_ms: float = 0.0  # 0: no bound; older inputs fail with ``StaleInput``
+    # determinism: the same module and engine settings on every host, bit-identical outputs (NaN, Inf
+    # included) at the cost of the relaxed tier (docs/RUNTIME.md)
+    deterministic: bool = False
     # sandbox
     memory_cap_bytes: int = 256 << 20  # wasm linear memory per instance (Store limit)
     worker_start_timeout_s: float = 60.0  # process start + compile (cached after the first time)
@@ -52,6 +55,10 @@ class RuntimePolicy:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "str":
+                continue
+            if f.type == "bool":
+                if not isinstance(value, bool):
+                    raise PolicyError(f"RuntimePolicy.{f.name} must be true or false, got {value!r}")
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise PolicyError(f"RuntimePolicy.{f.name} must be a non-negative number, got {value!r}")
@@ -77,7 +84,7 @@ class RuntimePolicy:
             if kind is None:
                 raise PolicyError(f"policy: unknown setting {key!r}")
             ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
-            if not ok or isinstance(value, bool):
+            if not ok or (isinstance(value, bool) and kind is not bool):
                 raise PolicyError(f"policy.{key}: expected {kind.__name__}, got {value!r}")
         return cls(**{k: float(v) if hints[k] is float else v for k, v in table.items()})
 

@@ -64,17 +64,21 @@ class ModelSource:
     weights: bytes | str
     variant: VariantSpec
     cache_dir: str = ""  # precompiled-module cache; empty: the default directory
+    deterministic: bool = False  # determinism mode: the fleet-wide variant and engine settings
 
     @classmethod
     def from_dir(cls, path: str | os.PathLike[str], variant: str | None = None,
-                 probes: HostProbes | None = None, cache_dir: str = "") -> ModelSource:
-        """A compiled model directory (an installed slot): its named variant, or the best for this host."""
-        spec, chosen, wasm, weights = read_model_dir(path, variant, probes)
-        return cls(spec, wasm, str(weights.resolve()), chosen, cache_dir)
+                 probes: HostProbes | None = None, cache_dir: str = "",
+                 deterministic: bool = False) -> ModelSource:
+        """A compiled model directory (an installed slot): its named variant, or the best for this host
+        (in determinism mode: the one every host runs)."""
+        spec, chosen, wasm, weights = read_model_dir(path, variant, probes, deterministic)
+        return cls(spec, wasm, str(weights.resolve()), chosen, cache_dir, deterministic)
 
     def load(self, memory_cap_bytes: int) -> WasmModel:
         cache = ModuleCache(self.cache_dir) if self.cache_dir else None
-        return instantiate(self.spec, self.wasm, self.weights, self.variant, cache, memory_cap_bytes)
+        return instantiate(self.spec, self.wasm, self.weights, self.variant, cache, memory_cap_bytes,
+                           self.deterministic)
 
 
 def same_signature(a: ModelSpec, b: ModelSpec) -> bool:

@@ -62,10 +62,24 @@ def probe_host() -> HostProbes:
     return HostProbes(family=describe(gather()).family, relaxed_simd=probe_engine().relaxed_simd)
 
 
+#: determinism mode runs the same module on every host: this family's when the model ships it
+DETERMINISTIC_FAMILY_ORDER = ("x86", "arm")
+
+
 def select_variant(variants: Sequence[VariantSpec], probes: HostProbes | DeviceProfile,
-                   allow_relaxed: bool = True, engine: EngineProbes | None = None) -> VariantSpec:
+                   allow_relaxed: bool = True, engine: EngineProbes | None = None,
+                   deterministic: bool = False) -> VariantSpec:
     """Best runnable variant: the relaxed tier when host, engine and caller all allow it, matching host
-    family first. ``NoUsableVariant`` says what is missing when nothing runs."""
+    family first. ``NoUsableVariant`` says what is missing when nothing runs.
+
+    ``deterministic``: one and the same module on every host whatever its family or engine, so outputs
+    are bit-identical across a fleet: the simd128 tier (relaxed SIMD is not available everywhere, and the
+    families' modules differ, e.g. ``pmin`` vs ``min`` on NaN) of a fixed family, never the host's."""
+    if deterministic:
+        usable = [v for v in variants if v.tier == "simd128" and v.family in DETERMINISTIC_FAMILY_ORDER]
+        if not usable:
+            raise NoUsableVariant(_nothing_fits(variants, ["determinism mode runs only the simd128 tier"]))
+        return min(usable, key=lambda v: DETERMINISTIC_FAMILY_ORDER.index(v.family))
     host = probes if isinstance(probes, HostProbes) else HostProbes.from_profile(probes)
     no_relaxed = []  # why the relaxed tier cannot run here
     if not host.relaxed_simd:
@@ -87,7 +101,7 @@ def _nothing_fits(variants: Sequence[VariantSpec], no_relaxed: list[str]) -> str
         return "the model lists no module variants"
     tiers = sorted({v.tier for v in variants})
     why = [f"the model ships only {'/'.join(tiers)} variants {[v.name for v in variants]}"]
-    if "relaxed" in tiers:
+    if set(tiers) - {"simd128"}:
         why += no_relaxed
     unknown = sorted(set(tiers) - set(TIER_ORDER))
     if unknown:

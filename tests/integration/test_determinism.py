@@ -1,0 +1,137 @@
+"""Determinism mode: one module and one engine setting on every host, so outputs are bit-identical across
+a fleet, NaN and Inf included. Checked here by selection (the same variant whatever the host's family or
+engine) and by running that module under engines whose code generator may use different CPU features
+(AVX, AVX2, FMA, SSE4.1 on or off), on inputs with NaN, +-Inf, denormals and huge values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import wasmtime
+
+from cuvil_edge import ALL_TARGETS, CuvilModel, Target
+from cuvil_edge.oracle import random_feeds, random_inputs
+from cuvil_edge.zoo import mlp, mobilenet, resnet
+from cuvil_edge.zoo_transformers import gru_kws
+from runtime_wasm import EngineConfig, ModelSource, NoUsableVariant, RuntimePolicy, SupervisedModel, WasmModel
+from runtime_wasm.loader import load_model_dir, read_model_dir
+from runtime_wasm.spec import VariantSpec
+from runtime_wasm.variants import EngineProbes, HostProbes, select_variant
+
+pytestmark = pytest.mark.integration
+#: code-generator settings of hosts with fewer CPU features than this one (x86: what Cranelift may use)
+CPU_LEVELS = {"host": (), "no-fma-avx": ("has_fma", "has_avx2", "has_avx"),
+              "sse2-only": ("has_fma", "has_avx2", "has_avx", "has_sse41", "has_sse42", "has_ssse3",
+                            "has_popcnt")}
+
+
+def variants(*names: str) -> list[VariantSpec]:
+    out = []
+    for name in names:
+        tier, family = name.split("-")
+        out.append(VariantSpec(name=name, tier=tier, family=family, file=f"{name}.wasm", sha256=""))
+    return out
+
+
+ALL = ("relaxed-x86", "simd128-x86", "relaxed-arm", "simd128-arm")
+FLEET_WIDE = Target("simd128", "x86").name  # the module determinism mode runs everywhere
+
+
+@pytest.mark.parametrize("family", ["x86", "arm"])
+@pytest.mark.parametrize("relaxed", [True, False])
+def test_deterministic_selection_ignores_the_host(family, relaxed):
+    chosen = select_variant(variants(*ALL), HostProbes(family, relaxed), engine=EngineProbes(relaxed),
+                            deterministic=True)
+    assert chosen.name == "simd128-x86"
+    assert select_variant(variants("relaxed-arm", "simd128-arm"), HostProbes(family, relaxed),
+                          deterministic=True).name == "simd128-arm"
+    # without determinism the host's own family wins: the modules differ (pmin/pmax vs min/max on NaN)
+    assert select_variant(variants(*ALL), HostProbes(family, relaxed)).family == family
+
+
+def test_deterministic_mode_needs_a_simd128_variant():
+    with pytest.raises(NoUsableVariant, match="determinism mode runs only the simd128 tier"):
+        select_variant(variants("relaxed-x86", "relaxed-arm"), HostProbes("x86", True), deterministic=True)
+
+
+def test_engine_settings_are_part_of_the_cache_key():
+    det, plain = EngineConfig("simd128", deterministic=True), EngineConfig("simd128")
+    assert det.fingerprint() != plain.fingerprint()
+    assert RuntimePolicy(deterministic=True).deterministic and not RuntimePolicy().deterministic
+
+
+def hostile_inputs(spec, seed: int) -> list[dict[str, np.ndarray]]:
+    """Random feeds, then the same with NaN, +-Inf, denormals and huge values sprinkled into float inputs."""
+    plain = random_feeds(spec.inputs, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed + 1)
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 1e-42, -1e-45, 3e38, -3e38], np.float32)
+    hostile = {}
+    for name, a in plain.items():
+        if a.dtype == np.float32:
+            a = a.copy()
+            flat = a.reshape(-1)
+            where = rng.choice(flat.size, size=max(1, flat.size // 16), replace=False)
+            flat[where] = rng.choice(special, size=where.size)
+        hostile[name] = a
+    return [plain, hostile]
+
+
+def as_bits(outputs: dict[str, np.ndarray]) -> dict[str, bytes]:
+    return {k: np.ascontiguousarray(v).tobytes() for k, v in outputs.items()}
+
+
+def run_under(model_dir: Path, variant: str, disabled: tuple[str, ...], feeds) -> list[dict[str, bytes]]:
+    """The module of ``variant`` compiled by a deterministic engine with ``disabled`` CPU features off."""
+    spec, chosen, wasm, weights = read_model_dir(model_dir, variant)
+    cfg = EngineConfig(chosen.tier, deterministic=True).build()
+    for flag in disabled:
+        cfg.cranelift_flag_set(flag, "false")
+    engine = wasmtime.Engine(cfg)
+    with WasmModel(engine, wasmtime.Module(engine, wasm), spec, weights) as model:
+        return [as_bits(model.predict(f)) for f in feeds]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("det")
+    nets = {"mlp": mlp(), "resnet": resnet(size=32), "mobilenet": mobilenet(size=32), "gru": gru_kws()}
+    out = {k: CuvilModel.load(p).optimize(targets=ALL_TARGETS).save(base / k) for k, p in nets.items()}
+    calib = list(random_inputs(nets["mobilenet"], 4, seed=1))
+    out["mobilenet-int8"] = CuvilModel.load(nets["mobilenet"]).optimize(
+        "int8", targets=ALL_TARGETS, calibration=calib).save(base / "mobilenet-int8")
+    return out
+
+
+@pytest.mark.parametrize("net", ["mlp", "resnet", "mobilenet", "gru", "mobilenet-int8"])
+def test_the_deterministic_module_gives_the_same_bits_whatever_the_cpu_features(built, net):
+    spec = read_model_dir(built[net], FLEET_WIDE)[0]
+    feeds = hostile_inputs(spec, seed=3)
+    assert any(np.isnan(v).any() for v in feeds[1].values() if v.dtype == np.float32) or net == "gru"
+    results = {level: run_under(built[net], FLEET_WIDE, flags, feeds) for level, flags in CPU_LEVELS.items()}
+    for level, got in results.items():
+        assert got == results["host"], f"{net}: outputs under {level} differ from the host's"
+    # NaN bits differ per ISA unless canonicalized: every NaN that comes out is the one canonical NaN
+    for out in results["host"]:
+        for k, raw in out.items():
+            if spec.outputs[[t.name for t in spec.outputs].index(k)].dtype == "float32":
+                bits = np.frombuffer(raw, np.uint32)
+                nan = np.isnan(bits.view(np.float32))
+                assert (bits[nan] == 0x7FC00000).all(), f"{net}: non-canonical NaN in {k}"
+
+
+@pytest.mark.parametrize("family", ["x86", "arm"])
+def test_loading_in_determinism_mode_runs_the_fleet_wide_module_in_process_and_supervised(built, family):
+    """What the device does with ``[policy] deterministic = true``: whatever it detects, it loads the
+    fleet-wide variant under the deterministic engine, in process or in a supervised worker, same bits."""
+    probes = HostProbes(family, True)
+    feeds = hostile_inputs(read_model_dir(built["mobilenet"], FLEET_WIDE)[0], seed=5)
+    want = run_under(built["mobilenet"], FLEET_WIDE, (), feeds)
+    with load_model_dir(built["mobilenet"], probes=probes, deterministic=True) as m:
+        assert [as_bits(m.predict(f)) for f in feeds] == want
+    source = ModelSource.from_dir(built["mobilenet"], probes=probes, deterministic=True)
+    assert source.variant.name == FLEET_WIDE and source.deterministic
+    with SupervisedModel(source, 256 << 20) as worker:
+        got = [as_bits(worker.predict(f, 60.0)) for f in feeds]
+    assert got == want
