@@ -7,7 +7,8 @@ depthwise and 1x1 convolutions in our fp32 and int8 builds (time and GOPS, 2 ops
 ``--fp32-nets`` instead times MobileNetV2 224, ResNet-50 224 (torchvision v1.5 shapes) and a YOLOv8n-style
 320 detector (ultralytics' n-scale backbone, neck and head) in fp32 next to onnxruntime fp32, interleaved
 in one process, then profiles their full (non-depthwise, non-1x1) convolutions: the 3x3s where the fp32
-conv kernels (im2col + GEMM, direct, Winograd) spend their time.
+conv kernels (im2col + GEMM, direct, Winograd for stride 1 and, over polyphase components, stride 2)
+spend their time.
 
 The 64x64 zoo nets hide what real sizes show: at 224 the depthwise layers run on 112x112 planes, and
 the 1x1 convs (most of the multiply-adds) on up to 112x112 pixels with as few as 16 input channels.
@@ -182,11 +183,9 @@ def conv_profile(model: CuvilModel, repeat: int) -> dict[str, Rows]:
             continue
         g = conv_geometry(node)
         kind = "depthwise" if is_depthwise(g) else "1x1" if g["kh"] == g["kw"] == 1 else "full"
-        ops = 2 * g["N"] * g["M"] * g["OH"] * g["OW"] * g["kh"] * g["kw"] * g["C"] // g["G"]
         taps = f"{g['kh']}x{g['kw']}s{g['sh']}"
         shape = {"depthwise": taps, "1x1": f"->{g['M']}", "full": f"{taps}->{g['M']}"}[kind]
-        rows[kind][r.name] = (r.kernel, f"{g['C']}x{g['H']}x{g['W']} {shape}", r.median_us,
-                              ops / r.median_us / 1e3)
+        rows[kind][r.name] = (r.kernel, f"{g['C']}x{g['H']}x{g['W']} {shape}", r.median_us, r.rate)
     return rows
 
 

@@ -16,6 +16,7 @@ from conftest import assert_matches_ort
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel, Target
+from cuvil_edge.ops import conv as conv_op
 from cuvil_edge.ops.conv import WINOGRAD_FLOATS, conv_geometry, uses_direct, uses_winograd, winograd_tiling
 
 OPSET = 17
@@ -63,7 +64,7 @@ def conv_model(op: str, x_shape: Sequence[int], w_shape: Sequence[int], bias: bo
 
 
 IM2COL, DIRECT, POINTWISE = "f32-conv-im2col-gemm-4x8", "f32-conv-direct-4x8", "f32-conv1x1-gemm-4x8"
-WINOGRAD = "f32-conv-winograd-f2x2-4x8"
+WINOGRAD, WINOGRAD_S2 = "f32-conv-winograd-f2x2-4x8", "f32-conv-winograd-s2-f2x2-4x8"
 CONV_CASES = {
     "2d-3x3-pad1": ([1, 3, 9, 11], [5, 3, 3, 3], dict(pads=[1, 1, 1, 1]), DIRECT),
     "1d-stride2-dil2": ([2, 4, 23], [6, 4, 3], dict(strides=[2], dilations=[2], pads=[1, 2]), IM2COL),
@@ -90,12 +91,25 @@ CONV_CASES = {
     "winograd-asym-pads": ([1, 16, 12, 21], [16, 16, 3, 3], dict(pads=[0, 2, 1, 0]), WINOGRAD),
     "winograd-valid": ([1, 20, 10, 9], [16, 20, 3, 3], dict(auto_pad="VALID"), WINOGRAD),
     "winograd-chunks": ([1, 96, 30, 26], [100, 96, 3, 3], dict(pads=[1, 1, 1, 1]), WINOGRAD),
+    # stride-2 winograd: odd input and output sizes (tiles half outside, 5-row patches past the input),
+    # output channels not a multiple of 4, two images; asymmetric pads; SAME_UPPER; several chunks
+    "winograd-s2-odd-batch2": ([2, 16, 25, 29], [18, 16, 3, 3], dict(strides=[2, 2], pads=[1, 1, 1, 1]),
+                               WINOGRAD_S2),
+    "winograd-s2-asym-pads": ([1, 16, 26, 31], [20, 16, 3, 3], dict(strides=[2, 2], pads=[0, 2, 1, 0]),
+                              WINOGRAD_S2),
+    "winograd-s2-same-upper": ([1, 24, 24, 27], [16, 24, 3, 3], dict(strides=[2, 2], auto_pad="SAME_UPPER"),
+                               WINOGRAD_S2),
+    "winograd-s2-chunks": ([1, 96, 60, 52], [100, 96, 3, 3], dict(strides=[2, 2], pads=[1, 1, 1, 1]),
+                           WINOGRAD_S2),
+    "small-output-s2-im2col": ([1, 64, 20, 20], [64, 64, 3, 3], dict(strides=[2, 2], pads=[1, 1, 1, 1]),
+                               IM2COL),
 }
 
 
 # every case with a bias; bias-free runs the same kernels, so two cases cover it
 @pytest.mark.parametrize(("case", "bias"), [(c, True) for c in CONV_CASES] +
-                         [("2d-3x3-pad1", False), ("groups-2", False), ("winograd-odd-batch2", False)])
+                         [("2d-3x3-pad1", False), ("groups-2", False), ("winograd-odd-batch2", False),
+                          ("winograd-s2-odd-batch2", False)])
 def test_conv(case: str, bias: bool) -> None:
     x, w, attrs, expected = CONV_CASES[case]
     m = compile_and_check(conv_model("Conv", x, w, bias=bias, **attrs))
@@ -141,22 +155,42 @@ def test_winograd_choice(cin: int, cout: int, k: int, stride: int, group: int, d
     assert uses_winograd(_geometry(cin, cout, k, stride, group, dil, 28)) == winograd
 
 
+@pytest.mark.parametrize(("cin", "cout", "k", "stride", "group", "dil", "size", "winograd"), [
+    (128, 128, 3, 2, 1, 1, 56, True),    # ResNet-50 stride-2 3x3s: 28x28 and 14x14 outputs
+    (256, 256, 3, 2, 1, 1, 28, True),
+    (16, 32, 3, 2, 1, 1, 160, True),     # YOLOv8n-style 320 downsampling convs
+    (512, 512, 3, 2, 1, 1, 14, False),   # 7x7 outputs: few tiles per 2.8x larger transformed weights
+    (128, 128, 3, 2, 1, 1, 20, False),   # 10x10 outputs: tile quads a third empty
+    (3, 32, 3, 2, 1, 1, 224, False),     # MobileNetV2 / YOLO first conv: transforms per input channel
+    (64, 64, 3, 1, 1, 1, 56, False),     # stride 1: F(2x2, 3x3)
+    (64, 64, 3, 2, 2, 1, 56, False),
+    (64, 64, 3, 2, 1, 2, 56, False),
+    (64, 64, 5, 2, 1, 1, 56, False),
+])
+def test_winograd_s2_choice(cin: int, cout: int, k: int, stride: int, group: int, dil: int, size: int,
+                            winograd: bool) -> None:
+    assert conv_op.uses_winograd_s2(_geometry(cin, cout, k, stride, group, dil, size)) == winograd
+
+
+@pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize(("cin", "cout", "size"), [(16, 16, 7), (64, 64, 40), (512, 512, 7), (256, 256, 112)])
-def test_winograd_tiling(cin: int, cout: int, size: int) -> None:
+def test_winograd_tiling(cin: int, cout: int, size: int, stride: int) -> None:
     """Quads of tiles cover each output row, and a chunk stays in budget unless it is one tile row."""
-    g = _geometry(cin, cout, 3, 1, 1, 1, size)
+    g = _geometry(cin, cout, 3, stride, 1, 1, size)
     twp, rows = winograd_tiling(g)
     assert twp % 4 == 0 and 2 * twp >= g["OW"] > 2 * twp - 8
     assert 1 <= rows <= (g["OH"] + 1) // 2
-    assert rows == 1 or 16 * (cin + cout) * twp * rows <= WINOGRAD_FLOATS
+    per_tile = 16 * (cin + cout) if stride == 1 else 25 * cin + 9 * cout
+    assert rows == 1 or per_tile * twp * rows <= WINOGRAD_FLOATS
 
 
-def test_winograd_chunks_case_runs_several_chunks() -> None:
-    """The "winograd-chunks" case really splits its tile rows (else it would not test the split)."""
-    x, w, attrs, _ = CONV_CASES["winograd-chunks"]
-    node = CuvilModel.load(conv_model("Conv", x, w, **attrs)).graph.nodes[0]
-    _, rows = winograd_tiling(conv_geometry(node))
-    assert rows < (x[2] + 1) // 2
+@pytest.mark.parametrize("case", ["winograd-chunks", "winograd-s2-chunks"])
+def test_winograd_chunks_case_runs_several_chunks(case: str) -> None:
+    """The "chunks" cases really split their tile rows (else they would not test the split)."""
+    x, w, attrs, _ = CONV_CASES[case]
+    g = conv_geometry(CuvilModel.load(conv_model("Conv", x, w, **attrs)).graph.nodes[0])
+    _, rows = winograd_tiling(g)
+    assert rows < (g["OH"] + 1) // 2
 
 
 DW_CASES = {
@@ -181,10 +215,12 @@ def test_depthwise(case: str) -> None:
 @pytest.mark.parametrize("act", [("Relu", {}), ("Clip", {})], ids=["relu", "clip"])
 @pytest.mark.parametrize(("c", "w", "group", "kernel"), [
     (6, [4, 6, 3, 3], 1, DIRECT), (6, [6, 1, 3, 3], 6, "f32-dwconv-3x3s1"),
-    (16, [20, 16, 3, 3], 1, WINOGRAD)],
-    ids=["direct", "depthwise", "winograd"])
+    (16, [20, 16, 3, 3], 1, WINOGRAD), (16, [20, 16, 3, 3], 1, WINOGRAD_S2)],
+    ids=["direct", "depthwise", "winograd", "winograd-s2"])
 def test_conv_fused_activation(c: int, w: list[int], group: int, kernel: str, act: tuple[str, dict]) -> None:
-    model = conv_model("Conv", [1, c, 9, 10], w, act=act, group=group, pads=[1, 1, 1, 1])
+    stride = 2 if kernel == WINOGRAD_S2 else 1  # (its 24 x 26 input gives 12 x 13 outputs: taken)
+    model = conv_model("Conv", [1, c, 24, 26] if stride == 2 else [1, c, 9, 10], w, act=act, group=group,
+                       pads=[1, 1, 1, 1], strides=[stride, stride])
     cm = compile_and_check(model)
     assert [n.op for n in cm.graph.nodes] == ["conv"], "the activation should be fused into the conv"
     assert list(cm.compiled.kernels.values()) == [kernel]

@@ -305,6 +305,17 @@ INLINE void store_cols8(float* dst, v128_t lo, v128_t hi, int n) {
   }
 }
 
+/* Store a quad of 2x2-output tiles at output row oy, column ox: yRC holds output row oy + R, column
+ * ox + 2t + C of tile t; interleaved back into pixel order, rows and columns past the output dropped. */
+INLINE void store_tile_quad(float* ym, int oy, int OH, int OW, int ox, v128_t y00, v128_t y01, v128_t y10,
+                            v128_t y11) {
+  store_cols8(ym + (size_t)oy * OW + ox, wasm_i32x4_shuffle(y00, y01, 0, 4, 1, 5),
+              wasm_i32x4_shuffle(y00, y01, 2, 6, 3, 7), OW - ox);
+  if (oy + 1 < OH)
+    store_cols8(ym + (size_t)(oy + 1) * OW + ox, wasm_i32x4_shuffle(y10, y11, 0, 4, 1, 5),
+                wasm_i32x4_shuffle(y10, y11, 2, 6, 3, 7), OW - ox);
+}
+
 /* Output transform of tile rows [ty0, ty1): operand xi's products are mo + xi * M * n ([M][n]); each
  * quad of tiles gives 8 columns of two output rows, interleaved back into pixel order. Tiles past the
  * output's last row or column are computed but not stored. */
@@ -338,12 +349,7 @@ KERNEL void f32_winograd_output(const float* mo, int M, int n, const float* bias
         const v128_t y01 = act_apply(wasm_f32x4_add(wasm_f32x4_sub(wasm_f32x4_sub(u1, u2), u3), b), act);
         const v128_t y10 = act_apply(wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_add(v0, v1), v2), b), act);
         const v128_t y11 = act_apply(wasm_f32x4_add(wasm_f32x4_sub(wasm_f32x4_sub(v1, v2), v3), b), act);
-        const int ox = 2 * q;
-        store_cols8(ym + (size_t)oy * OW + ox, wasm_i32x4_shuffle(y00, y01, 0, 4, 1, 5),
-                    wasm_i32x4_shuffle(y00, y01, 2, 6, 3, 7), OW - ox);
-        if (oy + 1 < OH)
-          store_cols8(ym + (size_t)(oy + 1) * OW + ox, wasm_i32x4_shuffle(y10, y11, 0, 4, 1, 5),
-                      wasm_i32x4_shuffle(y10, y11, 2, 6, 3, 7), OW - ox);
+        store_tile_quad(ym, oy, OH, OW, 2 * q, y00, y01, y10, y11);
       }
     }
   }
@@ -373,6 +379,151 @@ KERNEL void f32_conv2d_winograd(const float* x, int N, int C, int H, int W, cons
         f32_gemm_pa(M, n, C, u + xi * usize, bp + (size_t)xi * bstride, C * 8, 8, mo + (size_t)xi * M * n, n,
                     0, 0, none);
       f32_winograd_output(mo, M, n, bias, yn, OH, OW, ty0, ty1, twp, act);
+    }
+  }
+}
+
+/* Winograd for 3x3 stride-2 undilated convolutions (group 1), over the polyphase components: with
+ * E/O the even/odd rows (columns) of the padded input, the conv is the sum of four stride-1 convs, of
+ * the even-even plane with the 2x2 taps (0|2, 0|2), even-odd with 2x1, odd-even with 1x2 and odd-odd
+ * with 1x1. Each runs as F(2x2, 2x2) (3x3 transform positions, transforms of +-1 sums only); a one-tap
+ * axis is the two-tap case with a zero tap, whose position 2 is then zero, so position (i, j) sums over
+ * the phases that are even along every axis where i or j is 2: K = 4C, 2C or C, 25C in all against the
+ * 36C multiplies of a 2x2 output tile direct: 1.44x fewer. One GEMM per position (the phases stacked
+ * along K); tiles go in quads along a tile row as in f32_conv2d_winograd, each quad's 5x5 input patches
+ * de-interleaved from 5 rows of 20 floats with a 4x4 transpose. */
+/* Phases stacked in position xi's GEMM (its K is nph * C) and the phase slots before it. */
+static const int wino_s2_nph[9] = {4, 4, 2, 4, 4, 2, 2, 2, 1};
+static const int wino_s2_off[9] = {0, 4, 8, 10, 14, 18, 20, 22, 24};
+
+/* Along a bordered row from 4 tiles' first column (4 input columns apart): each tile's columns 0..4 as
+ * vectors across the tiles (a 4x4 transpose of 16 floats, one more load), then B^T of the even columns
+ * 0, 2, 4 (h[0..2]) and of the odd columns 1, 3 (h[3..4], the one-tap phase: positions 0 and 1 only). */
+INLINE void f32_winograd_s2_row(const float* s, v128_t* h) {
+  const v128_t v0 = VLOAD(s), v1 = VLOAD(s + 4), v2 = VLOAD(s + 8), v3 = VLOAD(s + 12);
+  const v128_t lo01 = wasm_i32x4_shuffle(v0, v1, 0, 4, 1, 5), lo23 = wasm_i32x4_shuffle(v2, v3, 0, 4, 1, 5);
+  const v128_t hi01 = wasm_i32x4_shuffle(v0, v1, 2, 6, 3, 7), hi23 = wasm_i32x4_shuffle(v2, v3, 2, 6, 3, 7);
+  const v128_t c0 = wasm_i32x4_shuffle(lo01, lo23, 0, 1, 4, 5), c1 = wasm_i32x4_shuffle(lo01, lo23, 2, 3, 6, 7);
+  const v128_t c2 = wasm_i32x4_shuffle(hi01, hi23, 0, 1, 4, 5), c3 = wasm_i32x4_shuffle(hi01, hi23, 2, 3, 6, 7);
+  const v128_t c4 = wasm_i32x4_shuffle(c0, VLOAD(s + 16), 1, 2, 3, 4);
+  h[0] = wasm_f32x4_sub(c0, c2); h[1] = c2; h[2] = wasm_f32x4_sub(c4, c2);
+  h[3] = wasm_f32x4_sub(c1, c3); h[4] = c3;
+}
+
+/* Input transform of tile rows [ty0, ty1) (tile t of the chunk: panel t/8, lane t%8): position xi's
+ * B operand starts at phase slot wino_s2_off[xi] (bo floats per slot: npan panels of C x 8) and holds
+ * its nph phases' C rows per panel in PHASES order. The 5 input rows of a tile row (4 apart per tile
+ * row) are copied per channel into zero-bordered rows of wr floats. */
+KERNEL void f32_winograd_s2_input(const float* x, int C, int H, int W, int pt, int pl, int ty0, int ty1,
+                                  int twp, int wr, float* rows, float* bp, int npan) {
+  const size_t pw = (size_t)8 * C, bo = npan * pw;
+  for (int ty = ty0; ty < ty1; ty++) {
+    for (int c = 0; c < C; c++) {
+      const float* xc = x + (size_t)c * H * W;
+      for (int r = 0; r < 5; r++) {
+        const int iy = 4 * ty - pt + r;
+        float* row = rows + r * wr;
+        if (iy < 0 || iy >= H) {
+          fill_f32(row, 0.0f, wr);
+          continue;
+        }
+        fill_f32(row, 0.0f, pl);
+        copy_f32(row + pl, xc + (size_t)iy * W, W);
+        fill_f32(row + pl + W, 0.0f, wr - pl - W);
+      }
+      for (int q = 0; q < twp; q += 4) {
+        const int t = (ty - ty0) * twp + q;
+        float* dst = bp + (size_t)c * 8 + t % 8;
+        const size_t panel = (size_t)(t / 8) * pw;
+        v128_t h[5][5];
+        f32_winograd_s2_row(rows + 0 * wr + 4 * q, h[0]);
+        f32_winograd_s2_row(rows + 1 * wr + 4 * q, h[1]);
+        f32_winograd_s2_row(rows + 2 * wr + 4 * q, h[2]);
+        f32_winograd_s2_row(rows + 3 * wr + 4 * q, h[3]);
+        f32_winograd_s2_row(rows + 4 * wr + 4 * q, h[4]);
+        VSTORE(dst + 0 * bo + 4 * panel + 0 * pw, wasm_f32x4_sub(h[0][0], h[2][0]));
+        VSTORE(dst + 0 * bo + 4 * panel + 1 * pw, wasm_f32x4_sub(h[0][3], h[2][3]));
+        VSTORE(dst + 0 * bo + 4 * panel + 2 * pw, wasm_f32x4_sub(h[1][0], h[3][0]));
+        VSTORE(dst + 0 * bo + 4 * panel + 3 * pw, wasm_f32x4_sub(h[1][3], h[3][3]));
+        VSTORE(dst + 4 * bo + 4 * panel + 0 * pw, wasm_f32x4_sub(h[0][1], h[2][1]));
+        VSTORE(dst + 4 * bo + 4 * panel + 1 * pw, wasm_f32x4_sub(h[0][4], h[2][4]));
+        VSTORE(dst + 4 * bo + 4 * panel + 2 * pw, wasm_f32x4_sub(h[1][1], h[3][1]));
+        VSTORE(dst + 4 * bo + 4 * panel + 3 * pw, wasm_f32x4_sub(h[1][4], h[3][4]));
+        VSTORE(dst + 8 * bo + 2 * panel + 0 * pw, wasm_f32x4_sub(h[0][2], h[2][2]));
+        VSTORE(dst + 8 * bo + 2 * panel + 1 * pw, wasm_f32x4_sub(h[1][2], h[3][2]));
+        VSTORE(dst + 10 * bo + 4 * panel + 0 * pw, h[2][0]);
+        VSTORE(dst + 10 * bo + 4 * panel + 1 * pw, h[2][3]);
+        VSTORE(dst + 10 * bo + 4 * panel + 2 * pw, h[3][0]);
+        VSTORE(dst + 10 * bo + 4 * panel + 3 * pw, h[3][3]);
+        VSTORE(dst + 14 * bo + 4 * panel + 0 * pw, h[2][1]);
+        VSTORE(dst + 14 * bo + 4 * panel + 1 * pw, h[2][4]);
+        VSTORE(dst + 14 * bo + 4 * panel + 2 * pw, h[3][1]);
+        VSTORE(dst + 14 * bo + 4 * panel + 3 * pw, h[3][4]);
+        VSTORE(dst + 18 * bo + 2 * panel + 0 * pw, h[2][2]);
+        VSTORE(dst + 18 * bo + 2 * panel + 1 * pw, h[3][2]);
+        VSTORE(dst + 20 * bo + 2 * panel + 0 * pw, wasm_f32x4_sub(h[4][0], h[2][0]));
+        VSTORE(dst + 20 * bo + 2 * panel + 1 * pw, wasm_f32x4_sub(h[4][3], h[2][3]));
+        VSTORE(dst + 22 * bo + 2 * panel + 0 * pw, wasm_f32x4_sub(h[4][1], h[2][1]));
+        VSTORE(dst + 22 * bo + 2 * panel + 1 * pw, wasm_f32x4_sub(h[4][4], h[2][4]));
+        VSTORE(dst + 24 * bo + 1 * panel + 0 * pw, wasm_f32x4_sub(h[4][2], h[2][2]));
+      }
+    }
+  }
+}
+
+/* Output transform (A^T = [1 1 0; 0 1 1] per axis) of tile rows [ty0, ty1): position xi's products are
+ * mo + xi * M * n ([M][n]); bias and activation fused, tiles past the output dropped. */
+KERNEL void f32_winograd_s2_output(const float* mo, int M, int n, const float* bias, float* y, int OH, int OW,
+                                   int ty0, int ty1, int twp, Act act) {
+  const size_t xs = (size_t)M * n;
+  for (int m = 0; m < M; m++) {
+    const v128_t b = bias ? VSPLAT(bias[m]) : wasm_f32x4_const_splat(0.0f);
+    float* ym = y + (size_t)m * OH * OW;
+    for (int ty = ty0; ty < ty1; ty++) {
+      for (int q = 0; q < twp; q += 4) {
+        const float* s = mo + (size_t)m * n + (ty - ty0) * twp + q;
+        const v128_t m1[3] = {VLOAD(s + 3 * xs), VLOAD(s + 4 * xs), VLOAD(s + 5 * xs)};
+        const v128_t u0 = wasm_f32x4_add(VLOAD(s + 0 * xs), m1[0]);
+        const v128_t v0 = wasm_f32x4_add(m1[0], VLOAD(s + 6 * xs));
+        const v128_t u1 = wasm_f32x4_add(VLOAD(s + 1 * xs), m1[1]);
+        const v128_t v1 = wasm_f32x4_add(m1[1], VLOAD(s + 7 * xs));
+        const v128_t u2 = wasm_f32x4_add(VLOAD(s + 2 * xs), m1[2]);
+        const v128_t v2 = wasm_f32x4_add(m1[2], VLOAD(s + 8 * xs));
+        const v128_t y00 = act_apply(wasm_f32x4_add(wasm_f32x4_add(u0, u1), b), act);
+        const v128_t y01 = act_apply(wasm_f32x4_add(wasm_f32x4_add(u1, u2), b), act);
+        const v128_t y10 = act_apply(wasm_f32x4_add(wasm_f32x4_add(v0, v1), b), act);
+        const v128_t y11 = act_apply(wasm_f32x4_add(wasm_f32x4_add(v1, v2), b), act);
+        store_tile_quad(ym, 2 * ty, OH, OW, 2 * q, y00, y01, y10, y11);
+      }
+    }
+  }
+}
+
+/* Full stride-2 Winograd convolution: N images, weights u as 9 packed-A operands (position xi:
+ * [ceil(M/4)][nph * C][4], starting at phase slot wino_s2_off[xi] of ceil(M/4) * 4 * C floats), chunks
+ * of rpc tile rows. scratch: the 9 B operands (25 phase slots of C x n rounded up to a panel), the 9
+ * products (M x n each), 5 bordered input rows of 4 * twp + 4 floats. */
+KERNEL void f32_conv2d_winograd_s2(const float* x, int N, int C, int H, int W, const float* u,
+                                   const float* bias, float* y, int M, int OH, int OW, int pt, int pl, int twp,
+                                   int rpc, float* scratch, Act act) {
+  const int th = (OH + 1) / 2, nmax = rpc * twp, wr = 4 * twp + 4;
+  const size_t usize = (size_t)((M + 3) & ~3) * C;
+  float* bp = scratch;
+  float* mo = bp + (size_t)25 * C * ((nmax + 7) & ~7);
+  float* rows = mo + (size_t)9 * M * nmax;
+  const Act none = {ACT_NONE, 0.0f, 0.0f};
+  for (int img = 0; img < N; img++) {
+    const float* xn = x + (size_t)img * C * H * W;
+    float* yn = y + (size_t)img * M * OH * OW;
+    for (int ty0 = 0; ty0 < th; ty0 += rpc) {
+      const int ty1 = ty0 + rpc < th ? ty0 + rpc : th, n = (ty1 - ty0) * twp, npan = (n + 7) / 8;
+      f32_winograd_s2_input(xn, C, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, npan);
+      for (int xi = 0; xi < 9; xi++) {
+        const int k = wino_s2_nph[xi] * C;
+        f32_gemm_pa(M, n, k, u + wino_s2_off[xi] * usize, bp + (size_t)wino_s2_off[xi] * npan * 8 * C, k * 8, 8,
+                    mo + (size_t)xi * M * n, n, 0, 0, none);
+      }
+      f32_winograd_s2_output(mo, M, n, bias, yn, OH, OW, ty0, ty1, twp, act);
     }
   }
 }
