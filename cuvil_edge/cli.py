@@ -3,19 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 import time
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from device_profiles import Caches
+from device_profiles.profile import DeviceProfilesError
+from ota.cli import ExitCodes, exit_code
+from ota.errors import OtaError, TransportError
+from runtime_wasm.errors import RuntimeWasmError
 
 from .cli_fleet import register as register_fleet
 from .cli_ota import add_signing_args, profile_names, sign_model_dir
 from .cli_ota import register as register_ota
-from .errors import CuvilError
+from .errors import CuvilError, InputError, ShapeError, TargetError
+
+#: (error types, exit code, stderr line): the first row an error matches decides; anything else is a bug
+#: and keeps its traceback. Exit 2 is also argparse's, for a command line that does not parse (its usage
+#: block instead of one line); ``publish`` exits 4 when the rollout halts or times out, ``demo`` and
+#: ``fleet demo`` 1 when their end-to-end check fails.
+EXIT_CODES: ExitCodes = (
+    # a missing or unreadable file, or a broker that cannot be reached: the request itself may be fine
+    ((OSError, TransportError), 1, "error: {type}: {message}"),
+    # the input or the request was refused: bad model, option value, profile, bundle, signature...
+    ((CuvilError, RuntimeWasmError, OtaError, DeviceProfilesError), 2, "error: {type}: {message}"),
+)
 
 
 def _parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
@@ -23,11 +40,11 @@ def _parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
     for item in items:
         name, sep, dims = item.rpartition("=")
         if not sep or not name:
-            raise SystemExit(f"--input-shape wants name=d0,d1,..., got {item!r}")
+            raise ShapeError(f"--input-shape wants NAME=D0,D1,..., got {item!r}")
         try:
             shapes[name] = [int(d) for d in dims.split(",")]
         except ValueError:
-            raise SystemExit(f"--input-shape {item!r}: dimensions must be integers") from None
+            raise ShapeError(f"--input-shape {item!r}: dimensions must be integers") from None
     return shapes
 
 
@@ -41,7 +58,7 @@ def _targets(text: str | None):
         match = [t for t in ALL_TARGETS if t.name == part or f"{t.tier}-{t.family}" == part]
         if not match:
             names = ", ".join(f"{t.tier}-{t.family}" for t in ALL_TARGETS)
-            raise SystemExit(f"unknown target {part!r}; use host, all or a list of: {names}")
+            raise TargetError(f"unknown target {part!r}; use host, all or a list of: {names}")
         chosen += match
     return chosen
 
@@ -112,10 +129,13 @@ def _print_quant(rec: dict) -> None:
 def _load_inputs(args: argparse.Namespace, names: list[str], specs) -> dict[str, np.ndarray]:
     if args.inputs:
         path = Path(args.inputs)
-        if path.suffix == ".npz":
-            with np.load(path) as z:
-                return {k: z[k] for k in z.files}
-        return {names[0]: np.load(path)}
+        try:
+            if path.suffix == ".npz":
+                with np.load(path) as z:
+                    return {k: z[k] for k in z.files}
+            return {names[0]: np.load(path)}
+        except (ValueError, EOFError, zipfile.BadZipFile) as exc:  # a missing file stays an OSError
+            raise InputError(f"--inputs {path}: not .npy/.npz data ({exc})") from None
     rng = np.random.default_rng(args.seed)
     return {t.name: rng.standard_normal(t.shape).astype(t.dtype) for t in specs}
 
@@ -172,28 +192,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     from .codegen.toolchain import Target
     from .model import CuvilModel
-    from .profile import profile_model
+    from .profile import profile_model, profile_table
 
     model = CuvilModel.load(args.model, input_shapes=_parse_shapes(args.input_shape))
     target = Target(args.tier)
     model.optimize(precision=args.precision, targets=[target], calibration=args.calib)
     rows = profile_model(model, target, repeat=args.repeat)
-    total = sum(r.median_us for r in rows) or 1.0
-    print(f"{'node':36s} {'op':14s} {'kernel':30s} {'output':26s} {'us':>9s} {'share':>6s}")
-    for r in sorted(rows, key=lambda r: -r.median_us)[: args.top]:
-        print(f"{r.name[:36]:36s} {r.op:14s} {r.kernel[:30]:30s} {r.output[:26]:26s} {r.median_us:9.1f} "
-              f"{100 * r.median_us / total:5.1f}%")
-    print(f"total {total:.1f} us over {len(rows)} nodes (medians of {args.repeat}, tier {args.tier})")
+    print("\n".join(profile_table(rows, args.top, args.repeat, args.tier)))
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    import onnx
-
     from .bench import compare_with_ort, host_target
+    from .frontend.onnx.importer import load_onnx
     from .model import CuvilModel
 
-    proto = onnx.load(args.model)
+    proto = load_onnx(args.model)  # a ModelFormatError, not protobuf's, for a file that is no model
     t0 = time.perf_counter()
     model = CuvilModel.load(proto, input_shapes=_parse_shapes(args.input_shape))
     model.optimize(precision=args.precision, targets=[host_target()])
@@ -249,6 +263,8 @@ def cmd_profiles(args: argparse.Namespace) -> int:
                 ("relaxed_simd", "yes" if p.relaxed_simd else "no"), ("description", p.description)):
             print(f"{key:13s} {value}")
     else:
+        if not Path(args.root).is_dir():  # detect() would describe an empty machine instead
+            raise FileNotFoundError(errno.ENOENT, "--root: no such directory", args.root)
         h = detect(args.root, args.machine)
         zones = f"{len(h.thermal.sensors)} zone(s)" + (f", lowest trip {h.thermal.limit_c:g} C"
                                                      if h.thermal.limit_c else "")
@@ -337,18 +353,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except CuvilError as exc:
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # device-side errors have their own hierarchy
-        from device_profiles import ProfileError
-        from ota.errors import OtaError
-        from runtime_wasm.errors import RuntimeWasmError
-
-        if isinstance(exc, (RuntimeWasmError, OtaError, ProfileError)):
-            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 2
-        raise
+    except Exception as exc:
+        code = exit_code(exc, EXIT_CODES)
+        if code is None:
+            raise
+        return code
 
 
 if __name__ == "__main__":

@@ -30,6 +30,18 @@ def _broker(args: argparse.Namespace) -> BrokerSettings:
                           protocol=args.mqtt_version, topic_prefix=args.topic_prefix)
 
 
+def _percent(text: str) -> float:
+    """argparse type for ``10%`` or ``10``: a bad value is a usage error that names the option."""
+    try:
+        return parse_percent(text)
+    except (FleetError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 0 to 100 (e.g. 10%)") from None
+
+
+def _percents(text: str) -> list[float]:
+    return [_percent(p) for p in text.split(",")]
+
+
 def _state_file(args: argparse.Namespace) -> Path:
     return Path(args.state or f"fleet-{args.fleet}.json")
 
@@ -45,15 +57,14 @@ def _print_rollout(r: Rollout) -> None:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    later = [parse_percent(p) for p in args.stages.split(",")] if args.stages else None
-    canary = parse_percent(args.canary)
-    pub = Publisher(_broker(args), args.fleet, _signing_keys(args), _state_file(args)).start()
+    pub = Publisher(_broker(args), args.fleet, _signing_keys(args), _state_file(args))
+    pub.start(args.connect_timeout_s)
     try:
         seen = pub.wait_for_devices(args.expect or 1 << 30, args.discover_s)
         print(f"fleet {args.fleet}: {seen} devices known")
-        rollout = pub.publish(args.bundle, canary, parse_percent(args.halt_on),
-                              stages_for(canary, later) if later else None, args.rollback_on_halt,
-                              args.chunk_kb << 10)
+        rollout = pub.publish(args.bundle, args.canary, args.halt_on,
+                              stages_for(args.canary, args.stages) if args.stages else None,
+                              args.rollback_on_halt, args.chunk_kb << 10)
         print(f"published {args.bundle}: {len(rollout.chunks)} chunks of {args.chunk_kb} KiB, "
               f"stages {', '.join(f'{p:g}%' for p in rollout.stages)}")
         if args.no_wait:
@@ -66,7 +77,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet_status(args: argparse.Namespace) -> int:
-    pub = Publisher(_broker(args), args.fleet, [], _state_file(args)).start()
+    pub = Publisher(_broker(args), args.fleet, [], _state_file(args)).start(args.connect_timeout_s)
     try:
         time.sleep(args.wait_s)  # retained statuses arrive right after subscribing
         devices = pub.devices
@@ -86,7 +97,8 @@ def cmd_fleet_status(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet_command(args: argparse.Namespace) -> int:
-    pub = Publisher(_broker(args), args.fleet, _signing_keys(args), _state_file(args)).start()
+    pub = Publisher(_broker(args), args.fleet, _signing_keys(args), _state_file(args))
+    pub.start(args.connect_timeout_s)
     try:
         rollout = pub.rollout
         sha = rollout.bundle_sha256 if rollout and args.action == "install" else ""
@@ -162,6 +174,8 @@ def _broker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mqtt-version", type=int, choices=(4, 5), default=5, help="5 (default) or 4 (3.1.1)")
     p.add_argument("--topic-prefix", default="cuvil")
     p.add_argument("--state", help="publisher state file (default fleet-<fleet>.json)")
+    p.add_argument("--connect-timeout-s", type=float, default=15.0,
+                   help="give up (exit 1) when the broker is not reached within this time")
 
 
 def _key_args(p: argparse.ArgumentParser) -> None:
@@ -175,9 +189,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("bundle")
     _broker_args(p)
     _key_args(p)
-    p.add_argument("--canary", default="10%", help="first stage, percent of known devices")
-    p.add_argument("--stages", help="later stages, e.g. 25,50,100 (default); 100 is always last")
-    p.add_argument("--halt-on", default="5%", help="failure rate within a stage that halts the rollout")
+    p.add_argument("--canary", type=_percent, default="10%", help="first stage, percent of known devices")
+    p.add_argument("--stages", type=_percents,
+                   help="later stages, e.g. 25,50,100 (default); 100 is always last")
+    p.add_argument("--halt-on", type=_percent, default="5%",
+                   help="failure rate within a stage that halts the rollout")
     p.add_argument("--rollback-on-halt", action="store_true", help="roll back devices that took it")
     p.add_argument("--chunk-kb", type=int, default=32, help="chunk size in KiB (brokers cap messages)")
     p.add_argument("--expect", type=int, help="wait until this many devices reported (else --discover-s)")

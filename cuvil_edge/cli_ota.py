@@ -7,13 +7,13 @@ Passphrases come from an environment variable named by ``--passphrase-env`` (nev
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ota.bundle import verify_bundle
+from ota.crypto import parse_json
 from ota.metadata import Manifest
 from ota.trust import TrustState
 
@@ -81,7 +81,8 @@ def cmd_sign(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    trust = TrustState(json.loads(Path(args.root).read_bytes()), args.release_counter)
+    root = parse_json(Path(args.root).read_bytes(), f"root metadata {args.root}")
+    trust = TrustState(root, args.release_counter)
     print(f"ok  root: v{trust.root.version} verifies against its own {trust.root.root_threshold}-of-"
           f"{len(trust.root.root_keys)} root keys")
     with open(args.bundle, "rb") as f:

@@ -1,4 +1,9 @@
-"""One error hierarchy for the host packager: every failure a user can cause is a ``CuvilError``."""
+"""One error hierarchy for the host packager: every failure a user can cause is a ``CuvilError``.
+
+A ``ValueError`` or ``TypeError`` that is not a ``CuvilError`` is a bug in the calling code (an argument no
+user typed), and the ``cuvil-edge`` CLI lets it end in a traceback; ``CuvilError`` ends in one line and
+exit code 2 (see ``cuvil_edge.cli.EXIT_CODES``).
+"""
 
 from __future__ import annotations
 
@@ -21,7 +26,8 @@ class UnsupportedOperator(CuvilError):
 
 
 class ShapeError(CuvilError):
-    """Shapes cannot be made static, or do not agree between producer and consumer."""
+    """Shapes cannot be made static (an ``--input-shape`` that does not parse or fit included), or do not
+    agree between producer and consumer."""
 
 
 class GraphVerificationError(CuvilError):
@@ -37,4 +43,9 @@ class ToolchainError(CuvilError):
 
 
 class TargetError(CuvilError):
-    """The build was asked for an unknown device profile, or for both explicit targets and profiles."""
+    """The build was asked for an unknown target or device profile, or for both targets and profiles."""
+
+
+class QuantizationError(CuvilError, ValueError):
+    """A precision, observer or option the quantizer does not know, or calibration data that is missing,
+    unreadable or does not fit the model's inputs (a ``ValueError`` too, as before it had a class)."""

@@ -22,7 +22,7 @@ from runtime_wasm.variants import probe_host, select_variant
 from .buildcache import BuildCache, build_key, data_digest
 from .codegen.toolchain import ALL_TARGETS, Target
 from .compiler import CompiledModel, compile_graph, optimize_graph
-from .errors import InputError, TargetError
+from .errors import InputError, QuantizationError, TargetError
 from .ir.graph import Graph
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class CuvilModel:
         ``quant_options``: observer ("minmax", "percentile", "mse"), group_size, max_samples.
         ``build_cache``: where earlier builds are reused (default: ``BuildCacheConfig.from_env()``)."""
         if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}")
+            raise QuantizationError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
         if profiles and targets is not None:
             raise TargetError("give either targets or profiles: profiles choose the targets")
         chosen = (profile_targets(profiles) if profiles
@@ -296,5 +296,5 @@ def _resolve_targets(targets: Sequence[Target] | str) -> tuple[Target, ...]:
         fam = probe_host().family
         return tuple(t for t in ALL_TARGETS if t.family == fam)
     if isinstance(targets, str):
-        raise ValueError(f"targets must be 'host', 'all' or a list of Target, got {targets!r}")
+        raise TargetError(f"unknown targets {targets!r}: use 'host', 'all' or a list of Target")
     return tuple(targets)

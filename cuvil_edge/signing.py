@@ -27,7 +27,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from device_profiles import available_profiles, load_profile
 from ota.bundle import read_header, read_payloads, write_bundle
 from ota.config import OtaConfig
-from ota.crypto import canonical_bytes, key_id
+from ota.crypto import canonical_bytes, key_id, parse_json
+from ota.errors import FormatError
 from ota.golden import encode_vector
 from ota.metadata import MANIFEST_FORMAT, MANIFEST_TYPE, Manifest, Root, parse_envelope
 from ota.store import atomic_file, atomic_write
@@ -144,8 +145,20 @@ class Keyring:
         return sorted(int(p.name.split(".")[0]) for p in (self.directory / ROOTS_DIR).glob("*.root.json"))
 
     def root_envelope(self, version: int | None = None) -> dict[str, Any]:
-        v = version if version is not None else self.root_versions()[-1]
-        return json.loads((self.directory / ROOTS_DIR / f"{v}.root.json").read_bytes())
+        """A signed root of this keyring (the newest by default); a keyring without one, or with one that is
+        not JSON, is a ``SigningError`` naming the file."""
+        versions = self.root_versions()
+        if not versions:
+            raise SigningError(f"{self.directory} holds no signed root ({ROOTS_DIR}/N.root.json): "
+                               "not a keyring, or an incomplete one")
+        path = self.directory / ROOTS_DIR / f"{version if version is not None else versions[-1]}.root.json"
+        try:
+            envelope = parse_json(path.read_bytes(), f"root {path}")
+        except FormatError as exc:
+            raise SigningError(str(exc)) from exc
+        if not isinstance(envelope, dict):
+            raise SigningError(f"root {path} is not a JSON object")
+        return envelope
 
     @property
     def root(self) -> Root:

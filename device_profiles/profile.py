@@ -27,7 +27,13 @@ SIMD_FEATURES = {
 }
 
 
-class ProfileError(Exception):
+class DeviceProfilesError(Exception):
+    """Base class of every error this package raises, as ``OtaError`` and ``RuntimeWasmError`` are of theirs:
+    profiles drive the host build and the device alike, so their errors belong to neither of those (and
+    this package may not import ``runtime_wasm`` at load time: that one imports it while initialising)."""
+
+
+class ProfileError(DeviceProfilesError):
     """A profile file is missing or does not follow the schema."""
 
 

@@ -14,6 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from device_profiles.profile import DeviceProfilesError
+from runtime_wasm.errors import RuntimeWasmError
+
 from .config import default_hardware_id, load_agent_config
 from .crypto import parse_json
 from .errors import InstallError, OtaError, VerificationError
@@ -164,20 +167,43 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+#: (error types, exit code, stderr line) of each failure a user or the device can cause: the first row an
+#: error matches decides. Anything else is a bug and keeps its traceback. Exit 2 is also argparse's, for a
+#: command line that does not parse (its usage block instead of one line); ``SystemExit("...")`` (an
+#: option missing that argparse cannot require) prints its one line and exits 1.
+ExitCodes = Sequence[tuple[tuple[type[BaseException], ...], int, str]]
+EXIT_CODES: ExitCodes = (
+    # a bad config, input or profile; a missing or unreadable file, state directory or socket
+    ((ValueError, OSError, DeviceProfilesError), 1, "error: {type}: {message}"),
+    ((VerificationError,), 2, "refused: {type}: {message}"),  # the bundle or metadata failed a trust check
+    ((InstallError,), 3, "failed: {type}: {message} (the previous model stays active)"),
+    ((OtaError, RuntimeWasmError), 3, "failed: {type}: {message}"),  # broker, transfer or agent failed
+)
+
+
+def exit_code(exc: Exception, table: ExitCodes) -> int | None:
+    """Print ``exc`` as the one stderr line of the first ``table`` row it matches and return that row's
+    code; None when none matches. Shared by ``cuvil-agent`` and ``cuvil-edge`` (each with its table) so an
+    error reads the same from both; line breaks in a message (compiler output, nested causes) are
+    joined, since scripts read the first stderr line."""
+    for types, code, line in table:
+        if isinstance(exc, types):
+            message = " | ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+            print(line.format(type=type(exc).__name__, message=message), file=sys.stderr)
+            return code
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="cuvil-agent: %(message)s")  # e.g. waiting for the lock
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (ValueError, OSError) as exc:  # a bad config file, a missing bundle or state directory
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except VerificationError as exc:
-        print(f"refused: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    except (InstallError, OtaError) as exc:
-        print(f"failed: {type(exc).__name__}: {exc} (the previous model stays active)", file=sys.stderr)
-        return 3
+    except Exception as exc:
+        code = exit_code(exc, EXIT_CODES)
+        if code is None:
+            raise
+        return code
 
 
 if __name__ == "__main__":

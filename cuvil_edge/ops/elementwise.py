@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..codegen.emit import EmitContext
-from ..errors import ShapeError
+from ..errors import ShapeError, UnsupportedOperator
 from ..ir.graph import Node, TensorType
 from .common import act_c, act_numpy, broadcast_shape, same_type
 from .registry import OpDef, register
@@ -103,7 +103,7 @@ def _binary_emit(node: Node, ctx: EmitContext) -> str:
     a, b, y = node.inputs[0], node.inputs[1], node.outputs[0]
     kind = node.attrs["kind"]
     if y.type.dtype != "float32":
-        raise NotImplementedError(f"{node.name}: binary {kind} runs on float32 only, not {y.type.dtype}")
+        raise UnsupportedOperator(kind, node.name, detail=f"runs on float32 only, not {y.type.dtype}")
     fast = _pow_fast(node)
     if fast is not None:
         ctx.use_kernel(f"f32-v{fast}-4")
@@ -148,7 +148,7 @@ def _unary_emit(node: Node, ctx: EmitContext) -> str:
     x, y = node.inputs[0], node.outputs[0]
     kind = node.attrs["kind"]
     if y.type.dtype != "float32":
-        raise NotImplementedError(f"{node.name}: unary {kind} runs on float32 only, not {y.type.dtype}")
+        raise UnsupportedOperator(kind, node.name, detail=f"runs on float32 only, not {y.type.dtype}")
     ctx.use_kernel(f"f32-v{kind}-4")
     return f"f32_v{kind}({x.type.size}, {ctx.ptr(x)}, {ctx.ptr(y)}, {act_c(node)});"
 

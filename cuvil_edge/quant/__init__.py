@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import QuantizationError
 from ..ir.graph import Graph, Node
-from .calibrate import OBSERVERS, ActRange, Sample, calibrate, load_samples
+from .calibrate import CALIBRATION_HINT, OBSERVERS, ActRange, Sample, calibrate, load_samples
 from .rewrite import choices_for, quantizable, quantize_graph
 
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int4", "mixed")
@@ -120,14 +121,15 @@ def quantize(graph: Graph, precision: str, calibration: Any = None, accuracy_bud
              progress: Progress | None = None) -> QuantResult:
     """Quantize the optimized fp32 ``graph`` per ``precision`` (see the module docstring)."""
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        raise QuantizationError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
     if group_size % 32 or group_size <= 0:
-        raise ValueError(f"int4 group size must be a positive multiple of 32, got {group_size}")
+        raise QuantizationError(f"int4 group size must be a positive multiple of 32, got {group_size}")
     say = progress or (lambda _m: None)
     layers = _layers(graph)
     samples = load_samples(calibration, graph.inputs, max_samples) if calibration is not None else None
     if precision == "int8" and samples is None:
-        raise ValueError("int8 (static) needs calibration data; use int8-dynamic without it")
+        raise QuantizationError(f"int8 (static) needs calibration data: {CALIBRATION_HINT}; "
+                                "or use int8-dynamic, which needs none")
     dynamic = precision == "int8-dynamic" or samples is None
     ranges: dict[str, ActRange] = {}
     if samples is not None and not dynamic:
@@ -138,7 +140,8 @@ def quantize(graph: Graph, precision: str, calibration: Any = None, accuracy_bud
     metrics = None
     if precision == "mixed":
         if samples is None:
-            raise ValueError("mixed precision needs calibration data to measure the accuracy budget")
+            raise QuantizationError("mixed precision measures its accuracy budget on calibration data: "
+                                    f"{CALIBRATION_HINT}")
         ev = _Evaluator(graph, samples, ranges, group_size, dynamic)
         table = sensitivity(ev, layers, say)
         plan, metrics = mixed_plan(ev, layers, table, accuracy_budget, say)

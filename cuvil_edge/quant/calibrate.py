@@ -10,6 +10,7 @@ Everything is deterministic: files sorted, samples in order, observers subsample
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import QuantizationError
 from ..ir.graph import Graph, TensorType, Value
 
 Sample = dict[str, np.ndarray]
 Progress = Callable[[str], None]
 OBSERVERS = ("minmax", "percentile", "mse")
 KEEP = 1 << 20  # values per tensor kept for the percentile and MSE observers
+#: what calibration data is, for the messages of errors about it (the CLI's ``--calib`` and the API's)
+CALIBRATION_HINT = ("give --calib FILE (an .npz of sample inputs by input name, leading axis = samples) "
+                    "or a directory of .npy/.npz files")
 
 
 @dataclass(frozen=True)
@@ -46,15 +51,21 @@ def load_samples(source: Any, inputs: Sequence[Value], limit: int | None = None)
     else:
         samples = [s for item in source for s in _split(item, names, types)]
     if not samples:
-        raise ValueError("calibration data holds no samples")
+        raise QuantizationError(f"calibration data holds no samples; {CALIBRATION_HINT}")
     return samples[:limit]
 
 
 def _read(path: Path) -> Any:
-    if path.suffix == ".npz":
-        with np.load(path) as z:
-            return {k: z[k] for k in z.files}
-    return np.load(path)
+    """The arrays in one file; a file numpy cannot read is a ``QuantizationError`` (a missing one stays an
+    ``OSError``: the CLI reports those as unreadable files)."""
+    try:
+        if path.suffix == ".npz":
+            with np.load(path) as z:
+                return {k: z[k] for k in z.files}
+        return np.load(path)
+    except (ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise QuantizationError(f"calibration file {path} is not .npy/.npz data ({exc}); "
+                                f"{CALIBRATION_HINT}") from None
 
 
 def _split(item: Any, names: list[str], types: Mapping[str, TensorType]) -> list[Sample]:
@@ -66,8 +77,14 @@ def _split(item: Any, names: list[str], types: Mapping[str, TensorType]) -> list
         item = dict(zip(names, item))
     missing = [n for n in names if n not in item]
     if missing:
-        raise ValueError(f"calibration sample lacks inputs {missing}")
-    stacks = {n: np.asarray(item[n], types[n].dtype).reshape(-1, *types[n].shape) for n in names}
+        raise QuantizationError(f"calibration sample lacks inputs {missing} (it has {sorted(item)}); "
+                                f"name its arrays after the model's inputs {names}")
+    try:
+        stacks = {n: np.asarray(item[n], types[n].dtype).reshape(-1, *types[n].shape) for n in names}
+    except (TypeError, ValueError) as exc:
+        shapes = {n: list(types[n].shape) for n in names}
+        raise QuantizationError(f"calibration data does not fit the inputs {shapes} (samples stacked on a "
+                                f"leading axis): {exc}") from None
     count = min(len(a) for a in stacks.values())
     return [{n: a[i] for n, a in stacks.items()} for i in range(count)]
 
@@ -77,7 +94,7 @@ class Observer:
 
     def __init__(self, method: str = "minmax") -> None:
         if method not in OBSERVERS:
-            raise ValueError(f"observer must be one of {OBSERVERS}, got {method!r}")
+            raise QuantizationError(f"unknown observer {method!r}; use one of {', '.join(OBSERVERS)}")
         self.method = method
         self.lo, self.hi = np.inf, -np.inf
         self._kept: list[np.ndarray] = []

@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge.cli import main
+from cuvil_edge.errors import QuantizationError
 from cuvil_edge.ir.graph import TensorType, Value
 from cuvil_edge.quant.calibrate import Observer, load_samples
 
@@ -41,7 +42,7 @@ def test_observers_clip_outliers_deterministically():
         ranges[method] = obs.range()
     assert ranges["minmax"].hi == 50.0
     assert ranges["percentile"].hi < 10 and ranges["mse"].hi < 50.0
-    with pytest.raises(ValueError):
+    with pytest.raises(QuantizationError, match="unknown observer"):
         Observer("entropy?")
 
 

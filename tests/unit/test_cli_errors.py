@@ -1,0 +1,224 @@
+"""Every subcommand of ``cuvil-edge`` and ``cuvil-agent`` ends a user error in one stderr line and a
+documented exit code, never a traceback: a missing file, a wrong option value, a malformed model or bundle.
+
+The commands are enumerated from the argparse parsers, so a new one is covered (at least by its
+missing-file and bad-option cases) without touching this file; values for arguments that are not files
+come from the tables below, and a command gaining such an argument fails ``test_arguments_are_known``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import pytest
+
+from cuvil_edge import cli as host
+from cuvil_edge.signing import Keyring
+from cuvil_edge.zoo import NetBuilder
+from ota import cli as agent
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIS: dict[str, tuple[Callable[[list[str]], int], argparse.ArgumentParser, set[int]]] = {
+    # argparse's own usage errors exit 2 as well
+    name: (mod.main, mod.build_parser(), {code for _, code, _ in mod.EXIT_CODES} | {2})
+    for name, mod in (("cuvil-edge", host), ("cuvil-agent", agent))
+}
+#: arguments that name a file or directory the command reads (or, for keyring/state_dir, opens)
+FILE_ARGS = {"model", "bundle", "keyring", "root", "config", "sign_key", "calib", "inputs", "state_dir",
+             "tls_ca", "tls_cert", "tls_key"}
+#: valid values for the other arguments a command may require, so the error comes from the one under test
+PLAIN_ARGS = {"key_id": "0123", "device": "dev-1", "action": "report", "name": "raspberry-pi-4", "fleet": "f",
+              "hardware_id": "hw"}
+#: option values that parse but are wrong, checked by the command rather than argparse
+BAD_VALUES = {"input_shape": "x=1,a", "precision": "int3", "targets": "foo", "broker": "no-port",
+              "profile": "no-such-profile", "canary": "150%", "stages": "25,x", "halt_on": "-1"}
+#: optional arguments given in every case (unless under test), or the command would stop at "give
+#: --state-dir" / "give --sign-key" before the argument under test
+GIVEN = ("state_dir", "sign_key")
+#: file arguments a command creates rather than reads: no malformed-input case for those
+CREATES = {("keys", "init"): {"keyring"}}
+BROKER_TIMEOUT_S = "0.5"
+
+
+def leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[
+        tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """(command words, parser) of every runnable command, nested groups (``keys``, ``fleet``) included."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+    for action in subs:
+        for word, child in action.choices.items():
+            yield from leaves(child, (*path, word))
+
+
+def arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    skip = (argparse._HelpAction, argparse._SubParsersAction)
+    return [a for a in parser._actions if not isinstance(a, skip)]
+
+
+COMMANDS = [(cli, words, parser) for cli, (_, top, _) in CLIS.items() for words, parser in leaves(top)]
+
+
+@dataclass(frozen=True)
+class Files:
+    """Inputs the cases point at: a path that cannot exist, a valid model and malformed ones."""
+
+    missing: Path  # below a regular file, so not even a command that creates it can
+    onnx: Path
+    garbage: dict[str, Path]  # argument -> malformed file or directory
+    spec_dirs: tuple[Path, ...]  # model directories without model.json, and with a malformed one
+    port: int  # nothing listens there
+    given: dict[str, Path]  # values of GIVEN: an empty state directory, a valid release key
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Files:
+    d = tmp_path_factory.mktemp("cli-errors")
+    (d / "a-file").write_text("not a directory")
+    b = NetBuilder("tiny", seed=1)
+    onnx.save(b.build([("x", [1, 4])], b.gemm("x", 4, 3), [1, 3]), d / "tiny.onnx")
+    noise = os.urandom(512)
+    for name in ("random.onnx", "garbage.cvb", "garbage.toml", "garbage.json", "garbage.npz", "garbage.key"):
+        (d / name).write_bytes(noise)
+    (d / "no-spec.cuvil").mkdir()  # a model directory without model.json
+    (d / "bad-spec.cuvil").mkdir()
+    (d / "bad-spec.cuvil" / "model.json").write_bytes(noise)
+    (d / "bad-keyring" / "roots").mkdir(parents=True)  # a keyring whose signed root is garbage
+    (d / "bad-keyring" / "root.json").write_bytes(noise)
+    (d / "bad-keyring" / "roots" / "1.root.json").write_bytes(noise)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    garbage = {"model": d / "random.onnx", "bundle": d / "garbage.cvb", "config": d / "garbage.toml",
+               "root": d / "garbage.json", "calib": d / "garbage.npz", "sign_key": d / "garbage.key",
+               "keyring": d / "bad-keyring", "inputs": d / "garbage.npz"}
+    spec_dirs = (d / "no-spec.cuvil", d / "bad-spec.cuvil")
+    Keyring.init(d / "keys", 1, 1, 1, 1)
+    key = next((d / "keys").glob("release-*.key"))
+    given = {"state_dir": d / "state", "sign_key": key}
+    return Files(d / "a-file" / "missing", d / "tiny.onnx", garbage, spec_dirs, port, given)
+
+
+def _option(action: argparse.Action) -> str:
+    return max(action.option_strings, key=len)
+
+
+def argv_for(words: tuple[str, ...], parser: argparse.ArgumentParser, files: Files, paths: dict[str, Path],
+             extra: dict[str, str] | None = None) -> list[str]:
+    """``words`` and every positional and required option filled: files from ``paths`` (by dest, else a
+    missing one), the rest from ``PLAIN_ARGS``; ``extra`` sets options by dest. Brokers: a closed port."""
+    extra = dict(extra or {})
+    dests = {a.dest for a in arguments(parser)}
+    if "broker" in dests:
+        extra.setdefault("broker", f"127.0.0.1:{files.port}")
+        extra.setdefault("connect_timeout_s", BROKER_TIMEOUT_S)
+    argv = list(words)
+    for a in arguments(parser):
+        value = extra.pop(a.dest, None)
+        if value is None and a.dest in GIVEN:
+            value = str(paths.get(a.dest, files.given[a.dest]))
+        if value is None and not (a.required or not a.option_strings):
+            continue
+        if value is None:
+            plain = PLAIN_ARGS.get(a.dest, "out")
+            value = str(paths.get(a.dest, files.missing)) if a.dest in FILE_ARGS else plain
+        if a.dest == "inputs" and not a.option_strings:  # cuvil-agent infer: NAME=FILE.npy
+            value = f"x={value}"
+        argv += [value] if not a.option_strings else [_option(a), value]
+    return argv
+
+
+def cases(files: Files) -> Iterator[tuple[str, list[str]]]:
+    """(cli, argv) of every error case of every command."""
+    for cli, words, parser in COMMANDS:
+        acts = arguments(parser)
+        reads = [a for a in acts if a.dest in FILE_ARGS]
+
+        command = functools.partial(argv_for, words, parser, files)
+        # (a) the files it reads do not exist (each optional one too, one at a time)
+        if any(not a.option_strings or a.required for a in reads):
+            yield cli, command({})
+        for a in reads:
+            if a.option_strings and not a.required:
+                yield cli, command({}, {a.dest: str(files.missing)})
+        # (b) a wrong option value, with a valid model so that the value is what fails
+        valid = {"model": files.onnx}
+        yield cli, [*command(valid), "--no-such-option"]
+        for a in acts:
+            if not a.option_strings or a.nargs == 0:
+                continue
+            if a.dest in BAD_VALUES:
+                yield cli, command(valid, {a.dest: BAD_VALUES[a.dest]})
+            elif a.choices or a.type in (int, float):
+                yield cli, command(valid, {a.dest: "bogus"})
+        # (c) malformed models, bundles, configs, keys...; a model directory without a (readable) spec
+        for a in reads:
+            if a.dest in files.garbage and a.dest not in CREATES.get(words, ()):
+                garbage = files.garbage[a.dest]
+                yield cli, command({a.dest: garbage}, {a.dest: str(garbage)} if a.option_strings else None)
+        if any(a.dest == "model" for a in acts):
+            for spec in files.spec_dirs:
+                yield cli, command({"model": spec})
+
+
+def test_arguments_are_known():
+    """Each argument a command requires has a value in the tables (a new one must be added there)."""
+    for cli, words, parser in COMMANDS:
+        for a in arguments(parser):
+            known = FILE_ARGS | set(PLAIN_ARGS) | {"output"}
+            if (a.required or not a.option_strings) and a.dest not in known:
+                pytest.fail(f"{cli} {' '.join(words)}: no test value for required argument {a.dest!r}")
+
+
+def test_every_command_fails_cleanly(files: Files, capsys):
+    """Each case exits with a documented code and one stderr line (or argparse's usage block)."""
+    covered: set[tuple[str, tuple[str, ...]]] = set()
+    failures = []
+    for cli, argv in cases(files):
+        main, _, codes = CLIS[cli]
+        covered |= {(c, w) for c, w, _ in COMMANDS if c == cli and tuple(argv[:len(w)]) == w}
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse, or a usage message of the command's own
+            code = exc.code if isinstance(exc.code, int) else 1
+            if not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+        except Exception as exc:  # collected, so that one run lists every command that fails
+            code = f"uncaught {type(exc).__name__}: {exc}"
+        out, err = capsys.readouterr()
+        lines = [line for line in err.splitlines() if line.strip()]
+        usage = bool(lines) and lines[0].startswith("usage:") and ": error: " in lines[-1]
+        problems = [what for what, bad in (
+            (f"exit {code} not in {sorted(codes)}", code not in codes),
+            (f"{len(lines)} stderr lines", not usage and len(lines) != 1),
+            ("usage block with an exit code other than 2", usage and code != 2),
+            ("a traceback", "Traceback" in out + err)) if bad]
+        if problems:
+            failures.append(f"{cli} {' '.join(argv)}: {', '.join(problems)}\n{err[-1500:]}")
+    assert not failures, "\n\n".join(failures)
+    assert covered == {(cli, words) for cli, words, _ in COMMANDS}
+
+
+@pytest.mark.parametrize(("module", "argv", "code", "line"), [
+    ("cuvil_edge.cli", ["inspect", "missing.cuvil"], 1, "error: FileNotFoundError: "),
+    ("cuvil_edge.cli", ["build", "{onnx}", "--precision", "int8", "-q"], 2,
+     "error: QuantizationError: int8 (static) needs calibration data: give --calib FILE"),
+    ("ota.cli", ["install", "missing.cvb", "--state-dir", "{tmp}/state", "--root", "{tmp}/missing.json"], 1,
+     "error: FileNotFoundError: "),
+], ids=["host-missing-file", "host-int8-without-calib", "agent-missing-root"])
+def test_real_process(files: Files, tmp_path, module: str, argv: list[str], code: int, line: str):
+    """As a user sees it: a separate interpreter, the exit status and the first stderr line."""
+    argv = [a.format(onnx=files.onnx, tmp=tmp_path) for a in argv]
+    proc = subprocess.run([sys.executable, "-m", module, *argv], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert (proc.returncode, len(lines)) == (code, 1) and lines[0].startswith(line), proc.stderr
