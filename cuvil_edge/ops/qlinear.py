@@ -37,7 +37,7 @@ from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import act_c
 from .conv import _infer as conv_infer
-from .conv import conv_geometry, is_depthwise, is_pointwise, kernel_tile
+from .conv import conv_geometry, is_depthwise, is_pointwise, is_pointwise_strided, kernel_tile
 from .registry import OpDef, register
 
 COL_BYTES = 262144  # im2col rows per chunk: about 256 KiB of uint8 patches
@@ -307,8 +307,13 @@ def _pchunk(g: dict[str, int]) -> int:
 
 
 def _col_bytes(g: dict[str, int]) -> int:
-    """im2col rows of one pixel chunk; none for 1x1 convs, whose planes are packed as they lie."""
-    return 0 if is_pointwise(g) else _ceil(_pchunk(g) * _conv_k(g), 64)
+    """im2col rows of one pixel chunk; none for 1x1 convs, whose planes are packed as they lie; strided
+    unpadded 1x1 convs: one image's subsampled planes."""
+    if is_pointwise(g):
+        return 0
+    if is_pointwise_strided(g):
+        return _ceil(g["C"] * g["OH"] * g["OW"], 64)
+    return _ceil(_pchunk(g) * _conv_k(g), 64)
 
 
 def _qconv_scratch(node: Node) -> int:
@@ -322,11 +327,13 @@ def _qconv_scratch(node: Node) -> int:
 def qconv_kernel(g: dict[str, int], xbits: int) -> str:
     """Grammar name of the int8 conv kernel, a pure function of geometry and activation bits: depthwise
     convs run qs8-dwconv, 1x1 stride-1 unpadded ones pack their planes straight into the GEMM panels
-    (qs8-conv1x1-gemm), the rest im2col rows (qs8-conv-im2col-gemm); tile as ``s8_tile``."""
+    (qs8-conv1x1-gemm), strided unpadded 1x1 ones subsample their planes first (qs8-conv1x1-subsample-gemm),
+    the rest im2col rows (qs8-conv-im2col-gemm); tile as ``s8_tile``."""
     x8 = "" if xbits == 7 else "-x8"
     if is_depthwise(g):
         return f"qs8-dwconv{x8}-{kernel_tile(g)}"
-    op = "conv1x1-gemm" if is_pointwise(g) else "conv-im2col-gemm"
+    op = ("conv1x1-gemm" if is_pointwise(g) else "conv1x1-subsample-gemm" if is_pointwise_strided(g)
+          else "conv-im2col-gemm")
     return f"qs8-{op}{x8}-{s8_tile(_pchunk(g))}"
 
 
@@ -358,6 +365,10 @@ def _qconv_emit(node: Node, ctx: EmitContext) -> str:
     if is_pointwise(g):
         return (f"{pre}\nqs8_conv1x1_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['D'] * g['H'] * g['W']}, "
                 f"{operands}, {g['M']}, {g['G']}, {_pchunk(g)}, {xp}, {act_c(node)});")
+    if is_pointwise_strided(g):
+        return (f"{pre}\nqs8_conv1x1_sub_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
+                f"{operands}, {g['M']}, {g['OH']}, {g['OW']}, {g['G']}, {g['sh']}, {g['sw']}, {_pchunk(g)}, "
+                f"{col}, {xp}, {act_c(node)});")
     return (f"{pre}\nqs8_conv2d_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {operands}, "
             f"{_conv_args(g)}, {_pchunk(g)}, {col}, {xp}, {act_c(node)});")
 

@@ -18,8 +18,10 @@ from onnx import TensorProto, helper, numpy_helper
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.ops import conv as conv_op
 from cuvil_edge.ops.conv import WINOGRAD_FLOATS, conv_geometry, uses_direct, uses_winograd, winograd_tiling
+from runtime_wasm.variants import probe_host
 
 OPSET = 17
+TIERS = ("simd128", "relaxed") if probe_host().relaxed_simd else ("simd128",)
 
 
 def build(nodes: list[onnx.NodeProto], inputs: dict[str, Sequence[int]],
@@ -64,6 +66,7 @@ def conv_model(op: str, x_shape: Sequence[int], w_shape: Sequence[int], bias: bo
 
 
 IM2COL, DIRECT, POINTWISE = "f32-conv-im2col-gemm-4x8", "f32-conv-direct-4x8", "f32-conv1x1-gemm-4x8"
+SUBSAMPLE = "f32-conv1x1-subsample-gemm-4x8"
 WINOGRAD, WINOGRAD_S2 = "f32-conv-winograd-f2x2-4x8", "f32-conv-winograd-s2-f2x2-4x8"
 CONV_CASES = {
     "2d-3x3-pad1": ([1, 3, 9, 11], [5, 3, 3, 3], dict(pads=[1, 1, 1, 1]), DIRECT),
@@ -77,6 +80,14 @@ CONV_CASES = {
     "pointwise-1x1": ([2, 16, 5, 5], [12, 16, 1, 1], {}, POINTWISE),
     "pointwise-1x1-groups-1d": ([2, 8, 37], [6, 4, 1], dict(group=2), POINTWISE),
     "1x1-stride2": ([1, 8, 9, 11], [6, 8, 1, 1], dict(strides=[2, 2]), IM2COL),
+    # strided 1x1 from 400 output pixels: odd planes (vector runs plus scalar tails), two images, groups,
+    # 1D, stride 3x2; fewer pixels (7x7 in: 4x4 out) and padded ones keep im2col
+    "1x1-s2-57x57-batch2": ([2, 24, 57, 57], [20, 24, 1, 1], dict(strides=[2, 2]), SUBSAMPLE),
+    "1x1-s2-groups": ([1, 8, 41, 39], [6, 4, 1, 1], dict(strides=[2, 2], group=2), SUBSAMPLE),
+    "1x1-s2-1d": ([2, 8, 801], [6, 8, 1], dict(strides=[2]), SUBSAMPLE),
+    "1x1-s3x2": ([1, 8, 61, 45], [6, 8, 1, 1], dict(strides=[3, 2]), SUBSAMPLE),
+    "1x1-s2-7x7": ([1, 32, 7, 7], [36, 32, 1, 1], dict(strides=[2, 2]), IM2COL),
+    "1x1-s2-pad1": ([1, 8, 9, 11], [6, 8, 1, 1], dict(strides=[2, 2], pads=[1, 1, 1, 1]), IM2COL),
     "channel-multiplier-2": ([1, 3, 8, 8], [6, 1, 3, 3], dict(group=3, pads=[1, 1, 1, 1]), DIRECT),
     # direct: several 8-pixel panels per row plus a narrow last one, rows of 4 output channels plus a
     # remainder, wide asymmetric pads, the 1D dilated shape of audio nets, and both sides of the choice
@@ -115,6 +126,27 @@ def test_conv(case: str, bias: bool) -> None:
     m = compile_and_check(conv_model("Conv", x, w, bias=bias, **attrs))
     assert m.compiled is not None
     assert list(m.compiled.kernels.values()) == [expected]
+
+
+STRIDED_1X1 = [c for c, v in CONV_CASES.items() if v[3] == SUBSAMPLE]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_strided_1x1_equals_the_im2col_path(tier: str) -> None:
+    """Subsampling the planes, then the in-place 1x1 GEMM, gives the bits im2col + GEMM gave, per tier."""
+    for case in STRIDED_1X1:
+        x, w, attrs, _ = CONV_CASES[case]
+        model = conv_model("Conv", x, w, **attrs)
+        feeds = {"x": np.random.default_rng(7).standard_normal(x).astype(np.float32)}
+        target = Target(tier, probe_host().family)
+        new = CuvilModel.load(model).optimize(targets=[target])
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(conv_op, "is_pointwise_strided", lambda g: False)
+            old = CuvilModel.load(model).optimize(targets=[target])
+            assert list(old.compiled.kernels.values()) == [IM2COL], case
+            want = old.predict(feeds)["y"]
+        assert list(new.compiled.kernels.values()) == [SUBSAMPLE], case
+        np.testing.assert_array_equal(new.predict(feeds)["y"], want, err_msg=case)
 
 
 @pytest.mark.parametrize(("cin", "cout", "k", "stride", "group", "size", "direct"), [

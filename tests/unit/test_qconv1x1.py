@@ -1,5 +1,6 @@
 """Quantized 1x1 convolution (``qs8-conv1x1-gemm``: the uint8 planes packed straight into the GEMM's
-activation panels, no im2col): the kernel each geometry gets, the exact integer math in both tiers,
+activation panels, no im2col; strided unpadded ones subsample their planes first,
+``qs8-conv1x1-subsample-gemm``): the kernel each geometry gets, the exact integer math in both tiers,
 equality with the im2col path it replaced, and onnxruntime's QDQ and QLinearConv models within one
 output step.
 
@@ -40,10 +41,23 @@ CASES: dict[str, tuple[list[int], int, int, tuple[float, float] | None, str]] = 
     "c10-m6-g2": ([1, 10, 9, 11], 6, 2, (0.0, 6.0), "qs8-conv1x1-gemm-8x4"),
     "c48-m11-2chunks": ([1, 48, 75, 75], 11, 1, None, "qs8-conv1x1-gemm-8x4"),
     "1d-c6-m9": ([1, 6, 30], 9, 1, (0.0, 6.0), "qs8-conv1x1-gemm-8x4"),
+    # strided (STRIDES): the planes subsampled once, then the same packing; odd planes (57x57, 7x7: the
+    # 16-byte de-interleave plus scalar tails), two images, groups, GEMV-sized output, 1D, stride 3x2
+    "s2-c8-m6-9x9": ([1, 8, 9, 9], 6, 1, None, "qs8-conv1x1-subsample-gemm-8x4"),
+    "s2-c16-m12-57x57-batch2": ([2, 16, 57, 57], 12, 1, (0.0, 6.0), "qs8-conv1x1-subsample-gemm-8x4"),
+    "s2-c16-m20-56x56": ([1, 16, 56, 56], 20, 1, None, "qs8-conv1x1-subsample-gemm-8x4"),
+    "s2-c40-m24-7x7": ([1, 40, 7, 7], 24, 1, (0.0, 6.0), "qs8-conv1x1-subsample-gemm-8x4"),
+    "s2-c10-m6-g2-2x3": ([1, 10, 2, 3], 6, 2, None, "qs8-conv1x1-subsample-gemm-8x1"),
+    "s2-1d-c6-m9": ([2, 6, 45], 9, 1, (0.0, 6.0), "qs8-conv1x1-subsample-gemm-8x4"),
+    "s3x2-c8-m7-10x70": ([1, 8, 10, 70], 7, 1, None, "qs8-conv1x1-subsample-gemm-8x4"),
 }
-#: 1x1 convs that are not stride 1 and unpadded keep the im2col path: name -> (shape, strides, pads, kernel)
+#: strides of the strided cases above (the rest stride 1), all unpadded
+STRIDES = {"s2-c8-m6-9x9": [2, 2], "s2-c16-m12-57x57-batch2": [2, 2], "s2-c16-m20-56x56": [2, 2],
+           "s2-c40-m24-7x7": [2, 2], "s2-c10-m6-g2-2x3": [2, 2], "s2-1d-c6-m9": [2],
+           "s3x2-c8-m7-10x70": [3, 2]}
+#: padded 1x1 convs keep the im2col path: name -> (shape, strides, pads, kernel)
 IM2COL_CASES = {
-    "s2": ([1, 8, 9, 9], [2, 2], [0, 0, 0, 0], "qs8-conv-im2col-gemm-8x4"),
+    "s2-pad1": ([1, 8, 9, 9], [2, 2], [1, 1, 1, 1], "qs8-conv-im2col-gemm-8x4"),
     "pad1": ([1, 8, 5, 5], [1, 1], [1, 1, 1, 1], "qs8-conv-im2col-gemm-8x4"),
 }
 
@@ -60,9 +74,9 @@ def _input(name: str, shape: list[int]) -> np.ndarray:
 
 def conv_model(cases: dict[str, tuple], im2col_cases: dict[str, tuple]) -> onnx.ModelProto:
     """One 1x1 Conv (bias) per case on input ``x_<name>``, then Clip(lo, hi) when the case has bounds;
-    the im2col cases (stride 2, padding) follow with 6 output channels."""
+    the im2col cases (padding) follow with 6 output channels."""
     nodes, inits, ins, outs = [], [], [], []
-    spec = {k: (v[0], v[1], v[2], v[3], [1] * (len(v[0]) - 2), [0] * (2 * len(v[0]) - 4))
+    spec = {k: (v[0], v[1], v[2], v[3], STRIDES.get(k, [1] * (len(v[0]) - 2)), [0] * (2 * len(v[0]) - 4))
             for k, v in cases.items()}
     spec |= {k: (shape, 6, 1, None, strides, pads) for k, (shape, strides, pads, _) in im2col_cases.items()}
     for name, (shape, m, groups, clip, strides, pads) in spec.items():
@@ -84,9 +98,11 @@ def conv_model(cases: dict[str, tuple], im2col_cases: dict[str, tuple]) -> onnx.
 def reference(name: str, x: np.ndarray, s: float, z: int) -> np.ndarray:
     """The kernel's math in numpy: 7-bit input (ONNX QuantizeLinear: scale s, zero point z), int8
     per-channel weights, exact per-group sums of w * (xq - z), then the qs8 epilogue
-    f32(sum) * f32(ws * s) + bias, each an f32 rounding, and the fused Clip."""
+    f32(sum) * f32(ws * s) + bias, each an f32 rounding, and the fused Clip; strided cases subsample x."""
     shape, m, groups, clip, _ = CASES[name]
     w, b = _weights(name, shape[1], m, groups)
+    x = x[(..., *(slice(None, None, st) for st in STRIDES.get(name, [])))]
+    shape = [*shape[:2], *x.shape[2:]]
     n, c = shape[:2]
     xq = np.clip(np.rint(x / np.float32(s)) + z, 0, 127).astype(np.int64) - z
     xq = xq.reshape(n, groups, c // groups, -1)
@@ -128,7 +144,7 @@ def results(quantized) -> dict[str, tuple[dict[str, str], dict[str, np.ndarray]]
 @pytest.mark.parametrize("name", sorted(CASES) + sorted(IM2COL_CASES))
 def test_kernel_choice(results, name: str) -> None:
     """1x1 stride-1 unpadded convs (any channels, groups, 1D/2D) run qs8-conv1x1-gemm, tiled 8x1 below 4
-    pixels; strided or padded 1x1 convs keep im2col (NAMING.md)."""
+    pixels; strided unpadded ones qs8-conv1x1-subsample-gemm; padded 1x1 convs keep im2col (NAMING.md)."""
     kernels, _ = results[TIERS[0]]
     assert kernels[f"pw_{name}"] == {**CASES, **IM2COL_CASES}[name][-1]
 
@@ -161,6 +177,7 @@ def test_equals_the_im2col_path(quantized, results, tier: str) -> None:
     q, xs, _ = quantized
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(qlinear, "is_pointwise", lambda g: False)
+        mp.setattr(qlinear, "is_pointwise_strided", lambda g: False)
         kernels, old = _run(q, xs, tier)
     assert {kernels[f"pw_{name}"] for name in CASES} == {f"qs8-conv-im2col-gemm-8x{t}" for t in (1, 4)}
     _, new = results[tier]
@@ -169,7 +186,8 @@ def test_equals_the_im2col_path(quantized, results, tier: str) -> None:
 
 
 # -- onnxruntime's quantized models: 8-bit activations, the x8 kernels ----------------------------------
-ORT_CASES = {k: CASES[k] for k in ("c7-m13-5x9", "c17-m9-batch2", "c24-m144-56x56", "c10-m6-g2")}
+ORT_CASES = {k: CASES[k] for k in ("c7-m13-5x9", "c17-m9-batch2", "c24-m144-56x56", "c10-m6-g2",
+                                   "s2-c16-m12-57x57-batch2")}
 # QOperator only with reduce_range: without it onnxruntime has no exact reference (see test_prequantized)
 ORT_FORMATS = [("QDQ", True, "QUInt8"), ("QDQ", False, "QInt8"), ("QOperator", True, "QUInt8")]
 
@@ -212,7 +230,8 @@ def test_onnxruntime_quantized_models(tmp_path, fmt: str, reduce_range: bool, ac
         m.optimize(targets=[Target(TIERS[-1], probe_host().family)])
         assert m.compiled is not None
         ops = {n.name: n.op for n in m.compiled.graph.nodes}
-        assert {k for n, k in m.compiled.kernels.items() if ops[n] == "qconv"} == {"qs8-conv1x1-gemm-x8-8x4"}
+        assert {k for n, k in m.compiled.kernels.items() if ops[n] == "qconv"} == {
+            "qs8-conv1x1-gemm-x8-8x4", "qs8-conv1x1-subsample-gemm-x8-8x4"}
         for seed in (100, 101, 102):
             x = feeds(seed)
             ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, x)))

@@ -82,6 +82,38 @@ KERNEL void f32_conv1x1(const float* x, int N, int C, int P, const float* w, con
                   8, P, y + ((size_t)n * M + (size_t)g * Mg) * P, P, bias ? bias + g * Mg : 0, 0, act);
 }
 
+/* Every sw-th pixel of every sh-th row of C planes (H x W) into dst (C x OH x OW, contiguous): stride 2
+ * de-interleaves 8 floats into 4 per step (loads stay inside the row), stride 1 copies vectors, other
+ * strides and row tails go one pixel at a time. */
+static void f32_subsample_planes(const float* x, int C, int H, int W, int sh, int sw, int OH, int OW,
+                                 float* dst) {
+  for (int c = 0; c < C; c++) {
+    const float* xc = x + (size_t)c * H * W;
+    for (int oy = 0; oy < OH; oy++, dst += OW) {
+      const float* row = xc + (size_t)oy * sh * W;
+      int ox = 0;
+      if (sw == 2)
+        for (; ox + 3 < OW && 2 * ox + 7 < W; ox += 4)
+          VSTORE(dst + ox, wasm_i32x4_shuffle(VLOAD(row + 2 * ox), VLOAD(row + 2 * ox + 4), 0, 2, 4, 6));
+      else if (sw == 1)
+        for (; ox + 3 < OW; ox += 4) VSTORE(dst + ox, VLOAD(row + ox));
+      for (; ox < OW; ox++) dst[ox] = row[(size_t)ox * sw];
+    }
+  }
+}
+
+/* 1x1, unpadded, strided: per image the input planes are subsampled once into scratch (C x OH x OW
+ * floats), which f32_conv1x1 then reads in place as B. The GEMM sees the values im2col would pack, in
+ * the same k order, so the same bits. */
+KERNEL void f32_conv1x1_sub(const float* x, int N, int C, int H, int W, const float* w, const float* bias,
+                            float* y, int M, int OH, int OW, int G, int sh, int sw, float* scratch, Act act) {
+  const int P = OH * OW;
+  for (int n = 0; n < N; n++) {
+    f32_subsample_planes(x + (size_t)n * C * H * W, C, H, W, sh, sw, OH, OW, scratch);
+    f32_conv1x1(scratch, 1, C, P, w, bias, y + (size_t)n * M * P, M, G, act);
+  }
+}
+
 /* Full convolution: N images, G groups, M output channels (M/G per group); weights per group packed
  * in 4-row panels ([ceil(Mg/4)][K][4], see f32_gemm_pa) at build time. */
 KERNEL void f32_conv2d(const float* x, int N, int C, int H, int W, const float* w, const float* bias,

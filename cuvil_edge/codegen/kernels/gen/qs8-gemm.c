@@ -362,6 +362,25 @@ static __attribute__((noinline)) void qs8_loop_relaxed_8x1(int K4, const int8_t*
 }
 
 #endif
+/* Every sw-th byte of every sh-th row of C uint8 planes (H x W) into dst (C x OH x OW, contiguous): stride
+ * 2 keeps the even bytes of 32 per step (loads stay inside the row), other strides and row tails go one
+ * byte at a time. For the strided 1x1 convs (qs8_conv1x1_sub). */
+static void qu8_subsample_planes(const uint8_t* x, int C, int H, int W, int sh, int sw, int OH, int OW,
+                                 uint8_t* dst) {
+  for (int c = 0; c < C; c++) {
+    const uint8_t* xc = x + (size_t)c * H * W;
+    for (int oy = 0; oy < OH; oy++, dst += OW) {
+      const uint8_t* row = xc + (size_t)oy * sh * W;
+      int ox = 0;
+      if (sw == 2)
+        for (; ox + 15 < OW && 2 * ox + 31 < W; ox += 16)
+          VSTORE(dst + ox, wasm_i8x16_shuffle(VLOAD(row + 2 * ox), VLOAD(row + 2 * ox + 16), 0, 2, 4, 6, 8, 10,
+                                              12, 14, 16, 18, 20, 22, 24, 26, 28, 30));
+      for (; ox < OW; ox++) dst[ox] = row[(size_t)ox * sw];
+    }
+  }
+}
+
 /* One 8-row panel x NT tokens: out[t] = rows 0-3 of token t, out[NT + t] = rows 4-7. */
 INLINE void qs8_tile_x7_8x4(int K4, const int8_t* w, const uint8_t* xp, v128_t* out) {
 #if CUVIL_RELAXED && 7 == 7
@@ -467,6 +486,20 @@ KERNEL void qs8_conv1x1_x7(const uint8_t* xq, int N, int C, int P, const int8_t*
       }
 }
 
+/* 1x1 convolution, unpadded, strided (any groups): per image the uint8 planes are subsampled once into sub
+ * (C x OH x OW bytes), then qs8_conv1x1 packs them as they lie. The GEMM meets the bytes im2col would
+ * write, in the same panels, so the same bits. */
+KERNEL void qs8_conv1x1_sub_x7(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
+                                 const int32_t* wsum, const float* ws, const float* bias, const float* xs,
+                                 const int32_t* xz, float* y, int M, int OH, int OW, int G, int sh, int sw,
+                                 int pchunk, uint8_t* sub, uint8_t* xp, Act act) {
+  const int P = OH * OW;
+  for (int n = 0; n < N; n++) {
+    qu8_subsample_planes(xq + (size_t)n * C * H * W, C, H, W, sh, sw, OH, OW, sub);
+    qs8_conv1x1_x7(sub, 1, C, P, w, wsum, ws, bias, xs, xz, y + (size_t)n * M * P, M, G, pchunk, xp, act);
+  }
+}
+
 /* One 8-row panel x NT tokens: out[t] = rows 0-3 of token t, out[NT + t] = rows 4-7. */
 INLINE void qs8_tile_x8_8x4(int K4, const int8_t* w, const uint8_t* xp, v128_t* out) {
 #if CUVIL_RELAXED && 8 == 7
@@ -570,6 +603,20 @@ KERNEL void qs8_conv1x1_x8(const uint8_t* xq, int N, int C, int P, const int8_t*
                              ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, 1,
                              act);
       }
+}
+
+/* 1x1 convolution, unpadded, strided (any groups): per image the uint8 planes are subsampled once into sub
+ * (C x OH x OW bytes), then qs8_conv1x1 packs them as they lie. The GEMM meets the bytes im2col would
+ * write, in the same panels, so the same bits. */
+KERNEL void qs8_conv1x1_sub_x8(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
+                                 const int32_t* wsum, const float* ws, const float* bias, const float* xs,
+                                 const int32_t* xz, float* y, int M, int OH, int OW, int G, int sh, int sw,
+                                 int pchunk, uint8_t* sub, uint8_t* xp, Act act) {
+  const int P = OH * OW;
+  for (int n = 0; n < N; n++) {
+    qu8_subsample_planes(xq + (size_t)n * C * H * W, C, H, W, sh, sw, OH, OW, sub);
+    qs8_conv1x1_x8(sub, 1, C, P, w, wsum, ws, bias, xs, xz, y + (size_t)n * M * P, M, G, pchunk, xp, act);
+  }
 }
 
 /* y = (x - zp) * scale over n uint8 values (ONNX DequantizeLinear, per tensor). */
