@@ -57,14 +57,15 @@ class ModuleCache:
         self.rejected = 0  # entries that failed authentication or deserialization (deleted and recompiled)
         self._key: bytes | None = None
 
-    def key(self, wasm: bytes, config: EngineConfig) -> str:
+    def key(self, wasm: bytes, config: EngineConfig, wasm_sha256: bytes | None = None) -> str:
+        """``wasm_sha256``: the module's digest when the caller already has it (one hash per load)."""
         h = hashlib.sha256(config.fingerprint().encode())
-        h.update(hashlib.sha256(wasm).digest())
+        h.update(wasm_sha256 or hashlib.sha256(wasm).digest())
         return h.hexdigest()
 
-    def load(self, wasm: bytes, config: EngineConfig) -> wasmtime.Module:
+    def load(self, wasm: bytes, config: EngineConfig, wasm_sha256: bytes | None = None) -> wasmtime.Module:
         engine = engine_for(config)
-        name = self.key(wasm, config)
+        name = self.key(wasm, config, wasm_sha256)
         path = self.directory / f"{name}.cwasm"
         secret = self._secret()
         if secret is not None:

@@ -23,10 +23,11 @@ def instantiate(spec: ModelSpec, wasm: bytes, weights: Weights, variant: Variant
     """Check the module against the spec's hash, compile it (cached) and instantiate it; the weights
     (bytes, or a file read straight into linear memory) are checked against the spec's hash as they are
     copied in. ``deterministic``: the engine settings of determinism mode (``EngineConfig``)."""
-    if variant.sha256 and hashlib.sha256(wasm).hexdigest() != variant.sha256:
+    digest = hashlib.sha256(wasm).digest()  # checked here, and the cache key: hashed once
+    if variant.sha256 and digest.hex() != variant.sha256:
         raise SpecError(f"module for variant {variant.name!r} does not match its recorded sha256")
     config = EngineConfig(variant.tier, deterministic=deterministic)
-    module = (cache or ModuleCache()).load(wasm, config)
+    module = (cache or ModuleCache()).load(wasm, config, digest)
     return WasmModel(engine_for(config), module, spec, weights, memory_limit=memory_limit,
                      weights_sha256=spec.weights_sha256)
 

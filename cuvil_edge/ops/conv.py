@@ -204,6 +204,13 @@ def winograd_s2_weights(w: np.ndarray) -> np.ndarray:
                            for xi, slots in enumerate(WINOGRAD_S2_SLOTS)])
 
 
+
+#: (predicate, kernel name, C function, weight transform) of the Winograd kernels, in order of preference
+WINOGRAD_KERNELS = (
+    (uses_winograd, "f32-conv-winograd-f2x2-4x8", "f32_conv2d_winograd", winograd_weights),
+    (uses_winograd_s2, "f32-conv-winograd-s2-f2x2-4x8", "f32_conv2d_winograd_s2", winograd_s2_weights),
+)
+
 def _direct_scratch_floats(g: dict[str, int]) -> int:
     """Tap offsets (K ints, rounded to a vector), then the padded copy when there is padding."""
     hp, wp = padded_plane(g)
@@ -228,7 +235,7 @@ def _scratch(node: Node) -> int:
         return 0
     if uses_subsample_1x1(g):  # one image's subsampled planes
         return g["C"] * g["OH"] * g["OW"] * 4
-    if uses_winograd(g) or uses_winograd_s2(g):
+    if any(uses(g) for uses, *_ in WINOGRAD_KERNELS):
         return _winograd_scratch_floats(g) * 4
     if uses_direct(g):
         return _direct_scratch_floats(g) * 4
@@ -251,20 +258,14 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         return (f"f32_dwconv_{dwconv_variant(g)}({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
                 f"{wf}, {bias}, {ctx.ptr(y)}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, "
                 f"{g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {act_c(node)});")
-    if uses_winograd(g):
-        ctx.use_kernel("f32-conv-winograd-f2x2-4x8")
-        twp, rows = winograd_tiling(g)
-        u = ctx.weight(winograd_weights(w.const))
-        return (f"f32_conv2d_winograd({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {u}, {bias}, "
-                f"{ctx.ptr(y)}, {g['M']}, {g['OH']}, {g['OW']}, {g['pt']}, {g['pl']}, {twp}, {rows}, "
-                f"{ctx.scratch()}, {act_c(node)});")
-    if uses_winograd_s2(g):
-        ctx.use_kernel("f32-conv-winograd-s2-f2x2-4x8")
-        twp, rows = winograd_tiling(g)
-        u = ctx.weight(winograd_s2_weights(w.const))
-        return (f"f32_conv2d_winograd_s2({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {u}, {bias}, "
-                f"{ctx.ptr(y)}, {g['M']}, {g['OH']}, {g['OW']}, {g['pt']}, {g['pl']}, {twp}, {rows}, "
-                f"{ctx.scratch()}, {act_c(node)});")
+    for uses, kernel, fn, transform in WINOGRAD_KERNELS:
+        if uses(g):
+            ctx.use_kernel(kernel)
+            twp, rows = winograd_tiling(g)
+            u = ctx.weight(transform(w.const))
+            return (f"{fn}({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {u}, {bias}, {ctx.ptr(y)}, "
+                    f"{g['M']}, {g['OH']}, {g['OW']}, {g['pt']}, {g['pl']}, {twp}, {rows}, {ctx.scratch()}, "
+                    f"{act_c(node)});")
     chunk = pixel_chunk(g)
     # weights are the GEMM's A operand: packed in 4-row panels per group at build time
     w2 = w.const.astype(np.float32).reshape(g["M"], -1)

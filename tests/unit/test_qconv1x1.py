@@ -14,6 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx import shape_inference as si
+from ort_quantized import check_ort_quantized
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.compiler import optimize_graph
@@ -197,44 +198,7 @@ def test_onnxruntime_quantized_models(tmp_path, fmt: str, reduce_range: bool, ac
     """onnxruntime's quantize_static output (per-channel int8 weights, QDQ or QLinearConv) runs on
     qs8-conv1x1-gemm-x8 and matches onnxruntime within one step of each output's quantizer, on inputs
     unseen in calibration."""
-    ort = pytest.importorskip("onnxruntime")
-    oq = pytest.importorskip("onnxruntime.quantization")
-    src, dst = tmp_path / "f32.onnx", tmp_path / "q.onnx"
-    onnx.save(conv_model(ORT_CASES, {}), src)
     shapes = {f"x_{k}": v[0] for k, v in ORT_CASES.items()}
-
-    def feeds(seed: int) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng(seed)
-        return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
-
-    class Reader(oq.CalibrationDataReader):
-        def __init__(self) -> None:
-            self._it = iter([feeds(i) for i in range(8)])
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self._it, None)
-
-    oq.quantize_static(str(src), str(dst), Reader(), quant_format=getattr(oq.QuantFormat, fmt),
-                       per_channel=True, activation_type=getattr(oq.QuantType, act),
-                       reduce_range=reduce_range)
-    so = ort.SessionOptions()
-    if not reduce_range:  # its optimized u8 x s8 kernels saturate int16 pair sums: use the reference run
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(str(dst), so, providers=["CPUExecutionProvider"])
-    qmodel = onnx.load(dst)
-    inits = {i.name: numpy_helper.to_array(i) for i in qmodel.graph.initializer}
-    outputs = {o.name for o in qmodel.graph.output}
-    step = {n.output[0]: float(inits[n.input[1]]) for n in qmodel.graph.node
-            if n.op_type == "DequantizeLinear" and n.output[0] in outputs}
-    with CuvilModel.load(dst) as m:
-        m.optimize(targets=[Target(TIERS[-1], probe_host().family)])
-        assert m.compiled is not None
-        ops = {n.name: n.op for n in m.compiled.graph.nodes}
-        assert {k for n, k in m.compiled.kernels.items() if ops[n] == "qconv"} == {
-            "qs8-conv1x1-gemm-x8-8x4", "qs8-conv1x1-subsample-gemm-x8-8x4"}
-        for seed in (100, 101, 102):
-            x = feeds(seed)
-            ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, x)))
-            got = m.predict(x)
-            for name in ref:
-                assert np.abs(got[name] - ref[name]).max() <= step[name] * 1.001, (name, step[name])
+    model = conv_model(ORT_CASES, {})
+    kernels = check_ort_quantized(tmp_path, model, shapes, fmt, reduce_range, act, TIERS[-1])
+    assert kernels == {"qs8-conv1x1-gemm-x8-8x4", "qs8-conv1x1-subsample-gemm-x8-8x4"}, kernels
