@@ -552,7 +552,9 @@ class Installer:
             self._remove(inactive)
         try:
             active = self._slot_manifest(self.active_dir())
-        except (CorruptSlot, NoActiveModel) as exc:
+        except NoActiveModel:  # nothing installed yet: nothing to catch up with
+            return
+        except CorruptSlot as exc:
             log.warning("recovery: %s", exc)
             return
         trust = self._fresh_trust()
