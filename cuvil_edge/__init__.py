@@ -6,16 +6,22 @@ from .errors import (
     CuvilError,
     GraphVerificationError,
     InputError,
+    MissingPretrainedFile,
     ModelFormatError,
+    NotInCache,
+    PretrainedError,
     ShapeError,
     TargetError,
     ToolchainError,
+    UnknownTask,
     UnsupportedOperator,
+    VocabularyMismatch,
 )
 from .model import CuvilModel
 
 __all__ = [
     "ALL_TARGETS", "CompiledModel", "CuvilError", "CuvilModel", "GraphVerificationError", "InputError",
-    "ModelFormatError", "ShapeError", "Target", "TargetError", "ToolchainError", "UnsupportedOperator",
+    "MissingPretrainedFile", "ModelFormatError", "NotInCache", "PretrainedError", "ShapeError", "Target",
+    "TargetError", "ToolchainError", "UnknownTask", "UnsupportedOperator", "VocabularyMismatch",
     "compile_graph", "optimize_graph",
 ]

@@ -71,19 +71,54 @@ def _human(n: float) -> str:
     return str(n)
 
 
-def cmd_build(args: argparse.Namespace) -> int:
+#: what a missing model argument with one of these names was meant to be: a file, not a hub id
+MODEL_FILE_SUFFIXES = (".onnx", ".tflite", ".cuvil", ".cvb")
+
+
+def _is_pretrained(source: str) -> bool:
+    """A Hugging Face-layout directory or a hub id (``from_pretrained``), rather than a model file."""
+    path = Path(source)
+    return path.is_dir() or (not path.exists() and path.suffix.lower() not in MODEL_FILE_SUFFIXES)
+
+
+def _load(args: argparse.Namespace):
+    """The model the command names: a model file, or a directory / hub id with its processing."""
     from .model import CuvilModel
 
+    shapes = _parse_shapes(args.input_shape)
+    if _is_pretrained(args.model):
+        return CuvilModel.from_pretrained(args.model, task=args.task, input_shapes=shapes,
+                                          revision=args.revision)
+    return CuvilModel.load(args.model, input_shapes=shapes)
+
+
+def _calibration(path: str | None, pretrained: bool):
+    """``--calib``: .npz/.npy data, or for a model with processing a .txt of texts (or image paths), one
+    per line."""
+    if path is None or not (pretrained and path.endswith(".txt")):
+        return path
+    return [line for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def cmd_build(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     def say(msg: str) -> None:
         if not args.quiet:
             print(f"  [{time.perf_counter() - t0:6.2f}s] {msg}", flush=True)
 
     say(f"import {args.model}")
-    model = CuvilModel.load(args.model, input_shapes=_parse_shapes(args.input_shape))
+    model = _load(args)
+    if model.processing is not None:
+        say(f"processing: {model.processing.summary()}")
     model.optimize(precision=args.precision, targets=_targets(args.targets), progress=say,
-                   calibration=args.calib, accuracy_budget=args.accuracy_budget, profiles=profile_names(args))
-    out = Path(args.output or Path(args.model).with_suffix(".cuvil"))
+                   calibration=_calibration(args.calib, model.processing is not None),
+                   accuracy_budget=args.accuracy_budget, profiles=profile_names(args))
+    source = Path(args.model.rstrip("/"))
+    default = source.with_suffix(".cuvil")
+    if _is_pretrained(args.model):  # DIR.cuvil beside a directory; NAME.cuvil here for a hub id ORG/NAME
+        name = f"{source.name}.cuvil"
+        default = source.with_name(name) if source.is_dir() else Path(name)
+    out = Path(args.output or default)
     model.save(out)
     spec = model.spec
     print(f"built {out} in {time.perf_counter() - t0:.2f}s: {len(spec.extra['nodes'])} nodes, "
@@ -159,18 +194,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from runtime_wasm.processing import PROCESSING_FILE, Processor
     from runtime_wasm.spec import ModelSpec
 
     path = Path(args.model)
-    if path.is_dir():
+    processing = None
+    if (path / "model.json").is_file():
         spec = ModelSpec.from_json((path / "model.json").read_bytes())
+        if (path / PROCESSING_FILE).is_file():
+            processing = Processor.from_dir(path).config
     else:
-        from .model import CuvilModel
-
-        model = CuvilModel.load(path, input_shapes=_parse_shapes(args.input_shape))
+        model = _load(args)
         model.optimize(targets=[_first_target()])
         assert model.compiled is not None
-        spec = model.compiled.spec
+        spec, processing = model.compiled.spec, model.processing
     print(f"model {spec.name}: weights {_human(spec.weights_size)}, arena {_human(spec.arena_size)}")
     for kind, tensors in (("input", spec.inputs), ("output", spec.outputs)):
         for t in tensors:
@@ -186,6 +223,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if "quantization" in spec.extra:
         _print_quant(spec.extra["quantization"])
     print("variants: " + ", ".join(f"{v.name} ({_human(v.size)})" for v in spec.variants))
+    if processing is not None:
+        print(f"processing: {processing.summary()}")
     return 0
 
 
@@ -278,18 +317,29 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_pretrained_args(p: argparse.ArgumentParser) -> None:
+    from .pretrained import TASK_ALIASES
+
+    p.add_argument("--task", choices=sorted(TASK_ALIASES),
+                   help="for a directory or hub id: the task (default: from its config.json)")
+    p.add_argument("--revision", help="for a hub id: branch, tag or commit (default: main)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cuvil-edge",
                                  description="Compile ONNX models to WASM-SIMD and run them.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    b = sub.add_parser("build", help="compile an ONNX model into a model directory (spec, modules, weights)")
-    b.add_argument("model")
+    b = sub.add_parser("build", help="compile an ONNX model, or a Hugging Face-layout directory or hub id "
+                       "with its processing, into a model directory (spec, modules, weights)")
+    b.add_argument("model", help="an .onnx file, a Hugging Face-layout directory or a hub id")
+    add_pretrained_args(b)
     b.add_argument("-o", "--output", help="output directory (default: MODEL.cuvil)")
     b.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
     b.add_argument("--precision", default="fp32",
                    choices=("fp32", "fp16", "int8", "int8-dynamic", "int4", "mixed"))
-    b.add_argument("--calib", help="calibration data: .npz (by input name), or a directory of .npy/.npz")
+    b.add_argument("--calib", help="calibration data: .npz (by input name), or a directory of .npy/.npz; "
+                   "for a directory or hub id also a .txt of texts (or image paths), one per line")
     b.add_argument("--accuracy-budget", type=float, default=0.01,
                    help="mixed: allowed top-1 disagreement (or 1 - cosine) vs fp32 on the calibration data")
     b.add_argument("--report", help="write the quantization report (JSON) here and print it")
@@ -309,8 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run)
 
     i = sub.add_parser("inspect", help="ops, shapes, memory plan and kernel per node")
-    i.add_argument("model", help="an .onnx file or a built model directory")
+    i.add_argument("model", help="an .onnx file, a built model directory, a Hugging Face-layout directory "
+                   "or a hub id")
     i.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    add_pretrained_args(i)
     i.set_defaults(fn=cmd_inspect)
 
     p = sub.add_parser("profile", help="time every node of a model in wasmtime (a profiling build)")

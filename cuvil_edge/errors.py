@@ -49,3 +49,23 @@ class TargetError(CuvilError):
 class QuantizationError(CuvilError, ValueError):
     """A precision, observer or option the quantizer does not know, or calibration data that is missing,
     unreadable or does not fit the model's inputs (a ``ValueError`` too, as before it had a class)."""
+
+
+class PretrainedError(CuvilError):
+    """A Hugging Face-layout model directory or hub id cannot be turned into a model with processing."""
+
+
+class MissingPretrainedFile(PretrainedError, ModelFormatError):
+    """The directory lacks a file the task needs (config.json, the ONNX export, tokenizer.json, ...)."""
+
+
+class UnknownTask(PretrainedError):
+    """The task was neither given nor inferable from config.json, or is not one cuvil-edge processes."""
+
+
+class NotInCache(PretrainedError):
+    """A hub id is not in the local Hugging Face cache and could not be downloaded (offline)."""
+
+
+class VocabularyMismatch(PretrainedError):
+    """The tokenizer can emit ids past the end of the model's embedding table."""

@@ -16,13 +16,15 @@ import numpy as np
 
 from device_profiles import available_profiles, load_profile
 from runtime_wasm import InferenceInputError, ModelSpec, ModuleCache, RuntimeWasmError, WasmModel
+from runtime_wasm.errors import ProcessingError
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE, instantiate
+from runtime_wasm.processing import ProcessingConfig, Processor, Result
 from runtime_wasm.variants import probe_host, select_variant
 
 from .buildcache import BuildCache, build_key, data_digest
 from .codegen.toolchain import ALL_TARGETS, Target
-from .compiler import CompiledModel, compile_graph, optimize_graph
-from .errors import InputError, QuantizationError, TargetError
+from .compiler import CompiledModel, compile_graph, index_bounds, optimize_graph
+from .errors import InputError, QuantizationError, TargetError, VocabularyMismatch
 from .ir.graph import Graph
 
 if TYPE_CHECKING:
@@ -51,6 +53,8 @@ class CuvilModel:
         self._instance: WasmModel | None = None
         self._optimized = False
         self.build_cache_hit = False
+        #: texts or images in, typed results out (``from_pretrained``); None: tensors only
+        self.processor: Processor | None = None
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -68,6 +72,37 @@ class CuvilModel:
         digest = hashlib.sha256(json.dumps([hashlib.sha256(data).hexdigest(), shapes, name]).encode())
         source = data if isinstance(path, (str, os.PathLike, bytes, bytearray)) else path
         return cls(import_onnx(source, input_shapes, name=name), digest.hexdigest())
+
+    @classmethod
+    def from_pretrained(cls, path_or_id: str | os.PathLike[str], task: str | None = None,
+                        input_shapes: Mapping[str, Sequence[int]] | None = None,
+                        revision: str | None = None) -> CuvilModel:
+        """A Hugging Face-layout directory or hub id (``cuvil_edge.pretrained``): its ONNX export with
+        static shapes (batch 1, sequence up to 128 unless ``input_shapes`` say otherwise) and the
+        processing that lets ``predict`` take texts or images; ``save`` writes it beside the model, so it
+        travels in the signed bundle. ``task`` defaults to what config.json says."""
+        from .pretrained import load_source
+
+        source = load_source(path_or_id, task, input_shapes, revision)
+        model = cls.load(source.onnx_path, input_shapes=source.input_shapes)
+        graph = model._graph
+        model.processor = Processor(source.processing, source.files,
+                                    {v.name: (v.type.shape, v.type.dtype) for v in graph.inputs})
+        text = source.processing.text
+        if text is not None:
+            ids = next(v for v in graph.inputs if v.name == text["inputs"]["input_ids"])
+            table = index_bounds(graph).get(id(ids))
+            vocab = model.processor.vocab_size()
+            if table is not None and vocab > table:
+                raise VocabularyMismatch(f"{source.directory}: the tokenizer has {vocab} tokens but the "
+                                         f"model's embedding table only {table} rows: ids past {table - 1} "
+                                         "would read no row (a tokenizer from another model?)")
+        return model
+
+    @property
+    def processing(self) -> ProcessingConfig | None:
+        """Task, labels and the text or image steps (None: a model that takes tensors only)."""
+        return self.processor.config if self.processor is not None else None
 
     @property
     def graph(self) -> Graph:
@@ -109,6 +144,8 @@ class CuvilModel:
             raise TargetError("give either targets or profiles: profiles choose the targets")
         chosen = (profile_targets(profiles) if profiles
                   else _resolve_targets("host" if targets is None else targets))
+        if self.processor is not None and _raw_items(calibration):
+            calibration = self.processor.feeds(list(calibration))  # texts or images -> their feeds
         self._close_instance()
         self._pending = None
         key = None
@@ -186,8 +223,20 @@ class CuvilModel:
         assert self._artifact is not None
         return self._artifact
 
-    def predict(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray) -> dict[str, np.ndarray]:
-        """Run once in wasmtime. Inputs: dict by name, list in order, or one array for one input."""
+    def predict(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray | str | os.PathLike[str]
+                ) -> dict[str, np.ndarray] | Result | list[Result]:
+        """Run in wasmtime. Inputs: dict by name, list in order, or one array for one input. With a
+        ``processor`` (``from_pretrained``), anything but a dict is items: a string, an image (HWC uint8
+        array or a path) or a list of them, giving one typed result each (``Classification``, a list of
+        ``Span``, an embedding vector); a dict of tensors still runs raw."""
+        if self.processor is not None and not isinstance(inputs, Mapping):
+            single = isinstance(inputs, (str, os.PathLike, np.ndarray))
+            items = [inputs] if single else list(inputs)
+            try:
+                results = self.processor.run(items, self.instance.predict)
+            except (InferenceInputError, ProcessingError) as exc:
+                raise InputError(str(exc)) from exc
+            return results[0] if single else results
         if isinstance(inputs, np.ndarray):
             inputs = [inputs]
         try:
@@ -203,8 +252,9 @@ class CuvilModel:
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write spec, modules and weights to a directory (written aside, then renamed into place)."""
-        files = self._built().files()
+        """Write spec, modules, weights and the processing, if any, to a directory (written aside, then
+        renamed into place)."""
+        files = {**self._built().files(), **(self.processor.files() if self.processor is not None else {})}
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -273,6 +323,13 @@ def _model_bytes(model: Any) -> bytes | None:
         return model.SerializeToString(deterministic=True)
     data = bytes(model) if isinstance(model, (bytes, bytearray)) else Path(os.fspath(model)).read_bytes()
     return None if b"location" in data else data
+
+
+def _raw_items(calibration: Any) -> bool:
+    """Calibration given as texts or images (not tensors): a list of strings, paths or uint8 images."""
+    return isinstance(calibration, (list, tuple)) and bool(calibration) and all(
+        isinstance(x, (str, os.PathLike)) or isinstance(x, np.ndarray) and x.dtype == np.uint8
+        for x in calibration)
 
 
 def profile_targets(profiles: Sequence[str]) -> tuple[Target, ...]:

@@ -33,6 +33,7 @@ from ota.golden import encode_vector
 from ota.metadata import MANIFEST_FORMAT, MANIFEST_TYPE, Manifest, Root, parse_envelope
 from ota.store import atomic_file, atomic_write
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE, load_model_dir
+from runtime_wasm.processing import processing_files
 from runtime_wasm.spec import ModelSpec
 
 from .errors import CuvilError
@@ -233,7 +234,8 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
                   expires_in: timedelta = timedelta(days=30), golden: list[dict[str, Any]] | None = None,
                   quantization: Mapping[str, Any] | None = None, provenance: Mapping[str, Any] | None = None,
                   now: datetime | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The unsigned manifest of a model directory and its payloads (weights + every module variant).
+    """The unsigned manifest of a model directory and its payloads (weights, every module variant and the
+    processing files, if any: ``runtime_wasm.processing``), each under the signature by its sha256.
     ``profiles`` None: the profiles the model was built for (``optimize(profiles=...)``), else any."""
     root = Path(model_dir)
     spec_text = (root / SPEC_FILE).read_text()
@@ -243,6 +245,7 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
     _check_profiles(profiles, spec)
     payloads = {WEIGHTS_FILE: (root / WEIGHTS_FILE).read_bytes()}
     payloads.update({v.file: (root / v.file).read_bytes() for v in spec.variants})
+    payloads.update({n: (root / n).read_bytes() for n in processing_files(root)})
     now = now or datetime.now(timezone.utc)
     manifest = {
         "type": MANIFEST_TYPE, "format": MANIFEST_FORMAT, "name": spec.name, "version": version,

@@ -116,12 +116,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    """Ask the running agent over its Unix socket: NAME=FILE.npy inputs, outputs printed or saved."""
+    """Ask the running agent over its Unix socket: NAME=FILE.npy inputs, outputs printed or saved; or
+    ``--text``/``--image`` items, run through the active model's signed processing, labels printed."""
     from .serve import infer
 
     _from_config(args)
     if not args.socket:
         raise SystemExit("the agent serves no socket: set agent.socket in its config or give --socket")
+    if sum(map(bool, (args.inputs, args.text, args.image))) != 1:
+        raise SystemExit("give NAME=FILE.npy inputs, --text TEXT or --image PATH (one kind)")
+    if args.text or args.image:
+        return _infer_items(args, args.text or args.image)
     inputs = {}
     for item in args.inputs:
         name, sep, path = item.partition("=")
@@ -134,6 +139,47 @@ def cmd_infer(args: argparse.Namespace) -> int:
     for k, v in outputs.items():
         shown = "" if args.output else f" {v.tolist()}"
         print(f"{k}: {v.dtype}{list(v.shape)} (release {release}){shown}")
+    return 0
+
+
+def _infer_items(args: argparse.Namespace, items: Sequence[str]) -> int:
+    """Pre- and post-processing run here, from the active slot's verified files; the agent runs the
+    tensors. A reply from another release (an update switched models meanwhile) is refused, not mixed."""
+    import json
+
+    from runtime_wasm.processing import Classification, Processor
+
+    from .serve import infer
+
+    installer = Installer(args.state_dir, args.hardware_id, args.profile, read_only=True)
+    release = installer.active_manifest().release
+    processor = Processor.from_dir(installer.active_dir())
+
+    def predict(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        answered, outputs = infer(args.socket, feeds)
+        if answered != release:
+            raise OtaError(f"release {answered} answered, but the processing read is release {release}'s: "
+                           "the active model changed; run again")
+        return outputs
+
+    results = processor.run(list(items), predict)
+    records = []
+    for item, r in zip(items, results):
+        if isinstance(r, Classification):
+            print(f"{r.label} {r.score:.4f} (release {release}): {item}")
+            records.append({"input": item, "label": r.label, "score": r.score, "top": r.top()})
+        elif isinstance(r, list):
+            spans = [{"label": s.label, "score": s.score, "start": s.start, "end": s.end, "text": s.text}
+                     for s in r]
+            print(f"{len(spans)} span(s) (release {release}): {item}")
+            for s in r:
+                print(f"  {s.label} [{s.start}:{s.end}] {s.text!r} {s.score:.4f}")
+            records.append({"input": item, "spans": spans})
+        else:
+            print(f"embedding float32[{r.shape[0]}] (release {release}): {item}")
+            records.append({"input": item, "embedding": r.tolist()})
+    if args.output:
+        Path(args.output).write_text(json.dumps(records, indent=1))
     return 0
 
 
@@ -153,9 +199,13 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "install":
             p.add_argument("bundle")
         if name == "infer":
-            p.add_argument("inputs", nargs="+", metavar="NAME=FILE.npy")
+            p.add_argument("inputs", nargs="*", metavar="NAME=FILE.npy")
+            p.add_argument("--text", action="append", default=[],
+                           help="a text for a text model (repeat for a batch): prints its label")
+            p.add_argument("--image", action="append", default=[], metavar="PATH",
+                           help="an image (.npy HWC uint8, .ppm/.pgm, others with Pillow) for an image model")
             p.add_argument("--socket", help="the agent's Unix socket (default: from --config)")
-            p.add_argument("-o", "--output", help="save the outputs to this .npz")
+            p.add_argument("-o", "--output", help="save the outputs to this .npz (items: results as JSON)")
         p.add_argument("--config", help="agent.toml: state directory, hardware id and trust root from there")
         p.add_argument("--state-dir")
         p.add_argument("--root", action="append", metavar="ROOT_JSON",

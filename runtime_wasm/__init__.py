@@ -10,6 +10,7 @@ from .errors import (
     NoUsableVariant,
     Overloaded,
     PolicyError,
+    ProcessingError,
     RuntimeWasmError,
     SpecError,
     StaleInput,
@@ -17,16 +18,17 @@ from .errors import (
 )
 from .instance import WasmModel
 from .policy import RuntimePolicy
+from .processing import Classification, ProcessingConfig, Processor, Span
 from .scheduler import Scheduler, read_cpu_temp_c, should_wait
 from .spec import ModelSpec, TensorSpec, VariantSpec
 from .supervisor import ModelSource, SupervisedModel
 from .variants import EngineProbes, HostProbes, probe_engine, probe_host, select_variant
 
 __all__ = [
-    "DeadlineExceeded", "EngineConfig", "EngineProbes", "HostProbes", "InferenceInputError",
-    "InferenceTrap", "ModelSource", "ModelSpec", "ModuleCache", "ModuleLoadError", "NoUsableVariant",
-    "Overloaded", "PolicyError", "RuntimePolicy", "RuntimeWasmError", "Scheduler", "SpecError",
-    "StaleInput", "SupervisedModel", "TensorSpec", "VariantSpec", "WasmModel", "WorkerCrashed",
-    "cpu_fingerprint", "engine_for", "probe_engine", "probe_host", "read_cpu_temp_c", "select_variant",
-    "should_wait",
+    "Classification", "DeadlineExceeded", "EngineConfig", "EngineProbes", "HostProbes",
+    "InferenceInputError", "InferenceTrap", "ModelSource", "ModelSpec", "ModuleCache", "ModuleLoadError",
+    "NoUsableVariant", "Overloaded", "PolicyError", "ProcessingConfig", "ProcessingError", "Processor",
+    "RuntimePolicy", "RuntimeWasmError", "Scheduler", "Span", "SpecError", "StaleInput", "SupervisedModel",
+    "TensorSpec", "VariantSpec", "WasmModel", "WorkerCrashed", "cpu_fingerprint", "engine_for",
+    "probe_engine", "probe_host", "read_cpu_temp_c", "select_variant", "should_wait",
 ]

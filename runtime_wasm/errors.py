@@ -49,3 +49,8 @@ class StaleInput(RuntimeWasmError, ValueError):
 
 class Overloaded(RuntimeWasmError):
     """The request was refused: queue full, or load shed while over the thermal/energy budget."""
+
+
+class ProcessingError(RuntimeWasmError, ValueError):
+    """A bundle's pre/post-processing config or tokenizer is malformed or missing, or an input (text,
+    image) cannot be turned into the model's tensors."""

@@ -1,0 +1,267 @@
+"""Hugging Face-layout sources for ``CuvilModel.from_pretrained`` and ``cuvil-edge build <dir-or-id>``.
+
+A local directory (or a hub id, fetched through ``huggingface_hub`` into its cache, or read from the
+cache when offline) holds ``config.json``, the ONNX export (``model.onnx`` or Optimum's
+``onnx/model*.onnx``), a ``tokenizer.json`` for text tasks and a ``preprocessor_config.json`` for images.
+This module reads them once, on the host, and writes what a device needs as one normalized
+``runtime_wasm.processing.ProcessingConfig``: the device never parses Hugging Face configs.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runtime_wasm.processing import TASKS, ProcessingConfig
+
+from .errors import MissingPretrainedFile, ModelFormatError, NotInCache, PretrainedError, UnknownTask
+
+#: names people and pipelines use for the tasks cuvil-edge processes
+TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification",
+                "feature-extraction": "sentence-embeddings", "sentence-similarity": "sentence-embeddings",
+                **{t: t for t in TASKS}}
+_ARCHITECTURE_TASKS = (("ForSequenceClassification", "text-classification"),
+                       ("ForTokenClassification", "token-classification"),
+                       ("ForImageClassification", "image-classification"))
+#: Pillow's resampling enum, as preprocessor configs store it
+_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+#: files a hub snapshot needs here (not the PyTorch/TF weights)
+_HUB_PATTERNS = ["*.json", "*.onnx", "onnx/*", "*.txt", "*.model"]
+DEFAULT_SEQUENCE = 128
+
+
+@dataclass(frozen=True)
+class PretrainedSource:
+    """What ``from_pretrained`` builds from: the ONNX file, static input shapes and the processing."""
+
+    directory: Path
+    onnx_path: Path
+    input_shapes: dict[str, list[int]]
+    processing: ProcessingConfig
+    files: dict[str, bytes]  # the files ``processing`` names (the tokenizer)
+
+
+def resolve(path_or_id: str | os.PathLike[str], revision: str | None = None) -> Path:
+    """A local directory as is; otherwise a hub id's snapshot directory in the local Hugging Face cache
+    (downloaded first unless ``HF_HUB_OFFLINE`` is set; the cache is ``HF_HUB_CACHE`` or the default)."""
+    path = Path(os.fspath(path_or_id))
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise MissingPretrainedFile(f"{path} is a file: from_pretrained takes a model directory or a hub id "
+                                    "(an .onnx file loads with CuvilModel.load)")
+    repo_id = os.fspath(path_or_id)
+    if not _HUB_ID.match(repo_id):  # a missing path, as for any model file
+        raise FileNotFoundError(errno.ENOENT, "no such model directory (and not a hub id)", repo_id)
+    try:
+        from huggingface_hub import constants, snapshot_download
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    except ImportError:
+        raise PretrainedError(f"{repo_id}: no such directory; hub ids need huggingface_hub "
+                              "(pip install 'cuvil-edge[host]')") from None
+    cache = os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE
+    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=offline,
+                                      allow_patterns=_HUB_PATTERNS))
+    except LocalEntryNotFoundError:
+        raise NotInCache(f"hub model {repo_id!r}" + (f" at revision {revision!r}" if revision else "")
+                         + f" is not in the local cache {cache}, and it could not be downloaded"
+                         + (" (HF_HUB_OFFLINE is set)" if offline else "")) from None
+    except (HfHubHTTPError, ValueError) as exc:  # unknown repository or revision, malformed id
+        raise PretrainedError(f"hub model {repo_id!r}: {exc}") from None
+
+
+def _json(path: Path, required: bool = True) -> dict[str, Any]:
+    if not path.is_file():
+        if required:
+            raise MissingPretrainedFile(f"{path.parent} has no {path.name}")
+        return {}
+    try:
+        data = json.loads(path.read_bytes())
+    except ValueError as exc:
+        raise PretrainedError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise PretrainedError(f"{path} is not a JSON object")
+    return data
+
+
+def find_onnx(directory: Path) -> Path:
+    """``model.onnx``, else Optimum's ``onnx/model.onnx``, else the first ``onnx/model*.onnx``."""
+    for candidate in (directory / "model.onnx", directory / "onnx" / "model.onnx"):
+        if candidate.is_file():
+            return candidate
+    found = sorted((directory / "onnx").glob("model*.onnx"))
+    if not found:
+        raise MissingPretrainedFile(f"{directory} has no ONNX export (model.onnx or onnx/model*.onnx); "
+                                    "export one, e.g. with `optimum-cli export onnx`")
+    return found[0]
+
+
+def infer_task(config: Mapping[str, Any], directory: Path) -> str:
+    """From ``architectures`` (``*ForSequenceClassification``...), else from what the directory holds."""
+    for arch in config.get("architectures") or []:
+        for suffix, task in _ARCHITECTURE_TASKS:
+            if str(arch).endswith(suffix):
+                return task
+        if str(arch).endswith("Model"):  # a bare encoder: its states pool into sentence embeddings
+            return "sentence-embeddings"
+    if (directory / "modules.json").is_file() or (directory / "sentence_bert_config.json").is_file():
+        return "sentence-embeddings"
+    if config.get("id2label") and (directory / "preprocessor_config.json").is_file():
+        return "image-classification"
+    if config.get("id2label") and (directory / "tokenizer.json").is_file():
+        return "text-classification"
+    raise UnknownTask(f"cannot tell the task of {directory} from config.json (architectures "
+                      f"{config.get('architectures')}); give task= one of {', '.join(TASK_ALIASES)}")
+
+
+def _labels(config: Mapping[str, Any]) -> list[str]:
+    id2label = config.get("id2label") or {}
+    try:
+        by_id = {int(k): str(v) for k, v in id2label.items()}
+    except (ValueError, AttributeError):
+        raise PretrainedError("config.json: id2label must map class ids to names") from None
+    return [by_id.get(i, f"LABEL_{i}") for i in range(max(by_id, default=-1) + 1)]
+
+
+def _onnx_io(path: Path) -> tuple[list[tuple[str, list[int | None], bool]], dict[str, list[int | None]]]:
+    """([(input name, dims with None for symbolic ones, is float)], {output name: dims}), weights not
+    read."""
+    import onnx
+
+    try:
+        proto = onnx.load(os.fspath(path), load_external_data=False)
+    except Exception as exc:  # onnx raises DecodeError, ValueError, ... for corrupt files
+        raise ModelFormatError(f"{path} is not a readable ONNX model: {exc}") from None
+    def dims(v: onnx.ValueInfoProto) -> list[int | None]:
+        return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                for d in v.type.tensor_type.shape.dim]
+
+    inits = {t.name for t in proto.graph.initializer}
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+    inputs = [(v.name, dims(v), v.type.tensor_type.elem_type in floats)
+              for v in proto.graph.input if v.name not in inits]
+    return inputs, {v.name: dims(v) for v in proto.graph.output}
+
+
+#: output ranks each task decodes: [batch, classes], [batch, tokens, classes], states or pooled vectors
+_OUTPUT_RANKS = {"text-classification": (2,), "image-classification": (2,), "token-classification": (3,),
+                 "sentence-embeddings": (2, 3)}
+
+
+def _check_output(task: str, name: str, dims: list[int | None], labels: list[str]) -> None:
+    """The output has the rank the task decodes and, where known, one class per label."""
+    if len(dims) not in _OUTPUT_RANKS[task]:
+        ranks = " or ".join(map(str, _OUTPUT_RANKS[task]))
+        raise PretrainedError(f"a {task} model's output has rank {ranks}, {name!r} has rank {len(dims)}: "
+                              "a model for another task? (give task=)")
+    if labels and task != "sentence-embeddings" and dims[-1] not in (None, len(labels)):
+        raise PretrainedError(f"config.json names {len(labels)} labels, output {name!r} has {dims[-1]} "
+                              "classes")
+
+
+def _sequence_length(config: Mapping[str, Any], tok_config: Mapping[str, Any]) -> int:
+    limits = [DEFAULT_SEQUENCE, config.get("max_position_embeddings"), tok_config.get("model_max_length")]
+    return min(int(x) for x in limits if isinstance(x, (int, float)) and 0 < x < 1e9)
+
+
+def _text_processing(directory: Path, config: Mapping[str, Any], inputs: Sequence[str]) -> dict[str, Any]:
+    tok_path = directory / "tokenizer.json"
+    if not tok_path.is_file():
+        raise MissingPretrainedFile(f"{directory} has no tokenizer.json (the fast tokenizer a text model "
+                                    "needs; save it with tokenizer.save_pretrained)")
+    if "input_ids" not in inputs:
+        raise PretrainedError(f"the ONNX model takes no input_ids (inputs: {list(inputs)})")
+    tok = json.loads(tok_path.read_bytes())
+    tok_config = _json(directory / "tokenizer_config.json", required=False)
+    padding = tok.get("padding") or {}
+    pad_token = padding.get("pad_token") or tok_config.get("pad_token") or "[PAD]"
+    if isinstance(pad_token, dict):  # AddedToken serialized by transformers
+        pad_token = pad_token.get("content", "[PAD]")
+    vocab = {t["content"]: t["id"] for t in tok.get("added_tokens", [])}
+    pad_id = padding.get("pad_id", vocab.get(pad_token, config.get("pad_token_id") or 0))
+    return {"tokenizer": "tokenizer.json", "pad_id": int(pad_id), "pad_token": str(pad_token),
+            "inputs": {role: role for role in ("input_ids", "attention_mask", "token_type_ids")
+                       if role in inputs}}
+
+
+def _size(value: Any, what: str) -> dict[str, int] | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return {"height": value, "width": value}
+    if isinstance(value, Mapping) and set(value) in ({"height", "width"}, {"shortest_edge"}):
+        return {k: int(v) for k, v in value.items()}
+    if isinstance(value, Mapping) and "shortest_edge" in value:  # with longest_edge: not supported here
+        return {"shortest_edge": int(value["shortest_edge"])}
+    raise PretrainedError(f"preprocessor_config.json: {what} {value!r} is not a size cuvil-edge understands")
+
+
+def _image_processing(directory: Path, input_name: str) -> dict[str, Any]:
+    pre = _json(directory / "preprocessor_config.json")
+    resample = pre.get("resample", 2)
+    if resample not in _RESAMPLE:
+        raise PretrainedError(f"preprocessor_config.json: resample {resample} is not supported "
+                              f"(only {sorted(_RESAMPLE)}: {sorted(_RESAMPLE.values())})")
+    resize = _size(pre.get("size"), "size") if pre.get("do_resize", True) else None
+    crop = _size(pre.get("crop_size"), "crop_size") if pre.get("do_center_crop", False) else None
+    crop_pct = pre.get("crop_pct")
+    if resize and "shortest_edge" in resize and crop_pct and resize["shortest_edge"] < 384:
+        edge = resize["shortest_edge"]  # ConvNeXt: resize to edge / crop_pct, then crop edge x edge
+        resize, crop = {"shortest_edge": int(edge / crop_pct)}, {"height": edge, "width": edge}
+    normalize = pre.get("do_normalize", True)
+    return {"input": input_name, "resize": resize, "resample": _RESAMPLE[resample], "crop": crop,
+            "rescale": float(pre.get("rescale_factor", 1 / 255)) if pre.get("do_rescale", True) else 1.0,
+            "mean": [float(x) for x in pre.get("image_mean", [0.5] * 3)] if normalize else [0.0] * 3,
+            "std": [float(x) for x in pre.get("image_std", [0.5] * 3)] if normalize else [1.0] * 3}
+
+
+def load_source(path_or_id: str | os.PathLike[str], task: str | None = None,
+                input_shapes: Mapping[str, Sequence[int]] | None = None,
+                revision: str | None = None) -> PretrainedSource:
+    """Read a Hugging Face-layout source: its task, static input shapes and device processing."""
+    directory = resolve(path_or_id, revision)
+    config = _json(directory / "config.json")
+    if task is not None and task not in TASK_ALIASES:
+        raise UnknownTask(f"unknown task {task!r}; known: {', '.join(TASK_ALIASES)}")
+    task = TASK_ALIASES[task] if task is not None else infer_task(config, directory)
+    onnx_path = find_onnx(directory)
+    inputs, outputs = _onnx_io(onnx_path)
+    names = [name for name, _, _ in inputs]
+    text = image = None
+    if task == "image-classification":
+        pixel = [name for name, dims, is_float in inputs if is_float and len(dims) == 4]
+        if len(pixel) != 1:
+            raise PretrainedError(f"an image model takes one NCHW float input, this one takes {names}")
+        image = _image_processing(directory, pixel[0])
+        size = image["crop"] or image["resize"]
+        hw = [size["height"], size["width"]] if size and "height" in size else [None, None]
+        defaults = {pixel[0]: [1, 3, *hw]}
+    else:
+        text = _text_processing(directory, config, names)
+        seq = _sequence_length(config, _json(directory / "tokenizer_config.json", required=False))
+        defaults = {name: [1, seq] for name in text["inputs"].values()}
+    shapes = {}
+    for name, dims, _ in inputs:
+        given = (input_shapes or {}).get(name)
+        fill = defaults.get(name, [1] * len(dims))
+        shapes[name] = ([int(d) for d in given] if given is not None
+                        else [d if d is not None else (fill[i] or 1) for i, d in enumerate(dims)])
+    preferred = {"sentence-embeddings": ("sentence_embedding", "last_hidden_state")}.get(task, ("logits",))
+    output = next((o for o in preferred if o in outputs), next(iter(outputs)))
+    labels = _labels(config) if task != "sentence-embeddings" else []
+    _check_output(task, output, outputs[output], labels)
+    processing = ProcessingConfig.from_dict({
+        "format": 1, "task": task, "output": output, "labels": labels,
+        "text": text, "image": image,
+        "multi_label": config.get("problem_type") == "multi_label_classification", "normalize": True})
+    files = {n: (directory / n).read_bytes() for n in processing.files}
+    return PretrainedSource(directory, onnx_path, shapes, processing, files)

@@ -1,0 +1,439 @@
+"""``from_pretrained``: Hugging Face-layout directories built here (a ``tokenizers`` WordPiece trained on a
+small corpus, config.json with id2label, DistilBERT-shaped encoders and a conv net from the zoo with
+seeded weights), compiled to wasm and compared with onnxruntime fed by the same tokenizer or by a numpy
+preprocessing written here; then the signed bundle through ``cuvil-agent install`` and ``infer --text``.
+No network: hub ids resolve from a local cache laid out here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+from cuvil_edge import (
+    CuvilModel,
+    MissingPretrainedFile,
+    NotInCache,
+    PretrainedError,
+    Target,
+    UnknownTask,
+    VocabularyMismatch,
+)
+from cuvil_edge.cli import main as edge_main
+from cuvil_edge.signing import Keyring, build_bundle
+from cuvil_edge.zoo import resnet
+from cuvil_edge.zoo_transformers import bert_encoder
+from ota import Installer, VerificationError
+from ota.cli import main as agent_main
+from ota.serve import InferenceServer, ModelHost
+from runtime_wasm import Classification, ProcessingError, Span
+from runtime_wasm.processing import Processor, read_image
+
+pytestmark = pytest.mark.integration
+
+SEQ = 16
+HIDDEN = 64
+CORPUS = ["I love this movie!", "This is terrible.", "What a wonderful day", "the plot was boring and slow",
+          "great acting, great music", "I hated every minute of it", "an instant classic",
+          "not my cup of tea", "Paris and London are cities", "Alice met Bob in Berlin"] * 3
+LONG = "a wonderful film " * 20  # far past SEQ tokens: truncated
+TEXTS = ["I love this movie!", "This is terrible.", LONG, "great music", "boring boring boring", "classic"]
+SST_LABELS = {"0": "NEGATIVE", "1": "POSITIVE"}
+NER_LABELS = ["O", "B-PLACE", "I-PLACE", "B-PERSON", "I-PERSON"]
+HW = "test-device"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def train_tokenizer() -> Tokenizer:
+    """A WordPiece trained on ``CORPUS`` until every word is one token, then kept to its whole words and
+    characters in sorted order: training breaks ties between merges in hash order (the intermediate
+    pieces and the ids differ from run to run), and the test needs the same tokenizer every run."""
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    trained = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    trained.normalizer = normalizers.BertNormalizer(lowercase=True)
+    trained.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trained.train_from_iterator(CORPUS, trainers.WordPieceTrainer(vocab_size=1000, special_tokens=special))
+    words = {w for text in CORPUS for w, _ in trained.pre_tokenizer.pre_tokenize_str(text.lower())}
+    learned = set(trained.get_vocab())
+    assert words <= learned
+    kept = {t for t in learned - set(special) if len(t.removeprefix("##")) == 1 or t in words}
+    vocab = special + sorted(kept)
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer = trained.normalizer, trained.pre_tokenizer
+    tok.add_special_tokens(special)
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return tok
+
+
+def encoder_with_head(vocab: int, head: str, classes: int, shift: float = 0.0) -> onnx.ModelProto:
+    """``bert_encoder`` (2 layers, DistilBERT-shaped) plus a seeded head: "cls" (sequence classification
+    from the first token), "token" (a class per token) or "none" (hidden states for embeddings).
+    ``shift`` is added to the last class's bias."""
+    m = bert_encoder(layers=2, hidden=HIDDEN, heads=2, ffn=128, seq=SEQ, vocab=vocab, seed=0)
+    if head == "none":
+        return m
+    g = m.graph
+    del g.output[:]
+    rng = np.random.default_rng(1)
+    g.initializer.extend([
+        numpy_helper.from_array((rng.standard_normal((HIDDEN, classes)) * 0.8).astype(np.float32), "head_w"),
+        numpy_helper.from_array((rng.standard_normal(classes) * 0.1 + np.eye(classes)[-1] * shift
+                                 ).astype(np.float32), "head_b")])
+    if head == "token":
+        g.node.extend([helper.make_node("MatMul", ["last_hidden_state", "head_w"], ["head_mm"]),
+                       helper.make_node("Add", ["head_mm", "head_b"], ["logits"])])
+        g.output.append(helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, SEQ, classes]))
+    else:
+        g.initializer.append(numpy_helper.from_array(np.array(0, np.int64), "cls_index"))
+        g.node.extend([helper.make_node("Gather", ["last_hidden_state", "cls_index"], ["cls"], axis=1),
+                       helper.make_node("Gemm", ["cls", "head_w", "head_b"], ["logits"])])
+        g.output.append(helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes]))
+    onnx.checker.check_model(m)
+    return m
+
+
+def bag_classifier(vocab: int, classes: int = 2) -> onnx.ModelProto:
+    """Mean of token embeddings under the mask, then a linear layer, with symbolic batch and sequence
+    dimensions: ``from_pretrained`` fixes them (``input_shapes``, else batch 1 and 128 tokens)."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.standard_normal((vocab, HIDDEN)).astype(np.float32), "emb"),
+             numpy_helper.from_array(rng.standard_normal((HIDDEN, classes)).astype(np.float32), "w")]
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["e"]),
+             helper.make_node("Cast", ["attention_mask"], ["mf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["mf"], ["m3"], axes=[2]),
+             helper.make_node("Mul", ["e", "m3"], ["em"]),
+             helper.make_node("ReduceSum", ["em"], ["s"], axes=[1], keepdims=0),
+             helper.make_node("ReduceSum", ["mf"], ["n"], axes=[1], keepdims=1),
+             helper.make_node("Div", ["s", "n"], ["mean"]),
+             helper.make_node("MatMul", ["mean", "w"], ["logits"])]
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
+           for n in ("input_ids", "attention_mask")]
+    g = helper.make_graph(nodes, "bag", ins, [helper.make_tensor_value_info("logits", TensorProto.FLOAT,
+                                                                            ["batch", classes])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+    m.ir_version = 8
+    return m
+
+
+def text_dir(path: Path, model: onnx.ModelProto, config: dict, tok: Tokenizer, optimum: bool = False) -> Path:
+    """A Hugging Face-layout directory; ``optimum``: the export under onnx/ as Optimum writes it."""
+    path.mkdir(parents=True)
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512, "pad_token": "[PAD]"}))
+    (path / "config.json").write_text(json.dumps(config))
+    if optimum:
+        (path / "onnx").mkdir()
+    onnx.save(model, str(path / ("onnx/model.onnx" if optimum else "model.onnx")))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return train_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def sst_dir(tmp_path_factory, tok) -> Path:
+    config = {"architectures": ["DistilBertForSequenceClassification"], "id2label": SST_LABELS,
+              "max_position_embeddings": 512}
+    # the shift centres the seeded head: TEXTS get both labels, each with a margin int8 and int4 keep
+    model = encoder_with_head(tok.get_vocab_size(), "cls", 2, shift=5.6)
+    return text_dir(tmp_path_factory.mktemp("hf") / "tiny-sst", model, config, tok, optimum=True)
+
+
+def reference_feeds(tok_path: Path, texts: list[str], seq: int = SEQ) -> list[dict[str, np.ndarray]]:
+    """What onnxruntime is fed: the model's own tokenizer, truncated and padded to ``seq``, one text each."""
+    tok = Tokenizer.from_file(str(tok_path))
+    tok.enable_truncation(seq)
+    tok.enable_padding(length=seq, pad_id=0, pad_token="[PAD]")
+    feeds = []
+    for t in texts:
+        e = tok.encode(t)
+        feeds.append({"input_ids": np.array([e.ids], np.int64),
+                      "attention_mask": np.array([e.attention_mask], np.int64)})
+    return feeds
+
+
+def ort_run(model_path: Path, feeds: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    return [sess.run(None, f)[0][0] for f in feeds]
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+# -- text classification ------------------------------------------------------------------------------
+@pytest.mark.parametrize("precision", ["fp32", "int8", "int4"])
+def test_text_classification_matches_onnxruntime_fed_by_the_same_tokenizer(sst_dir, tok, precision):
+    assert len(tok.encode(LONG).ids) > SEQ  # the long text really is truncated
+    expected = [softmax(y) for y in ort_run(sst_dir / "onnx" / "model.onnx",
+                                           reference_feeds(sst_dir / "tokenizer.json", TEXTS))]
+    model = CuvilModel.from_pretrained(sst_dir)
+    assert model.processing.task == "text-classification"
+    calibration = CORPUS if precision == "int8" else None  # static int8 calibrates on texts
+    model.optimize(precision=precision, targets=[Target()], calibration=calibration)
+    batched = model.predict(TEXTS)
+    single = [model.predict(t) for t in TEXTS]
+    assert model.spec.extra.get("quantization", {"precision": "fp32"})["precision"] == precision
+    assert {SST_LABELS[str(int(np.argmax(p)))] for p in expected} == set(SST_LABELS.values())
+    tol = 1e-4 if precision == "fp32" else 0.15  # quantized: the same labels, scores near fp32's
+    for p, b, s in zip(expected, batched, single):
+        assert isinstance(b, Classification)
+        assert b.label == s.label == SST_LABELS[str(int(np.argmax(p)))]
+        np.testing.assert_allclose(b.scores, p, atol=tol)
+        np.testing.assert_allclose(s.scores, b.scores, atol=1e-6)
+        assert b.score == pytest.approx(p.max(), abs=tol)
+
+
+def test_symbolic_dims_are_fixed_and_the_last_chunk_padded(tmp_path, tok):
+    path = text_dir(tmp_path / "bag", bag_classifier(tok.get_vocab_size()),
+                    {"architectures": ["BertForSequenceClassification"], "id2label": SST_LABELS}, tok)
+    default = CuvilModel.from_pretrained(path).processor
+    assert (default.batch, default.sequence_length) == (1, 128)
+    shapes = {"input_ids": [4, 24], "attention_mask": [4, 24]}
+    model = CuvilModel.from_pretrained(path, input_shapes=shapes).optimize(targets=[Target()])
+    assert [t.shape for t in model.spec.inputs] == [(4, 24), (4, 24)]
+    got = model.predict(TEXTS)  # 6 texts: a chunk of 4, then 2 padded to 4; LONG cut to 24 tokens
+    expected = ort_run(path / "model.onnx", reference_feeds(path / "tokenizer.json", TEXTS, seq=24))
+    assert len(got) == len(TEXTS)
+    for g, y in zip(got, expected):
+        np.testing.assert_allclose(g.scores, softmax(y), atol=1e-4)
+
+
+def test_token_classification_spans_follow_the_per_token_labels(tmp_path, tok):
+    config = {"architectures": ["DistilBertForTokenClassification"],
+              "id2label": {str(i): n for i, n in enumerate(NER_LABELS)}}
+    path = text_dir(tmp_path / "ner", encoder_with_head(tok.get_vocab_size(), "token", 5), config, tok)
+    model = CuvilModel.from_pretrained(path).optimize(targets=[Target()])
+    texts = ["Alice met Bob in Berlin", "Paris and London are cities", LONG]
+    got = model.predict(texts)
+    feeds = reference_feeds(path / "tokenizer.json", texts)
+    encoder = Tokenizer.from_file(str(path / "tokenizer.json"))
+    encoder.enable_truncation(SEQ)
+    for text, spans, logits in zip(texts, got, ort_run(path / "model.onnx", feeds)):
+        e = encoder.encode(text)
+        probs = softmax(logits)
+        labels = [NER_LABELS[i] for i in probs.argmax(-1)]
+        # a reference aggregation: consecutive non-special tokens of one entity (B- starts a new one)
+        want: list[tuple[str, int, int, list[float]]] = []
+        for t, (special, (start, end)) in enumerate(zip(e.special_tokens_mask, e.offsets)):
+            entity = labels[t].split("-")[-1]
+            if special or labels[t] == "O":
+                continue
+            if want and want[-1][0] == entity and not labels[t].startswith("B-") and labels[t - 1] != "O" \
+                    and not e.special_tokens_mask[t - 1]:
+                want[-1] = (entity, want[-1][1], end, [*want[-1][3], probs[t].max()])
+            else:
+                want.append((entity, start, end, [probs[t].max()]))
+        assert all(isinstance(s, Span) for s in spans)
+        assert [(s.label, s.start, s.end) for s in spans] == [w[:3] for w in want]
+        np.testing.assert_allclose([s.score for s in spans], [np.mean(w[3]) for w in want], atol=1e-4)
+        assert all(s.text == text[s.start:s.end] for s in spans)
+
+
+def test_sentence_embeddings_are_mean_pooled_and_normalised(tmp_path, tok):
+    path = text_dir(tmp_path / "emb", encoder_with_head(tok.get_vocab_size(), "none", 0),
+                    {"architectures": ["DistilBertModel"]}, tok)
+    model = CuvilModel.from_pretrained(path).optimize(targets=[Target()])
+    assert model.processing.task == "sentence-embeddings"
+    feeds = reference_feeds(path / "tokenizer.json", TEXTS)
+    for got, hidden, f in zip(model.predict(TEXTS), ort_run(path / "model.onnx", feeds), feeds):
+        mask = f["attention_mask"][0][:, None]
+        mean = (hidden * mask).sum(0) / mask.sum()
+        np.testing.assert_allclose(got, mean / np.linalg.norm(mean), atol=1e-4)
+        assert np.linalg.norm(got) == pytest.approx(1.0, abs=1e-5)
+
+
+# -- image classification -----------------------------------------------------------------------------
+def reference_preprocess(image: np.ndarray, short: int, crop: int, mean, std) -> np.ndarray:
+    """Written out per output sample: Pillow's antialiased bilinear resize of the short side to ``short``,
+    a center crop, 1/255, normalisation, CHW."""
+    def resize_axis(x: np.ndarray, n_out: int) -> np.ndarray:
+        n_in = x.shape[0]
+        scale = n_in / n_out
+        support = max(scale, 1.0)
+        rows = []
+        for i in range(n_out):
+            center = (i + 0.5) * scale
+            w = np.array([max(0.0, 1 - abs((j + 0.5 - center) / support)) for j in range(n_in)])
+            rows.append(np.tensordot(w / w.sum(), x, axes=(0, 0)))
+        return np.stack(rows)
+
+    h, w = image.shape[:2]
+    nh, nw = (short, int(short * w / h)) if h <= w else (int(short * h / w), short)
+    x = resize_axis(image.astype(np.float64), nh)
+    x = resize_axis(x.transpose(1, 0, 2), nw).transpose(1, 0, 2)
+    x = np.clip(np.rint(x), 0, 255)
+    top, left = (nh - crop) // 2, (nw - crop) // 2
+    x = x[top:top + crop, left:left + crop] / 255.0
+    return ((x - mean) / std).transpose(2, 0, 1).astype(np.float32)
+
+
+def test_image_classification_top5_matches_onnxruntime_with_numpy_preprocessing(tmp_path):
+    path = tmp_path / "tiny-resnet"
+    path.mkdir()
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    (path / "preprocessor_config.json").write_text(json.dumps({
+        "do_resize": True, "size": {"shortest_edge": 40}, "resample": 2, "do_center_crop": True,
+        "crop_size": {"height": 32, "width": 32}, "do_rescale": True, "rescale_factor": 1 / 255,
+        "do_normalize": True, "image_mean": mean, "image_std": std}))
+    labels = {str(i): f"class{i}" for i in range(10)}
+    (path / "config.json").write_text(json.dumps({"architectures": ["ResNetForImageClassification"],
+                                                  "id2label": labels}))
+    onnx.save(resnet(batch=2, size=32), str(path / "model.onnx"))
+    rng = np.random.default_rng(5)
+    images = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), rng.integers(0, 256, (70, 50, 3), np.uint8),
+              rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)]
+    np.save(tmp_path / "img.npy", images[1])
+    ppm = tmp_path / "img.ppm"
+    ppm.write_bytes(b"P6\n# a comment\n64 48\n255\n" + images[0].tobytes())
+    np.testing.assert_array_equal(read_image(ppm), images[0])
+
+    model = CuvilModel.from_pretrained(path).optimize(targets=[Target()])
+    assert model.processing.task == "image-classification"
+    got = model.predict(images)  # batch 2: a full chunk, then one image padded
+    from_files = model.predict([str(ppm), tmp_path / "img.npy"])
+    sess = ort.InferenceSession(str(path / "model.onnx"), providers=["CPUExecutionProvider"])
+    for i, (image, result) in enumerate(zip(images, got)):
+        x = reference_preprocess(image, 40, 32, np.array(mean), np.array(std))
+        logits = sess.run(None, {"x": np.stack([x, x])})[0][0]
+        order = np.argsort(-logits)[:5]
+        assert [label for label, _ in result.top(5)] == [labels[str(k)] for k in order]
+        np.testing.assert_allclose(result.scores, softmax(logits), atol=1e-4)
+        if i < 2:
+            np.testing.assert_allclose(from_files[i].scores, result.scores, atol=1e-6)
+
+
+# -- the bundle on a device ---------------------------------------------------------------------------
+def test_bundle_from_the_directory_installs_and_cuvil_agent_infers_text(sst_dir, tmp_path, capsys):
+    out = tmp_path / "tiny-sst.cuvil"
+    assert edge_main(["build", str(sst_dir), "-o", str(out), "-q", "--targets", "simd128-x86"]) == 0
+    assert edge_main(["inspect", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "task text-classification" in shown and "'NEGATIVE', 'POSITIVE'" in shown
+    expected = CuvilModel.from_pretrained(sst_dir).optimize(targets=[Target()]).predict("I love this movie!")
+
+    ring = Keyring.init(tmp_path / "keys", root_keys=1, root_threshold=1)
+    bundle = tmp_path / "tiny-sst.cvb"
+    manifest = build_bundle(out, bundle, ring.release_keys(), version="1.0.0", release=1, hardware_ids=[HW])
+    assert {"processing.json", "tokenizer.json"} <= {f.name for f in manifest.files}
+
+    tampered = tmp_path / "tampered.cvb"
+    data = bytearray(bundle.read_bytes())
+    at = data.index(b"WordPiece", data.index(b"CUVILBN1") + 200)  # inside the tokenizer payload
+    data[at] ^= 0x20
+    tampered.write_bytes(bytes(data))
+    root = tmp_path / "root.json"
+    root.write_text(json.dumps(ring.root_envelope()))
+    state = tmp_path / "state"
+    with pytest.raises(VerificationError):
+        Installer(state, HW, root=ring.root_envelope()).install(tampered)
+    shutil.rmtree(state)
+
+    assert agent_main(["install", str(bundle), "--state-dir", str(state), "--root", str(root),
+                       "--hardware-id", HW]) == 0
+    host = ModelHost(Installer(state, HW))
+    server = InferenceServer(tmp_path / "infer.sock", host)
+    try:
+        capsys.readouterr()
+        assert agent_main(["infer", "--state-dir", str(state), "--hardware-id", HW, "--socket",
+                           str(server.path), "--text", "I love this movie!", "--text", LONG,
+                           "-o", str(tmp_path / "out.json")]) == 0
+        printed = capsys.readouterr().out.splitlines()
+    finally:
+        server.close()
+        host.close()
+    assert printed[0] == f"{expected.label} {expected.score:.4f} (release 1): I love this movie!"
+    records = json.loads((tmp_path / "out.json").read_text())
+    assert records[0]["label"] == expected.label and len(records) == 2
+
+
+# -- sources and errors -------------------------------------------------------------------------------
+def hub_cache(cache: Path, repo: str, source: Path) -> None:
+    """The layout huggingface_hub keeps: refs/main names a snapshot directory holding the files."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    base = cache / f"models--{repo.replace('/', '--')}"
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / "main").write_text(commit)
+    shutil.copytree(source, base / "snapshots" / commit)
+
+
+def test_hub_id_resolves_from_the_local_cache_offline_or_names_id_and_cache(sst_dir, tmp_path, monkeypatch):
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    with pytest.raises(NotInCache, match=rf"'acme/tiny-sst'.*{cache}"):
+        CuvilModel.from_pretrained("acme/tiny-sst")
+    hub_cache(cache, "acme/tiny-sst", sst_dir)
+    model = CuvilModel.from_pretrained("acme/tiny-sst").optimize(targets=[Target()])
+    local = CuvilModel.from_pretrained(sst_dir).optimize(targets=[Target()])
+    text = "I love this movie!"
+    assert model.predict(text).scores.tolist() == local.predict(text).scores.tolist()
+
+
+def test_missing_files_unknown_task_and_a_too_small_embedding_table_are_typed_errors(sst_dir, tmp_path, tok):
+    for missing in ("config.json", "tokenizer.json", "onnx"):
+        broken = Path(shutil.copytree(sst_dir, tmp_path / f"no-{missing}"))
+        (shutil.rmtree if missing == "onnx" else Path.unlink)(broken / missing)
+        with pytest.raises(MissingPretrainedFile, match=missing.split(".")[0]):
+            CuvilModel.from_pretrained(broken)
+    with pytest.raises(FileNotFoundError, match="no such model directory"):
+        CuvilModel.from_pretrained(str(tmp_path / "nowhere") + "/")
+    with pytest.raises(UnknownTask, match="summarization"):
+        CuvilModel.from_pretrained(sst_dir, task="summarization")
+    with pytest.raises(PretrainedError, match="rank 3, 'logits' has rank 2"):  # a classifier is no tagger
+        CuvilModel.from_pretrained(sst_dir, task="ner")
+    bare = Path(shutil.copytree(sst_dir, tmp_path / "bare"))
+    (bare / "config.json").write_text(json.dumps({"model_type": "distilbert"}))
+    with pytest.raises(UnknownTask, match="config.json"):
+        CuvilModel.from_pretrained(bare)
+    small = text_dir(tmp_path / "small-vocab", encoder_with_head(tok.get_vocab_size() - 10, "cls", 2),
+                     {"architectures": ["DistilBertForSequenceClassification"], "id2label": SST_LABELS}, tok)
+    with pytest.raises(VocabularyMismatch, match=f"{tok.get_vocab_size()} tokens"):
+        CuvilModel.from_pretrained(small)
+
+
+def test_device_processing_refuses_a_config_naming_a_path_outside_the_model(sst_dir, tmp_path):
+    out = CuvilModel.from_pretrained(sst_dir).optimize(targets=[Target()]).save(tmp_path / "m.cuvil")
+    config = json.loads((out / "processing.json").read_text())
+    assert Processor.from_dir(out).config.labels == ("NEGATIVE", "POSITIVE")
+    config["text"]["tokenizer"] = "../tokenizer.json"
+    (out / "processing.json").write_text(json.dumps(config))
+    with pytest.raises(ProcessingError, match="not a plain file name"):
+        Processor.from_dir(out)
+
+
+def test_device_labels_texts_with_the_host_packages_blocked(sst_dir, tmp_path):
+    """The device side (``runtime_wasm.processing`` + the loader) needs numpy and tokenizers only."""
+    out = CuvilModel.from_pretrained(sst_dir).optimize(targets=[Target()]).save(tmp_path / "m.cuvil")
+    want = CuvilModel.from_pretrained(sst_dir).optimize(targets=[Target()]).predict(TEXTS)
+    script = f"""
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {{"cuvil_edge", "onnx", "onnxruntime", "ziglang", "huggingface_hub"}}:
+            raise ImportError("host-only module imported on the device: " + name)
+sys.meta_path.insert(0, Block())
+from runtime_wasm.loader import load_model_dir
+from runtime_wasm.processing import Processor
+with load_model_dir({str(out)!r}) as m:
+    for r in Processor.from_dir({str(out)!r}).run({TEXTS!r}, m.predict):
+        print(r.label, repr(r.score))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"{r.label} {r.score!r}" for r in want]
