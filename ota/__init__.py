@@ -8,7 +8,15 @@ signed spec is checked as the device will load it); the installer adds the runti
 
 from .agent import Agent
 from .bundle import read_header, read_payloads, verify_bundle, write_bundle
-from .config import AgentConfig, BrokerSettings, OtaConfig, ServeLimits, TransferLimits, load_agent_config
+from .config import (
+    AgentConfig,
+    BrokerSettings,
+    HttpSettings,
+    OtaConfig,
+    ServeLimits,
+    TransferLimits,
+    load_agent_config,
+)
 from .crypto import canonical_bytes, key_id
 from .errors import (
     BadSignature,
@@ -47,7 +55,7 @@ from .trust import TrustState
 __all__ = [
     "STEPS", "Agent", "AgentConfig", "Announcement", "BadSignature", "BrokenChain", "BrokerSettings",
     "Command", "CorruptSlot", "DiskFull", "ExpiredMetadata", "FileEntry", "FileWriter", "FormatError",
-    "HashMismatch", "InstallError", "Installer", "LengthMismatch", "Manifest", "MqttClient",
+    "HashMismatch", "HttpSettings", "InstallError", "Installer", "LengthMismatch", "Manifest", "MqttClient",
     "NoActiveModel", "NoHealthyModel", "NotAuthorized", "NothingToRollBack", "OtaConfig", "OtaError",
     "ReplayedCommand", "RollbackError", "Root", "SelfTestFailed", "ServeLimits", "SlowRetrieval",
     "StateLocked", "ThresholdNotMet", "Topics", "TransferFailed", "TransferLimits", "TransportError",

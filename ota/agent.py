@@ -3,7 +3,8 @@ chunks, installs them through ``Installer``, obeys signed commands, reports ever
 keeps serving the active model to local apps throughout.
 
 Threads: paho's network thread only queues messages; one worker thread handles them in order (so all
-agent state has one owner); the inference server answers from its own threads through ``ModelHost``.
+agent state has one owner); the inference servers (the Unix-socket JSON one and, with ``[http]``, the HTTP
+API with its metrics) answer from their own threads through ``ModelHost``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .errors import (
     VerificationError,
     WrongTarget,
 )
+from .http_api import HttpApiServer
 from .installer import ENVELOPE_FILE, Installer
 from .metadata import parse_time
 from .protocol import (
@@ -51,7 +53,7 @@ from .protocol import (
     verify_announcement,
     verify_command,
 )
-from .serve import InferenceServer, ModelHost
+from .serve import InferenceServer, ModelHost, ModelRegistry
 from .store import read_json, write_json
 from .transport import MqttClient
 
@@ -129,7 +131,9 @@ class Agent:
         self.installer = Installer(state, config.hardware_id or default_hardware_id(), config.profile or None,
                                    root=root, config=config.ota, on_step=self._step, policy=policy)
         self._drop_installed_transfer()
-        self.host = ModelHost(self.installer, policy)
+        self.host = ModelHost(self.installer, policy, config.http.model_name if config.http else "")
+        self.models = ModelRegistry()  # by name, for the HTTP API and its metrics
+        self.models.add(self.host)
         self._health: dict[str, Any] = {}  # why the model on disk is not served (sent with every status)
         self._served = self._disk_key()
         self.state = "active" if self.host.release is not None else "idle"
@@ -145,6 +149,7 @@ class Agent:
         self._events: queue.Queue[tuple[str, bytes]] = queue.Queue()
         self._last_progress = self._last_telemetry = 0.0
         self.server: InferenceServer | None = None
+        self.http: HttpApiServer | None = None
         self.mqtt = MqttClient(config.broker, f"cuvil-{config.fleet}-{self.device}", self._enqueue,
                                config.limits, will=(self.topics.status(self.device), self._status("offline")),
                                on_connect=lambda: self._events.put(("", b"connected")))
@@ -154,7 +159,10 @@ class Agent:
         """Serve until ``stop`` (SIGTERM) is set; 1 when the broker stays unreachable beyond its retries."""
         if self.cfg.socket:
             self.server = InferenceServer(self.cfg.socket, self.host, self.cfg.serve)
-        self.log("start", state=self.state, release=self.host.release, fleet=self.cfg.fleet)
+        if self.cfg.http:
+            self.http = HttpApiServer(self.models, self.cfg.http)
+        self.log("start", state=self.state, release=self.host.release, fleet=self.cfg.fleet,
+                 http=self.http.address if self.http else None)
         self.mqtt.subscribe([self.topics.release, self.topics.command(self.device)])
         self.mqtt.start()
         code = 0
@@ -180,6 +188,8 @@ class Agent:
         self.mqtt.close(final=(self.topics.status(self.device), self._status("offline")))
         if self.server:
             self.server.close()
+        if self.http:
+            self.http.close()
         self.host.close()
 
     def _enqueue(self, topic: str, payload: bytes, _retained: bool) -> None:

@@ -1,8 +1,8 @@
 """Limits and settings of the update path: typed fields whose names carry their units.
 
 ``OtaConfig`` bounds the bundle checks, ``TransferLimits`` the chunked download, ``BrokerSettings``
-the MQTT connection, ``ServeLimits`` the local inference socket, and ``AgentConfig`` ties them to one
-device (``load_agent_config`` reads TOML).
+the MQTT connection, ``ServeLimits`` the local inference socket, ``HttpSettings`` the HTTP inference API,
+and ``AgentConfig`` ties them to one device (``load_agent_config`` reads TOML).
 """
 
 from __future__ import annotations
@@ -138,6 +138,35 @@ class ServeLimits:
 
 
 @dataclass(frozen=True)
+class HttpSettings:
+    """The HTTP inference API (Open Inference Protocol, ``ota.http_api``): where it listens and what one
+    client can hold. Each limit bounds one phase of a request, so no client can keep a connection slot by
+    being slow (slow-loris) or large: worst-case request memory is about ``max_connections *
+    (max_header_bytes + max_body_bytes)`` (256 MiB by default) before JSON decoding."""
+
+    host: str = "127.0.0.1"  # loopback by default: only local apps
+    port: int = 8080  # 0: an ephemeral port (the server's ``address`` says which)
+    unix_socket: str = ""  # serve on this Unix socket (mode 0660) instead of TCP
+    model_name: str = ""  # URL name of the agent's model; empty: the installed manifest's name
+    max_connections: int = 16  # open at once; one more is answered 503 ``Overloaded`` and closed
+    header_timeout_s: float = 10.0  # from waiting for a request (keep-alive idle included) to its last header
+    body_timeout_s: float = 30.0  # to receive the whole body after the headers
+    write_timeout_s: float = 10.0  # per send of the response: a client that does not read is dropped
+    max_header_bytes: int = 16 << 10  # request line + headers; more is 431
+    max_body_bytes: int = 16 << 20  # more is 413, unread
+    retry_after_s: int = 1  # the Retry-After hint sent with 503
+
+    def __post_init__(self) -> None:
+        _check_numbers(self)
+        positive = ("max_connections", "header_timeout_s", "body_timeout_s", "write_timeout_s",
+                    "max_header_bytes", "max_body_bytes")
+        if not all(getattr(self, name) > 0 for name in positive):
+            raise ValueError(f"HttpSettings.{', '.join(positive)} must be positive")
+        if self.port > 65535:
+            raise ValueError(f"HttpSettings.port must be at most 65535, got {self.port}")
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """One device: identity, trust root, state directory, broker and limits."""
 
@@ -155,6 +184,7 @@ class AgentConfig:
     ota: OtaConfig = field(default_factory=OtaConfig)
     serve: ServeLimits = field(default_factory=ServeLimits)
     policy: RuntimePolicy | None = None  # None: serve under the default ``RuntimePolicy()``
+    http: HttpSettings | None = None  # None: no HTTP inference API
 
 
 def _typed(cls: type, table: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -174,11 +204,12 @@ def _typed(cls: type, table: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
     """Sections ``agent``, ``broker`` (secret: ``password_file`` or ``password_env``), ``limits``, ``ota``,
-    ``serve`` (``ServeLimits``) and ``policy`` (a ``RuntimePolicy``; without it the defaults: the model
-    always runs in supervised workers under a deadline)."""
+    ``serve`` (``ServeLimits``), ``policy`` (a ``RuntimePolicy``; without it the defaults: the model
+    always runs in supervised workers under a deadline) and ``http`` (``HttpSettings``; the table turns
+    the HTTP inference API on, even empty)."""
     with open(path, "rb") as f:
         doc = tomllib.load(f)
-    unknown = set(doc) - {"agent", "broker", "limits", "ota", "serve", "policy"}
+    unknown = set(doc) - {"agent", "broker", "limits", "ota", "serve", "policy", "http"}
     if unknown:
         raise ValueError(f"{path}: unknown sections {sorted(unknown)}")
     broker = dict(doc.get("broker", {}))
@@ -192,6 +223,8 @@ def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
                            limits=TransferLimits(**_typed(TransferLimits, doc.get("limits", {}), "limits")),
                            ota=OtaConfig(**_typed(OtaConfig, doc.get("ota", {}), "ota")),
                            serve=ServeLimits(**_typed(ServeLimits, doc.get("serve", {}), "serve")),
-                           policy=RuntimePolicy.from_dict(doc["policy"]) if "policy" in doc else None)
+                           policy=RuntimePolicy.from_dict(doc["policy"]) if "policy" in doc else None,
+                           http=HttpSettings(**_typed(HttpSettings, doc["http"], "http")) if "http" in doc
+                           else None)
     except TypeError as exc:  # a required [agent] field is missing
         raise ValueError(f"{path}: {exc}") from None

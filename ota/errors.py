@@ -111,3 +111,30 @@ class TransferFailed(OtaError):
 
 class SlowRetrieval(TransferFailed):
     """The transfer ran past its total deadline or below its minimum rate (a slow-retrieval attack)."""
+
+
+class ServingError(OtaError):
+    """An inference request to the device's serving API was refused or failed."""
+
+
+class BadInferenceRequest(ServingError, ValueError):
+    """The request does not follow the Open Inference Protocol: malformed JSON, an unknown or wrong
+    datatype, a wrong shape or data count, binary sections that do not add up (HTTP 400)."""
+
+
+class UnknownModel(ServingError, LookupError):
+    """No model is served under that name, or not in that version (HTTP 404)."""
+
+
+class InferenceRefused(ServingError):
+    """Client side: the server answered with an error. ``status`` is the HTTP status, ``kind`` the server's
+    error type ("Overloaded", "StaleInput", ...) and ``retry_after_s`` its Retry-After hint, if any."""
+
+    def __init__(self, message: str, status: int, kind: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.retry_after_s = status, kind, retry_after_s
+
+
+class ServerUnreachable(ServingError):
+    """Client side: no connection, or it broke before a complete reply (wraps OSError and http.client's
+    errors)."""

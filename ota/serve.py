@@ -7,7 +7,8 @@ base64 little-endian data). File permissions on the socket decide which local us
 
 Neither a local app nor the model can hang serving: the model always runs in supervised worker
 processes under the policy's deadline (``ModelHost``), and ``ServeLimits`` bound the connections served
-at once, the time to send a request and its size (``InferenceServer``).
+at once, the time to send a request and its size (``InferenceServer``). ``ModelRegistry`` names the
+models a device serves, for the HTTP API (``ota.http_api``) and its metrics.
 """
 
 from __future__ import annotations
@@ -21,21 +22,33 @@ import socketserver
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from runtime_wasm import ModelSource, Overloaded, RuntimePolicy, RuntimeWasmError, Scheduler
+from runtime_wasm import ModelSource, ModelSpec, Overloaded, RuntimePolicy, RuntimeWasmError, Scheduler
 
 from .config import ServeLimits
-from .errors import LengthMismatch, NoActiveModel, NoHealthyModel, OtaError
+from .errors import LengthMismatch, NoActiveModel, NoHealthyModel, OtaError, UnknownModel
 from .golden import decode_tensor, encode_tensor
 from .installer import Installer
 
 log = logging.getLogger(__name__)
 #: the client's bound on one reply line
 MAX_REPLY_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What is being served under a name right now: the API's model metadata."""
+
+    name: str
+    release: int
+    version: str  # the release's semantic version
+    variant: str  # the module variant the primary worker runs
+    spec: ModelSpec
 
 
 class ModelHost:
@@ -45,13 +58,14 @@ class ModelHost:
 
     Swapped whole after an install or rollback, so a request sees old or new. ``load_error`` holds why
     the latest load failed (None after a success); with nothing loaded requests get ``NoActiveModel`` or
-    ``NoHealthyModel``.
+    ``NoHealthyModel``. ``name`` is what clients call it: the given one, else the installed manifest's.
     """
 
-    def __init__(self, installer: Installer, policy: RuntimePolicy | None = None) -> None:
-        self._installer, self.policy = installer, policy or RuntimePolicy()
+    def __init__(self, installer: Installer, policy: RuntimePolicy | None = None, name: str = "") -> None:
+        self._installer, self.policy, self._name = installer, policy or RuntimePolicy(), name
         self._lock = threading.Lock()
         self._model: Scheduler | None = None
+        self._served: ServedModel | None = None
         self._retiring: list[threading.Thread] = []
         self.release: int | None = None
         self.load_error: Exception | None = None
@@ -64,20 +78,42 @@ class ModelHost:
         this never waits on it. On failure: raises, sets ``load_error``, the previous model keeps serving."""
         try:
             slot = self._installer.active_dir()
-            release = self._installer.active_manifest().release
+            manifest = self._installer.active_manifest()
             model = Scheduler(ModelSource.from_dir(slot, cache_dir=str(self._installer.cache.directory),
                                                    deterministic=self.policy.deterministic),
                               self.policy)
         except Exception as exc:
             self.load_error = exc
             raise
+        served = ServedModel(self._name or manifest.name, manifest.release, manifest.version,
+                             model.variants[0], model.spec)
         with self._lock:
-            old, self._model, self.release, self.load_error = self._model, model, release, None
+            old, self._model, self.release, self.load_error = self._model, model, manifest.release, None
+            self._served = served
             self._retiring = [t for t in self._retiring if t.is_alive()]
             if old is not None:
                 retire = threading.Thread(target=old.close, name="retire-model", daemon=True)
                 retire.start()
                 self._retiring.append(retire)
+
+    @property
+    def name(self) -> str:
+        """The configured name, else the loaded model's; "" while a nameless host has nothing loaded."""
+        with self._lock:
+            return self._name or (self._served.name if self._served else "")
+
+    @property
+    def ready(self) -> bool:
+        with self._lock:
+            return self._model is not None
+
+    def served(self) -> ServedModel:
+        """What answers requests now; ``NoActiveModel`` / ``NoHealthyModel`` while nothing does."""
+        self._current()
+        with self._lock:
+            if self._served is None:  # closed in between
+                raise NoActiveModel("the model host is closed")
+            return self._served
 
     def _current(self) -> tuple[Scheduler, int]:
         with self._lock:
@@ -114,6 +150,35 @@ class ModelHost:
             model.close()
         for t in retiring:
             t.join()
+
+
+class ModelRegistry:
+    """The models a device serves, by name, each with a priority (higher: more important when models
+    compete for the device; the multi-model scheduler will use it). Names are looked up per request, so
+    a host named after its installed manifest follows its installs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._hosts: list[tuple[ModelHost, int]] = []
+
+    def add(self, host: ModelHost, priority: int = 0) -> None:
+        name = host.name
+        if name and any(h.name == name for h, _ in self.entries()):
+            raise ValueError(f"a model named {name!r} is already registered")
+        with self._lock:
+            self._hosts.append((host, priority))
+            self._hosts.sort(key=lambda e: -e[1])
+
+    def entries(self) -> list[tuple[ModelHost, int]]:
+        """(host, priority), highest priority first."""
+        with self._lock:
+            return list(self._hosts)
+
+    def get(self, name: str) -> ModelHost:
+        for host, _ in self.entries():
+            if host.name == name:
+                return host
+        raise UnknownModel(f"no model named {name!r} is served here")
 
 
 def _read_line(sock: socket.socket, max_bytes: int, timeout_s: float) -> bytes:
@@ -172,31 +237,26 @@ class _Handler(socketserver.BaseRequestHandler):
             return _error(exc)
 
 
-class InferenceServer(socketserver.ThreadingUnixStreamServer):
-    """Serves ``host`` on ``path`` (mode 0660) from a daemon thread until ``close``; at most
-    ``limits.max_connections`` at once, each in its own thread: one more is answered ``Overloaded`` and
-    closed without a thread."""
+class BoundedThreads(socketserver.ThreadingMixIn):
+    """One daemon thread per connection, at most ``max_connections`` at once (``limit_connections``): one
+    more is handed to ``refuse``, which must not block, and closed without a thread, so a flood of
+    clients costs no threads."""
 
     daemon_threads = True
+    max_connections = 1
 
-    def __init__(self, path: str | os.PathLike[str], host: ModelHost,
-                 limits: ServeLimits | None = None) -> None:
-        self.path, self.host, self.limits = Path(path), host, limits or ServeLimits()
-        self._slots = threading.BoundedSemaphore(self.limits.max_connections)
-        self.path.unlink(missing_ok=True)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        super().__init__(str(self.path), _Handler)
-        os.chmod(self.path, 0o660)
-        self._thread = threading.Thread(target=self.serve_forever, args=(0.2,), name="infer", daemon=True)
-        self._thread.start()
+    def limit_connections(self, n: int) -> None:
+        self.max_connections, self._slots = n, threading.BoundedSemaphore(n)
+
+    def refuse(self, request: socket.socket) -> None:
+        """Tell a client over the limit why, without waiting on it (a fresh socket's buffer takes it)."""
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
-            reply = _error(Overloaded(f"{self.limits.max_connections} connections already being served"))
-            request.setblocking(False)  # a fresh socket's buffer takes the line; never wait on a client
+            request.setblocking(False)
             with contextlib.suppress(OSError):
-                request.send(json.dumps(reply).encode() + b"\n")
-            self.shutdown_request(request)
+                self.refuse(request)
+            self.shutdown_request(request)  # type: ignore[attr-defined]
             return
         try:
             super().process_request(request, client_address)
@@ -209,6 +269,27 @@ class InferenceServer(socketserver.ThreadingUnixStreamServer):
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
+
+
+class InferenceServer(BoundedThreads, socketserver.UnixStreamServer):
+    """Serves ``host`` on ``path`` (mode 0660) from a daemon thread until ``close``; at most
+    ``limits.max_connections`` at once, each in its own thread: one more is answered ``Overloaded`` and
+    closed without a thread."""
+
+    def __init__(self, path: str | os.PathLike[str], host: ModelHost,
+                 limits: ServeLimits | None = None) -> None:
+        self.path, self.host, self.limits = Path(path), host, limits or ServeLimits()
+        self.limit_connections(self.limits.max_connections)
+        self.path.unlink(missing_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(str(self.path), _Handler)
+        os.chmod(self.path, 0o660)
+        self._thread = threading.Thread(target=self.serve_forever, args=(0.2,), name="infer", daemon=True)
+        self._thread.start()
+
+    def refuse(self, request: socket.socket) -> None:
+        reply = _error(Overloaded(f"{self.max_connections} connections already being served"))
+        request.send(json.dumps(reply).encode() + b"\n")
 
     def close(self) -> None:
         self.shutdown()

@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import threading
 import time
 from collections import Counter, deque
@@ -44,6 +46,10 @@ from .supervisor import ModelSource, SupervisedModel, same_signature
 THERMAL_ROOT = Path("/sys/class/thermal")
 _EWMA_ALPHA = 0.2
 _LATENCY_WINDOW = 1024  # completed requests kept for percentiles
+#: upper bounds (ms) of the cumulative latency histogram (Prometheus buckets): from a tiny model's
+#: dispatch (0.25 ms) to past the default deadline; a last, unbounded bucket catches the rest
+LATENCY_BUCKETS_MS = (0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0,
+                      5000.0, 10000.0)
 
 
 def read_cpu_temp_c(root: Path = THERMAL_ROOT) -> float | None:
@@ -101,6 +107,24 @@ class LatencyModel:
         return self.ewma_ms[nearest] / nearest * batch
 
 
+class LatencyHistogram:
+    """End-to-end latency counts per ``LATENCY_BUCKETS_MS`` bucket since start: unlike the percentile
+    window, they only grow, which is what a scraper (``rate()``, quantiles across devices) needs."""
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)  # per bucket, not cumulative; last: > max
+        self.sum_ms = 0.0
+
+    def observe(self, ms: float) -> None:
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS_MS, ms)] += 1
+        self.sum_ms += ms
+
+    def snapshot(self) -> dict[str, Any]:
+        """``le``: bucket bounds in ms; ``cumulative``: requests at or under each (then all of them)."""
+        return {"le": list(LATENCY_BUCKETS_MS), "cumulative": list(itertools.accumulate(self.counts)),
+                "sum_ms": self.sum_ms}
+
+
 @dataclass
 class _Request:
     inputs: list[np.ndarray]  # spec order, cast, owned (the caller may reuse its arrays)
@@ -130,6 +154,9 @@ class Scheduler:
             self._close_workers()
             raise
         self._latency = [LatencyModel() for _ in self._workers]
+        #: what labels each worker's latency histogram: its variant, the fallback's marked as such (the
+        #: cheaper model may have a variant of the same name)
+        self.variants = tuple(("fallback:" if i else "") + w.variant for i, w in enumerate(self._workers))
         self._queue: deque[_Request] = deque()
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -145,6 +172,7 @@ class Scheduler:
         self._batch_sizes: Counter[int] = Counter()
         self._throttled_ms = 0.0
         self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
+        self._histograms = [LatencyHistogram() for _ in self._workers]
         self._thread = threading.Thread(target=self._loop, name=f"sched-{source.spec.name}", daemon=True)
         self._thread.start()
 
@@ -171,6 +199,7 @@ class Scheduler:
                     raise Overloaded(f"load shed: CPU at {self._temp} °C, "
                                      f"budget {self.policy.max_cpu_temp_c} °C")
                 if len(self._queue) >= self.policy.max_queue_depth:
+                    self._counts["queue_full"] += 1
                     raise Overloaded(f"queue full ({self.policy.max_queue_depth} requests)")
                 self._queue.append(_Request(arrays, self._clock(), captured_at, future))
                 self._cond.notify()
@@ -185,19 +214,23 @@ class Scheduler:
         return self.submit(inputs, captured_at).result(timeout=bound_s)
 
     def metrics(self) -> dict[str, Any]:
-        """Counters, latency percentiles (end to end, last 1024 requests) and the degrade state."""
+        """Counters, latency percentiles (end to end, last 1024 requests), cumulative latency histograms
+        per variant and the degrade state. ``shed``: refused while over the thermal budget; ``queue_full``:
+        refused for a full queue (both fail with ``Overloaded``, counted in ``failed`` too)."""
         with self._cond:
             lat = np.array(self._latencies)
             pct = {f"p{q}": float(np.percentile(lat, q)) if lat.size else None for q in (50, 95, 99)}
             return {
-                **{k: self._counts[k] for k in ("submitted", "completed", "batches", "shed",
+                **{k: self._counts[k] for k in ("submitted", "completed", "batches", "shed", "queue_full",
                                                 "degraded_dispatches", "degrade_activations")},
                 "failed": dict(self._errors),
                 "queue_depth": len(self._queue),
                 "batch_sizes": dict(self._batch_sizes),
                 "latency_ms": {**pct, "count": int(lat.size)},
                 "compute_ms_ewma": {i: dict(m.ewma_ms) for i, m in enumerate(self._latency)},
+                "latency_histogram_ms": {v: h.snapshot() for v, h in zip(self.variants, self._histograms)},
                 "worker_restarts": sum(w.restarts for w in self._workers),
+                "deadline_kills": sum(w.deadline_kills for w in self._workers),
                 "thermal": {"temp_c": self._temp, "degraded": self._degraded,
                             "action": self._effective_action(), "throttled_ms": self._throttled_ms},
             }
@@ -280,6 +313,7 @@ class Scheduler:
             with self._cond:
                 self._counts["completed"] += 1
                 self._latencies.append((end - r.submitted) * 1e3)
+                self._histograms[index].observe((end - r.submitted) * 1e3)
 
     # -- policy pieces ----------------------------------------------------------------------------
     def _check_fresh(self, captured_at: float | None) -> None:

@@ -160,8 +160,9 @@ class SupervisedModel:
                  start_timeout_s: float = 60.0) -> None:
         if slots < 1:
             raise ValueError("slots must be at least 1")
-        self.spec, self.slots = source.spec, slots
+        self.spec, self.slots, self.variant = source.spec, slots, source.variant.name
         self.restarts = 0
+        self.deadline_kills = 0  # restarts because a dispatch overran its deadline (runaway guests)
         self._source, self._memory_cap, self._start_timeout_s = source, memory_cap_bytes, start_timeout_s
         self._lock = threading.Lock()
         self._proc: Any = None
@@ -224,6 +225,7 @@ class SupervisedModel:
                 raise WorkerCrashed(f"worker for {self.spec.name!r} died ({exc or type(exc).__name__}); "
                                     "restarted") from None
             if replies is None:
+                self.deadline_kills += 1
                 self._restart()
                 raise DeadlineExceeded(f"{self.spec.name!r} ran past its {timeout_s * 1e3:.0f} ms deadline; "
                                        "worker killed and restarted")

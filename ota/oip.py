@@ -1,0 +1,254 @@
+"""The Open Inference Protocol's (KServe v2) HTTP wire format: datatypes, tensors as JSON or binary, and
+inference requests and responses. No I/O: the server (``ota.http_api``) and the client
+(``ota.http_client``) share it, and everything a client sends is checked here against the model's
+signature, so a bad request is one ``BadInferenceRequest`` naming the field, never a numpy error.
+
+Binary tensor data extension: a body is a JSON header of ``Inference-Header-Content-Length`` bytes
+followed by the raw tensors (little-endian, row-major) of every input whose ``parameters`` give a
+``binary_data_size``, in input order; outputs asked for with ``"binary_data": true`` (or all of them with
+``binary_data_output``) come back the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from runtime_wasm.spec import TensorSpec
+
+from .errors import BadInferenceRequest
+
+#: the header that splits a body into its JSON part and the binary tensors after it
+HEADER_LENGTH = "Inference-Header-Content-Length"
+#: the protocol's datatype names and the numpy dtypes they are (BYTES: strings, which no model here takes)
+DATATYPES: dict[str, np.dtype] = {name: np.dtype(dt) for name, dt in (
+    ("BOOL", "bool"), ("UINT8", "uint8"), ("UINT16", "uint16"), ("UINT32", "uint32"), ("UINT64", "uint64"),
+    ("INT8", "int8"), ("INT16", "int16"), ("INT32", "int32"), ("INT64", "int64"), ("FP16", "float16"),
+    ("FP32", "float32"), ("FP64", "float64"))}
+_NAMES = {dt: name for name, dt in DATATYPES.items()}
+
+
+def datatype(dtype: Any) -> str:
+    """The protocol's name for a numpy dtype (``float32`` -> ``FP32``)."""
+    try:
+        return _NAMES[np.dtype(dtype)]
+    except (KeyError, TypeError):
+        raise BadInferenceRequest(f"dtype {dtype!r} has no Open Inference Protocol datatype") from None
+
+
+def tensor_metadata(t: TensorSpec) -> dict[str, Any]:
+    return {"name": t.name, "datatype": datatype(t.dtype), "shape": list(t.shape)}
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """A checked request: inputs cast to the model's dtypes, and which outputs to return how."""
+
+    id: str | None
+    inputs: dict[str, np.ndarray]
+    #: (output name, as binary) in the order to return them
+    outputs: list[tuple[str, bool]]
+    captured_at: float | None  # ``parameters.captured_at``: unix seconds, for the freshness bound
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadInferenceRequest(f"{what} must be a JSON object")
+    return value
+
+
+def _param(params: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
+    value = params.get(key)
+    if value is not None and (not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)):
+        raise BadInferenceRequest(f"{what}.parameters.{key} has the wrong type")
+    return value
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[Any, memoryview]:
+    """The JSON document and the binary part after it (empty without the header)."""
+    raw = memoryview(body)
+    if header_length is None:
+        json_part, binary = raw, raw[len(raw):]
+    else:
+        try:
+            n = int(header_length)
+        except ValueError:
+            raise BadInferenceRequest(f"{HEADER_LENGTH} is not a number: {header_length!r}") from None
+        if not 0 <= n <= len(raw):
+            raise BadInferenceRequest(f"{HEADER_LENGTH} {n} is outside the body of {len(raw)} bytes")
+        json_part, binary = raw[:n], raw[n:]
+    try:
+        return json.loads(bytes(json_part)), binary
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise BadInferenceRequest(f"malformed JSON: {exc}") from None
+
+
+def _from_json(data: Any, t: TensorSpec, what: str) -> np.ndarray:
+    """Nested or flat row-major ``data`` as ``t``'s dtype: numbers of the right kind, in range, and as many
+    as the shape holds (JSON integers are fine for floats, floats are not fine for integers)."""
+    want = np.dtype(t.dtype)
+    try:
+        raw = np.array(data)
+    except (ValueError, TypeError, OverflowError) as exc:  # ragged nesting
+        raise BadInferenceRequest(f"{what}.data is not a regular array: {exc}") from None
+    kinds = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}[want.kind]
+    if raw.dtype.kind not in kinds and raw.size:
+        raise BadInferenceRequest(f"{what}.data must hold {datatype(want)} values, got {raw.dtype.kind!r} "
+                                  "(numbers or booleans as the datatype says)")
+    if want.kind in "iu" and raw.size and (raw.min() < np.iinfo(want).min or raw.max() > np.iinfo(want).max):
+        raise BadInferenceRequest(f"{what}.data has values outside {datatype(want)}'s range")
+    if raw.size != math.prod(t.shape):
+        raise BadInferenceRequest(f"{what}.data holds {raw.size} values; shape {list(t.shape)} needs "
+                                  f"{math.prod(t.shape)}")
+    return raw.astype(want).reshape(t.shape)
+
+
+def _from_binary(blob: memoryview, t: TensorSpec) -> np.ndarray:
+    want = np.dtype(t.dtype)
+    if want.kind == "b":  # one byte per element; any non-zero byte is true
+        return (np.frombuffer(blob, np.uint8) != 0).reshape(t.shape)
+    return np.frombuffer(blob, want.newbyteorder("<")).astype(want).reshape(t.shape)
+
+
+def _shape(item: Mapping[str, Any], what: str) -> tuple[int, ...]:
+    shape = item.get("shape")
+    if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0
+                                          for d in shape):
+        raise BadInferenceRequest(f"{what}.shape must be a list of non-negative integers")
+    return tuple(shape)
+
+
+def _tensor(item: Mapping[str, Any], t: TensorSpec, binary: memoryview, at: int, what: str
+            ) -> tuple[np.ndarray, int]:
+    """One tensor (its JSON ``data``, or its slice of the binary part at ``at``), checked against its
+    spec; returns it and where the next binary slice starts."""
+    want = datatype(t.dtype)
+    if item.get("datatype") != want:
+        raise BadInferenceRequest(f"{what} is {want}, got datatype {item.get('datatype')!r}")
+    shape = _shape(item, what)
+    if shape != t.shape:
+        raise BadInferenceRequest(f"{what} must have shape {list(t.shape)}, got {shape}")
+    size = _param(_object(item.get("parameters", {}), f"{what}.parameters"), "binary_data_size", int, what)
+    if size is None:
+        if "data" not in item:
+            raise BadInferenceRequest(f"{what} has neither data nor parameters.binary_data_size")
+        return _in_bounds(_from_json(item["data"], t, what), t, what), at
+    if "data" in item:
+        raise BadInferenceRequest(f"{what} has both data and parameters.binary_data_size")
+    want_bytes = math.prod(t.shape) * np.dtype(t.dtype).itemsize  # BOOL: one byte each
+    if size != want_bytes:
+        raise BadInferenceRequest(f"{what}: binary_data_size {size} != {want_bytes} bytes for its shape")
+    if at + size > len(binary):
+        raise BadInferenceRequest(f"{what}: the body ends before its {size} binary bytes")
+    return _in_bounds(_from_binary(binary[at:at + size], t), t, what), at + size
+
+
+def _in_bounds(a: np.ndarray, t: TensorSpec, what: str) -> np.ndarray:
+    """Indices into a table (token ids) must lie in [0, index_bound): the compiled Gather does not refuse
+    others (ids 99 and -5 into a 10-row table came back as rows, no error), so answering would mislead."""
+    if t.index_bound is not None and a.size and (a.min() < 0 or a.max() >= t.index_bound):
+        raise BadInferenceRequest(f"{what} indexes a table of {t.index_bound}: values must be in "
+                                  f"[0, {t.index_bound})")
+    return a
+
+
+def parse_infer_request(body: bytes, header_length: str | None, inputs: Sequence[TensorSpec],
+                        outputs: Sequence[TensorSpec]) -> InferRequest:
+    """Check an inference request body against the model's signature: every input exactly once, with its
+    datatype and shape; requested outputs by name (default: all, as JSON)."""
+    doc, binary = split_body(body, header_length)
+    doc = _object(doc, "the request")
+    request_id = doc.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise BadInferenceRequest("id must be a string")
+    params = _object(doc.get("parameters", {}), "parameters")
+    captured = _param(params, "captured_at", (int, float), "request")
+    captured_at = None if captured is None else float(captured)
+    binary_default = bool(_param(params, "binary_data_output", bool, "request"))
+    items = doc.get("inputs")
+    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+        raise BadInferenceRequest("inputs must be a list of tensor objects")
+    specs = {t.name: t for t in inputs}
+    arrays: dict[str, np.ndarray] = {}
+    at = 0
+    for item in items:
+        name = item.get("name")
+        if not isinstance(name, str) or name not in specs:
+            raise BadInferenceRequest(f"the model has no input named {name!r}; it takes {list(specs)}")
+        if name in arrays:
+            raise BadInferenceRequest(f"input {name!r} is given twice")
+        arrays[name], at = _tensor(item, specs[name], binary, at, f"input {name!r}")
+    missing = [n for n in specs if n not in arrays]
+    if missing:
+        raise BadInferenceRequest(f"missing inputs {missing}; the model takes {list(specs)}")
+    if at != len(binary):
+        raise BadInferenceRequest(f"{len(binary) - at} binary bytes after the last binary input")
+    wanted = doc.get("outputs")
+    names = [t.name for t in outputs]
+    if wanted is None:
+        return InferRequest(request_id, arrays, [(n, binary_default) for n in names], captured_at)
+    if not isinstance(wanted, list) or not all(isinstance(x, dict) for x in wanted):
+        raise BadInferenceRequest("outputs must be a list of objects")
+    chosen = []
+    for item in wanted:
+        if item.get("name") not in names:
+            raise BadInferenceRequest(f"the model has no output named {item.get('name')!r}; it has {names}")
+        what = f"output {item['name']!r}"
+        flag = _param(_object(item.get("parameters", {}), f"{what}.parameters"), "binary_data", bool, what)
+        chosen.append((item["name"], binary_default if flag is None else flag))
+    return InferRequest(request_id, arrays, chosen, captured_at)
+
+
+def encode_tensors(tensors: Sequence[tuple[str, np.ndarray, bool]]) -> tuple[list[dict[str, Any]], bytes]:
+    """Tensor objects for a request's ``inputs`` or a response's ``outputs`` and the binary part: each
+    ``(name, array, as binary)`` is JSON ``data`` (flat, row-major) or a ``binary_data_size`` slice."""
+    items, blobs = [], []
+    for name, a, as_binary in tensors:
+        item: dict[str, Any] = {"name": name, "datatype": datatype(a.dtype), "shape": list(a.shape)}
+        if as_binary:
+            blob = np.ascontiguousarray(a, a.dtype.newbyteorder("<")).tobytes()  # BOOL: a byte each
+            blobs.append(blob)
+            item["parameters"] = {"binary_data_size": len(blob)}
+        else:
+            item["data"] = a.ravel().tolist()
+        items.append(item)
+    return items, b"".join(blobs)
+
+
+def join_body(doc: Mapping[str, Any], binary: bytes) -> tuple[bytes, int | None]:
+    """The body and the value of ``Inference-Header-Content-Length`` (None: plain JSON)."""
+    head = json.dumps(doc, separators=(",", ":")).encode()
+    return (head + binary, len(head)) if binary else (head, None)
+
+
+def encode_infer_response(model_name: str, model_version: str, request: InferRequest,
+                          outputs: Mapping[str, np.ndarray]) -> tuple[bytes, int | None]:
+    items, binary = encode_tensors([(n, outputs[n], b) for n, b in request.outputs])
+    doc: dict[str, Any] = {"model_name": model_name, "model_version": model_version, "outputs": items}
+    if request.id is not None:
+        doc["id"] = request.id
+    return join_body(doc, binary)
+
+
+def decode_outputs(body: bytes, header_length: str | None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A response body (client side): the JSON document and its outputs as arrays, in order."""
+    doc, binary = split_body(body, header_length)
+    doc = _object(doc, "the response")
+    out: dict[str, np.ndarray] = {}
+    at = 0
+    items = doc.get("outputs", [])
+    if not isinstance(items, list):
+        raise BadInferenceRequest("outputs must be a list")
+    for i, item in enumerate(items):
+        what = f"outputs[{i}]"
+        item = _object(item, what)
+        if item.get("datatype") not in DATATYPES:
+            raise BadInferenceRequest(f"{what} has unknown datatype {item.get('datatype')!r}")
+        spec = TensorSpec(str(item.get("name")), DATATYPES[item["datatype"]].name, _shape(item, what), 0)
+        out[spec.name], at = _tensor(item, spec, binary, at, what)
+    return doc, out
