@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ota.config import BrokerSettings
+from ota.protocol import TelemetryRecord
 
 from .cli_ota import _signing_keys
 from .fleet import FleetError, LocalBroker, Publisher, Rollout, parse_percent, stages_for, tiny_release
+from .fleet_telemetry import TelemetryCollector, format_record
 
 
 def _broker(args: argparse.Namespace) -> BrokerSettings:
@@ -64,7 +66,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         print(f"fleet {args.fleet}: {seen} devices known")
         rollout = pub.publish(args.bundle, args.canary, args.halt_on,
                               stages_for(args.canary, args.stages) if args.stages else None,
-                              args.rollback_on_halt, args.chunk_kb << 10)
+                              args.rollback_on_halt, args.chunk_kb << 10, args.http_url or "")
         print(f"published {args.bundle}: {len(rollout.chunks)} chunks of {args.chunk_kb} KiB, "
               f"stages {', '.join(f'{p:g}%' for p in rollout.stages)}")
         if args.no_wait:
@@ -106,6 +108,31 @@ def cmd_fleet_command(args: argparse.Namespace) -> int:
     finally:
         pub.close()
     print(f"sent signed {args.action} to {args.device}")
+    return 0
+
+
+def cmd_fleet_telemetry(args: argparse.Namespace) -> int:
+    """Print the fleet's telemetry as it arrives, one line per record, until ``--count`` records,
+    ``--duration-s`` or Ctrl-C."""
+    enough, printed = threading.Event(), [0]
+
+    def show(record: TelemetryRecord) -> None:
+        print(format_record(record), flush=True)
+        printed[0] += 1
+        if args.count and printed[0] >= args.count:
+            enough.set()
+
+    collector = TelemetryCollector(_broker(args), args.fleet, args.client_id or "", on_record=show)
+    collector.start(args.connect_timeout_s)
+    try:
+        enough.wait(args.duration_s or None)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        collector.close()
+    for device, d in sorted(collector.devices.items()):
+        if d.missing or d.duplicates:
+            print(f"{device}: {d.missing} records missing (gaps {d.gaps}), {d.duplicates} repeats dropped")
     return 0
 
 
@@ -196,6 +223,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="failure rate within a stage that halts the rollout")
     p.add_argument("--rollback-on-halt", action="store_true", help="roll back devices that took it")
     p.add_argument("--chunk-kb", type=int, default=32, help="chunk size in KiB (brokers cap messages)")
+    p.add_argument("--http-url", metavar="URL",
+                   help="http(s) URL serving this bundle file (static server, object store, CDN): signed "
+                        "into the announcement, fetched with Range requests; MQTT chunks stay the fallback")
     p.add_argument("--expect", type=int, help="wait until this many devices reported (else --discover-s)")
     p.add_argument("--discover-s", type=float, default=3.0, help="time to collect device statuses")
     p.add_argument("--stage-timeout-s", type=float, default=600.0, help="silent devices then count as failed")
@@ -215,6 +245,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     _broker_args(cm)
     _key_args(cm)
     cm.set_defaults(fn=cmd_fleet_command)
+    te = fs.add_parser("telemetry", help="print the fleet's telemetry (events and summaries) as it arrives")
+    _broker_args(te)
+    te.add_argument("--duration-s", type=float, default=0.0, help="stop after this long (default: Ctrl-C)")
+    te.add_argument("--count", type=int, default=0, help="stop after printing this many records")
+    te.add_argument("--client-id", help="MQTT client id (default cuvil-telemetry-<fleet>: its persistent "
+                    "session keeps telemetry sent while it is away)")
+    te.set_defaults(fn=cmd_fleet_telemetry)
     dm = fs.add_parser("demo", help="broker + publisher + one agent on this machine, no setup")
     dm.add_argument("--workdir", help="where the temporary directory goes")
     dm.set_defaults(fn=cmd_fleet_demo)

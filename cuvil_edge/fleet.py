@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ota.bundle import read_header
 from ota.config import BrokerSettings, OtaConfig, TransferLimits
-from ota.errors import WrongTarget
+from ota.errors import FormatError, WrongTarget
 from ota.metadata import Manifest
 from ota.protocol import (
     BUCKETS,
@@ -39,6 +39,7 @@ from ota.protocol import (
     Command,
     Topics,
     bucket,
+    check_url,
     format_time,
     sha256_hex,
     split_chunks,
@@ -95,6 +96,8 @@ class Rollout:
     #: the signed manifest's targets, repeated in every announcement (absent in older state files)
     hardware_ids: list[str] = field(default_factory=list)
     profiles: list[str] = field(default_factory=list)
+    #: where devices fetch the same bytes over HTTP(S) first (signed into every announcement); "": MQTT only
+    http_url: str = ""
 
     @property
     def pending_rollbacks(self) -> list[str]:
@@ -167,9 +170,15 @@ class Publisher:
     # -- publishing ---------------------------------------------------------------------------
     def publish(self, bundle: str | os.PathLike[str], canary: float, halt_on: float,
                 stages: Sequence[float] | None = None, rollback_on_halt: bool = False,
-                chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Rollout:
+                chunk_bytes: int = DEFAULT_CHUNK_BYTES, http_url: str = "") -> Rollout:
         """Chunks first (retained), then the stage-0 announcement; resumes an unfinished rollout of the
-        same bundle instead of starting over."""
+        same bundle instead of starting over. ``http_url`` (a static server, object store or CDN serving
+        this very file) is signed into the announcements; the retained chunks stay the fallback."""
+        if http_url:
+            try:
+                check_url(http_url, "--http-url")
+            except FormatError as exc:
+                raise FleetError(str(exc)) from None
         data = Path(bundle).read_bytes()
         sha = sha256_hex(data)
         current = self.rollout
@@ -185,7 +194,7 @@ class Publisher:
         rollout = Rollout(sha, manifest.name, manifest.release, manifest.version, chunk_bytes,
                           [sha256_hex(p) for p in pieces], len(data), list(stages or stages_for(canary)),
                           halt_on, rollback_on_halt, hardware_ids=list(manifest.hardware_ids),
-                          profiles=list(manifest.profiles))
+                          profiles=list(manifest.profiles), http_url=http_url)
         self._announce(rollout)
         return rollout
 
@@ -239,7 +248,7 @@ class Publisher:
         ann = Announcement(self.topics.fleet, seq, format_time(now), format_time(now + self.announce_ttl),
                            rollout.bundle_sha256, rollout.bundle_length, rollout.release, rollout.name,
                            rollout.version, rollout.chunk_bytes, tuple(rollout.chunks), rollout.select_below,
-                           halted, tuple(rollout.hardware_ids), tuple(rollout.profiles))
+                           halted, tuple(rollout.hardware_ids), tuple(rollout.profiles), rollout.http_url)
         self._store(rollout)
         self.mqtt.publish(self.topics.release, self.signed(ann.to_dict()), retain=True)
 

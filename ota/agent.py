@@ -1,6 +1,7 @@
 """The ``cuvil-agent`` daemon: follows its fleet's release topic, downloads announced bundles in verified
-chunks, installs them through ``Installer``, obeys signed commands, reports every state transition and
-keeps serving the active model to local apps throughout.
+chunks (over MQTT, or from the announcement's signed HTTP(S) URL with MQTT as the fallback), installs them
+through ``Installer``, obeys signed commands, reports every state transition and keeps serving the
+active model to local apps throughout.
 
 Threads: paho's network thread only queues messages; one worker thread handles them in order (so all
 agent state has one owner); the inference servers (the Unix-socket JSON one and, with ``[http]``, the HTTP
@@ -22,11 +23,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from runtime_wasm import RuntimePolicy
-
 from .bundle import read_header
 from .chunks import PART_FILE, ChunkTransfer, file_sha256
-from .config import AgentConfig, default_hardware_id
+from .config import AgentConfig, default_hardware_id, serving_policy
 from .crypto import parse_json
 from .errors import (
     HashMismatch,
@@ -42,6 +41,7 @@ from .errors import (
     WrongTarget,
 )
 from .http_api import HttpApiServer
+from .http_download import HttpDownload
 from .installer import ENVELOPE_FILE, Installer
 from .metadata import parse_time
 from .protocol import (
@@ -55,6 +55,7 @@ from .protocol import (
 )
 from .serve import InferenceServer, ModelHost, ModelRegistry
 from .store import read_json, write_json
+from .telemetry import ServingWatch, Telemetry, TelemetryMetrics
 from .transport import MqttClient
 
 log = logging.getLogger(__name__)
@@ -127,13 +128,17 @@ class Agent:
         if not (state / "trust.json").exists() and config.trust_root:
             root = parse_json(Path(config.trust_root).read_bytes(), f"trust root {config.trust_root}")
         self._user_step = on_step
-        policy = config.policy or RuntimePolicy()  # always served supervised, under a deadline
+        policy = serving_policy(config)  # always served supervised, under a deadline
         self.installer = Installer(state, config.hardware_id or default_hardware_id(), config.profile or None,
                                    root=root, config=config.ota, on_step=self._step, policy=policy)
+        self.telemetry = Telemetry(self.device, config.telemetry.directory or state / "telemetry",
+                                   config.telemetry, self.log)
+        self._update_state: str | None = None  # the last state sent as an ``update_state`` event
         self._drop_installed_transfer()
         self.host = ModelHost(self.installer, policy, config.http.model_name if config.http else "")
         self.models = ModelRegistry()  # by name, for the HTTP API and its metrics
         self.models.add(self.host)
+        self._serving = ServingWatch(self.models)
         self._health: dict[str, Any] = {}  # why the model on disk is not served (sent with every status)
         self._served = self._disk_key()
         self.state = "active" if self.host.release is not None else "idle"
@@ -145,6 +150,7 @@ class Agent:
                                                                    "failed": {}, "nonces": {}})
         self.ann: Announcement | None = None
         self.transfer: ChunkTransfer | None = None
+        self._http: HttpDownload | None = None  # the transfer's HTTP source, while it is the one used
         self._chunk_subs: set[str] = set()
         self._events: queue.Queue[tuple[str, bytes]] = queue.Queue()
         self._last_progress = self._last_telemetry = 0.0
@@ -161,15 +167,18 @@ class Agent:
             self.server = InferenceServer(self.cfg.socket, self.host, self.cfg.serve)
         if self.cfg.http:
             self.http = HttpApiServer(self.models, self.cfg.http)
+            self.http.metrics.registry.register(TelemetryMetrics(self.telemetry))  # type: ignore[arg-type]
         self.log("start", state=self.state, release=self.host.release, fleet=self.cfg.fleet,
                  http=self.http.address if self.http else None)
         self.mqtt.subscribe([self.topics.release, self.topics.command(self.device)])
+        self.telemetry.start(self.mqtt, self.topics.telemetry(self.device))
         self.mqtt.start()
         code = 0
         try:
             while not stop.is_set():
                 try:
-                    topic, payload = self._events.get(timeout=0.1)
+                    busy = self._http is not None and not self._http.waiting
+                    topic, payload = self._events.get(timeout=0 if busy else 0.1)
                     self._dispatch(topic, payload)
                 except queue.Empty:
                     pass
@@ -185,6 +194,7 @@ class Agent:
     def close(self) -> None:
         """Graceful stop: last retained status says offline (with the release still served)."""
         self.log("stop", state=self.state, release=self.host.release)
+        self.telemetry.close()  # what is not sent yet stays queued on disk
         self.mqtt.close(final=(self.topics.status(self.device), self._status("offline")))
         if self.server:
             self.server.close()
@@ -221,6 +231,7 @@ class Agent:
 
     def _on_connected(self) -> None:
         self.log("connected", broker=f"{self.cfg.broker.host}:{self.cfg.broker.port}", n=self.mqtt.connects)
+        self.telemetry.wake()  # send what piled up while offline
         if self.transfer:
             self.transfer.resume()
             self.log("transfer_resume", bundle=self.transfer.ann.bundle_sha256, from_chunk=self.transfer.have,
@@ -232,15 +243,18 @@ class Agent:
         if now - self._last_disk_check >= 1.0:
             self._last_disk_check = now
             self._follow_disk()
-        if self.transfer and self.mqtt.connected:
+            for event, data in self._serving.events():
+                self.telemetry.emit(event, **data)
+        if self.transfer and self._http:
+            self._http_step(self.transfer, self._http)
+        elif self.transfer and self.mqtt.connected:
             try:
                 if self.transfer.due():
                     self.log("transfer_retry", chunks=self.transfer.wanted(), retry=self.transfer.retries)
                     self.mqtt.subscribe(self._chunk_topics(self.transfer.wanted()))
             except TransferFailed as exc:
                 self._fail(self.transfer.ann, exc)
-        if self.cfg.telemetry_interval_s and now - self._last_telemetry >= self.cfg.telemetry_interval_s \
-                and self.mqtt.connected:
+        if self.cfg.telemetry_interval_s and now - self._last_telemetry >= self.cfg.telemetry_interval_s:
             self._last_telemetry = now
             self._telemetry()
 
@@ -282,8 +296,10 @@ class Agent:
             self._refuse(exc, "announcement", bundle=ann.bundle_sha256, target_release=ann.release)
             return
         self.transfer = ChunkTransfer(Path(self.cfg.state_dir) / TRANSFER_DIR, ann, self.cfg.limits)
+        if ann.url:  # the signed URL first; MQTT chunks when it fails
+            self._http = HttpDownload(self.transfer, ann.url, self.cfg.download, log=self.log)
         self.log("transfer_start", bundle=ann.bundle_sha256, release=ann.release, total=self.transfer.total,
-                 from_chunk=self.transfer.have)
+                 from_chunk=self.transfer.have, source="http" if self._http else "mqtt")
         self._report("downloading", bundle=ann.bundle_sha256, target_release=ann.release,
                      have=self.transfer.have, total=self.transfer.total)
         self._request_window()
@@ -292,11 +308,17 @@ class Agent:
         assert self.transfer is not None
         bundle = self.transfer.ann.bundle_sha256
         self.log("transfer_abandoned", bundle=bundle, reason=why)
+        self._close_http()
         self.transfer.discard()
         self.transfer = None
         self._request_window()
         self._report("active" if self.host.release is not None else "idle", event="withdrawn", detail=why,
                      bundle=bundle)
+
+    def _close_http(self) -> None:
+        if self._http:
+            self._http.close()
+            self._http = None
 
     # -- chunks -------------------------------------------------------------------------------
     def _chunk_topics(self, indices: list[int]) -> list[str]:
@@ -305,14 +327,14 @@ class Agent:
 
     def _request_window(self) -> None:
         """Subscribe to the chunks of the current window only; drop subscriptions no longer needed."""
-        want = set(self._chunk_topics(self.transfer.wanted())) if self.transfer else set()
+        want = set(self._chunk_topics(self.transfer.wanted())) if self.transfer and not self._http else set()
         self.mqtt.unsubscribe(self._chunk_subs - want)
         self.mqtt.subscribe(want - self._chunk_subs)
         self._chunk_subs = want
 
     def _on_chunk(self, bundle_sha: str, index: int, data: bytes) -> None:
         t = self.transfer
-        if t is None or bundle_sha != t.ann.bundle_sha256:
+        if t is None or bundle_sha != t.ann.bundle_sha256 or self._http:
             return  # left over from an earlier subscription of the persistent session
         try:
             if not t.accept(index, data):
@@ -325,10 +347,34 @@ class Agent:
                 self._fail(t.ann, failed)
             return
         self._request_window()
+        self._progressed(t, source="mqtt")
+
+    def _http_step(self, t: ChunkTransfer, h: HttpDownload) -> None:
+        """Read a bounded piece over HTTP; when the server lies or retries run out, refuse it (a lie is
+        reported like any refused input) and continue from the verified prefix over MQTT."""
+        try:
+            done = h.step()
+        except (VerificationError, TransferFailed) as exc:
+            if isinstance(exc, VerificationError):
+                self._refuse(exc, "http download", bundle=t.ann.bundle_sha256, url=h.url)
+            self.log("http_fallback", bundle=t.ann.bundle_sha256, error=type(exc).__name__, detail=str(exc),
+                     from_chunk=t.have)
+            self._close_http()
+            t.resume()
+            self._request_window()
+            return
+        except Exception as exc:  # the download area itself failed (disk full): as a failed MQTT transfer
+            self._fail(t.ann, exc)
+            return
+        if done or not h.waiting:
+            self._progressed(t, source="http", http_requests=h.requests, http_bytes=h.received)
+
+    def _progressed(self, t: ChunkTransfer, **source: Any) -> None:
+        """After verified chunks were stored: install when complete, else report progress (at most 1/s)."""
         now = time.monotonic()
         if t.done:
             self.log("transfer_done", bundle=t.ann.bundle_sha256, total=t.total, resumed_from=t.resumed_from,
-                     fetched=t.fetched)
+                     fetched=t.fetched, **source)
             self._install(t)
         elif now - self._last_progress >= 1.0:
             self._last_progress = now
@@ -338,6 +384,7 @@ class Agent:
     def _install(self, t: ChunkTransfer) -> None:
         ann = t.ann
         self._report("verifying", bundle=ann.bundle_sha256, target_release=ann.release)
+        self.telemetry.emit("install_started", bundle=ann.bundle_sha256, target_release=ann.release)
         try:
             if file_sha256(t.path, self.cfg.ota.chunk_bytes) != ann.bundle_sha256:
                 raise HashMismatch("reassembled bundle does not match the announced sha256")
@@ -345,6 +392,7 @@ class Agent:
         except Exception as exc:  # any failure is recorded: a retained announcement must not retry it forever
             self._fail(ann, exc)
             return
+        self._close_http()
         self.transfer = None
         t.discard()
         self._served = self._disk_key()
@@ -357,6 +405,8 @@ class Agent:
             return
         self._health = {}
         self.log("installed", release=manifest.release, version=manifest.version)
+        self.telemetry.emit("install_finished", bundle=ann.bundle_sha256, release=manifest.release,
+                            version=manifest.version)
         self._report("active", bundle=ann.bundle_sha256, version=manifest.version)
 
     def _step(self, name: str) -> None:
@@ -368,12 +418,15 @@ class Agent:
     def _fail(self, ann: Announcement, exc: Exception) -> None:
         """A release that failed here: reported with its reason and not retried unless commanded."""
         if self.transfer:
+            self._close_http()
             self.transfer.discard()
             self.transfer = None
             self._request_window()
         reason = f"{type(exc).__name__}: {exc}"
         self._save(failed={**self._store["failed"], ann.bundle_sha256: reason})
         self.log("failed", bundle=ann.bundle_sha256, release=ann.release, reason=reason)
+        self.telemetry.emit("install_failed", bundle=ann.bundle_sha256, target_release=ann.release,
+                            error=type(exc).__name__, reason=reason)
         self._report("failed", bundle=ann.bundle_sha256, target_release=ann.release, error=type(exc).__name__,
                      reason=reason)
 
@@ -416,6 +469,7 @@ class Agent:
             return
         self._health = {}
         self.log("rolled_back", release=manifest.release)
+        self.telemetry.emit("rolled_back", release=manifest.release, reason="rollback command")
         self._report("rolled_back", version=manifest.version)
 
     # -- serving what the state directory says ------------------------------------------------
@@ -458,6 +512,8 @@ class Agent:
             return self._unhealthy(again, f"{when}: {type(exc).__name__}: {exc}")
         self._health = {"error": type(exc).__name__, "detail": f"{when}: {exc}; rolled back"}
         self.log("rolled_back", release=manifest.release, reason=str(exc))
+        self.telemetry.emit("rolled_back", release=manifest.release, reason=self._health["detail"],
+                            error=type(exc).__name__)
         return "rolled_back"
 
     def _unhealthy(self, exc: BaseException, why: str) -> str:
@@ -492,6 +548,9 @@ class Agent:
     def _report(self, state: str, **fields: Any) -> None:
         """Retained status (the last word on this device); dropped when offline and re-sent on connect."""
         self.state = state
+        if state != self._update_state:
+            self._update_state = state
+            self.telemetry.emit("update_state", **{"release": self.host.release, **fields, "state": state})
         self.log("status", state=state, release=self.host.release, detail=fields)
         if not self.mqtt.connected:
             return
@@ -507,14 +566,12 @@ class Agent:
                      **fields)
 
     def _telemetry(self) -> None:
+        """A summary: state, transfer, serving per model (``ServingWatch``) and the queue's own counts, so
+        the receiver learns how many records the bound dropped."""
         t = self.transfer
-        body = {"device": self.device, "state": self.state, "release": self.host.release,
-                "transfer": {"have": t.have, "total": t.total} if t else None, "serving": self.host.metrics()}
-        try:
-            self.mqtt.publish(self.topics.telemetry(self.device), json.dumps(body).encode(),
-                              expiry_s=int(max(self.cfg.telemetry_interval_s * 2, 60)))
-        except TransportError as exc:
-            self.log("publish_failed", error=str(exc))
+        self.telemetry.emit("summary", state=self.state, release=self.host.release,
+                            transfer={"have": t.have, "total": t.total} if t else None,
+                            models=self._serving.summary(), telemetry=self.telemetry.stats())
 
     def _save(self, **changes: Any) -> None:
         self._store.update(changes)

@@ -56,6 +56,11 @@ class ChunkTransfer:
     def done(self) -> bool:
         return self.have == self.total
 
+    @property
+    def offset(self) -> int:
+        """Bytes of the verified prefix: where a ranged download continues."""
+        return self.have * self.ann.chunk_bytes
+
     def _verified_prefix(self, claimed: int) -> int:
         """Hash the chunks on disk again; keep the good prefix and cut the file there."""
         good = 0
@@ -65,12 +70,12 @@ class ChunkTransfer:
                     if sha256_hex(f.read(self.ann.chunk_bytes)) != self.ann.chunks[i]:
                         break
                     good += 1
-                f.truncate(sum(self._size(i) for i in range(good)))
+                f.truncate(sum(self.chunk_size(i) for i in range(good)))
         except FileNotFoundError:
             return 0
         return good
 
-    def _size(self, index: int) -> int:
+    def chunk_size(self, index: int) -> int:
         return min(self.ann.chunk_bytes, self.ann.bundle_length - index * self.ann.chunk_bytes)
 
     def wanted(self) -> list[int]:
@@ -83,7 +88,7 @@ class ChunkTransfer:
         if not self.have <= index < min(self.have + self.limits.window_chunks, self.total) \
                 or index in self._pending:
             return False
-        if len(data) != self._size(index) or sha256_hex(data) != self.ann.chunks[index]:
+        if len(data) != self.chunk_size(index) or sha256_hex(data) != self.ann.chunks[index]:
             raise HashMismatch(f"chunk {index} of bundle {self.ann.bundle_sha256[:12]} does not match its "
                                "signed hash (corrupted or altered in transit)")
         self._pending[index] = data

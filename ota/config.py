@@ -1,8 +1,9 @@
 """Limits and settings of the update path: typed fields whose names carry their units.
 
-``OtaConfig`` bounds the bundle checks, ``TransferLimits`` the chunked download, ``BrokerSettings``
-the MQTT connection, ``ServeLimits`` the local inference socket, ``HttpSettings`` the HTTP inference API,
-and ``AgentConfig`` ties them to one device (``load_agent_config`` reads TOML).
+``OtaConfig`` bounds the bundle checks, ``TransferLimits`` the chunked download, ``HttpDownloadLimits``
+its HTTP source, ``BrokerSettings`` the MQTT connection, ``ServeLimits`` the local inference socket,
+``HttpSettings`` the HTTP inference API, and ``AgentConfig`` ties them to one device
+(``load_agent_config`` reads TOML).
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import os
 import platform
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from device_profiles import load_profile
+from device_profiles.profile import DeviceProfilesError
 from runtime_wasm.policy import RuntimePolicy
 
 try:
@@ -36,6 +39,13 @@ def _check_numbers(obj: object) -> None:
             continue
         if value < 0:
             raise ValueError(f"{type(obj).__name__}.{f.name} must be non-negative, got {value!r}")
+
+
+def _equal_jitter(low_s: float, high_s: float, attempt: int, rand: float) -> float:
+    """Exponential backoff with "equal jitter": half fixed, half random (``rand`` in [0, 1))."""
+    # the exponent is capped: retrying forever, 2 ** attempt would overflow a float after ~1000 tries
+    cap = min(high_s, low_s * 2 ** min(max(attempt - 1, 0), 64))
+    return cap / 2 + cap / 2 * rand
 
 
 @dataclass(frozen=True)
@@ -93,10 +103,33 @@ class TransferLimits:
             raise ValueError("TransferLimits.window_chunks and max_chunk_bytes must be positive")
 
     def backoff_s(self, attempt: int, rand: float) -> float:
-        """Exponential backoff with "equal jitter": half fixed, half random (``rand`` in [0, 1))."""
-        # the exponent is capped: retrying forever, 2 ** attempt would overflow a float after ~1000 tries
-        cap = min(self.backoff_max_s, self.backoff_min_s * 2 ** min(max(attempt - 1, 0), 64))
-        return cap / 2 + cap / 2 * rand
+        return _equal_jitter(self.backoff_min_s, self.backoff_max_s, attempt, rand)
+
+
+@dataclass(frozen=True)
+class HttpDownloadLimits:
+    """Downloading an announced bundle from its signed URL (``ota.http_download``). The body is bounded by
+    the announcement's signed length, not by anything the server says; every read by ``read_timeout_s``."""
+
+    connect_timeout_s: float = 10.0  # TCP and TLS connect, sending the request, the response headers
+    #: for each chunk: a server that stalls or trickles is dropped and asked again from the verified prefix
+    read_timeout_s: float = 15.0
+    max_retries: int = 5  # consecutive failed attempts (no new verified chunk) before falling back to MQTT
+    backoff_min_s: float = 0.5  # first retry delay; doubles per retry, with jitter
+    backoff_max_s: float = 30.0
+    max_redirects: int = 5  # to http(s) URLs only
+    deadline_s: float = 3600.0  # the whole HTTP download in one agent run; then fall back to MQTT
+    #: reading in one turn of the agent's loop before it handles messages again (plus one chunk's read)
+    step_s: float = 0.25
+    tls_ca: str = ""  # CA file for https URLs; empty: the system's trust store
+
+    def __post_init__(self) -> None:
+        _check_numbers(self)
+        if not (self.connect_timeout_s > 0 and self.read_timeout_s > 0):
+            raise ValueError("HttpDownloadLimits.connect_timeout_s and read_timeout_s must be positive")
+
+    def backoff_s(self, attempt: int, rand: float) -> float:
+        return _equal_jitter(self.backoff_min_s, self.backoff_max_s, attempt, rand)
 
 
 @dataclass(frozen=True)
@@ -167,6 +200,29 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class TelemetrySettings:
+    """The telemetry queue (``ota.telemetry``): events and summaries wait on disk while the broker is away,
+    bounded in records and bytes (the oldest are dropped, and counted, past either), and are sent in order,
+    each removed only once the broker acknowledged it. The summary period stays ``agent.telemetry_interval_s``
+    (0: no summaries; events are queued either way)."""
+
+    directory: str = ""  # empty: <state_dir>/telemetry
+    max_events: int = 10_000  # records waiting at once
+    max_bytes: int = 4 << 20  # their framed size on disk (plus at most one partly sent segment)
+    publish_timeout_s: float = 10.0  # per publish, for the broker's PUBACK
+    max_attempts: int = 5  # refusals of one record while connected (ACL, size cap) before it is dropped
+    retry_s: float = 2.0  # wait after a refused or unacknowledged publish
+    message_expiry_s: int = 86_400  # MQTT 5 message expiry of each publish; 0: none
+
+    def __post_init__(self) -> None:
+        _check_numbers(self)
+        if not (self.max_events > 0 and self.max_bytes > 0 and self.publish_timeout_s > 0
+                and self.max_attempts > 0):
+            raise ValueError("TelemetrySettings.max_events, max_bytes, publish_timeout_s and max_attempts "
+                             "must be positive")
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """One device: identity, trust root, state directory, broker and limits."""
 
@@ -178,13 +234,30 @@ class AgentConfig:
     profile: str = ""
     socket: str = ""  # Unix socket for local inference; empty: not served
     log_file: str = ""  # JSON lines; empty: stderr
-    telemetry_interval_s: float = 60.0
+    telemetry_interval_s: float = 60.0  # period of telemetry summaries; 0: none
     broker: BrokerSettings = field(default_factory=BrokerSettings)
     limits: TransferLimits = field(default_factory=TransferLimits)
+    download: HttpDownloadLimits = field(default_factory=HttpDownloadLimits)  # announcements with a URL
     ota: OtaConfig = field(default_factory=OtaConfig)
     serve: ServeLimits = field(default_factory=ServeLimits)
     policy: RuntimePolicy | None = None  # None: serve under the default ``RuntimePolicy()``
     http: HttpSettings | None = None  # None: no HTTP inference API
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+
+
+def serving_policy(config: AgentConfig) -> RuntimePolicy:
+    """The policy the agent serves under: its ``[policy]``, else its device profile's default policy, else
+    ``RuntimePolicy()``; a thread count left to the device (0) becomes the profile's ``threads``."""
+    profile = None
+    if config.profile:
+        try:
+            profile = load_profile(config.profile)
+        except DeviceProfilesError as exc:
+            raise ValueError(f"agent.profile {config.profile!r}: {exc}") from None
+    policy = config.policy or (profile.policy if profile else RuntimePolicy())
+    if profile is not None and policy.threads == 0:
+        policy = replace(policy, threads=profile.threads)
+    return policy
 
 
 def _typed(cls: type, table: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -203,13 +276,15 @@ def _typed(cls: type, table: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
-    """Sections ``agent``, ``broker`` (secret: ``password_file`` or ``password_env``), ``limits``, ``ota``,
-    ``serve`` (``ServeLimits``), ``policy`` (a ``RuntimePolicy``; without it the defaults: the model
-    always runs in supervised workers under a deadline) and ``http`` (``HttpSettings``; the table turns
-    the HTTP inference API on, even empty)."""
+    """Sections ``agent``, ``broker`` (secret: ``password_file`` or ``password_env``), ``limits``,
+    ``download`` (``HttpDownloadLimits``), ``ota``, ``serve`` (``ServeLimits``), ``telemetry``
+    (``TelemetrySettings``), ``policy`` (a ``RuntimePolicy``; without it the defaults: the model always
+    runs in supervised workers under a deadline) and ``http`` (``HttpSettings``; the table turns the HTTP
+    inference API on, even empty)."""
     with open(path, "rb") as f:
         doc = tomllib.load(f)
-    unknown = set(doc) - {"agent", "broker", "limits", "ota", "serve", "policy", "http"}
+    unknown = set(doc) - {"agent", "broker", "limits", "download", "ota", "serve", "policy", "http",
+                          "telemetry"}
     if unknown:
         raise ValueError(f"{path}: unknown sections {sorted(unknown)}")
     broker = dict(doc.get("broker", {}))
@@ -221,8 +296,12 @@ def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
         return AgentConfig(**_typed(AgentConfig, doc.get("agent", {}), "agent"),
                            broker=BrokerSettings(**_typed(BrokerSettings, broker, "broker")),
                            limits=TransferLimits(**_typed(TransferLimits, doc.get("limits", {}), "limits")),
+                           download=HttpDownloadLimits(**_typed(HttpDownloadLimits, doc.get("download", {}),
+                                                                "download")),
                            ota=OtaConfig(**_typed(OtaConfig, doc.get("ota", {}), "ota")),
                            serve=ServeLimits(**_typed(ServeLimits, doc.get("serve", {}), "serve")),
+                           telemetry=TelemetrySettings(**_typed(TelemetrySettings, doc.get("telemetry", {}),
+                                                                "telemetry")),
                            policy=RuntimePolicy.from_dict(doc["policy"]) if "policy" in doc else None,
                            http=HttpSettings(**_typed(HttpSettings, doc["http"], "http")) if "http" in doc
                            else None)

@@ -105,6 +105,21 @@ class NotAuthorized(TransportError):
     """The broker refused the credentials or, by its ACL, a publish or subscription."""
 
 
+class RedirectRefused(VerificationError):
+    """An HTTP download was redirected to a scheme other than http(s) (a local file, another protocol) or
+    through more hops than allowed (a redirect loop)."""
+
+
+class HttpUnavailable(TransportError):
+    """The bundle's HTTP server could not be reached, answered with an error status or broke the connection
+    (wraps OSError, ``ssl`` and ``http.client`` errors); the download resumes or falls back to MQTT."""
+
+
+class TelemetryError(OtaError):
+    """The telemetry queue could not write to its directory (disk full, read-only); that record is lost,
+    counted, and the agent goes on serving."""
+
+
 class TransferFailed(OtaError):
     """A chunked download could not complete within its retries; partial data is kept for a resume."""
 

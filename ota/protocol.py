@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import urlsplit
 
 from .config import TransferLimits
 from .crypto import parse_json
@@ -25,15 +26,40 @@ from .trust import TrustState, check_signatures, check_target
 
 ANNOUNCE_TYPE = "cuvil-announce"
 COMMAND_TYPE = "cuvil-command"
+TELEMETRY_TYPE = "cuvil-telemetry"
 PROTOCOL_FORMAT = 1
 ACTIONS = ("install", "rollback", "report")
 #: states an agent reports on its status topic, in the order an install walks them
 STATES = ("idle", "downloading", "verifying", "installing", "self-test", "active", "rolled_back", "failed",
           "unhealthy", "offline")
+#: what a device says on its telemetry topic: ``summary`` every ``telemetry_interval_s``, the rest as they
+#: happen; a receiver keeps records with names it does not know (a newer agent), so the list may grow
+TELEMETRY_EVENTS = ("summary", "install_started", "install_finished", "install_failed", "rolled_back",
+                    "update_state", "serving_error", "deadline_kill", "worker_restart", "thermal")
+MAX_TELEMETRY_BYTES = 256 << 10  # one record, as published; receivers refuse larger ones
 BUCKETS = 1 << 32  # a device's rollout bucket is in [0, BUCKETS)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # no '/', '+', '#': one topic level
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NONCE = re.compile(r"^[0-9a-f]{16,64}$")
+URL_SCHEMES = ("http", "https")
+MAX_URL_CHARS = 2048
+
+
+def check_url(url: str, what: str = "bundle URL") -> str:
+    """An http(s) URL with a host and nothing a parser could read two ways (whitespace, control
+    characters); any other scheme (``file:``, ``ftp:``) could make a device read what the signer never
+    meant. ``FormatError`` otherwise."""
+    if not isinstance(url, str) or not 0 < len(url) <= MAX_URL_CHARS \
+            or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise FormatError(f"{what}: want an http(s) URL of at most {MAX_URL_CHARS} printable characters")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a malformed port
+    except ValueError as exc:
+        raise FormatError(f"{what} {url!r}: {exc}") from None
+    if parts.scheme not in URL_SCHEMES or not parts.hostname:
+        raise FormatError(f"{what} {url!r}: only http and https URLs with a host are accepted")
+    return url
 
 
 def check_name(value: str, what: str) -> str:
@@ -86,6 +112,10 @@ class Topics:
     def all_status(self) -> str:
         return f"{self.base}/status/+"
 
+    @property
+    def all_telemetry(self) -> str:
+        return f"{self.base}/telemetry/+"
+
     def device_acl(self, username: str, device: str) -> list[str]:
         """Mosquitto ``acl_file`` lines for one device account: least privilege, per fleet."""
         return [f"user {username}", f"topic read {self.release}", f"topic read {self.base}/bundle/#",
@@ -121,7 +151,9 @@ class Announcement:
     whose ``bucket`` is below ``select_below`` take part in the current rollout stage; ``halted``
     withdraws the offer. ``hardware_ids`` / ``profiles`` repeat the signed manifest's targets so a
     device for another target refuses before downloading; empty ``hardware_ids`` (an older publisher)
-    says nothing, empty ``profiles`` means any profile, as in the manifest.
+    says nothing, empty ``profiles`` means any profile, as in the manifest. ``url`` (optional, signed
+    like the rest) is where the same bytes can also be fetched over HTTP(S); they are checked against
+    the same chunk hashes, so the URL says where to look, never what to accept.
     """
 
     fleet: str
@@ -139,6 +171,7 @@ class Announcement:
     halted: bool = False
     hardware_ids: tuple[str, ...] = ()
     profiles: tuple[str, ...] = ()
+    url: str = ""
 
     def selects(self, device: str) -> bool:
         return not self.halted and bucket(self.bundle_sha256, device) < self.select_below
@@ -176,6 +209,8 @@ class Announcement:
             raise FormatError(f"{what}: {len(a.chunks)} chunk hashes for {a.bundle_length} bytes in "
                               f"{a.chunk_bytes}-byte chunks")
         parse_time(a.issued), parse_time(a.expires)
+        if a.url != "":
+            check_url(a.url, f"{what} url")
         return a
 
 
@@ -259,3 +294,48 @@ def status_payload(device: str, state: str, **fields: Any) -> bytes:
         raise ValueError(f"unknown state {state!r}")
     return json.dumps({"device": device, "state": state, "time": format_time(datetime.now(timezone.utc)),
                        **fields}, sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class TelemetryRecord:
+    """One telemetry message. ``seq`` rises by one per record the device queued and survives agent
+    restarts, so a receiver sees order, duplicates (a record sent again after a lost PUBACK: at least once)
+    and gaps (records dropped at the queue's bound, or torn by a crash); ``stream`` names the numbering
+    (a device whose queue was wiped starts a new stream, and its seq over); ``time`` is when the device
+    recorded it, not when it was sent, which may be much later. Unsigned, like status (the broker's ACL
+    makes the topic the device's own)."""
+
+    device: str
+    stream: str
+    seq: int
+    time: str
+    event: str
+    data: Mapping[str, Any]
+
+    def to_bytes(self) -> bytes:
+        if self.event not in TELEMETRY_EVENTS:
+            raise ValueError(f"unknown telemetry event {self.event!r}")
+        return json.dumps({"type": TELEMETRY_TYPE, "format": PROTOCOL_FORMAT, "device": self.device,
+                           "stream": self.stream, "seq": self.seq, "time": self.time, "event": self.event,
+                           "data": dict(self.data)},
+                          sort_keys=True, default=str).encode()
+
+    @classmethod
+    def from_bytes(cls, payload: bytes) -> TelemetryRecord:
+        """``FormatError`` for anything but a well-formed record of this protocol format."""
+        what = "telemetry"
+        if len(payload) > MAX_TELEMETRY_BYTES:
+            raise LengthMismatch(f"{what}: {len(payload)} bytes, limit {MAX_TELEMETRY_BYTES}")
+        d = parse_json(payload, what)
+        _check_type(d, TELEMETRY_TYPE, what)
+        try:
+            r = cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        except KeyError as exc:
+            raise FormatError(f"{what}: missing {exc}") from None
+        strings = (r.device, r.stream, r.time, r.event)
+        if not (isinstance(r.seq, int) and not isinstance(r.seq, bool) and r.seq >= 0
+                and all(isinstance(x, str) for x in strings) and isinstance(r.data, Mapping)):
+            raise FormatError(f"{what}: seq must be a non-negative integer, device, stream, time and event "
+                              "strings, data an object")
+        parse_time(r.time)
+        return r

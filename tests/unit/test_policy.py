@@ -96,3 +96,24 @@ def test_agent_config_embeds_a_policy_table(tmp_path):
     cfg.write_text(base + "[policy]\ndeadline_ms = -1\n")
     with pytest.raises(ValueError, match="deadline_ms"):
         load_agent_config(cfg)
+
+
+def test_the_agent_serves_under_its_profiles_policy_and_threads():
+    """No ``[policy]``: the device profile's default policy; a thread count left to the device (0) is the
+    profile's ``threads``; an explicit count wins; an unknown profile is a configuration error."""
+    from dataclasses import replace
+
+    from device_profiles import load_profile
+    from ota.config import AgentConfig, serving_policy
+
+    base = AgentConfig(device_id="d", fleet="f", state_dir="/nonexistent")
+    assert serving_policy(base) == RuntimePolicy()
+    pi4 = load_profile("raspberry-pi-4")
+    on_pi = serving_policy(replace(base, profile="raspberry-pi-4"))
+    assert on_pi == replace(pi4.policy, threads=pi4.threads) and on_pi.threads == 4
+    assert on_pi.memory_cap_bytes == pi4.policy.memory_cap_bytes
+    own = replace(base, profile="jetson-orin-nano", policy=RuntimePolicy(deadline_ms=500.0))
+    assert serving_policy(own) == RuntimePolicy(deadline_ms=500.0, threads=6)
+    assert serving_policy(replace(own, policy=RuntimePolicy(threads=2))).threads == 2
+    with pytest.raises(ValueError, match="no-such-board"):
+        serving_policy(replace(base, profile="no-such-board"))
