@@ -59,8 +59,9 @@ def _read_arrays(d: Path) -> dict[str, np.ndarray]:
 
 
 def ort_web(model: onnx.ModelProto, feeds: dict[str, np.ndarray], repeat: int, warmup: int = 3,
-            timeout_s: float = 1800) -> WebTiming | str:
-    """Time ``model`` in onnxruntime-web (WASM EP, one thread) on ``feeds``; a string says why not."""
+            timeout_s: float = 1800, threads: int = 1) -> WebTiming | str:
+    """Time ``model`` in onnxruntime-web (WASM EP, ``threads`` threads) on ``feeds``; a string says why
+    not."""
     missing = ort_web_missing()
     if missing:
         return f"skipped ({missing})"
@@ -70,7 +71,7 @@ def ort_web(model: onnx.ModelProto, feeds: dict[str, np.ndarray], repeat: int, w
         (d / "in").mkdir()
         spec = _write_arrays(d / "in", feeds)
         cmd = ["node", str(NODE_DIR / "run.mjs"), str(d / "model.onnx"), str(spec), "--repeat", str(repeat),
-               "--warmup", str(warmup), "--out", str(d / "out")]
+               "--warmup", str(warmup), "--threads", str(threads), "--out", str(d / "out")]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=NODE_DIR, timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -64,6 +64,7 @@ def main() -> None:
         built = {p: CuvilModel.load(proto).optimize(p, targets=[host_target()]) for p in PRECISIONS}
         insts = {}
         for p, m in built.items():
+            m.threads = 1  # the one-thread comparison (bench_threads.py: more)
             insts[p] = m.instance
             insts[p].predict({"x": x})
         times: dict[str, list[float]] = {p: [] for p in PRECISIONS}

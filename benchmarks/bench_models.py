@@ -71,6 +71,7 @@ def bench_model(name: str, proto: onnx.ModelProto, target: Target, warmup: int, 
     build_s = time.perf_counter() - t0
     assert model.compiled is not None
     t0 = time.perf_counter()
+    model.threads = 1  # the one-thread comparison (bench_threads.py: more)
     inst = model.instance
     inst_ms = (time.perf_counter() - t0) * 1e3
     inst.set_inputs(feeds)

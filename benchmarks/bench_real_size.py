@@ -199,6 +199,7 @@ def fp32_nets(args: argparse.Namespace) -> None:
         size = proto.graph.input[0].type.tensor_type.shape.dim[2].dim_value
         feeds = _samples(size, 1, 0)[0]
         models[name] = m = CuvilModel.load(proto).optimize(targets=[target])
+        m.threads = 1  # the one-thread comparison (bench_threads.py: more)
         sess = ort_session(proto)
         ref = sess.run(None, feeds)[0]
         errors[name] = float(np.abs(next(iter(m.predict(feeds).values())) - ref).max())
@@ -249,6 +250,7 @@ def main() -> None:
     engines: dict[str, Callable[[], object]] = {}
     outputs = {}
     for name, m in (("cuvil fp32", fp32), ("cuvil int8", int8), ("cuvil int8 (ORT QDQ)", qdq)):
+        m.threads = 1  # the one-thread comparison (bench_threads.py: more)
         inst = m.instance
         outputs[name] = next(iter(inst.predict(feeds).values()))
         inst.set_inputs(feeds)

@@ -43,6 +43,7 @@ def main() -> None:
     build_s = time.perf_counter() - t0
     sess = ort_session(model)
     want = sess.run(None, feeds)[0]
+    cm.threads = 1  # the one-thread comparison (bench_threads.py: more)
     got = cm.predict(feeds)["last_hidden_state"]
     err = float(np.abs(got - want).max())
     inst = cm.instance

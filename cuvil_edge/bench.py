@@ -57,18 +57,20 @@ class Comparison:
 
 
 def compare_with_ort(proto: onnx.ModelProto, model: CuvilModel | None = None, warmup: int = 5,
-                     repeat: int = 50, seed: int = 0) -> Comparison:
+                     repeat: int = 50, seed: int = 0, threads: int = 1) -> Comparison:
     """Build (unless given a built model) for this host, then time our zero-copy ``run()`` and
-    onnxruntime (1 thread) on the same seeded inputs, alternating so both see the same machine."""
+    onnxruntime with the same thread count on the same seeded inputs, alternating so both see the same
+    machine."""
     t0 = time.perf_counter()
     if model is None:
         model = CuvilModel.load(proto).optimize(targets=[host_target()])
     build_s = time.perf_counter() - t0
     assert model.compiled is not None
     feeds = random_feeds(model.compiled.spec.inputs, seed)
+    model.threads = threads
     inst = model.instance
     ours_out = inst.predict(feeds)
-    sess = ort_session(proto)
+    sess = ort_session(proto, threads)
     ref = sess.run(None, feeds)
     diff = max(float(np.max(np.abs(o - r))) for o, r in zip(ours_out.values(), ref))
     ours, ort = [], []

@@ -17,10 +17,12 @@ from device_profiles.profile import DeviceProfilesError
 from ota.cli import ExitCodes, exit_code
 from ota.errors import OtaError, TransportError
 from runtime_wasm.errors import RuntimeWasmError
+from runtime_wasm.spec import MAX_THREADS
 
 from .cli_fleet import register as register_fleet
 from .cli_ota import add_signing_args, profile_names, sign_model_dir
 from .cli_ota import register as register_ota
+from .codegen.emit import DEFAULT_THREADS
 from .errors import CuvilError, InputError, ShapeError, TargetError
 
 #: (error types, exit code, stderr line): the first row an error matches decides; anything else is a bug
@@ -110,9 +112,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     model = _load(args)
     if model.processing is not None:
         say(f"processing: {model.processing.summary()}")
+    if args.max_threads is not None and not 1 <= args.max_threads <= MAX_THREADS:
+        raise InputError(f"--max-threads must be 1..{MAX_THREADS}, got {args.max_threads}")
     model.optimize(precision=args.precision, targets=_targets(args.targets), progress=say,
                    calibration=_calibration(args.calib, model.processing is not None),
-                   accuracy_budget=args.accuracy_budget, profiles=profile_names(args))
+                   accuracy_budget=args.accuracy_budget, profiles=profile_names(args),
+                   max_threads=args.max_threads)
     source = Path(args.model.rstrip("/"))
     default = source.with_suffix(".cuvil")
     if _is_pretrained(args.model):  # DIR.cuvil beside a directory; NAME.cuvil here for a hub id ORG/NAME
@@ -178,7 +183,9 @@ def _load_inputs(args: argparse.Namespace, names: list[str], specs) -> dict[str,
 def cmd_run(args: argparse.Namespace) -> int:
     from runtime_wasm.loader import load_model_dir
 
-    with load_model_dir(args.model, variant=args.variant) as m:
+    if args.threads < 0:
+        raise InputError(f"--threads must be 0 (every core) or more, got {args.threads}")
+    with load_model_dir(args.model, variant=args.variant, threads=args.threads) as m:
         inputs = _load_inputs(args, [t.name for t in m.spec.inputs], m.spec.inputs)
         t0 = time.perf_counter()
         outputs = m.predict(inputs)
@@ -251,12 +258,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     model = CuvilModel.load(proto, input_shapes=_parse_shapes(args.input_shape))
     model.optimize(precision=args.precision, targets=[host_target()])
     build_s = time.perf_counter() - t0
-    c = compare_with_ort(proto, model, repeat=args.repeat)
+    if args.threads < 1:
+        raise InputError(f"--threads must be at least 1, got {args.threads}")
+    c = compare_with_ort(proto, model, repeat=args.repeat, threads=args.threads)
     print(f"{'engine':28s} {'median ms':>10s} {'p95 ms':>10s}")
     print(f"{'cuvil-edge wasm (' + args.precision + ')':28s} {c.ours_ms:10.3f} {c.ours_p95_ms:10.3f}")
     print(f"{'onnxruntime native fp32':28s} {c.ort_ms:10.3f} {c.ort_p95_ms:10.3f}")
     print(f"ratio {c.ratio:.2f}x, max |diff| {c.max_abs_diff:.2e}, module {_human(c.module_bytes)}, "
-          f"build {build_s:.2f}s (1 thread, medians of {args.repeat})")
+          f"build {build_s:.2f}s ({args.threads} thread{'s' if args.threads > 1 else ''} each, "
+          f"medians of {args.repeat})")
     return 0
 
 
@@ -345,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--report", help="write the quantization report (JSON) here and print it")
     b.add_argument("--targets", help="host (default), all, or e.g. simd128-x86,relaxed-x86; with --profile, "
                    "the profiles choose them")
+    b.add_argument("--max-threads", type=int,
+                   help=f"most threads the modules run on; the device picks how many (default: the most "
+                   f"the --profile classes run, else {DEFAULT_THREADS}; 1: plain modules)")
     b.add_argument("-q", "--quiet", action="store_true")
     b.add_argument("--bundle-output", help="signed bundle path with --sign-key (default: OUTPUT.cvb)")
     add_signing_args(b)
@@ -356,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", help="write outputs to this .npz")
     r.add_argument("--variant", help="force a module variant (default: best for this host)")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--threads", type=int, default=0, help="threads to run on (default 0: every core)")
     r.set_defaults(fn=cmd_run)
 
     i = sub.add_parser("inspect", help="ops, shapes, memory plan and kernel per node")
@@ -375,11 +389,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=25, help="show the N slowest nodes")
     p.set_defaults(fn=cmd_profile)
 
-    bn = sub.add_parser("bench", help="our latency next to onnxruntime's (1 thread), same inputs")
+    bn = sub.add_parser("bench", help="our latency next to onnxruntime's (same thread count), same inputs")
     bn.add_argument("model", help="an .onnx file")
     bn.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
     bn.add_argument("--precision", default="fp32")
     bn.add_argument("--repeat", type=int, default=50)
+    bn.add_argument("--threads", type=int, default=1, help="threads for both engines (default 1)")
     bn.set_defaults(fn=cmd_bench)
 
     d = sub.add_parser("demo",

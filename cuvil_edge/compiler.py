@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from runtime_wasm.spec import ModelSpec, TensorSpec, VariantSpec
 
-from .codegen.emit import CProgram, emit_c
+from .codegen.emit import DEFAULT_THREADS, CProgram, emit_c
 from .codegen.toolchain import Target, compile_c
 from .ir.graph import Graph, Value
 from .passes import run_passes
@@ -71,12 +71,13 @@ def optimize_graph(graph: Graph, progress: Progress | None = None) -> Graph:
 
 def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
                   progress: Progress | None = None, profile: bool = False,
-                  extra: dict[str, object] | None = None) -> CompiledModel:
+                  extra: dict[str, object] | None = None, threads: int = DEFAULT_THREADS) -> CompiledModel:
     """``profile=True`` builds modules that also export each node (for ``cuvil-edge profile``);
-    ``extra`` adds records to the spec (e.g. ``quantization``: the per-layer precision plan)."""
+    ``extra`` adds records to the spec (e.g. ``quantization``: the per-layer precision plan);
+    ``threads``: most threads the modules run (the device picks how many; 1: plain modules)."""
     say = progress or (lambda _msg: None)
     say(f"emit: {len(graph.nodes)} nodes -> C")
-    program = emit_c(graph, profile=profile)
+    program = emit_c(graph, profile=profile, threads=threads)
     plan = program.plan
     names = graph.meta.get("output_names") or [v.name for v in graph.outputs]
     bounds = index_bounds(graph)
@@ -88,7 +89,7 @@ def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
     variants = []
     for i, t in enumerate(targets, 1):
         say(f"compile [{i}/{len(targets)}] {t.name}")
-        wasm = compile_c(program.source, t)
+        wasm = compile_c(program.source, t, extra_flags=program.link_flags())
         modules[t.name] = wasm
         variants.append(VariantSpec(t.name, t.tier, t.family, f"{t.name}.wasm",
                                     hashlib.sha256(wasm).hexdigest(), len(wasm)))
@@ -101,6 +102,7 @@ def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
         variants=tuple(variants),
         weights_sha256=hashlib.sha256(program.weights).hexdigest(),
         extra={"nodes": node_table(graph, program), **(extra or {})},
+        threads=program.threads,
     )
     spec.check()
     return CompiledModel(spec, modules, program.weights, graph, program, program.kernels_used)

@@ -22,6 +22,7 @@ from runtime_wasm.processing import ProcessingConfig, Processor, Result
 from runtime_wasm.variants import probe_host, select_variant
 
 from .buildcache import BuildCache, build_key, data_digest
+from .codegen.emit import DEFAULT_THREADS
 from .codegen.toolchain import ALL_TARGETS, Target
 from .compiler import CompiledModel, compile_graph, index_bounds, optimize_graph
 from .errors import InputError, QuantizationError, TargetError, VocabularyMismatch
@@ -55,23 +56,33 @@ class CuvilModel:
         self.build_cache_hit = False
         #: texts or images in, typed results out (``from_pretrained``); None: tensors only
         self.processor: Processor | None = None
+        #: threads ``predict`` runs on: 0 uses every available core (up to what the build supports, its
+        #: ``max_threads``); outputs are bit-identical whatever the count. Set before the first predict.
+        self.threads = 0
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | os.PathLike[str] | bytes | Any,
-             input_shapes: Mapping[str, Sequence[int]] | None = None) -> CuvilModel:
-        """Import an ONNX model (path, bytes or ModelProto); input shapes fix dynamic dims. A file is read
-        once and imported from those bytes, so the build cache's key is the digest of what was built."""
+             input_shapes: Mapping[str, Sequence[int]] | None = None,
+             max_trip_count: Mapping[str, int] | None = None) -> CuvilModel:
+        """Import an ONNX model (path, bytes or ModelProto); input shapes fix dynamic dims, and
+        ``max_trip_count`` (Loop node name -> most iterations) bounds loops whose trip count is not a
+        build-time constant. A file is read once and imported from those bytes, so the build cache's key
+        is the digest of what was built."""
         from .frontend.onnx import import_onnx
 
         name = Path(os.fspath(path)).stem if isinstance(path, (str, os.PathLike)) else None
         data = _model_bytes(path)
         if data is None:  # tensors in external files: onnx reads them itself, and builds are not cached
-            return cls(import_onnx(path, input_shapes, name=name))
+            return cls(import_onnx(path, input_shapes, name=name, max_trip_count=max_trip_count))
         shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
-        digest = hashlib.sha256(json.dumps([hashlib.sha256(data).hexdigest(), shapes, name]).encode())
+        key: list[Any] = [hashlib.sha256(data).hexdigest(), shapes, name]
+        if max_trip_count:  # only then: keys of builds without loop bounds stay as they were
+            key.append({k: int(v) for k, v in max_trip_count.items()})
+        digest = hashlib.sha256(json.dumps(key).encode())
         source = data if isinstance(path, (str, os.PathLike, bytes, bytearray)) else path
-        return cls(import_onnx(source, input_shapes, name=name), digest.hexdigest())
+        return cls(import_onnx(source, input_shapes, name=name, max_trip_count=max_trip_count),
+                   digest.hexdigest())
 
     @classmethod
     def from_pretrained(cls, path_or_id: str | os.PathLike[str], task: str | None = None,
@@ -129,7 +140,8 @@ class CuvilModel:
     def optimize(self, precision: str = "fp32", targets: Sequence[Target] | str | None = None,
                  progress: Callable[[str], None] | None = None, calibration: Any = None,
                  accuracy_budget: float = 0.01, profiles: Sequence[str] = (),
-                 build_cache: BuildCache | None = None, **quant_options: Any) -> CuvilModel:
+                 build_cache: BuildCache | None = None, max_threads: int | None = None,
+                 **quant_options: Any) -> CuvilModel:
         """Run the passes and compile modules: ``targets`` = "host" (the default: this machine's family,
         both tiers), "all" (every tier x family) or a list of ``Target``; or instead ``profiles``, device
         profile names: only the variants those devices need (``profile_targets``), and the names are
@@ -137,13 +149,17 @@ class CuvilModel:
         quantizes the optimized graph (``cuvil_edge.quant``): ``calibration`` is an .npz file, a
         directory of .npy/.npz or an iterable of samples; ``accuracy_budget`` bounds ``mixed``;
         ``quant_options``: observer ("minmax", "percentile", "mse"), group_size, max_samples.
-        ``build_cache``: where earlier builds are reused (default: ``BuildCacheConfig.from_env()``)."""
+        ``build_cache``: where earlier builds are reused (default: ``BuildCacheConfig.from_env()``);
+        ``max_threads``: most threads the modules can run on (the device picks how many; 1: plain modules
+        without shared memory); default: the most any of ``profiles`` runs (their ``threads``), else 4."""
         if precision not in PRECISIONS:
             raise QuantizationError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
         if profiles and targets is not None:
             raise TargetError("give either targets or profiles: profiles choose the targets")
         chosen = (profile_targets(profiles) if profiles
                   else _resolve_targets("host" if targets is None else targets))
+        if max_threads is None:
+            max_threads = max((load_profile(p).threads for p in profiles), default=DEFAULT_THREADS)
         if self.processor is not None and _raw_items(calibration):
             calibration = self.processor.feeds(list(calibration))  # texts or images -> their feeds
         self._close_instance()
@@ -153,9 +169,9 @@ class CuvilModel:
             cache = build_cache or BuildCache()
             if cache.config.enabled:
                 key, calibration = self._build_key(precision, chosen, profiles, calibration, accuracy_budget,
-                                                   quant_options)
+                                                   quant_options, max_threads)
         build = functools.partial(self._build, precision, chosen, progress, calibration, accuracy_budget,
-                                  profiles, quant_options)
+                                  profiles, quant_options, max_threads)
         artifact = _artifact_from_files(cache.get(key)) if key is not None else None
         self.build_cache_hit = artifact is not None
         if artifact is not None:
@@ -170,10 +186,12 @@ class CuvilModel:
         return self
 
     def _build_key(self, precision: str, targets: Sequence[Target], profiles: Sequence[str], calibration: Any,
-                   accuracy_budget: float, quant_options: Mapping[str, Any]) -> tuple[str | None, Any]:
+                   accuracy_budget: float, quant_options: Mapping[str, Any],
+                   max_threads: int) -> tuple[str | None, Any]:
         """(key, calibration to use) of this build; the key is None when the options cannot be hashed."""
         parts: dict[str, Any] = {"model": self._source_digest, "precision": precision,
-                                 "targets": [t.name for t in targets], "profiles": list(profiles)}
+                                 "targets": [t.name for t in targets], "profiles": list(profiles),
+                                 "max_threads": max_threads}
         if precision != "fp32":
             digest = None
             if calibration is not None:
@@ -186,7 +204,7 @@ class CuvilModel:
 
     def _build(self, precision: str, targets: Sequence[Target], progress: Callable[[str], None] | None,
                calibration: Any, accuracy_budget: float, profiles: Sequence[str],
-               quant_options: Mapping[str, Any]) -> None:
+               quant_options: Mapping[str, Any], max_threads: int = DEFAULT_THREADS) -> None:
         graph = self._graph
         if not self._optimized:
             optimize_graph(graph, progress)
@@ -199,7 +217,7 @@ class CuvilModel:
             self._quantization = quantize(graph, precision, calibration, accuracy_budget,
                                           progress=progress, **quant_options)
             graph, extra = self._quantization.graph, {**extra, "quantization": self._quantization.record}
-        self._compiled = compile_graph(graph, targets, progress, extra=extra)
+        self._compiled = compile_graph(graph, targets, progress, extra=extra, threads=max_threads)
         self._artifact = Artifact(self._compiled.spec, self._compiled.modules, self._compiled.weights)
 
     # -- run ----------------------------------------------------------------------------------
@@ -208,7 +226,8 @@ class CuvilModel:
         if self._instance is None:
             a = self._built()
             variant = select_variant(a.spec.variants, probe_host())
-            self._instance = instantiate(a.spec, a.modules[variant.name], a.weights, variant, ModuleCache())
+            self._instance = instantiate(a.spec, a.modules[variant.name], a.weights, variant, ModuleCache(),
+                                         threads=self.threads)
         return self._instance
 
     @property

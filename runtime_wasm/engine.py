@@ -36,12 +36,15 @@ class EngineConfig:
         cfg.parallel_compilation = self.parallel_compilation
         cfg.cranelift_nan_canonicalization = self.deterministic
         cfg.wasm_relaxed_simd_deterministic = self.deterministic
+        cfg.wasm_threads = True  # threaded modules: one shared memory, atomics (plain modules are unaffected)
+        cfg.shared_memory = True
         return cfg
 
     def fingerprint(self) -> str:
         """Artifacts are only valid for the same wasmtime, settings and CPU (it picks ISA features)."""
         parts = [f"wasmtime-{wasmtime_version()}", f"tier={self.tier}", "opt=speed",
-                 f"stack={self.max_wasm_stack}", f"det={int(self.deterministic)}", f"cpu={cpu_fingerprint()}"]
+                 f"stack={self.max_wasm_stack}", f"det={int(self.deterministic)}", "threads=1",
+                 f"cpu={cpu_fingerprint()}"]
         return "|".join(parts)
 
 

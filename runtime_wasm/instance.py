@@ -6,6 +6,8 @@ import contextlib
 import ctypes
 import hashlib
 import os
+import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +22,14 @@ from .spec import ModelSpec, TensorSpec
 REQUIRED_EXPORTS = ("memory", "run", "cuvil_weights", "cuvil_arena")
 #: bytes read (and hashed) per step when weights come from a file: hashed while still in cache
 WEIGHTS_CHUNK = 4 << 20
+#: exports a threaded module (``ModelSpec.threads`` > 1) adds: thread count, parked-thread loop, stop and
+#: reset, the per-thread stacks and each instance's stack pointer
+THREAD_EXPORTS = ("cuvil_set_threads", "cuvil_worker", "cuvil_stop", "cuvil_reset", "cuvil_stacks",
+                  "__stack_pointer")
+#: shadow-stack bytes of each thread past the first (``codegen.emit.STACK_BYTES``)
+THREAD_STACK_BYTES = 1 << 20
+#: epoch ticks a parked thread may wait: it must never be interrupted (only the caller's run has a deadline)
+_NO_DEADLINE = 1 << 40
 
 #: weights in memory, or the path of a weights file read straight into linear memory
 Weights = bytes | np.ndarray | str | os.PathLike[str]
@@ -49,6 +59,82 @@ class _FastCall:
             raise InferenceTrap(f"module trapped: {t.message}")
 
 
+def available_cores() -> int:
+    """Cores this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def resolve_threads(requested: int, capacity: int) -> int:
+    """Threads to run a module on: ``requested`` (0: every available core), at most ``capacity``
+    (``ModelSpec.threads``, what the module was built for)."""
+    if requested < 0:
+        raise ValueError(f"threads must be 0 (all cores) or more, got {requested}")
+    return max(1, min(capacity, requested or available_cores()))
+
+
+class _SharedMemory(wasmtime.SharedMemory):
+    """wasmtime-py 50.0.1 wraps the pointer once too often when passing a shared memory as an import."""
+
+    def _as_extern(self) -> ffi.wasmtime_extern_t:
+        union = ffi.wasmtime_extern_union(sharedmemory=self.ptr())
+        return ffi.wasmtime_extern_t(ffi.WASMTIME_EXTERN_SHAREDMEMORY, union)
+
+
+def _shared_memory_type(module: wasmtime.Module) -> wasmtime.MemoryType | None:
+    """The shared memory a threaded module imports, None for a plain one; any other import is refused."""
+    imports = module.imports
+    if not imports:
+        return None
+    ty = imports[0].type
+    if len(imports) > 1 or not isinstance(ty, wasmtime.MemoryType) or not ty.is_shared \
+            or ty.limits.max is None:
+        raise ModuleLoadError("module imports host functions; cuvil-edge modules import at most one "
+                              "fixed-size shared memory")
+    return ty
+
+
+class _Workers:
+    """Threads 1..n-1 of a threaded model: each its own instance over the shared memory, parked in
+    ``cuvil_worker`` between jobs (no Python runs per inference). A trap in one stops them all."""
+
+    def __init__(self, engine: wasmtime.Engine, module: wasmtime.Module, memory: _SharedMemory,
+                 count: int, epoch: bool, stacks: int) -> None:
+        self.error: BaseException | None = None
+        self._threads: list[threading.Thread] = []
+        for tid in range(1, count):
+            store = wasmtime.Store(engine)
+            if epoch:
+                store.set_epoch_deadline(_NO_DEADLINE)
+            ex = wasmtime.Instance(store, module, [memory]).exports(store)
+            ex["__stack_pointer"].set_value(store, stacks + tid * THREAD_STACK_BYTES)  # its region's top
+            t = threading.Thread(target=self._park, args=(store, ex, tid), daemon=True,
+                                 name=f"cuvil-thread-{tid}")
+            self._threads.append(t)
+        for t in self._threads:
+            t.start()
+
+    def _park(self, store: wasmtime.Store, ex: Any, tid: int) -> None:
+        try:
+            ex["cuvil_worker"](store, tid)
+        except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
+            if self.error is None:
+                self.error = exc
+            ex["cuvil_stop"](store)  # the others (and the caller's barrier) wake up and stop
+
+    def join(self) -> None:
+        for t in self._threads:
+            t.join()
+        self._threads = []
+
+
+def _stop_workers(stop: _FastCall, workers: _Workers) -> None:
+    stop()
+    workers.join()
+
+
 class WasmModel:
     """An instantiated model: weights loaded, inputs/outputs exposed as numpy views of linear memory.
 
@@ -61,28 +147,41 @@ class WasmModel:
 
     def __init__(self, engine: wasmtime.Engine, module: wasmtime.Module, spec: ModelSpec,
                  weights: Weights, memory_limit: int | None = None,
-                 epoch_deadline: int | None = None, weights_sha256: str = "") -> None:
+                 epoch_deadline: int | None = None, weights_sha256: str = "", threads: int = 1) -> None:
         self.spec = spec
+        self.threads = 1
+        self._closed = True  # until fully built: close() of a half-built model does nothing
+        shared = _shared_memory_type(module)
         exports = {e.name for e in module.exports}
-        missing = [e for e in REQUIRED_EXPORTS if e not in exports]
+        required = REQUIRED_EXPORTS if shared is None else (*REQUIRED_EXPORTS[1:], *THREAD_EXPORTS)
+        missing = [e for e in required if e not in exports]
         if missing:
             raise ModuleLoadError(f"module lacks required exports: {', '.join(missing)}")
-        if module.imports:
-            raise ModuleLoadError("module imports host functions; cuvil-edge modules import nothing")
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
         self._store = wasmtime.Store(engine)
-        if memory_limit is not None:
-            self._store.set_limits(memory_size=memory_limit)
         if epoch_deadline is not None:  # engines built with epoch_interruption only (costly: RUNTIME.md)
             self._store.set_epoch_deadline(epoch_deadline)
+        self._shared: _SharedMemory | None = None
         try:
-            instance = wasmtime.Instance(self._store, module, [])
+            if shared is None:
+                if memory_limit is not None:
+                    self._store.set_limits(memory_size=memory_limit)
+                instance = wasmtime.Instance(self._store, module, [])
+            else:
+                # fixed size (max is what the module was linked with): the limit is checked once, here
+                size = shared.limits.max * 65536
+                if memory_limit is not None and size > memory_limit:
+                    raise ModuleLoadError(f"module needs {size} bytes of memory, the limit is {memory_limit}")
+                self._shared = _SharedMemory(engine, shared)
+                instance = wasmtime.Instance(self._store, module, [self._shared])
         except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
             raise ModuleLoadError(f"cannot instantiate module: {str(exc).splitlines()[0]}") from exc
         ex = instance.exports(self._store)
-        self._memory: wasmtime.Memory = ex["memory"]
+        self._memory: wasmtime.Memory | None = ex["memory"] if shared is None else None
         weights_base = ex["cuvil_weights"](self._store)
         arena_base = ex["cuvil_arena"](self._store)
-        mem_len = self._memory.data_len(self._store)
+        mem_len = self._mem_len()
         if weights_base < 0 or arena_base < 0:  # wasmtime returns i32 signed; an address is never negative
             raise ModuleLoadError(f"module reports a negative weights/arena address ({weights_base}, "
                                   f"{arena_base})")
@@ -93,7 +192,26 @@ class WasmModel:
         self._run = _FastCall(self._store, ex["run"])
         self.input_views = {t.name: self._tensor_view(arena_base, t) for t in spec.inputs}
         self.output_views = {t.name: self._tensor_view(arena_base, t) for t in spec.outputs}
+        self._workers: _Workers | None = None
+        self._engine, self._module, self._epoch = engine, module, epoch_deadline is not None
         self._closed = False
+        if shared is not None:
+            self._start_threads(min(threads, spec.threads))
+
+    def _start_threads(self, count: int) -> None:
+        """Thread 0 is the caller of ``run``; threads 1..count-1 park inside the module until a job."""
+        assert self._shared is not None
+        ex = self._exports
+        ex["cuvil_set_threads"](self._store, count)
+        self.threads = count
+        if count > 1:
+            stacks = ex["cuvil_stacks"](self._store)  # thread t's stack: the t-th region, growing down
+            self._workers = _Workers(self._engine, self._module, self._shared, count, self._epoch, stacks)
+            self._finalizer = weakref.finalize(self, _stop_workers, _FastCall(self._store, ex["cuvil_stop"]),
+                                               self._workers)
+
+    def _mem_len(self) -> int:
+        return self._shared.data_len() if self._shared is not None else self._memory.data_len(self._store)
 
     def _load_weights(self, base: int, weights: Weights, sha256: str) -> None:
         size = self.spec.weights_size
@@ -125,9 +243,13 @@ class WasmModel:
         if any(d < 0 for d in shape):
             raise SpecError(f"tensor shape {shape} has a negative dimension")
         n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if offset < 0 or offset + n > self._memory.data_len(self._store):
+        if offset < 0 or offset + n > self._mem_len():
             raise SpecError(f"{n} bytes at {offset} lie outside the module's linear memory")
-        buf = self._memory.get_buffer_ptr(self._store, n, offset)
+        if self._shared is not None:
+            base = ctypes.addressof(self._shared.data_ptr().contents)
+            buf = (ctypes.c_ubyte * n).from_address(base + offset)
+        else:
+            buf = self._memory.get_buffer_ptr(self._store, n, offset)
         return np.frombuffer(buf, dtype=dtype, count=n // dtype.itemsize).reshape(shape)
 
     def _tensor_view(self, base: int, t: TensorSpec) -> np.ndarray:
@@ -137,7 +259,24 @@ class WasmModel:
         """One inference on whatever is in ``input_views``; results land in ``output_views``."""
         if self._closed:
             raise RuntimeError("model is closed")
-        self._run()
+        if self._workers is None:
+            self._run()
+            return
+        try:
+            self._run()
+        except InferenceTrap:
+            self._restart_threads()  # the job is void; the next one starts clean
+            raise
+        if self._workers.error is not None:  # a parked thread trapped and stopped this job
+            err = self._workers.error
+            self._restart_threads()
+            raise InferenceTrap(f"module trapped in a worker thread: {err}")
+
+    def _restart_threads(self) -> None:
+        assert self._workers is not None
+        self._finalizer()  # stop and join every parked thread
+        self._exports["cuvil_reset"](self._store)
+        self._start_threads(self.threads)
 
     def export_function(self, name: str) -> _FastCall:
         """A fast caller for another ``() -> ()`` export (profiling builds export one per node)."""
@@ -160,6 +299,9 @@ class WasmModel:
     def close(self) -> None:
         if not getattr(self, "_closed", True):
             self._closed = True
+            if self._workers is not None:
+                self._finalizer()
+                self._workers = None
             self.input_views = {}
             self.output_views = {}
             self._run = None  # type: ignore[assignment]

@@ -9,7 +9,7 @@ from pathlib import Path
 from .cache import ModuleCache
 from .engine import EngineConfig, engine_for
 from .errors import SpecError
-from .instance import WasmModel, Weights
+from .instance import WasmModel, Weights, resolve_threads
 from .spec import ModelSpec, VariantSpec
 from .variants import HostProbes, probe_host, select_variant
 
@@ -19,17 +19,18 @@ WEIGHTS_FILE = "weights.bin"
 
 def instantiate(spec: ModelSpec, wasm: bytes, weights: Weights, variant: VariantSpec,
                 cache: ModuleCache | None = None, memory_limit: int | None = None,
-                deterministic: bool = False) -> WasmModel:
+                deterministic: bool = False, threads: int = 1) -> WasmModel:
     """Check the module against the spec's hash, compile it (cached) and instantiate it; the weights
     (bytes, or a file read straight into linear memory) are checked against the spec's hash as they are
-    copied in. ``deterministic``: the engine settings of determinism mode (``EngineConfig``)."""
+    copied in. ``deterministic``: the engine settings of determinism mode (``EngineConfig``);
+    ``threads``: how many to run on (0: every available core; at most what the module was built for)."""
     digest = hashlib.sha256(wasm).digest()  # checked here, and the cache key: hashed once
     if variant.sha256 and digest.hex() != variant.sha256:
         raise SpecError(f"module for variant {variant.name!r} does not match its recorded sha256")
     config = EngineConfig(variant.tier, deterministic=deterministic)
     module = (cache or ModuleCache()).load(wasm, config, digest)
     return WasmModel(engine_for(config), module, spec, weights, memory_limit=memory_limit,
-                     weights_sha256=spec.weights_sha256)
+                     weights_sha256=spec.weights_sha256, threads=resolve_threads(threads, spec.threads))
 
 
 def read_model_dir(path: str | os.PathLike[str], variant: str | None = None,
@@ -63,6 +64,7 @@ def read_model_dir(path: str | os.PathLike[str], variant: str | None = None,
 
 def load_model_dir(path: str | os.PathLike[str], variant: str | None = None,
                    probes: HostProbes | None = None, cache: ModuleCache | None = None,
-                   memory_limit: int | None = None, deterministic: bool = False) -> WasmModel:
+                   memory_limit: int | None = None, deterministic: bool = False,
+                   threads: int = 1) -> WasmModel:
     spec, chosen, wasm, weights = read_model_dir(path, variant, probes, deterministic)
-    return instantiate(spec, wasm, weights, chosen, cache, memory_limit, deterministic)
+    return instantiate(spec, wasm, weights, chosen, cache, memory_limit, deterministic, threads)

@@ -47,6 +47,9 @@ class RuntimePolicy:
     # determinism: the same module and engine settings on every host, bit-identical outputs (NaN, Inf
     # included) at the cost of the relaxed tier (docs/RUNTIME.md)
     deterministic: bool = False
+    # cores: threads one inference runs on (0: every core the agent may use), at most what the module was
+    # built for; the fallback worker runs only while the primary does not, so they share this budget
+    threads: int = 0
     # sandbox
     memory_cap_bytes: int = 256 << 20  # wasm linear memory per instance (Store limit)
     worker_start_timeout_s: float = 60.0  # process start + compile (cached after the first time)

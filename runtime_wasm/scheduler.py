@@ -149,7 +149,7 @@ class Scheduler:
             for src in (source, fallback if policy.degrade_action == "cheaper_variant" else None):
                 if src is not None:  # the fallback is kept warm: switching must not wait for a compile
                     self._workers.append(SupervisedModel(src, policy.memory_cap_bytes, policy.max_batch_size,
-                                                         policy.worker_start_timeout_s))
+                                                         policy.worker_start_timeout_s, policy.threads))
         except BaseException:
             self._close_workers()
             raise

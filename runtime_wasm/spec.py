@@ -11,6 +11,7 @@ import numpy as np
 from .errors import SpecError
 
 SPEC_FORMAT = 1
+MAX_THREADS = 16  # most threads a module may be built for (the compiler's limit too)
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,14 @@ class ModelSpec:
     variants: tuple[VariantSpec, ...] = ()
     weights_sha256: str = ""
     extra: dict[str, Any] = field(default_factory=dict)  # unknown fields survive a round trip
+    #: most threads the modules run (> 1: they import one shared memory, ``WasmModel`` picks the count)
+    threads: int = 1
 
     def to_json(self) -> str:
         d = asdict(self)
         d["format"] = SPEC_FORMAT
+        if self.threads == 1:  # absent: single-threaded specs stay as they were
+            del d["threads"]
         for t in (*d["inputs"], *d["outputs"]):  # absent rather than null: older specs stay byte-identical
             if t["index_bound"] is None:
                 del t["index_bound"]
@@ -73,7 +78,7 @@ class ModelSpec:
                 for t in d.pop(key))
             inputs, outputs = tensors("inputs"), tensors("outputs")
             variants = tuple(VariantSpec(**v) for v in d.pop("variants", []))
-            known = {k: d.pop(k) for k in ("name", "weights_size", "arena_size", "weights_sha256")
+            known = {k: d.pop(k) for k in ("name", "weights_size", "arena_size", "weights_sha256", "threads")
                      if k in d}
             extra = d.pop("extra", {})
             extra.update(d)
@@ -90,6 +95,8 @@ class ModelSpec:
         pass here and fail later in numpy or ctypes with an error no caller expects."""
         if self.weights_size < 0 or self.arena_size < 0:
             raise SpecError("weights_size and arena_size must be non-negative")
+        if not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
+            raise SpecError(f"threads must be 1..{MAX_THREADS}, got {self.threads!r}")
         for t in (*self.inputs, *self.outputs):
             try:
                 kind = np.dtype(t.dtype).kind

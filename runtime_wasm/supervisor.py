@@ -75,10 +75,10 @@ class ModelSource:
         spec, chosen, wasm, weights = read_model_dir(path, variant, probes, deterministic)
         return cls(spec, wasm, str(weights.resolve()), chosen, cache_dir, deterministic)
 
-    def load(self, memory_cap_bytes: int) -> WasmModel:
+    def load(self, memory_cap_bytes: int, threads: int = 1) -> WasmModel:
         cache = ModuleCache(self.cache_dir) if self.cache_dir else None
         return instantiate(self.spec, self.wasm, self.weights, self.variant, cache, memory_cap_bytes,
-                           self.deterministic)
+                           self.deterministic, threads)
 
 
 def same_signature(a: ModelSpec, b: ModelSpec) -> bool:
@@ -116,12 +116,13 @@ def _as_error(name: str, message: str) -> RuntimeWasmError:
     return WorkerCrashed(f"{name}: {message}")
 
 
-def _worker_main(conn: Connection, source: ModelSource, shm_name: str, slots: int, memory_cap: int) -> None:
+def _worker_main(conn: Connection, source: ModelSource, shm_name: str, slots: int, memory_cap: int,
+                 threads: int) -> None:
     """Worker process: load once, then per message ``n`` run slots 0..n-1 and reply per-slot results."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a worker ends
     try:
         shm = shared_memory.SharedMemory(name=shm_name)
-        model = source.load(memory_cap)
+        model = source.load(memory_cap, threads)
     except Exception as exc:  # reported to the parent, which raises it in the caller
         conn.send(("error", type(exc).__name__, str(exc)))
         return
@@ -157,13 +158,15 @@ class SupervisedModel:
     """One model served by a supervised worker process; ``run``/``predict`` mirror ``WasmModel``."""
 
     def __init__(self, source: ModelSource, memory_cap_bytes: int, slots: int = 1,
-                 start_timeout_s: float = 60.0) -> None:
+                 start_timeout_s: float = 60.0, threads: int = 1) -> None:
+        """``threads``: how many the worker runs each inference on (0: every available core)."""
         if slots < 1:
             raise ValueError("slots must be at least 1")
         self.spec, self.slots, self.variant = source.spec, slots, source.variant.name
         self.restarts = 0
         self.deadline_kills = 0  # restarts because a dispatch overran its deadline (runaway guests)
         self._source, self._memory_cap, self._start_timeout_s = source, memory_cap_bytes, start_timeout_s
+        self._threads = threads
         self._lock = threading.Lock()
         self._proc: Any = None
         self._conn: Connection | None = None
@@ -258,7 +261,8 @@ class SupervisedModel:
     def _spawn(self) -> None:
         ours, theirs = _context().Pipe()
         proc = _context().Process(target=_worker_main, name=f"cuvil-worker-{self.spec.name}", daemon=True,
-                            args=(theirs, self._source, self._shm.name, self.slots, self._memory_cap))
+                            args=(theirs, self._source, self._shm.name, self.slots, self._memory_cap,
+                                  self._threads))
         proc.start()
         theirs.close()
         self._proc, self._conn, self._ready = proc, ours, False

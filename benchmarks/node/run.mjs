@@ -1,9 +1,9 @@
-// onnxruntime-web's WASM execution provider under Node, one thread: the peer benchmarks/_peers.py
+// onnxruntime-web's WASM execution provider under Node (one thread unless --threads): the peer benchmarks/_peers.py
 // times next to cuvil-edge. Reads the inputs Python wrote (so every runtime sees the same seeded
 // data), runs warm-up then timed calls, optionally writes the outputs back for an accuracy check,
 // and prints one JSON line: median/p95 ms, threads, simd, version.
 //
-//   node run.mjs MODEL.onnx FEEDS.json [--repeat N] [--warmup N] [--out DIR]
+//   node run.mjs MODEL.onnx FEEDS.json [--repeat N] [--warmup N] [--threads N] [--out DIR]
 //
 // FEEDS.json: {"<input name>": {"dtype": "float32" | "int64" | ..., "shape": [...], "file": "<raw .bin>"}}
 // with each file the input's little-endian bytes (relative paths are relative to FEEDS.json). With
@@ -20,8 +20,8 @@ const ARRAYS = {
 
 function parseArgs(argv) {
   const [model, feeds, ...rest] = argv;
-  if (!model || !feeds) throw new Error('usage: node run.mjs MODEL.onnx FEEDS.json [--repeat N] [--warmup N] [--out DIR]');
-  const opts = { model, feeds, repeat: 20, warmup: 3, out: null };
+  if (!model || !feeds) throw new Error('usage: node run.mjs MODEL.onnx FEEDS.json [--repeat N] [--warmup N] [--threads N] [--out DIR]');
+  const opts = { model, feeds, repeat: 20, warmup: 3, threads: 1, out: null };
   for (let i = 0; i < rest.length; i += 2) {
     const key = rest[i].replace(/^--/, '');
     if (!(key in opts)) throw new Error(`unknown option ${rest[i]}`);
@@ -62,7 +62,7 @@ function writeOutputs(dir, results) {
 
 async function main() {
   const opts = parseArgs(process.argv.slice(2));
-  ort.env.wasm.numThreads = 1;
+  ort.env.wasm.numThreads = opts.threads;  // > 1: its worker threads over a SharedArrayBuffer
   ort.env.wasm.simd = true;
   const session = await ort.InferenceSession.create(readFileSync(opts.model), {
     executionProviders: ['wasm'], graphOptimizationLevel: 'all',

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from runtime_wasm.spec import MAX_THREADS
+
 from ..ir.graph import Graph, Node, Value
 from ..ops import get as get_op
 from .kernels import kernel_source
@@ -15,6 +17,12 @@ from .memplan import ALIGN, MemoryPlan, plan_memory
 
 #: bytes after each region that kernels may over-read with full-vector loads (never used as data)
 GUARD = 64
+#: threads a module is built for unless told otherwise: edge boards have 4 cores (Raspberry Pi 4/5); the
+#: per-thread stacks and scratch it lays out are address space, touched only by threads that run
+DEFAULT_THREADS = 4
+#: shadow-stack bytes per thread (the first thread's is the linker's ``-z stack-size``)
+STACK_BYTES = 1 << 20
+WASM_PAGE = 65536
 
 CTYPES = {"float32": "float", "int32": "int32_t", "int64": "int64_t", "int8": "int8_t",
           "uint8": "uint8_t", "bool": "uint8_t", "float16": "uint16_t", "float64": "double"}
@@ -31,6 +39,10 @@ class EmitContext:
     _wkeys: dict[object, int] = field(default_factory=dict)
     kernels_used: dict[str, str] = field(default_factory=dict)  # node name -> kernel name
     node: Node | None = None
+    threads: int = 1
+    #: nodes whose code every thread runs (each its share, by ``tid`` of ``nt``): see ``parallel``
+    parallel_nodes: list[str] = field(default_factory=list)
+    private_scratch: set[str] = field(default_factory=set)  # nodes with a scratch region per thread
 
     def ptr(self, v: Value, ctype: str | None = None) -> str:
         """C pointer expression to ``v``'s data (arena or weights)."""
@@ -56,9 +68,24 @@ class EmitContext:
         """Pointer expression to a packed constant made by the emitter (e.g. transposed weights)."""
         return f"(({ctype}*)(W + {self.const_offset(array)}))"
 
-    def scratch(self, ctype: str = "float") -> str:
+    def scratch(self, ctype: str = "float", shared: bool = False) -> str:
+        """The node's scratch area. In a threaded module each thread past the first gets a region of its
+        own, unless ``shared``: then all threads see the planned area (the kernel splits its use)."""
         assert self.node is not None
-        return f"(({ctype}*)(A + {self.plan.scratch[id(self.node)]}))"
+        off = self.plan.scratch[id(self.node)]
+        if self.threads == 1 or shared:
+            return f"(({ctype}*)(A + {off}))"
+        self.private_scratch.add(self.node.name)
+        return f"(({ctype}*)(tid ? TS + (size_t)(tid - 1) * TS_BYTES : A + {off}))"
+
+    def parallel(self) -> None:
+        """The current node's code splits its work by ``tid`` (0 .. ``nt`` - 1, C locals in scope): every
+        thread runs it, with a barrier before and after. Each output element must be computed by the same
+        code whatever ``nt`` is (split on whole kernel tiles), so threaded outputs are bit-identical.
+        Nodes that never call this run on thread 0 alone."""
+        assert self.node is not None
+        if self.threads > 1 and self.node.name not in self.parallel_nodes:
+            self.parallel_nodes.append(self.node.name)
 
     def use_kernel(self, name: str) -> None:
         """Record the kernel (by grammar name) the current node runs, for ``inspect`` and tests."""
@@ -74,52 +101,114 @@ class CProgram:
     plan: MemoryPlan
     kernels_used: dict[str, str]
     profiled_nodes: list[str] = field(default_factory=list)  # export cuvil_node_<i> runs node i
+    threads: int = 1  # most threads the module runs (1: a plain module with its own memory)
+    parallel_nodes: list[str] = field(default_factory=list)
+    thread_scratch: int = 0  # scratch bytes of each thread past the first (the parallel nodes' largest)
+
+    def link_flags(self) -> list[str]:
+        """A threaded module imports a shared memory of a fixed size: data (weights, arena, per-thread
+        scratch and stacks), the first stack and a margin for the kernels' own tables; it cannot grow."""
+        if self.threads == 1:
+            return []
+        data = len(self.weights) + self.arena_size + 2 * GUARD + self.thread_scratch * (self.threads - 1)
+        total = data + STACK_BYTES * self.threads + (2 + self.threads) * (1 << 20)
+        pages = -(-total // WASM_PAGE)
+        return ["-matomics", "-mbulk-memory", "-Wl,--shared-memory", "-Wl,--import-memory",
+                f"-Wl,--max-memory={pages * WASM_PAGE}", "-Wl,--export=__stack_pointer"]
 
 
-def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile: bool = False) -> CProgram:
-    """``profile=True`` also exports each node as ``cuvil_node_<i>`` so a host can time nodes one by one
-    (the profiling build only: shipped modules export nothing but run and the two address getters)."""
+def node_code(n: Node, ctx: EmitContext) -> str | None:
+    """One node's C code with ``ctx.node`` set to it (None: a view or elided concat needs none); shared
+    with the ``loop``/``if`` emitters, which lower their bodies' nodes through it."""
+    op = get_op(n.op)
+    if op.alias or id(n) in ctx.plan.elided:
+        return None
+    if op.emit is None:
+        raise NotImplementedError(f"op {n.op!r} has no code generator (node {n.name!r})")
+    ctx.node = n
+    return op.emit(n, ctx)
+
+
+def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile: bool = False,
+           threads: int = DEFAULT_THREADS) -> CProgram:
+    """``threads``: most threads the module runs (the runtime picks how many, up to it); 1 builds a plain
+    module. ``profile=True`` also exports each node as ``cuvil_node_<i>`` so a host can time nodes one by
+    one (the profiling build only, single-threaded: shipped modules export nothing but run, the address
+    getters and the thread entry points)."""
+    if not 1 <= threads <= MAX_THREADS:
+        raise ValueError(f"threads must be 1..{MAX_THREADS}, got {threads}")
+    threads = 1 if profile else threads
     plan = plan_memory(graph)
-    ctx = EmitContext(graph, plan)
+    ctx = EmitContext(graph, plan, threads=threads)
     families: list[str] = ["common"]
     body: list[str] = []
     node_funcs: list[str] = []
     profiled: list[str] = []
-    for n in graph.nodes:
-        op = get_op(n.op)
-        for fam in op.kernels:
+    scratch_bytes = 0
+    split_last = serial_since_barrier = False
+    for n in graph.walk():  # loop/if bodies' nodes need their kernel families too
+        for fam in get_op(n.op).kernels:
             if fam not in families:
                 families.append(fam)
-        if op.alias or id(n) in plan.elided:
+    for n in graph.nodes:
+        op = get_op(n.op)
+        code = node_code(n, ctx)
+        if code is None:
             continue
-        if op.emit is None:
-            raise NotImplementedError(f"op {n.op!r} has no code generator (node {n.name!r})")
-        ctx.node = n
-        code = op.emit(n, ctx)
         comment = f"  /* {n.name}: {n.op} -> {', '.join(str(o.type) for o in n.outputs)} */"
         lines = ["  " + line for line in code.strip().splitlines()]
         if profile:
             fn = f"cuvil_node_{len(profiled)}"
             head = f'EXPORT("{fn}") __attribute__((noinline)) void {fn}(void) {{'
-            node_funcs += [head, comment, *lines, "}"]
+            node_funcs += [head, "  const int tid = 0, nt = 1; (void)tid; (void)nt;", comment, *lines, "}"]
             body.append(f"  {fn}();")
             profiled.append(n.name)
-        else:
+        elif threads == 1:
             body += [comment, *lines]
+        else:
+            split = n.name in ctx.parallel_nodes
+            # a barrier wherever a split node meets another node: thread 0 runs serial nodes back to back
+            if split_last or (split and serial_since_barrier):
+                body.append("  cuvil_barrier();")
+                serial_since_barrier = False
+            if split:
+                body += [comment, *lines]
+                if n.name in ctx.private_scratch:
+                    scratch_bytes = max(scratch_bytes, op.scratch(n))
+            else:
+                # one thread: nt is 1 inside, so kernels that split or wait do neither
+                body += [comment, "  if (tid == 0) {", "    const int nt = 1; (void)nt;",
+                         *("  " + line for line in lines), "  }"]
+                serial_since_barrier = True
+            split_last = split
     ctx.node = None
     weights = b"".join(ctx.weights)
     arena = plan.arena_size
+    scratch_bytes = -(-scratch_bytes // ALIGN) * ALIGN
+    threaded = [
+        f"static unsigned char TS[{max(1, scratch_bytes * (threads - 1))}] "
+        f"__attribute__((aligned({ALIGN})));",
+        f"#define TS_BYTES {scratch_bytes}",
+        f"static unsigned char cuvil_stacks[{STACK_BYTES * (threads - 1)}] __attribute__((aligned(16)));",
+        'EXPORT("cuvil_stacks") unsigned cuvil_stacks_base(void) { '
+        'return (unsigned)(uintptr_t)cuvil_stacks; }',
+    ] if threads > 1 else []
     parts = [
         f"/* generated by cuvil-edge from model {graph.name!r}; do not edit */",
+        f"#define CUVIL_MAX_THREADS {threads}",
         *(kernel_source(f) for f in families),
         f"static unsigned char W[{len(weights) + GUARD}] __attribute__((aligned({ALIGN})));",
         f"static unsigned char A[{arena + GUARD}] __attribute__((aligned({ALIGN})));",
+        *threaded,
         'EXPORT("cuvil_weights") unsigned cuvil_weights(void) { return (unsigned)(uintptr_t)W; }',
         'EXPORT("cuvil_arena") unsigned cuvil_arena(void) { return (unsigned)(uintptr_t)A; }',
         *node_funcs,
-        'EXPORT("run") void run(void) {',
+        "static inline __attribute__((always_inline)) void cuvil_body(const int tid) {",
+        "  const int nt = CUVIL_NT; (void)nt;",
         *body,
         "}",
+        "CUVIL_ENTRY_POINTS",
         "",
     ]
-    return CProgram("\n".join(parts), weights, arena, plan, ctx.kernels_used, profiled)
+    return CProgram("\n".join(parts), weights, arena, plan, ctx.kernels_used, profiled, threads,
+                    ctx.parallel_nodes, scratch_bytes)

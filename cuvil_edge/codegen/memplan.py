@@ -6,8 +6,9 @@ value that owns its buffer plus a byte offset:
 - in-place ops reuse an input that dies at that node (same size);
 - a concat whose inputs are contiguous slices of its output (all dims before the axis are 1) is
   elided: each producer writes straight into its slice of the output, nested concats included.
-Owners are placed greedy by size (largest first, lowest free offset not overlapping a live conflict),
-as TFLite's planner does.
+Loop/if bodies are planned on their own (recursively) and their whole arena is one region alive during
+their node only (branches of an ``if`` share it: one runs). Owners are placed greedy by size (largest
+first, lowest free offset not overlapping a live conflict), as TFLite's planner does.
 """
 
 from __future__ import annotations
@@ -119,12 +120,16 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     for key, v in owners.items():
         if key in first:
             items.append((_align(v.type.nbytes), first[key], last[key], ("v", key)))
+    bodies: dict[int, list[MemoryPlan]] = {}
     for t, n in enumerate(graph.nodes):
         op = get_op(n.op)
         if op.scratch is not None:
             size = op.scratch(n)
             if size:
                 items.append((_align(size), t, t, ("s", id(n))))
+        if n.subgraphs:
+            bodies[id(n)] = [plan_memory(sub) for sub in n.subgraphs]
+            items.append((max(p.arena_size for p in bodies[id(n)]), t, t, ("b", id(n))))
 
     items.sort(key=lambda it: (-it[0], it[1]))
     placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
@@ -149,6 +154,13 @@ def plan_memory(graph: Graph) -> MemoryPlan:
         roots[id(v)] = r
         offsets[id(v)] = where.get(("v", id(r)), 0) + off
     scratch = {key[1]: off for key, off in where.items() if key[0] == "s"}
+    for node_id, subplans in bodies.items():
+        base = where[("b", node_id)]
+        for sp in subplans:
+            offsets.update((k, base + o) for k, o in sp.offsets.items())
+            scratch.update((k, base + o) for k, o in sp.scratch.items())
+            roots.update(sp.roots)
+            elided |= sp.elided
     return MemoryPlan(offsets, scratch, _align(arena), roots, elided)
 
 

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,9 +59,10 @@ def compiler_command() -> list[str]:
     return [sys.executable, "-m", "ziglang", "cc"]
 
 
-def compile_c(source: str, target: Target, use_cache: bool = True) -> bytes:
-    """Compile one generated C translation unit to a wasm module (bytes)."""
-    flags = target.flags()
+def compile_c(source: str, target: Target, use_cache: bool = True, extra_flags: Sequence[str] = ()) -> bytes:
+    """Compile one generated C translation unit to a wasm module (bytes); ``extra_flags``: the program's
+    own (``CProgram.link_flags``: a threaded module's shared memory)."""
+    flags = [*target.flags(), *extra_flags]
     key = hashlib.sha256(("\0".join(flags) + "\0" + source).encode()).hexdigest()
     cached = _cache_dir() / f"{key}.wasm"
     if use_cache and cached.exists():

@@ -69,6 +69,11 @@ class Node:
     outputs: list[Value]
     attrs: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def subgraphs(self) -> list[Graph]:
+        """Bodies this node runs (``loop``, ``if``): graphs held in its attrs, each with its own values."""
+        return [g for g in self.attrs.values() if isinstance(g, Graph)]
+
     def __repr__(self) -> str:
         ins = ", ".join(v.name for v in self.inputs)
         outs = ", ".join(f"{v.name}:{v.type}" for v in self.outputs)
@@ -134,6 +139,13 @@ class Graph:
         for n in self.nodes if nodes is None else nodes:
             n.inputs = [new if v is old else v for v in n.inputs]
         self.outputs = [new if v is old else v for v in self.outputs]
+
+    def walk(self) -> Iterator[Node]:
+        """Every node, those inside subgraphs included (after the node that holds them)."""
+        for n in self.nodes:
+            yield n
+            for sub in n.subgraphs:
+                yield from sub.walk()
 
     def op_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

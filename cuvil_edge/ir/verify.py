@@ -39,6 +39,8 @@ def verify(graph: Graph, after: str = "import") -> None:
                 [t.dtype for t in types] != [o.type.dtype for o in n.outputs]:
             raise fail(f"node {n.name!r} ({n.op}) outputs {[str(o.type) for o in n.outputs]} but its "
                        f"inputs imply {[str(t) for t in types]}")
+        for sub in n.subgraphs:  # a body sees outer values only through its inputs (explicit captures)
+            verify(sub, f"{after} (in {n.op} {n.name!r})")
     for v in graph.outputs:
         if not v.is_const and id(v) not in defined:
             raise fail(f"graph output {v.name!r} is never defined")

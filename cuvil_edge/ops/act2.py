@@ -8,7 +8,7 @@ import numpy as np
 from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
-from .common import same_type
+from .common import same_type, split_rows
 from .registry import OpDef, register
 
 
@@ -46,7 +46,8 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     x, y, kind = node.inputs[0], node.outputs[0], node.attrs["kind"]
     ctx.use_kernel(f"f32-v{kind}-4")
     a, b = (float(np.float32(node.attrs[k])) for k in "ab")
-    return f"f32_v{kind}({x.type.size}, {ctx.ptr(x)}, {ctx.ptr(y)}, {a!r}f, {b!r}f);"
+    return split_rows(ctx, x.type.size, x.type.size, lambda c, i: (
+        f"f32_v{kind}({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {a!r}f, {b!r}f);"), unit=16)
 
 
 register(OpDef("act2", _infer, _fold, _emit, kernels=("f32-unary", "f32-act2"), inplace=True))

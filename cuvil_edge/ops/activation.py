@@ -9,7 +9,7 @@ import numpy as np
 
 from ..codegen.emit import EmitContext
 from ..ir.graph import Node
-from .common import act_c, act_numpy, same_type
+from .common import act_c, act_numpy, same_type, split_rows
 from .registry import OpDef, register
 
 
@@ -20,9 +20,10 @@ def _fold(node: Node, args) -> list[np.ndarray]:
 def _emit(node: Node, ctx: EmitContext) -> str:
     x, y = node.inputs[0], node.outputs[0]
     ctx.use_kernel(f"f32-act-{node.attrs['act'][0]}-4")
-    copy = "" if ctx.plan.offset(x) == ctx.plan.offset(y) or x.is_const else \
-        f"copy_f32({ctx.ptr(y)}, {ctx.ptr(x)}, {x.type.size});\n"
-    return copy + f"f32_act({ctx.ptr(y)}, {x.type.size}, {act_c(node)});"
+    in_place = ctx.plan.offset(x) == ctx.plan.offset(y) or x.is_const
+    return split_rows(ctx, x.type.size, x.type.size, lambda c, i: (
+        ("" if in_place else f"copy_f32({ctx.ptr(y)} + {i}, {ctx.ptr(x)} + {i}, {c}); ")
+        + f"f32_act({ctx.ptr(y)} + {i}, {c}, {act_c(node)});"), unit=16)
 
 
 register(OpDef("act", same_type, _fold, _emit, inplace=True))

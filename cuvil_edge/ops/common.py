@@ -2,17 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
+
 #: fused activations: name -> C enum (see kernels/templates/common.c.in)
 ACTS = {"none": "ACT_NONE", "relu": "ACT_RELU", "clip": "ACT_CLIP", "hardsigmoid": "ACT_HARDSIGMOID",
         "hardswish": "ACT_HARDSWISH", "sigmoid": "ACT_SIGMOID", "leakyrelu": "ACT_LEAKYRELU",
         "tanh": "ACT_TANH"}
+
+
+#: elements a node must touch to be split between threads: below it, a barrier costs about what the
+#: split saves (an elementwise pass over this many floats takes a few microseconds)
+PARALLEL_MIN_WORK = 16384
+
+
+def split_rows(ctx: EmitContext, rows: int, work: int, call: Callable[[str, str], str], unit: int = 1) -> str:
+    """C code running ``call(count, first)`` (C expressions) over ``rows`` independent rows or elements,
+    split between threads in whole ``unit``s when the node touches at least ``PARALLEL_MIN_WORK``
+    elements (``work``), or when the node is split already (every thread runs its code). A unit of 16
+    keeps vector loops' scalar tails where single-threaded runs have them, so every element is computed by
+    the same code."""
+    split = ctx.node is not None and ctx.node.name in ctx.parallel_nodes
+    if ctx.threads == 1 or not split and (work < PARALLEL_MIN_WORK or rows < 2 * unit):
+        return call(str(rows), "0")
+    ctx.parallel()
+    return (f"{{ int lo, hi; cuvil_split({rows}, {unit}, tid, nt, &lo, &hi);\n"
+            f"  if (lo < hi) {call('(hi - lo)', 'lo')} }}")
 
 
 def act_c(node: Node) -> str:

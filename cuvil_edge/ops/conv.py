@@ -1,4 +1,4 @@
-"""Convolution family (NCHW, fused act): ``conv`` (1D/2D/3D) and ``conv_transpose`` (1D/2D).
+"""Convolution family (NCHW, fused act): ``conv`` (1D/2D/3D) and ``conv_transpose`` (1D/2D/3D).
 
 Kernel choice is made here, once per node, from its shape: im2col-in-panels + GEMM in general,
 the direct depthwise kernel when every group has one input and one output channel, the input read
@@ -244,9 +244,11 @@ def _scratch(node: Node) -> int:
 
 
 def _emit(node: Node, ctx: EmitContext) -> str:
+    """Every conv kernel splits its work between threads (pixel panels, output channels or channels)."""
     g = conv_geometry(node)
     x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
     bias = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "0"
+    ctx.parallel()
     if is_depthwise(g):
         wf = ctx.weight(w.const.astype(np.float32).reshape(g["M"], -1))
         ctx.use_kernel(f"f32-dwconv-{kernel_tile(g)}")
@@ -254,18 +256,18 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         if plane:
             return (f"f32_dwconv_3x3p_s{g['sw']}({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {wf}, "
                     f"{bias}, {ctx.ptr(y)}, {g['OH']}, {g['OW']}, {g['sh']}, {g['pt']}, {g['pl']}, "
-                    f"{plane[0]}, {plane[1]}, {ctx.scratch()}, {act_c(node)});")
+                    f"{plane[0]}, {plane[1]}, {ctx.scratch()}, {act_c(node)}, tid, nt);")
         return (f"f32_dwconv_{dwconv_variant(g)}({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
                 f"{wf}, {bias}, {ctx.ptr(y)}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, "
-                f"{g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {act_c(node)});")
+                f"{g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {act_c(node)}, tid, nt);")
     for uses, kernel, fn, transform in WINOGRAD_KERNELS:
         if uses(g):
             ctx.use_kernel(kernel)
             twp, rows = winograd_tiling(g)
             u = ctx.weight(transform(w.const))
             return (f"{fn}({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {u}, {bias}, {ctx.ptr(y)}, "
-                    f"{g['M']}, {g['OH']}, {g['OW']}, {g['pt']}, {g['pl']}, {twp}, {rows}, {ctx.scratch()}, "
-                    f"{act_c(node)});")
+                    f"{g['M']}, {g['OH']}, {g['OW']}, {g['pt']}, {g['pl']}, {twp}, {rows}, "
+                    f"{ctx.scratch(shared=True)}, {act_c(node)}, tid, nt);")
     chunk = pixel_chunk(g)
     # weights are the GEMM's A operand: packed in 4-row panels per group at build time
     w2 = w.const.astype(np.float32).reshape(g["M"], -1)
@@ -275,28 +277,31 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     if is_pointwise(g):
         ctx.use_kernel("f32-conv1x1-gemm-4x8")
         return (f"f32_conv1x1({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['D'] * g['H'] * g['W']}, {wp}, {bias}, "
-                f"{ctx.ptr(y)}, {g['M']}, {g['G']}, {act_c(node)});")
+                f"{ctx.ptr(y)}, {g['M']}, {g['G']}, {act_c(node)}, tid, nt);")
     if uses_subsample_1x1(g):
         ctx.use_kernel("f32-conv1x1-subsample-gemm-4x8")
         return (f"f32_conv1x1_sub({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {wp}, {bias}, "
                 f"{ctx.ptr(y)}, {g['M']}, {g['OH']}, {g['OW']}, {g['G']}, {g['sh']}, {g['sw']}, "
-                f"{ctx.scratch()}, {act_c(node)});")
+                f"{ctx.scratch(shared=True)}, {act_c(node)}, tid, nt);")
     if uses_direct(g):
         ctx.use_kernel("f32-conv-direct-4x8")
         ph, pw = padded_plane(g)
         return (f"f32_conv2d_direct({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {wp}, {bias}, "
                 f"{ctx.ptr(y)}, {g['M']}, {g['OH']}, {g['OW']}, {g['G']}, {g['kh']}, {g['kw']}, {g['sh']}, "
-                f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {ph}, {pw}, {ctx.scratch()}, {act_c(node)});")
+                f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {ph}, {pw}, {ctx.scratch(shared=True)}, "
+                f"{act_c(node)}, tid, nt);")
     if len(x.type.shape) == 5:
         ctx.use_kernel("f32-conv3d-im2col-gemm-4x8")
         return (f"f32_conv3d({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['D']}, {g['H']}, {g['W']}, {wp}, {bias}, "
                 f"{ctx.ptr(y)}, {g['M']}, {g['OD']}, {g['OH']}, {g['OW']}, {g['G']}, {g['kd']}, {g['kh']}, "
                 f"{g['kw']}, {g['sd']}, {g['sh']}, {g['sw']}, {g['dd']}, {g['dh']}, {g['dw']}, {g['pd']}, "
-                f"{g['pt']}, {g['pl']}, {chunk}, {ctx.scratch()}, {act_c(node)});")
+                f"{g['pt']}, {g['pl']}, {chunk}, {ctx.scratch(shared=True)}, {act_c(node)}, "
+                f"tid, nt);")
     ctx.use_kernel("f32-conv-im2col-gemm-4x8")
     return (f"f32_conv2d({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {wp}, {bias}, {ctx.ptr(y)}, "
             f"{g['M']}, {g['OH']}, {g['OW']}, {g['G']}, {g['kh']}, {g['kw']}, {g['sh']}, {g['sw']}, "
-            f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {chunk}, {ctx.scratch()}, {act_c(node)});")
+            f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {chunk}, {ctx.scratch(shared=True)}, "
+            f"{act_c(node)}, tid, nt);")
 
 
 register(OpDef("conv", _infer, None, _emit, kernels=("f32-gemm", "f32-conv", "f32-dwconv"),
@@ -305,11 +310,12 @@ register(OpDef("conv", _infer, None, _emit, kernels=("f32-gemm", "f32-conv", "f3
 
 # -- conv_transpose: GEMM into columns + col2im scatter-add ---------------------------------------
 def deconv_geometry(node: Node) -> dict[str, int]:
-    """conv_transpose numbers: weights are [C, M/G, kh, kw]; output_padding grows the far edge."""
+    """conv_transpose numbers: weights are [C, M/G, (kd,) (kh,) kw]; output_padding grows the far edge."""
     g = _spatial(node)
     op = node.attrs["output_padding"]
-    oph, opw = (op[0], op[1]) if len(op) == 2 else (0, op[0])
+    opd, oph, opw = [0] * (3 - len(op)) + list(op)
     g["M"] = node.inputs[1].type.shape[1] * g["G"]
+    g["OD"] = (g["D"] - 1) * g["sd"] - g["pd"] - g["pdb"] + g["dd"] * (g["kd"] - 1) + 1 + opd
     g["OH"] = (g["H"] - 1) * g["sh"] - g["pt"] - g["pb"] + g["dh"] * (g["kh"] - 1) + 1 + oph
     g["OW"] = (g["W"] - 1) * g["sw"] - g["pl"] - g["pr"] + g["dw"] * (g["kw"] - 1) + 1 + opw
     return g
@@ -317,42 +323,58 @@ def deconv_geometry(node: Node) -> dict[str, int]:
 
 def _deconv_infer(node: Node) -> list[TensorType]:
     x, w = node.inputs[0].type, node.inputs[1].type
-    if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
-        raise ShapeError(f"{node.name}: conv_transpose needs NCL or NCHW input, got {x.shape} "
+    if len(x.shape) not in (3, 4, 5) or len(w.shape) != len(x.shape):
+        raise ShapeError(f"{node.name}: conv_transpose needs NCL, NCHW or NCDHW input, got {x.shape} "
                          f"with weights {w.shape}")
     g = deconv_geometry(node)
     if g["C"] != w.shape[0] or g["C"] % g["G"]:
         raise ShapeError(f"{node.name}: conv_transpose channels {x.shape[1]} / weights {w.shape} / "
                          f"group {g['G']}")
-    if g["OH"] <= 0 or g["OW"] <= 0:
+    if min(g["OD"], g["OH"], g["OW"]) <= 0:
         raise ShapeError(f"{node.name}: conv_transpose output would be empty")
-    shape = (g["N"], g["M"], g["OH"], g["OW"]) if len(x.shape) == 4 else (g["N"], g["M"], g["OW"])
-    return [TensorType(shape, "float32")]
+    spatial = (g["OD"], g["OH"], g["OW"])[5 - len(x.shape):]
+    return [TensorType((g["N"], g["M"], *spatial), "float32")]
+
+
+def _deconv_rows(g: dict[str, int]) -> int:
+    """Column rows per input pixel and group: one per output channel and filter tap."""
+    return g["M"] // g["G"] * g["kd"] * g["kh"] * g["kw"]
 
 
 def deconv_chunk(g: dict[str, int]) -> int:
-    """Input pixels per chunk: packed panels (C/G per pixel) plus columns (M/G*kh*kw per pixel)."""
-    per_pixel = g["C"] // g["G"] + g["M"] // g["G"] * g["kh"] * g["kw"]
+    """Input pixels per chunk: packed panels (C/G per pixel) plus columns (``_deconv_rows`` per pixel)."""
+    per_pixel = g["C"] // g["G"] + _deconv_rows(g)
     chunk = max(8, SCRATCH_FLOATS // per_pixel // 8 * 8)
-    return min(chunk, -(-g["H"] * g["W"] // 8) * 8)
+    return min(chunk, -(-g["D"] * g["H"] * g["W"] // 8) * 8)
 
 
 def _deconv_scratch(node: Node) -> int:
     g = deconv_geometry(node)
-    return (g["C"] // g["G"] + g["M"] // g["G"] * g["kh"] * g["kw"]) * deconv_chunk(g) * 4
+    return (g["C"] // g["G"] + _deconv_rows(g)) * deconv_chunk(g) * 4
+
+
+def deconv_kernel(node: Node, g: dict[str, int]) -> str:
+    """Grammar name: ``f32-deconv-<kh>x<kw>s<stride>`` (1D/2D), ``f32-deconv3d-<kd>x<kh>x<kw>s<strides>``."""
+    if len(node.inputs[0].type.shape) < 5:
+        return f"f32-deconv-{kernel_tile(g)}"
+    strides = {g["sd"], g["sh"], g["sw"]}
+    stride = f"{g['sd']}" if len(strides) == 1 else f"{g['sd']}x{g['sh']}x{g['sw']}"
+    return f"f32-deconv3d-{g['kd']}x{g['kh']}x{g['kw']}s{stride}"
 
 
 def _deconv_emit(node: Node, ctx: EmitContext) -> str:
     g = deconv_geometry(node)
     x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
     bias = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "0"
-    # [C, M/G, kh, kw] = [G, C/G, R] -> [G, R, C/G]: the GEMM's row-major A operand per group
+    # [C, M/G, taps...] = [G, C/G, R] -> [G, R, C/G]: the GEMM's row-major A operand per group
     wt = w.const.astype(np.float32).reshape(g["G"], g["C"] // g["G"], -1).transpose(0, 2, 1)
-    ctx.use_kernel(f"f32-deconv-{kernel_tile(g)}")
-    return (f"f32_deconv2d({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
-            f"{ctx.weight(np.ascontiguousarray(wt))}, {bias}, {ctx.ptr(y)}, {g['M']}, {g['OH']}, "
-            f"{g['OW']}, {g['G']}, {g['kh']}, {g['kw']}, {g['sh']}, {g['sw']}, {g['dh']}, {g['dw']}, "
-            f"{g['pt']}, {g['pl']}, {deconv_chunk(g)}, {ctx.scratch()}, {act_c(node)});")
+    ctx.use_kernel(deconv_kernel(node, g))
+    shape = [g[k] for k in ("N", "C", "D", "H", "W")]
+    geometry = [g[k] for k in ("M", "OD", "OH", "OW", "G", "kd", "kh", "kw", "sd", "sh", "sw", "dd", "dh",
+                               "dw", "pd", "pt", "pl")]
+    args = [ctx.ptr(x), *shape, ctx.weight(np.ascontiguousarray(wt)), bias, ctx.ptr(y), *geometry,
+            deconv_chunk(g), ctx.scratch(), act_c(node)]
+    return f"f32_deconv({', '.join(map(str, args))});"
 
 
 register(OpDef("conv_transpose", _deconv_infer, None, _deconv_emit, kernels=("f32-gemm", "f32-deconv"),

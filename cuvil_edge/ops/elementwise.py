@@ -15,7 +15,7 @@ import numpy as np
 from ..codegen.emit import EmitContext
 from ..errors import ShapeError, UnsupportedOperator
 from ..ir.graph import Node, TensorType
-from .common import act_c, act_numpy, broadcast_shape, same_type
+from .common import act_c, act_numpy, broadcast_shape, same_type, split_rows
 from .registry import OpDef, register
 
 BINARY_KINDS = ("add", "sub", "mul", "div", "pow", "max", "min")
@@ -107,14 +107,22 @@ def _binary_emit(node: Node, ctx: EmitContext) -> str:
     fast = _pow_fast(node)
     if fast is not None:
         ctx.use_kernel(f"f32-v{fast}-4")
-        return f"f32_v{fast}({y.type.size}, {ctx.ptr(a)}, {ctx.ptr(y)}, {act_c(node)});"
+        return split_rows(ctx, y.type.size, y.type.size, lambda c, i: (
+            f"f32_v{fast}({c}, {ctx.ptr(a)} + {i}, {ctx.ptr(y)} + {i}, {act_c(node)});"), unit=16)
     dims = collapse_broadcast(y.type.shape, [a.type.shape, b.type.shape])
     n, (ia, ib) = dims[-1]
     m, (sa, sb) = dims[-2] if len(dims) > 1 else (1, (0, 0))
     fn = {(1, 1): f"f32_v{kind}", (1, 0): f"f32_v{kind}c", (0, 1): f"f32_vr{kind}c"}[(ia, ib)]
     ctx.use_kernel(fn.replace("_", "-") + "-4")
     heads, (pa, pb), py = outer_loops(dims[:-2], m * n, [ctx.ptr(a), ctx.ptr(b)])
-    call = f"{fn}({m}, {n}, {pa}, {sa}, {pb}, {sb}, {ctx.ptr(y)}{py}, {act_c(node)});"
+    if m > 1:  # threads split the rows
+        call = split_rows(ctx, m, y.type.size, lambda c, i: (
+            f"{fn}({c}, {n}, {pa} + (size_t){i} * {sa}, {sa}, {pb} + (size_t){i} * {sb}, {sb}, "
+            f"{ctx.ptr(y)}{py} + (size_t){i} * {n}, {act_c(node)});"))
+    else:  # or the elements of the one row (a broadcast operand stays put)
+        call = split_rows(ctx, n, y.type.size, lambda c, i: (
+            f"{fn}(1, {c}, {pa} + {i if ia else 0}, {sa}, {pb} + {i if ib else 0}, {sb}, "
+            f"{ctx.ptr(y)}{py} + {i}, {act_c(node)});"), unit=16)
     return "\n".join([*heads, call, "}" * len(heads)])
 
 
@@ -150,7 +158,8 @@ def _unary_emit(node: Node, ctx: EmitContext) -> str:
     if y.type.dtype != "float32":
         raise UnsupportedOperator(kind, node.name, detail=f"runs on float32 only, not {y.type.dtype}")
     ctx.use_kernel(f"f32-v{kind}-4")
-    return f"f32_v{kind}({x.type.size}, {ctx.ptr(x)}, {ctx.ptr(y)}, {act_c(node)});"
+    return split_rows(ctx, x.type.size, x.type.size, lambda c, i: (
+        f"f32_v{kind}({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {act_c(node)});"), unit=16)
 
 
 register(OpDef("unary", _unary_infer, _unary_fold, _unary_emit, kernels=("f32-unary",), inplace=True))

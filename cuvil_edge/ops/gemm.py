@@ -66,8 +66,9 @@ def _gemm_emit(node: Node, ctx: EmitContext) -> str:
     bp = ctx.weight(pack_b_panels(w.const.astype(np.float32)))
     bias = ctx.weight(pad_to(node.inputs[2].const.astype(np.float32), NR)) if len(node.inputs) > 2 else "0"
     ctx.use_kernel(gemm_kernel_name(ctx, m))
-    return (f"f32_gemm({m}, {n}, {k}, {ctx.ptr(x)}, {k}, {bp}, {ctx.ptr(node.outputs[0])}, {n}, "
-            f"0, {bias}, {act_c(node)});")
+    ctx.parallel()  # threads split the output columns
+    return (f"f32_gemm_part({m}, {n}, {k}, {ctx.ptr(x)}, {k}, {bp}, {ctx.ptr(node.outputs[0])}, {n}, "
+            f"0, {bias}, {act_c(node)}, tid, nt);")
 
 
 register(OpDef("gemm", _gemm_infer, _gemm_fold, _gemm_emit, kernels=("f32-gemm",)))

@@ -334,9 +334,34 @@ register(OpDef("pad", _pad_infer, _pad_fold, _pad_emit, kernels=KERNELS))
 
 
 # -- expand / tile -------------------------------------------------------------------------------------
+# attrs: ``shape``. An optional second input is the shape given at run time (int64, static length): the
+# output then has ``shape`` (the model's declared output) and the module traps unless the run-time
+# shape broadcasts to exactly that.
 def _expand_infer(node: Node) -> list[TensorType]:
     t = node.inputs[0].type
-    return [TensorType(broadcast_shape([t.shape, node.attrs["shape"]], node.name), t.dtype)]
+    out = broadcast_shape([t.shape, node.attrs["shape"]], node.name)
+    if len(node.inputs) > 1:
+        (n,) = node.inputs[1].type.shape
+        if n > len(out) or out != tuple(node.attrs["shape"]):
+            raise ShapeError(f"{node.name}: {t.shape} cannot expand to {tuple(node.attrs['shape'])} "
+                             f"by a run-time shape of length {n}")
+    return [TensorType(out, t.dtype)]
+
+
+def _expand_check(node: Node, ctx: EmitContext) -> str:
+    """C that traps unless the run-time shape s broadcasts x to y: each s[i] (right-aligned) is y's dim,
+    or 1 where x already has y's dim; dims left of s come from x alone."""
+    x, s, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    out = y.type.shape
+    xshape = (1,) * (len(out) - len(x.type.shape)) + x.type.shape
+    lead = len(out) - s.type.shape[0]
+    if xshape[:lead] != out[:lead]:
+        raise ShapeError(f"{node.name}: dims {out[:lead]} left of the run-time shape must come from x")
+    conds = []
+    for i, (xd, yd) in enumerate(zip(xshape[lead:], out[lead:])):
+        ok = [yd] + ([1] if xd == yd != 1 else [])
+        conds.append(" && ".join(f"{ctx.ptr(s)}[{i}] != {v}" for v in ok))
+    return f"if ({' || '.join(f'({c})' for c in conds)}) __builtin_trap();" if conds else ""
 
 
 def _expand_emit(node: Node, ctx: EmitContext) -> str:
@@ -346,12 +371,18 @@ def _expand_emit(node: Node, ctx: EmitContext) -> str:
     xshape = (1,) * (len(out) - len(x.type.shape)) + x.type.shape
     xs = [0 if d == 1 else s for d, s in zip(xshape, strides_of(xshape))]
     ctx.use_kernel("x32-copynd")
-    return copy_nd(ctx, x, y, out, xs, strides_of(out))
+    check = _expand_check(node, ctx) if len(node.inputs) > 1 else ""
+    return "\n".join(filter(None, (check, copy_nd(ctx, x, y, out, xs, strides_of(out)))))
 
 
-register(OpDef("expand", _expand_infer,
-               lambda n, a: [np.broadcast_to(a[0], _expand_infer(n)[0].shape).copy()], _expand_emit,
-               kernels=KERNELS))
+def _expand_fold(node: Node, args) -> list[np.ndarray]:
+    shape = _expand_infer(node)[0].shape
+    if len(args) > 1 and broadcast_shape([args[0].shape, tuple(int(d) for d in args[1])], node.name) != shape:
+        raise ShapeError(f"{node.name}: shape {list(args[1])} does not expand {args[0].shape} to {shape}")
+    return [np.broadcast_to(args[0], shape).copy()]
+
+
+register(OpDef("expand", _expand_infer, _expand_fold, _expand_emit, kernels=KERNELS))
 
 
 def _tile_infer(node: Node) -> list[TensorType]:

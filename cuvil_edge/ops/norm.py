@@ -10,7 +10,7 @@ import numpy as np
 
 from ..codegen.emit import EmitContext
 from ..ir.graph import Node
-from .common import act_c, act_numpy, same_type
+from .common import act_c, act_numpy, same_type, split_rows
 from .registry import OpDef, register
 
 
@@ -25,8 +25,13 @@ def _bn_emit(node: Node, ctx: EmitContext) -> str:
     s = x.type.shape
     inner = int(np.prod(s[2:])) if len(s) > 2 else 1
     ctx.use_kernel("f32-vaffinec-4")
-    return (f"f32_channel_affine({ctx.ptr(x)}, {ctx.ptr(node.outputs[0])}, {s[0]}, {s[1]}, {inner}, "
-            f"{ctx.ptr(a)}, {ctx.ptr(b)}, {act_c(node)});")
+    if s[0] != 1:
+        return (f"f32_channel_affine({ctx.ptr(x)}, {ctx.ptr(node.outputs[0])}, {s[0]}, {s[1]}, {inner}, "
+                f"{ctx.ptr(a)}, {ctx.ptr(b)}, {act_c(node)});")
+    y = ctx.ptr(node.outputs[0])
+    return split_rows(ctx, s[1], x.type.size, lambda c, i: (  # one image: threads split the channels
+        f"f32_channel_affine({ctx.ptr(x)} + (size_t){i} * {inner}, {y} + (size_t){i} * {inner}, 1, {c}, "
+        f"{inner}, {ctx.ptr(a)} + {i}, {ctx.ptr(b)} + {i}, {act_c(node)});"))
 
 
 register(OpDef("batchnorm", same_type, _bn_fold, _bn_emit, kernels=("f32-norm",), inplace=True))

@@ -14,6 +14,7 @@ import numpy as np
 from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
+from .common import split_rows
 from .registry import OpDef, register
 
 KINDS = ("max", "avg")
@@ -121,7 +122,9 @@ def _scratch(node: Node) -> int:
     return 0 if len(passes) == 1 else passes[0]["planes"] * passes[0]["OH"] * passes[0]["OW"] * 4
 
 
-def _emit_pass(node: Node, ctx: EmitContext, g: dict[str, int], x: str, y: str) -> str:
+def _emit_pass(node: Node, ctx: EmitContext, g: dict[str, int], x: str, y: str, work: int) -> str:
+    """One pass over every plane; threads split the planes (a two-pass pool's middle buffer is shared:
+    each thread reads back only the planes it wrote)."""
     kind = node.attrs["kind"]
     # output columns whose every tap is inside the row: ow * sw - pl >= 0, ... + (kw-1)*dw <= W-1
     ow0 = min(-(-g["pl"] // g["sw"]), g["OW"])
@@ -130,9 +133,10 @@ def _emit_pass(node: Node, ctx: EmitContext, g: dict[str, int], x: str, y: str) 
     if kind == "avg":
         inv_h, inv_w = _avg_tables(node, g)
         tables = f"{ctx.weight(inv_h)}, {ctx.weight(inv_w)}"
-    return (f"f32_{kind}pool2d({x}, {y}, {g['planes']}, {g['H']}, {g['W']}, {g['OH']}, "
-            f"{g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, {g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, "
-            f"{g['pl']}, {ow0}, {ow1}, {tables});")
+    return split_rows(ctx, g["planes"], work, lambda c, i: (
+        f"f32_{kind}pool2d({x} + (size_t){i} * {g['H'] * g['W']}, {y} + (size_t){i} * {g['OH'] * g['OW']}, "
+        f"{c}, {g['H']}, {g['W']}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, {g['sw']}, "
+        f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {ow0}, {ow1}, {tables});"))
 
 
 def _emit(node: Node, ctx: EmitContext) -> str:
@@ -140,9 +144,10 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     sw = passes[0]["sw"]
     ctx.use_kernel(f"f32-{node.attrs['kind']}pool-{'s' + str(sw) if sw <= 2 else 'scalar'}-4")
     x, y = ctx.ptr(node.inputs[0]), ctx.ptr(node.outputs[0])
-    mid = [ctx.scratch()] if len(passes) > 1 else []
+    mid = [ctx.scratch(shared=True)] if len(passes) > 1 else []
     ins, outs = [x, *mid], [*mid, y]
-    return "\n".join(_emit_pass(node, ctx, g, i, o) for g, i, o in zip(passes, ins, outs))
+    work = passes[0]["planes"] * passes[0]["H"] * passes[0]["W"]  # every pass splits alike, or none
+    return "\n".join(_emit_pass(node, ctx, g, i, o, work) for g, i, o in zip(passes, ins, outs))
 
 
 register(OpDef("pool", _infer, _fold, _emit, kernels=("f32-pool",), scratch=_scratch))
@@ -167,7 +172,9 @@ def _global_emit(node: Node, ctx: EmitContext) -> str:
     kind = node.attrs["kind"]
     s = x.type.shape
     ctx.use_kernel(f"f32-global{kind}pool-4")
-    return f"f32_global_{kind}pool({ctx.ptr(x)}, {ctx.ptr(y)}, {s[0] * s[1]}, {int(np.prod(s[2:]))});"
+    plane = int(np.prod(s[2:]))
+    return split_rows(ctx, s[0] * s[1], x.type.size, lambda c, i: (
+        f"f32_global_{kind}pool({ctx.ptr(x)} + (size_t){i} * {plane}, {ctx.ptr(y)} + {i}, {c}, {plane});"))
 
 
 register(OpDef("global_pool", _global_infer, _global_fold, _global_emit, kernels=("f32-pool",)))

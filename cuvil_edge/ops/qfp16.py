@@ -46,7 +46,7 @@ class _HalfWeights:
 
     def __init__(self, ctx: EmitContext, base: int) -> None:
         self._ctx, self._next = ctx, base
-        self.prologue: list[str] = []
+        self.prologue: list[tuple[int, str, str]] = []  # (count, fp16 source, f32 destination)
 
     def weight(self, array: np.ndarray, ctype: str = "float") -> str:
         if ctype != "float" or array.size < MIN_ELEMENTS:
@@ -54,7 +54,7 @@ class _HalfWeights:
         half = self._ctx.weight(np.asarray(array, np.float16), "uint16_t")
         dst = f"((float*)(A + {self._next}))"
         self._next += _ceil(array.size * 4, 64)
-        self.prologue.append(f"f16_f32_vcvt({array.size}, {half}, {dst});")
+        self.prologue.append((array.size, half, dst))
         return dst
 
     def __getattr__(self, name: str):
@@ -74,7 +74,13 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         ctx.plan.scratch.pop(id(inner), None)
         ctx.node = node
     ctx.use_kernel(f"f16-cvt+{kernel}")
-    return "\n".join([*half.prologue, code])
+    if inner.name not in ctx.parallel_nodes:
+        return "\n".join([*(f"f16_f32_vcvt({n}, {src}, {dst});" for n, src, dst in half.prologue), code])
+    # split inner op: the threads widen a share each, then meet before it reads the weights
+    widen = [f"{{ int lo, hi; cuvil_split({n}, 64, tid, nt, &lo, &hi); "
+             f"if (lo < hi) f16_f32_vcvt(hi - lo, {src} + lo, {dst} + lo); }}"
+             for n, src, dst in half.prologue]
+    return "\n".join([*widen, "cuvil_barrier();", code])
 
 
 register(OpDef("f16w", _infer, None, _emit, kernels=("qf16-cvt", "f32-gemm", "f32-conv", "f32-dwconv"),

@@ -24,6 +24,13 @@ ONNX QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear at run time:
       quantize_dyn [x f32] -> (uint8, scale f32 [], zp uint8 [])
 Quantized activations are always uint8 here: an ONNX int8 tensor is held as uint8 with its values and
 zero point shifted by +128 (same products after zero-point subtraction, same order for max pooling).
+
+Threads: every op here with enough work splits it (``ctx.parallel``; smaller ones run on thread 0):
+quantization by ranges of values (a large per-tensor dynamic range reduced per thread, then combined in a
+fixed order), GEMMs by 8-row weight panels after the threads pack the activations together (a GEMV's
+token each thread quantizes and packs itself), convolutions by pixels or output channels per chunk,
+depthwise ones by channels. Integer sums are exact and each output meets the same epilogue, so every
+thread count gives the same bits.
 """
 
 from __future__ import annotations
@@ -96,8 +103,8 @@ def b4_tile(rows: int) -> str:
 
 def b4_scratch_bytes(rows: int, k: int) -> int:
     """qb4_gemm's working space (see its template): packed activations and one unpacked 8-row panel from
-    4 rows on, else the GEMV's int32 block sums of one token's activations."""
-    return xpack_bytes(rows, k) + 8 * k if rows >= 4 else 4 * (k // 32)
+    4 rows on (the GEMV works on the threads' stacks)."""
+    return xpack_bytes(rows, k) + 8 * k if rows >= 4 else 0
 
 
 def pack_b4(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, bias: np.ndarray | None, group: int
@@ -153,29 +160,75 @@ class _Act:
     def scratch_bytes(self) -> int:
         return _ceil(self.n, 64) + 8 * self.rows + 64
 
-    def emit(self, node: Node, ctx: EmitContext, base: int) -> tuple[str, str, str, str, int]:
-        """(C that quantizes x, uint8 pointer, scale pointer, zero-point pointer, bytes used)."""
-        x = node.inputs[0]
-        if self.mode[0] == "input":  # the kernels read the zero point as int32
-            s, z = node.inputs[-2:]
-            zi = f"((int32_t*)(A + {base}))"
-            return (f"{zi}[0] = {ctx.ptr(z)}[0];", ctx.ptr(x), ctx.ptr(s), zi, 64)
-        xq = f"((uint8_t*)(A + {base}))"
+    def _input_zp(self, node: Node, ctx: EmitContext) -> tuple[str, str, str]:
+        """"input" mode: (C declaring the zero point as the int32 the kernels read, scale, zero point)."""
+        s, z = node.inputs[-2:]
+        return f"const int32_t xz = {ctx.ptr(z)}[0];", ctx.ptr(s), "&xz"
+
+    def _static(self, ctx: EmitContext) -> tuple[str, str]:
+        return (ctx.weight(np.array([self.mode[1]], np.float32)),
+                ctx.weight(np.array([self.mode[2]], np.int32), "int32_t"))
+
+    def emit(self, node: Node, ctx: EmitContext, mem: str, threads: str, own: bool = False
+             ) -> tuple[str, str, str, str, int]:
+        """(C that quantizes x into scratch at ``mem`` (a uint8_t* expression), uint8 pointer, scale pointer,
+        zero-point pointer, bytes used). ``threads`` (``_threads``) share the scratch: each quantizes a
+        part, then they meet; in ``own`` scratch (each thread's: a GEMV's few rows) each quantizes all of
+        x, waiting for no one. The C declares locals: the caller puts the node's code in braces."""
+        x = ctx.ptr(node.inputs[0])
+        if self.mode[0] == "input":
+            pre, s, z = self._input_zp(node, ctx)
+            return pre, x, s, z, 0
+        threads = ONE if own else threads
+        meet = "" if threads == ONE else "\ncuvil_barrier();"
         if self.mode[0] == "static":
-            s, z = (ctx.weight(np.array([self.mode[1]], np.float32)),
-                    ctx.weight(np.array([self.mode[2]], np.int32), "int32_t"))
-            return (f"qu8_quantize({self.n}, {ctx.ptr(x)}, {xq}, {s}, {z}, {self.qmax});", xq, s, z,
-                    _ceil(self.n, 64))
-        off = base + _ceil(self.n, 64)
-        s, z = f"((float*)(A + {off}))", f"((int32_t*)(A + {off + 4 * self.rows}))"
+            s, z = self._static(ctx)
+            call = f"qu8_quantize_part({self.n}, {x}, {mem}, {s}, {z}, {self.qmax}, {threads});"
+            return call + meet, mem, s, z, _ceil(self.n, 64)
+        off = _ceil(self.n, 64)
+        s, z = f"((float*)({mem} + {off}))", f"((int32_t*)({mem} + {off + 4 * self.rows}))"
         rows, k = (self.rows, self.k) if self.xstep else (1, self.n)
-        return (f"qu8_quantize_dyn({rows}, {k}, {ctx.ptr(x)}, {xq}, {s}, {z}, {self.qmax});", xq, s, z,
-                self.scratch_bytes())
+        call = f"qu8_quantize_dyn({rows}, {k}, {x}, {mem}, {s}, {z}, {self.qmax}, {threads});"
+        return call + meet, mem, s, z, self.scratch_bytes()
+
+    def emit_params(self, node: Node, ctx: EmitContext, threads: str) -> tuple[str, str, str, str, str]:
+        """For kernels that quantize as they go (qs8-dwconv): (C that sets up the parameters, f32 input or
+        0, uint8 input or 0, scale pointer, zero-point pointer); the C declares locals as ``emit``'s."""
+        x = ctx.ptr(node.inputs[0])
+        if self.mode[0] == "input":
+            pre, s, z = self._input_zp(node, ctx)
+            return pre, "0", x, s, z
+        if self.mode[0] == "static":
+            return "", x, "0", *self._static(ctx)
+        pre = f"float xs;\nint32_t xz;\nqu8_dyn_tensor({self.n}, {x}, {self.qmax}, &xs, &xz, {threads});"
+        return pre, x, "0", "&xs", "&xz"
 
 
-def _scratch_base(ctx: EmitContext) -> int:
-    assert ctx.node is not None
-    return ctx.plan.scratch[id(ctx.node)]
+def _gemm_scratch(ctx: EmitContext, rows: int) -> str:
+    """A GEMM's scratch: shared from 4 activation rows on (the threads quantize and pack parts of them),
+    else each thread's own (a GEMV's token is quantized and packed by every thread, waiting for no one)."""
+    return ctx.scratch("uint8_t", shared=rows >= 4)
+
+
+#: the kernels' (tid, nt) arguments: every thread its share, or thread 0 alone
+ALL, ONE = "tid, nt", "0, 1"
+#: work below which a node runs on one thread: splitting it would save less than the barriers it costs
+#: (microseconds each): multiply-adds, or values (de)quantized
+SPLIT_MACS, SPLIT_VALUES = 1 << 18, 1 << 14
+
+
+def _threads(ctx: EmitContext, work: int, least: int) -> str:
+    """The (tid, nt) arguments of the node's kernels: ``ALL`` (and the node split) when its ``work`` is
+    at least ``least``, else ``ONE``."""
+    if work < least:
+        return ONE
+    ctx.parallel()
+    return ALL
+
+
+def _braced(*lines: str) -> str:
+    """A node's code in braces: its locals stay its own (split nodes run unwrapped in one function)."""
+    return "{\n" + "\n".join(line for line in lines if line) + "\n}"
 
 
 # -- qgemm / qb4gemm: y[..., N] = act(x[..., K] . W + bias) --------------------------------------
@@ -206,12 +259,14 @@ def _qgemm_emit(node: Node, ctx: EmitContext) -> str:
     n = node.inputs[1].type.shape[1]
     w, wsum, ws, b = pack_s8(node.inputs[1].const.T, node.inputs[2].const, _bias(node, 3))
     act = _Act(node, m, k)
-    base = _scratch_base(ctx)
-    pre, xq, s, z, used = act.emit(node, ctx, base)
+    threads = _threads(ctx, m * k * n, SPLIT_MACS)
+    mem = _gemm_scratch(ctx, m)
+    pre, xq, s, z, used = act.emit(node, ctx, mem, threads, own=m < 4)
     ctx.use_kernel(f"qs8-gemm{'' if act.xbits == 7 else '-x8'}-{s8_tile(m)}")
-    return (f"{pre}\nqs8_gemm_x{act.xbits}({n}, {m}, {k}, {ctx.weight(w, 'int8_t')}, {xq}, {k}, "
-            f"((uint8_t*)(A + {base + used})), {s}, {z}, {act.xstep}, {ctx.weight(wsum, 'int32_t')}, "
-            f"{ctx.weight(ws)}, {ctx.weight(b)}, {ctx.ptr(node.outputs[0])}, 1, {n}, {act_c(node)});")
+    return _braced(pre, (
+        f"qs8_gemm_x{act.xbits}({n}, {m}, {k}, {ctx.weight(w, 'int8_t')}, {xq}, {k}, "
+        f"({mem} + {used}), {s}, {z}, {act.xstep}, {ctx.weight(wsum, 'int32_t')}, "
+        f"{ctx.weight(ws)}, {ctx.weight(b)}, {ctx.ptr(node.outputs[0])}, 1, {n}, {act_c(node)}, {threads});"))
 
 
 register(OpDef("qgemm", _qgemm_infer, None, _qgemm_emit, kernels=("qs8-gemm",), scratch=_qgemm_scratch))
@@ -234,13 +289,15 @@ def _qb4gemm_emit(node: Node, ctx: EmitContext) -> str:
     w, ws, wz, wsc, b = pack_b4(node.inputs[1].const, node.inputs[2].const, node.inputs[3].const,
                                 _bias(node, 4), group)
     act = _Act(node, m, k)
-    base = _scratch_base(ctx)
-    pre, xq, s, z, used = act.emit(node, ctx, base)
+    threads = _threads(ctx, m * k * n, SPLIT_MACS)
+    mem = _gemm_scratch(ctx, m)
+    pre, xq, s, z, used = act.emit(node, ctx, mem, threads, own=m < 4)
     ctx.use_kernel(f"qb4-gemm-{b4_tile(m)}")
-    return (f"{pre}\nqb4_gemm({n}, {m}, {k}, {ctx.weight(w, 'uint8_t')}, {ctx.weight(ws)}, "
-            f"{ctx.weight(wz, 'uint8_t')}, {ctx.weight(wsc)}, {xq}, {k}, {s}, {z}, {act.xstep}, "
-            f"{ctx.weight(b)}, {ctx.ptr(node.outputs[0])}, 1, {n}, ((uint8_t*)(A + {base + used})), "
-            f"{act_c(node)});")
+    return _braced(pre, (
+        f"qb4_gemm({n}, {m}, {k}, {ctx.weight(w, 'uint8_t')}, {ctx.weight(ws)}, "
+        f"{ctx.weight(wz, 'uint8_t')}, {ctx.weight(wsc)}, {xq}, {k}, {s}, {z}, {act.xstep}, "
+        f"{ctx.weight(b)}, {ctx.ptr(node.outputs[0])}, 1, {n}, ({mem} + {used}), "
+        f"{act_c(node)}, {threads});"))
 
 
 register(OpDef("qb4gemm", _qb4gemm_infer, None, _qb4gemm_emit, kernels=("qs8-gemm", "qb4-gemm"),
@@ -273,28 +330,34 @@ def dw_plane(g: dict[str, int]) -> tuple[int, int]:
     return hp, _ceil(wp, 16)
 
 
-def dw_scratch_bytes(g: dict[str, int]) -> int:
-    """The plane, then (kxk kernels) the splatted tap groups, 16 bytes each."""
+def dw_scratch_bytes(g: dict[str, int], quantize: bool = False) -> int:
+    """The plane, then (kxk kernels) the splatted tap groups, 16 bytes each, then (``quantize``: f32 input)
+    one quantized channel and the 16 bytes its row copies over-read."""
     hp, wp = dw_plane(g)
     groups = g["kh"] * -(-g["kw"] // 4) if dw_variant(g).startswith("kxk") else 0
-    return _ceil(hp * wp, 16) + 16 * groups
+    return _ceil(hp * wp, 16) + 16 * groups + (_ceil(g["H"] * g["W"], 16) + 16 if quantize else 0)
 
 
-def _qdwconv_call(node: Node, ctx: EmitContext, g: dict[str, int], xbits: int, xq: str, s: str, z: str,
-                  plane: int) -> str:
-    """The qs8-dwconv call on the quantized input; its epilogue operands are the GEMM's (``row_params``),
-    so a depthwise layer gives the bits the im2col path gave."""
+def _qdwconv_emit(node: Node, ctx: EmitContext, g: dict[str, int]) -> str:
+    """The qs8-dwconv call (each thread its channels, in its own scratch), quantizing the input channel by
+    channel; its epilogue operands are the GEMM's (``row_params``), so a depthwise layer gives the bits the
+    im2col path gave."""
+    act = _Act(node, 1, node.inputs[0].type.size)
+    ctx.use_kernel(qconv_kernel(g, act.xbits))
     m, kh, kw = g["M"], g["kh"], g["kw"]
     wq = node.inputs[1].const.reshape(m, kh, kw)
     taps = np.zeros((m, kh, _ceil(kw, 4)), np.int8)  # [C][kh][kwg][4], zero past kw
     taps[..., :kw] = wq
     wsum, ws, b = row_params(wq.reshape(m, -1), node.inputs[2].const, _bias(node, 3))
     hp, wp = dw_plane(g)
-    return (f"qs8_dwconv_x{xbits}_{dw_variant(g)}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
-            f"{ctx.weight(taps.reshape(-1), 'int8_t')}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
-            f"{ctx.weight(b)}, {s}, {z}, {ctx.ptr(node.outputs[0])}, {g['OH']}, {g['OW']}, {kh}, {kw}, "
-            f"{g['sh']}, {g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {g['pr']}, {hp}, {wp}, "
-            f"((uint8_t*)(A + {plane})), {act_c(node)});")
+    threads = _threads(ctx, g["N"] * m * g["OH"] * g["OW"] * kh * kw, SPLIT_MACS)
+    pre, xf, xq, s, z = act.emit_params(node, ctx, threads)
+    return _braced(pre, (
+        f"qs8_dwconv_x{act.xbits}_{dw_variant(g)}({xf}, {xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
+        f"{ctx.weight(taps.reshape(-1), 'int8_t')}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
+        f"{ctx.weight(b)}, {s}, {z}, {act.qmax}, {ctx.ptr(node.outputs[0])}, {g['OH']}, {g['OW']}, {kh}, "
+        f"{kw}, {g['sh']}, {g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {g['pr']}, {hp}, {wp}, "
+        f"{ctx.scratch('uint8_t')}, {act_c(node)}, {threads});"))
 
 
 # -- qconv / qb4conv: NCHW convolution (im2col rows, or the depthwise kernels above) -----------------
@@ -318,9 +381,9 @@ def _col_bytes(g: dict[str, int]) -> int:
 
 def _qconv_scratch(node: Node) -> int:
     g = conv_geometry(node)
-    act = _Act(node, 1, node.inputs[0].type.size).scratch_bytes()
     if is_depthwise(g):
-        return _ceil(act, 64) + dw_scratch_bytes(g)
+        return dw_scratch_bytes(g, node.attrs["xq"][0] != "input")
+    act = _Act(node, 1, node.inputs[0].type.size).scratch_bytes()
     return act + _col_bytes(g) + xpack_bytes(_pchunk(g), _conv_k(g)) + 64
 
 
@@ -342,35 +405,39 @@ def _conv_args(g: dict[str, int]) -> str:
             f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}")
 
 
-def _conv_prologue(node: Node, ctx: EmitContext) -> tuple[dict[str, int], _Act, str, str, str, str, int]:
-    """Geometry, activation quantization (per tensor) and the arena offset of the free scratch after it."""
+def _conv_prologue(node: Node, ctx: EmitContext
+                   ) -> tuple[dict[str, int], _Act, str, str, str, str, str, str]:
+    """Geometry, activation quantization (per tensor), the free scratch after it (shared) and the
+    kernels' thread arguments."""
     g = conv_geometry(node)
     act = _Act(node, 1, node.inputs[0].type.size)
-    base = _scratch_base(ctx)
-    pre, xq, s, z, used = act.emit(node, ctx, base)
-    return g, act, pre, xq, s, z, base + used
+    threads = _threads(ctx, g["N"] * g["M"] * g["OH"] * g["OW"] * _conv_k(g), SPLIT_MACS)
+    mem = ctx.scratch("uint8_t", shared=True)
+    pre, xq, s, z, used = act.emit(node, ctx, mem, threads)
+    return g, act, pre, xq, s, z, f"({mem} + {used})", threads
 
 
 def _qconv_emit(node: Node, ctx: EmitContext) -> str:
-    g, act, pre, xq, s, z, free = _conv_prologue(node, ctx)
-    ctx.use_kernel(qconv_kernel(g, act.xbits))
+    g = conv_geometry(node)
     if is_depthwise(g):
-        return f"{pre}\n{_qdwconv_call(node, ctx, g, act.xbits, xq, s, z, _ceil(free, 64))}"
+        return _qdwconv_emit(node, ctx, g)
+    g, act, pre, xq, s, z, col, threads = _conv_prologue(node, ctx)
+    ctx.use_kernel(qconv_kernel(g, act.xbits))
     w, wsum, ws, b = pack_s8(node.inputs[1].const.reshape(g["M"], -1), node.inputs[2].const, _bias(node, 3),
                              g["G"])
-    col = f"((uint8_t*)(A + {free}))"
     xp = f"({col} + {_col_bytes(g)})"
     operands = (f"{ctx.weight(w, 'int8_t')}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
                 f"{ctx.weight(b)}, {s}, {z}, {ctx.ptr(node.outputs[0])}")
     if is_pointwise(g):
-        return (f"{pre}\nqs8_conv1x1_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['D'] * g['H'] * g['W']}, "
-                f"{operands}, {g['M']}, {g['G']}, {_pchunk(g)}, {xp}, {act_c(node)});")
-    if is_pointwise_strided(g):
-        return (f"{pre}\nqs8_conv1x1_sub_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
-                f"{operands}, {g['M']}, {g['OH']}, {g['OW']}, {g['G']}, {g['sh']}, {g['sw']}, {_pchunk(g)}, "
-                f"{col}, {xp}, {act_c(node)});")
-    return (f"{pre}\nqs8_conv2d_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {operands}, "
-            f"{_conv_args(g)}, {_pchunk(g)}, {col}, {xp}, {act_c(node)});")
+        call = (f"qs8_conv1x1_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['D'] * g['H'] * g['W']}, {operands}, "
+                f"{g['M']}, {g['G']}, {_pchunk(g)}, {xp}")
+    elif is_pointwise_strided(g):
+        call = (f"qs8_conv1x1_sub_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {operands}, "
+                f"{g['M']}, {g['OH']}, {g['OW']}, {g['G']}, {g['sh']}, {g['sw']}, {_pchunk(g)}, {col}, {xp}")
+    else:
+        call = (f"qs8_conv2d_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {operands}, "
+                f"{_conv_args(g)}, {_pchunk(g)}, {col}, {xp}")
+    return _braced(pre, f"{call}, {act_c(node)}, {threads});")
 
 
 register(OpDef("qconv", conv_infer, None, _qconv_emit, kernels=("qs8-gemm", "qs8-dwconv"),
@@ -378,18 +445,18 @@ register(OpDef("qconv", conv_infer, None, _qconv_emit, kernels=("qs8-gemm", "qs8
 
 
 def _qb4conv_emit(node: Node, ctx: EmitContext) -> str:
-    g, _, pre, xq, s, z, free = _conv_prologue(node, ctx)
-    col = f"((uint8_t*)(A + {free}))"
+    g, _, pre, xq, s, z, col, threads = _conv_prologue(node, ctx)
     k = _conv_k(g)
     group = k // node.inputs[2].type.shape[1]
     w, ws, wz, wsc, b = pack_b4(node.inputs[1].const.reshape(g["M"], k), node.inputs[2].const,
                                 node.inputs[3].const, _bias(node, 4), group)
     ctx.use_kernel(f"qb4-conv-im2col-gemm-{b4_tile(_pchunk(g))}")
-    return (f"{pre}\nqb4_conv2d({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {ctx.weight(w, 'uint8_t')}, "
-            f"{ctx.weight(ws)}, {ctx.weight(wz, 'uint8_t')}, {ctx.weight(wsc)}, {ctx.weight(b)}, {s}, {z}, "
-            f"{ctx.ptr(node.outputs[0])}, {g['M']}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, "
-            f"{g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {_pchunk(g)}, {col}, "
-            f"({col} + {_b4_col_bytes(g)}), {act_c(node)});")
+    return _braced(pre, (
+        f"qb4_conv2d({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {ctx.weight(w, 'uint8_t')}, "
+        f"{ctx.weight(ws)}, {ctx.weight(wz, 'uint8_t')}, {ctx.weight(wsc)}, {ctx.weight(b)}, {s}, {z}, "
+        f"{ctx.ptr(node.outputs[0])}, {g['M']}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, "
+        f"{g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {_pchunk(g)}, {col}, "
+        f"({col} + {_b4_col_bytes(g)}), {act_c(node)}, {threads});"))
 
 
 def _b4_col_bytes(g: dict[str, int]) -> int:
@@ -436,14 +503,21 @@ def _same_shape(dtype: str) -> Callable[[Node], list[TensorType]]:
 
 
 def _blockwise(node: Node, ctx: EmitContext, call: str) -> str:
-    """Run ``call`` (a qu8_* kernel call over x, y, s, z and n) once per channel block."""
+    """Run ``call`` (a qu8_* kernel call over x, y, s, z and n) on each channel block's part in the thread's
+    share of the values: whole blocks, or whole 16-value steps of a per-tensor one."""
     outer, chans, inner = _axis_blocks(node)
     x, s, zp = node.inputs
-    off = f"((size_t)o * {chans} + c) * {inner}"
-    body = call.format(n=inner, x=f"{ctx.ptr(x)} + {off}", y=f"{ctx.ptr(node.outputs[0])} + {off}",
+    body = call.format(n="e - i", x=f"{ctx.ptr(x)} + i", y=f"{ctx.ptr(node.outputs[0])} + i",
                        s=f"{ctx.ptr(s)} + c")
-    return (f"for (int o = 0; o < {outer}; o++) for (int c = 0; c < {chans}; c++) {{\n"
-            f"  const int32_t z = {ctx.ptr(zp)}[c];\n  {body}\n}}")
+    total = outer * chans * inner
+    threads = _threads(ctx, total, SPLIT_VALUES)
+    return _braced(
+        "int lo, hi;",
+        f"cuvil_split({total}, {16 if outer * chans == 1 else inner}, {threads}, &lo, &hi);",
+        f"for (int i = lo, e; i < hi; i = e) {{\n"
+        f"  const int b = i / {inner}, c = b % {chans};\n"
+        f"  const int32_t z = {ctx.ptr(zp)}[c];\n"
+        f"  e = (b + 1) * {inner} < hi ? (b + 1) * {inner} : hi;\n  {body}\n}}")
 
 
 def _quantize_fold(node: Node, args) -> list[np.ndarray]:
@@ -489,8 +563,10 @@ def _quantize_dyn_fold(node: Node, args) -> list[np.ndarray]:
 def _quantize_dyn_emit(node: Node, ctx: EmitContext) -> str:
     x, (y, s, z) = node.inputs[0], node.outputs
     ctx.use_kernel("qu8-quantize-dyn")
-    return (f"{{ int32_t z; qu8_quantize_dyn(1, {x.type.size}, {ctx.ptr(x)}, {ctx.ptr(y)}, {ctx.ptr(s)}, "
-            f"&z, 255); {ctx.ptr(z)}[0] = (uint8_t)z; }}")
+    threads = _threads(ctx, x.type.size, SPLIT_VALUES)
+    return _braced("int32_t z;",
+                   f"qu8_quantize_dyn(1, {x.type.size}, {ctx.ptr(x)}, {ctx.ptr(y)}, {ctx.ptr(s)}, &z, 255, "
+                   f"{threads});", f"if (tid == 0) {ctx.ptr(z)}[0] = (uint8_t)z;")
 
 
 register(OpDef("quantize_dyn", _quantize_dyn_infer, _quantize_dyn_fold, _quantize_dyn_emit,

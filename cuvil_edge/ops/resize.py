@@ -1,11 +1,12 @@
-"""Resize (ONNX Resize/Upsample after normalisation at import): nearest on any axes, bilinear on the
-last two.
+"""Resize (ONNX Resize/Upsample after normalisation at import): nearest on any axes, bilinear and
+bicubic on the last two.
 
 attrs: ``sizes`` (output shape), ``scales`` (per-axis scale as the coordinate transform uses it),
-``mode`` (nearest | linear), ``coord`` (coordinate_transformation_mode) and ``nearest``
-(nearest_mode, or "simple" for the pre-opset-11 rule). Source coordinates are computed at build time,
-in float32 as onnxruntime does, into index/weight tables in the weights blob: nearest is a table
-gather (``x32_gather_nd``) and linear a gather + lerp.
+``mode`` (nearest | linear | cubic), ``coord`` (coordinate_transformation_mode) and ``nearest``
+(nearest_mode, or "simple" for the pre-opset-11 rule); cubic also ``cubic_a`` (cubic_coeff_a) and
+``exclude_outside``. Source coordinates are computed at build time, in float32 as onnxruntime does,
+into index/weight tables in the weights blob: nearest is a table gather (``x32_gather_nd``), linear a
+gather + lerp, cubic 4 taps per axis (edge-clamped, or dropped and renormalised with exclude_outside).
 """
 
 from __future__ import annotations
@@ -19,14 +20,22 @@ from .movement import gather_nd
 from .registry import OpDef, register
 
 COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
-               "tf_half_pixel_for_nearest")
+               "tf_half_pixel_for_nearest", "tf_crop_and_resize")
+#: tf_crop_and_resize samples a box (attr ``roi``: [start, end] per axis, as fractions of the input) and
+#: writes ``extrapolation`` where it reads outside the input: supported with cubic weights only
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
 
 
-def source_coords(n_out: int, n_in: int, scale: float, coord: str) -> np.ndarray:
-    """Input coordinate (float32) of each output index along one axis."""
+def source_coords(n_out: int, n_in: int, scale: float, coord: str,
+                  roi: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
+    """Input coordinate (float32) of each output index along one axis (``roi`` for tf_crop_and_resize)."""
     o, s = np.arange(n_out, dtype=np.float32), np.float32(scale)
     half = np.float32(0.5)
+    if coord == "tf_crop_and_resize":
+        start, end, span = np.float32(roi[0]), np.float32(roi[1]), np.float32(n_in - 1)
+        if n_out > 1:
+            return start * span + o * (end - start) * span / np.float32(n_out - 1)
+        return np.full_like(o, half * (start + end) * span)
     if coord == "asymmetric":
         return o / s
     if coord == "tf_half_pixel_for_nearest":
@@ -62,6 +71,34 @@ def linear_taps(x: np.ndarray, n_in: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return i0, np.minimum(i0 + 1, n_in - 1), (x - i0).astype(np.float32)
 
 
+def cubic_taps(x: np.ndarray, n_in: int, a: float, exclude_outside: bool, crop: bool = False
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Input indices and weights ([n_out, 4], float32) of the cubic convolution kernel with coefficient
+    ``a`` at floor(x) - 1 .. floor(x) + 2: out-of-range taps clamp to the edge, or with
+    ``exclude_outside`` get weight 0 and the rest are renormalised. With ``crop`` (tf_crop_and_resize) a
+    coordinate outside the input gets all-zero weights (its output is the extrapolation value)."""
+    base = np.floor(x)
+    t = (x - base).astype(np.float32)[:, None]
+    a = np.float32(a)
+    d = np.abs(np.arange(-1, 3, dtype=np.float32)[None, :] - t)  # distance to each tap, in [0, 2]
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    w = np.where(d <= 1, near, far).astype(np.float32)
+    idx = base.astype(np.int64)[:, None] + np.arange(-1, 3)[None, :]
+    if exclude_outside:
+        w = np.where((idx >= 0) & (idx < n_in), w, np.float32(0))
+        total = w.sum(axis=1, keepdims=True)  # 0 only where crop extrapolates the whole window
+        w = np.divide(w, total, out=np.zeros_like(w), where=total != 0).astype(np.float32)
+    if crop:
+        w[outside_input(x, n_in)] = 0
+    return np.clip(idx, 0, n_in - 1), w
+
+
+def outside_input(x: np.ndarray, n_in: int) -> np.ndarray:
+    """Coordinates tf_crop_and_resize extrapolates at (off the input's first or last sample)."""
+    return (x < 0) | (x > n_in - 1)
+
+
 def _is_identity(node: Node, d: int) -> bool:
     """A scale-1 axis maps one to one whatever the coordinate mode (as in onnxruntime): no table."""
     return node.attrs["sizes"][d] == node.inputs[0].type.shape[d] and node.attrs["scales"][d] == 1.0
@@ -71,11 +108,13 @@ def _infer(node: Node) -> list[TensorType]:
     x, a = node.inputs[0].type, node.attrs
     if len(a["sizes"]) != len(x.shape) or len(a["scales"]) != len(x.shape):
         raise ShapeError(f"{node.name}: resize sizes/scales must cover all {len(x.shape)} axes")
-    if a["mode"] not in ("nearest", "linear") or a["coord"] not in COORD_MODES or \
+    if a["mode"] not in ("nearest", "linear", "cubic") or a["coord"] not in COORD_MODES or \
             a["nearest"] not in NEAREST_MODES:
         raise ShapeError(f"{node.name}: resize mode {a['mode']}/{a['coord']}/{a['nearest']} is not supported")
-    if a["mode"] == "linear" and not all(_is_identity(node, d) for d in range(len(x.shape) - 2)):
-        raise ShapeError(f"{node.name}: linear resize runs on the last two axes only")
+    if a["mode"] != "nearest" and not all(_is_identity(node, d) for d in range(len(x.shape) - 2)):
+        raise ShapeError(f"{node.name}: {a['mode']} resize runs on the last two axes only")
+    if a["coord"] == "tf_crop_and_resize" and a["mode"] != "cubic":
+        raise ShapeError(f"{node.name}: tf_crop_and_resize runs with cubic weights only")
     return [TensorType(tuple(int(d) for d in a["sizes"]), x.dtype)]
 
 
@@ -86,16 +125,46 @@ def _nearest_tables(node: Node) -> list[np.ndarray | None]:
         for d, n in enumerate(x)]
 
 
-def _linear_tables(node: Node) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(i0, i1, weight) for the H and W axes (H = 1 for rank-1 inputs)."""
+def _hw_coords(node: Node) -> list[tuple[np.ndarray, int]]:
+    """(source coordinates, input size) for the H and W axes (H = 1 with coordinate 0 for rank 1)."""
     x, a = node.inputs[0].type.shape, node.attrs
-    out = []
-    for d in (len(x) - 2, len(x) - 1):
-        if d < 0:
-            out.append((np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.float32)))
-        else:
-            out.append(linear_taps(source_coords(a["sizes"][d], x[d], a["scales"][d], a["coord"]), x[d]))
-    return out
+    roi = a.get("roi") or [(0.0, 1.0)] * len(x)
+    return [(np.zeros(1, np.float32), 1) if d < 0 else
+            (source_coords(a["sizes"][d], x[d], a["scales"][d], a["coord"], roi[d]), x[d])
+            for d in (len(x) - 2, len(x) - 1)]
+
+
+def _linear_tables(node: Node) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(i0, i1, weight) for the H and W axes."""
+    return [linear_taps(c, n) for c, n in _hw_coords(node)]
+
+
+def _cubic_tables(node: Node) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(indices, weights), each [n_out, 4], for the H and W axes."""
+    a = node.attrs
+    crop = a["coord"] == "tf_crop_and_resize"
+    return [cubic_taps(c, n, a["cubic_a"], a["exclude_outside"], crop) for c, n in _hw_coords(node)]
+
+
+def _extrapolated(node: Node) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rows, columns) tf_crop_and_resize fills with a nonzero extrapolation value (zero weights already
+    give zeros there); None when there are none."""
+    if node.attrs["coord"] != "tf_crop_and_resize" or not node.attrs["extrapolation"]:
+        return None
+    (ys, h), (xs, w) = _hw_coords(node)
+    rows, cols = np.flatnonzero(outside_input(ys, h)), np.flatnonzero(outside_input(xs, w))
+    return (rows, cols) if rows.size or cols.size else None
+
+
+def _planes(x: np.ndarray) -> np.ndarray:
+    """x as [planes, H, W] (H = 1 for rank 1)."""
+    return x.reshape(-1, x.shape[-2] if x.ndim > 1 else 1, x.shape[-1])
+
+
+def _hw(node: Node) -> tuple[int, int]:
+    """(H, W) of the planes the linear and cubic kernels resize."""
+    s = node.inputs[0].type.shape
+    return (s[-2], s[-1]) if len(s) > 1 else (1, s[-1])
 
 
 def _fold(node: Node, args) -> list[np.ndarray]:
@@ -103,8 +172,15 @@ def _fold(node: Node, args) -> list[np.ndarray]:
     if node.attrs["mode"] == "nearest":
         idx = [np.arange(n) if t is None else t for t, n in zip(_nearest_tables(node), x.shape)]
         return [x[np.ix_(*idx)]]
+    if node.attrs["mode"] == "cubic":
+        (iy, wy), (ix, wx) = _cubic_tables(node)
+        y = np.einsum("wk,powk->pow", wx, np.einsum("ok,pokw->pow", wy, _planes(x)[:, iy])[:, :, ix])
+        fill = _extrapolated(node)
+        if fill is not None:
+            y[:, fill[0], :] = y[:, :, fill[1]] = node.attrs["extrapolation"]
+        return [y.reshape(node.attrs["sizes"]).astype(x.dtype)]
     (h0, h1, lh), (w0, w1, lw) = _linear_tables(node)
-    x = x.reshape(-1, x.shape[-2] if x.ndim > 1 else 1, x.shape[-1])
+    x = _planes(x)
     top = x[:, h0][:, :, w0] + (x[:, h0][:, :, w1] - x[:, h0][:, :, w0]) * lw
     bot = x[:, h1][:, :, w0] + (x[:, h1][:, :, w1] - x[:, h1][:, :, w0]) * lw
     return [(top + (bot - top) * lh[:, None]).reshape(node.attrs["sizes"])]
@@ -115,17 +191,36 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     if node.attrs["mode"] == "nearest":
         ctx.use_kernel("x32-gathernd")
         return gather_nd(ctx, x, y, _nearest_tables(node))
-    (h0, h1, lh), (w0, w1, lw) = _linear_tables(node)
-    s = x.type.shape
-    H, W = (s[-2], s[-1]) if len(s) > 1 else (1, s[-1])
+    H, W = _hw(node)
     planes = x.type.size // max(H * W, 1)
 
     def itab(a: np.ndarray, mul: int = 1) -> str:
-        return ctx.weight((a * mul).astype(np.int32), "int32_t")
+        return ctx.weight(np.ascontiguousarray(a * mul).astype(np.int32), "int32_t")
 
+    if node.attrs["mode"] == "cubic":
+        (iy, wy), (ix, wx) = _cubic_tables(node)
+        ctx.use_kernel("f32-resize-bicubic-4")
+        oh, ow = iy.shape[0], ix.shape[0]
+        code = (f"f32_resize_bicubic({ctx.ptr(x)}, {ctx.ptr(y)}, {planes}, {H}, {W}, {oh}, {ow}, "
+                f"{itab(iy, W)}, {ctx.weight(wy)}, {itab(ix.T)}, {ctx.weight(np.ascontiguousarray(wx.T))}, "
+                f"{ctx.scratch()});")
+        fill = _extrapolated(node)
+        if fill is None:
+            return code
+        mask = np.zeros((oh, ow), np.uint8)
+        mask[fill[0], :] = mask[:, fill[1]] = 1
+        return (f"{code}\nfor (size_t i = 0; i < {planes * oh * ow}; i++)\n"
+                f"  if ({ctx.weight(mask, 'uint8_t')}[i % {oh * ow}]) "
+                f"{ctx.ptr(y)}[i] = {float(np.float32(node.attrs['extrapolation']))!r}f;")
+    (h0, h1, lh), (w0, w1, lw) = _linear_tables(node)
     ctx.use_kernel("f32-resize-bilinear-4")
     return (f"f32_resize_bilinear({ctx.ptr(x)}, {ctx.ptr(y)}, {planes}, {H}, {W}, {h0.size}, {w0.size}, "
             f"{itab(h0, W)}, {itab(h1, W)}, {ctx.weight(lh)}, {itab(w0)}, {itab(w1)}, {ctx.weight(lw)});")
 
 
-register(OpDef("resize", _infer, _fold, _emit, kernels=("f32-resize", "x32-movement")))
+def _scratch(node: Node) -> int:
+    """One row of W floats for the bicubic kernel's vertical pass."""
+    return 4 * _hw(node)[1] if node.attrs["mode"] == "cubic" else 0
+
+
+register(OpDef("resize", _infer, _fold, _emit, kernels=("f32-resize", "x32-movement"), scratch=_scratch))

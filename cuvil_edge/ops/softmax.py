@@ -13,6 +13,7 @@ import numpy as np
 from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
+from .common import split_rows
 from .registry import OpDef, register
 
 
@@ -38,9 +39,10 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     outer, n, inner = math.prod(s[:ax]), s[ax] if s else 1, math.prod(s[ax + 1:])
     log = int(bool(node.attrs["log"]))
     ctx.use_kernel(f"f32-{'log' if log else ''}softmax-4")
-    if inner == 1:
-        return f"f32_softmax_rows({outer}, {n}, {ctx.ptr(x)}, {ctx.ptr(y)}, {log});"
-    return f"f32_softmax_cols({outer}, {n}, {inner}, {ctx.ptr(x)}, {ctx.ptr(y)}, {log});"
+    row = n * inner  # threads split the outer rows
+    fn = f"f32_softmax_rows({{}}, {n}, " if inner == 1 else f"f32_softmax_cols({{}}, {n}, {inner}, "
+    return split_rows(ctx, outer, outer * row, lambda c, i: (
+        fn.format(c) + f"{ctx.ptr(x)} + (size_t){i} * {row}, {ctx.ptr(y)} + (size_t){i} * {row}, {log});"))
 
 
 register(OpDef("softmax", _infer, _fold, _emit, kernels=("f32-unary", "f32-softmax"), inplace=True))

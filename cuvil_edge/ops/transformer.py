@@ -15,7 +15,7 @@ import numpy as np
 from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType, Value
-from .common import cint_list, same_type
+from .common import cint_list, same_type, split_rows
 from .elementwise import UNARY_NUMPY
 from .movement import strides_of
 from .registry import OpDef, register
@@ -53,8 +53,9 @@ def _ln_emit(node: Node, ctx: EmitContext) -> str:
     x, g, b = node.inputs
     rows, n = _ln_rows(node)
     ctx.use_kernel("f32-layernorm")
-    return (f"f32_layernorm({rows}, {n}, {ctx.ptr(x)}, {ctx.ptr(g)}, {ctx.ptr(b)}, "
-            f"{float(np.float32(node.attrs['eps']))!r}f, {ctx.ptr(node.outputs[0])});")
+    return split_rows(ctx, rows, rows * n, lambda c, i: (
+        f"f32_layernorm({c}, {n}, {ctx.ptr(x)} + (size_t){i} * {n}, {ctx.ptr(g)}, {ctx.ptr(b)}, "
+        f"{float(np.float32(node.attrs['eps']))!r}f, {ctx.ptr(node.outputs[0])} + (size_t){i} * {n});"))
 
 
 register(OpDef("layernorm", _ln_infer, _ln_fold, _ln_emit, kernels=KERNELS, inplace=True))
@@ -74,7 +75,8 @@ def _gelu_emit(node: Node, ctx: EmitContext) -> str:
     x, y = node.inputs[0], node.outputs[0]
     tanh = int(node.attrs["approximate"] == "tanh")
     ctx.use_kernel("f32-gelu-tanh" if tanh else "f32-gelu")
-    return f"f32_gelu({x.type.size}, {ctx.ptr(x)}, {ctx.ptr(y)}, {tanh});"
+    return split_rows(ctx, x.type.size, x.type.size, lambda c, i: (
+        f"f32_gelu({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {tanh});"), unit=16)
 
 
 register(OpDef("gelu", same_type, lambda n, a: [gelu_numpy(a[0], n.attrs["approximate"])], _gelu_emit,
@@ -159,9 +161,10 @@ def _attn_emit(node: Node, ctx: EmitContext) -> str:
         st += [0, 0, 0]
     st += yst[:3]
     ctx.use_kernel(f"f32-attention-{ATTN_ROWS}rows")
+    ctx.parallel()  # threads split the (batch, head) pairs, each with its own scratch
     return (f"f32_attention({bh[0]}, {bh[1]}, {qs[2]}, {ks[2]}, {qs[3]}, {vs[3]}, "
             f"{', '.join(ctx.ptr(x) for x in node.inputs[:3])}, {mask}, (const int[]){{{cint_list(st)}}}, "
-            f"{float(np.float32(node.attrs['scale']))!r}f, {ctx.ptr(y)}, {ctx.scratch()});")
+            f"{float(np.float32(node.attrs['scale']))!r}f, {ctx.ptr(y)}, {ctx.scratch()}, tid, nt);")
 
 
 register(OpDef("attention", _attn_infer, _attn_fold, _attn_emit, kernels=KERNELS, scratch=_attn_scratch))

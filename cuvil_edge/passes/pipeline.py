@@ -36,8 +36,17 @@ def run_passes(graph: Graph, passes: Sequence[Pass] = DEFAULT_PIPELINE,
     verify(graph, "import")
     for p in passes:
         before = len(graph.nodes)
-        changed = p.run(graph)
+        changed = _run_nested(p, graph)
         verify(graph, p.name)
         if log is not None:
             log(f"{p.name}: {before} -> {len(graph.nodes)} nodes" + ("" if changed else " (no change)"))
     return graph
+
+
+def _run_nested(p: Pass, graph: Graph) -> bool:
+    """A pass runs on loop/if bodies too: they are graphs like the model's, planned and emitted alike."""
+    changed = p.run(graph)
+    for n in graph.nodes:
+        for sub in n.subgraphs:
+            changed = _run_nested(p, sub) or changed
+    return changed

@@ -2,8 +2,9 @@
 
 Only the device packages and their wheels are importable here (no cuvil_edge, onnx or compiler). For each
 model directory in the job it loads the model the way a device does (default selection), each variant by
-name, and in determinism mode, runs every input file and writes the outputs to ``<out>/<model>.npz`` as
-``<mode>/<input index>/<output name>``; ``<out>/report.json`` says what this process is and chose.
+name, and in determinism mode (also on 2 threads), runs every input file and writes the outputs to
+``<out>/<model>.npz`` as ``<mode>/<input index>/<output name>``; ``<out>/report.json`` says what this
+process is and chose.
 
     python3.11 driver.py JOB.json OUT_DIR
 JOB.json: ``{"models": {name: {"dir": model dir, "inputs": npz path}}}``; the npz holds
@@ -34,8 +35,9 @@ def feeds_of(path: str) -> list[dict[str, np.ndarray]]:
     return [out[i] for i in sorted(out)]
 
 
-def run_mode(model_dir: str, feeds, variant: str | None = None, deterministic: bool = False):
-    with load_model_dir(model_dir, variant=variant, deterministic=deterministic) as m:
+def run_mode(model_dir: str, feeds, variant: str | None = None, deterministic: bool = False,
+             threads: int = 1):
+    with load_model_dir(model_dir, variant=variant, deterministic=deterministic, threads=threads) as m:
         return [{k: np.array(v, copy=True) for k, v in m.predict(f).items()} for f in feeds]
 
 
@@ -61,6 +63,7 @@ def main(job_path: str, out_dir: str) -> None:
         for v in spec.variants:
             results[v.name] = run_mode(entry["dir"], feeds, variant=v.name)
         results["deterministic"] = run_mode(entry["dir"], feeds, deterministic=True)
+        results["deterministic-threads"] = run_mode(entry["dir"], feeds, deterministic=True, threads=2)
         np.savez(out / f"{name}.npz", **{f"{mode}/{i}/{k}": a for mode, outs in results.items()
                                          for i, o in enumerate(outs) for k, a in o.items()})
         report["models"][name] = {

@@ -79,7 +79,8 @@ def run_here(model_dir: Path, feeds) -> dict[str, list[dict[str, np.ndarray]]]:
         with load_model_dir(model_dir, **kw) as m:
             return [{k: np.array(v, copy=True) for k, v in m.predict(f).items()} for f in feeds]
     spec = read_model_dir(model_dir, deterministic=True)[0]
-    results = {"default": run(), "deterministic": run(deterministic=True)}
+    results = {"default": run(), "deterministic": run(deterministic=True),
+               "deterministic-threads": run(deterministic=True, threads=2)}
     results.update({v.name: run(variant=v.name) for v in spec.variants})
     return results
 
@@ -181,6 +182,9 @@ def test_determinism_mode_gives_x86s_bits_nan_and_inf_included(emulated, net):
     assert len(arm[net]["deterministic"]) == len(feeds) == 3
     for i, (got, want) in enumerate(zip(arm[net]["deterministic"], x86["deterministic"])):
         assert bits(got) == bits(want), f"{net}: determinism-mode bits differ on feed #{i} (arm64 vs x86)"
+    # two threads (atomics and barriers on arm64's weaker memory order) give the one-thread bits
+    for i, (got, want) in enumerate(zip(arm[net]["deterministic-threads"], x86["deterministic"])):
+        assert bits(got) == bits(want), f"{net}: 2-thread bits differ on feed #{i} (arm64 vs x86)"
         for k, a in got.items():  # canonicalized: no input NaN's sign or payload comes through
             if a.dtype == np.float32:
                 nan_bits = a.view(np.uint32)[np.isnan(a)]

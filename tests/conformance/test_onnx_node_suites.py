@@ -27,8 +27,6 @@ RTOL, ATOL = 1e-3, 1e-5
 KNOWN_GAPS = {
     "simple/test_gradient_of_": "Gradient (ai.onnx.preview.training) is a training op; inference only",
     "simple/test_strnorm_model_": "StringNormalizer needs string tensors, which wasm kernels do not carry",
-    "simple/test_expand_shape_model": "Expand's shape is a run-time input, so the output shape depends "
-                                      "on data; compiles only when the shape folds at build time",
 }
 
 

@@ -1,4 +1,4 @@
-"""Converters for constants, identities and the reshape family (all free at run time)."""
+"""Converters for constants, identities, Shape and Size, and the reshape family (all free at run time)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,11 @@ def shape(ctx: ConvertContext) -> None:
     dims = np.array(ctx.input(0).type.shape, np.int64)
     start, end = ctx.attr("start", 0), ctx.attr("end", None)
     ctx.set_outputs(ctx.constant(dims[start:end], "shape"))
+
+
+@converter("Size")
+def size(ctx: ConvertContext) -> None:
+    ctx.set_outputs(ctx.constant(np.array(ctx.input(0).type.size, np.int64), "size"))
 
 
 def _reshape_to(ctx: ConvertContext, shape: list[int]) -> None:

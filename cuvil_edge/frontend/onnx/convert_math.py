@@ -10,6 +10,7 @@ from ...ir.graph import Value
 from ...ops.cast import RUNTIME_CASTS
 from ...ops.common import broadcast_shape
 from ...ops.logic import ARITH, ARITH_DTYPES
+from ...ops.mod import CODES as MOD_DTYPES
 from .importer import np_dtype_of_onnx
 from .registry import ConvertContext, converter
 
@@ -41,6 +42,17 @@ def _binary(ctx: ConvertContext, kind: str, a: Value, b: Value, name: str | None
 def binary(ctx: ConvertContext) -> None:
     kind = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}[ctx.op_type]
     ctx.set_outputs(_binary(ctx, kind, ctx.input(0), ctx.input(1)))
+
+
+@converter("Mod")
+def mod(ctx: ConvertContext) -> None:
+    a, b = ctx.input(0), ctx.input(1)
+    fmod = int(ctx.attr("fmod", 0))
+    if a.type.dtype != b.type.dtype or a.type.dtype not in MOD_DTYPES:
+        raise ctx.unsupported(f"Mod of {a.type.dtype} by {b.type.dtype}")
+    if not fmod and a.type.dtype.startswith("float"):
+        raise ctx.unsupported("fmod=0 on float tensors (ONNX requires fmod=1 for floats before opset 28)")
+    ctx.set_outputs(ctx.emit1("mod", [a, b], {"fmod": fmod}))
 
 
 def _chain(ctx: ConvertContext, kind: str, final: bool = True) -> Value:
@@ -131,6 +143,8 @@ def lrn(ctx: ConvertContext) -> None:
 def cast(ctx: ConvertContext) -> None:
     x = ctx.input(0)
     to = np_dtype_of_onnx(int(ctx.attr("to")))
+    if to == "float16":
+        to = "float32"  # fp16 tensors run as float32; the importer rounds them (float16.py)
     if to == x.type.dtype:
         ctx.set_outputs(x)
         return

@@ -39,8 +39,8 @@ def _conv_common(ctx: ConvertContext) -> tuple[list, int, list[int], list[int], 
     if not w.is_const:
         raise ctx.unsupported("weights must be constant")
     n = len(w.type.shape) - 2
-    if n not in (1, 2, 3) or (n == 3 and ctx.op_type == "ConvTranspose"):
-        raise ctx.unsupported(f"{n}D {ctx.op_type} (1D and 2D are supported, and 3D Conv)")
+    if n not in (1, 2, 3):
+        raise ctx.unsupported(f"{n}D {ctx.op_type} (1D, 2D and 3D are supported)")
     kernel = list(ctx.attr("kernel_shape", w.type.shape[2:]))
     strides = list(ctx.attr("strides", [1] * n))
     dilations = list(ctx.attr("dilations", [1] * n))

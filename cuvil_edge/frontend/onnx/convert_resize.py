@@ -10,7 +10,7 @@ import numpy as np
 
 from .registry import ConvertContext, converter
 
-MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear"}
+MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic"}
 
 
 def _full(values: np.ndarray | None, axes: list[int] | None, base: list[float]) -> list[float] | None:
@@ -33,20 +33,30 @@ def resize(ctx: ConvertContext) -> None:
     r = len(shape)
     mode = MODES.get(ctx.attr("mode", "nearest"))
     if mode is None:
-        raise ctx.unsupported(f"mode={ctx.attr('mode')!r} (nearest and linear are supported)")
-    sizes = None
+        raise ctx.unsupported(f"mode={ctx.attr('mode')!r} (nearest, linear and cubic are supported)")
+    sizes, crop = None, {}
     if ctx.op_type == "Upsample" or ctx.opset < 11:
         scales = ctx.attr("scales") if ctx.op_type == "Upsample" and ctx.opset < 9 else ctx.const(1)
         scales, coord, nearest = _full(scales, None, []), "asymmetric", "simple"
     else:
         coord = ctx.attr("coordinate_transformation_mode", "half_pixel")
         nearest = ctx.attr("nearest_mode", "round_prefer_floor")
-        if coord == "tf_crop_and_resize":
-            raise ctx.unsupported("coordinate_transformation_mode='tf_crop_and_resize'")
+        if coord == "tf_crop_and_resize" and mode != "cubic":
+            raise ctx.unsupported(f"coordinate_transformation_mode='tf_crop_and_resize' with mode={mode!r} "
+                                  "(cubic only)")
         if ctx.attr("antialias", 0):
             raise ctx.unsupported("antialias=1")
         axes = ctx.attr("axes")
         axes = None if axes is None else [int(a) % r for a in axes]
+        if coord == "tf_crop_and_resize":
+            roi = ctx.const(1)
+            n = len(axes or range(r))
+            if roi is None or roi.size != 2 * n:
+                raise ctx.unsupported(f"tf_crop_and_resize needs a constant roi of {2 * n} values")
+            crop = {"roi": list(zip(_full(roi[:n], axes, [0.0] * r), _full(roi[n:], axes, [1.0] * r))),
+                    "extrapolation": float(ctx.attr("extrapolation_value", 0.0))}
+            if not np.isfinite(crop["extrapolation"]):
+                raise ctx.unsupported(f"extrapolation_value={crop['extrapolation']}")
         scales = ctx.const(2) if ctx.has_input(2) else None
         scales = None if scales is None or scales.size == 0 else _full(scales, axes, [1.0] * r)
         sizes = ctx.const(3) if ctx.has_input(3) else None
@@ -68,5 +78,7 @@ def resize(ctx: ConvertContext) -> None:
         out = [int(np.floor(np.float32(d) * np.float32(s))) for d, s in zip(shape, scales)]
     else:
         raise ctx.unsupported(f"needs scales or sizes for all {r} axes")
-    ctx.set_outputs(ctx.emit1("resize", [x], {"sizes": out, "scales": scales, "mode": mode, "coord": coord,
-                                              "nearest": nearest}))
+    ctx.set_outputs(ctx.emit1("resize", [x], {
+        "sizes": out, "scales": scales, "mode": mode, "coord": coord, "nearest": nearest,
+        "cubic_a": float(ctx.attr("cubic_coeff_a", -0.75)),
+        "exclude_outside": bool(ctx.attr("exclude_outside", 0)), **crop}))

@@ -96,7 +96,19 @@ def pad(ctx: ConvertContext) -> None:
 
 @converter("Expand")
 def expand(ctx: ConvertContext) -> None:
-    ctx.set_outputs(ctx.emit1("expand", [ctx.input(0)], {"shape": _ints(ctx.const(1))}))
+    """A run-time shape (static rank) takes the output shape the model declares; the module checks the
+    shape it is given against it."""
+    x, shape = ctx.input(0), ctx.input(1)
+    if shape.is_const:
+        ctx.set_outputs(ctx.emit1("expand", [x], {"shape": _ints(shape.const)}))
+        return
+    out = ctx.declared_shape()
+    if out is None:
+        raise ctx.unsupported("the shape is a run-time input and the model declares no static shape for "
+                              f"output {ctx.proto.output[0]!r}, so its size is unknown at build time")
+    if shape.type.dtype != "int64" or len(shape.type.shape) != 1:
+        raise ctx.unsupported(f"shape input of type {shape.type}")
+    ctx.set_outputs(ctx.emit1("expand", [x, shape], {"shape": list(out)}))
 
 
 @converter("Tile")

@@ -1,14 +1,17 @@
-"""ONNX -> IR. Weights from initializers and Constant nodes; shapes made static at build time."""
+"""ONNX -> IR. Weights from initializers and Constant nodes; shapes made static at build time; fp16 tensors
+run as float32 rounded to half after each op (``float16.py``); out-of-order nodes are sorted first."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ModelFormatError, ShapeError, UnsupportedOperator
 from ...ir.graph import Graph, TensorType, Value
 from ...quant.qdq import fuse_qdq
+from .float16 import HalfFloats
 from .registry import ConvertContext, converters
 
 MIN_OPSET, MAX_OPSET = 7, 21
@@ -31,6 +34,7 @@ def load_onnx(model: str | os.PathLike[str] | bytes | Any):
         raise
     except Exception as exc:  # onnx raises DecodeError, ValueError, ... for corrupt files
         raise ModelFormatError(f"not a readable ONNX model: {exc}") from exc
+    proto = _topologically_sorted(proto)
     try:
         onnx.checker.check_model(proto)
     except Exception as exc:
@@ -38,8 +42,58 @@ def load_onnx(model: str | os.PathLike[str] | bytes | Any):
     return proto
 
 
+def _reads(node: Any) -> list[str]:
+    """Names a node reads, those of its subgraphs' nodes included (outer-scope values)."""
+    names = list(node.input)
+    for a in node.attribute:
+        for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            names += [x for n in sub.node for x in _reads(n)]
+    return names
+
+
+def _topologically_sorted(proto: Any) -> Any:
+    """onnxruntime runs graphs whose nodes are out of order (its fp16 converter writes some when it keeps
+    float32 inputs): such a graph comes back as a copy in order, each node as early as it can run and
+    ties in file order; an ordered graph (or one with a cycle, for the checker to name) as it is."""
+    import heapq
+
+    nodes = proto.graph.node
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    deps = [{producer[x] for x in _reads(n) if x in producer} - {i} for i, n in enumerate(nodes)]
+    if all(d < i for i, ds in enumerate(deps) for d in ds):
+        return proto
+    users: dict[int, list[int]] = {}
+    for i, ds in enumerate(deps):
+        for d in ds:
+            users.setdefault(d, []).append(i)
+    waiting = [len(ds) for ds in deps]
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users.get(i, []):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) < len(nodes):
+        return proto
+    out = type(proto)()
+    out.CopyFrom(proto)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes[i] for i in order)
+    return out
+
+
+#: suffix of the extra output that holds how many rows of a run-time-length Loop scan output are real
+LENGTH_SUFFIX = ":length"
+
+
 def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                name: str | None = None) -> Graph:
+                name: str | None = None, max_trip_count: Mapping[str, int] | None = None) -> Graph:
+    """``max_trip_count``: Loop node name -> most iterations, for loops whose trip count is not a
+    build-time constant (their scan outputs are allocated for it; see ``convert_control``)."""
     from onnx import numpy_helper
 
     proto = load_onnx(model)
@@ -48,55 +102,80 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         raise ModelFormatError(f"ONNX opset {opset} is outside the supported range {MIN_OPSET}-{MAX_OPSET}")
     g = proto.graph
     graph = Graph(name or g.name or "model")
-    graph.meta.update(source="onnx", opset=opset, producer=proto.producer_name)
+    graph.meta.update(source="onnx", opset=opset, producer=proto.producer_name,
+                      max_trip_count=dict(max_trip_count or {}))
     env: dict[str, Value] = {}
+    scope = _ImportScope(HalfFloats(graph), _declared_shapes(g))
     for init in g.initializer:
         try:
             arr = numpy_helper.to_array(init)
         except Exception as exc:
             raise ModelFormatError(f"initializer {init.name!r} cannot be read: {exc}") from exc
-        env[init.name] = graph.constant(init.name, arr)
+        env[init.name] = scope.half.constant(init.name, arr)
 
     shapes = dict(input_shapes or {})
     for inp in g.input:
         if inp.name in env:
             continue  # old-style graphs list initializers as inputs too
-        env[inp.name] = v = graph.value(inp.name, _input_type(inp, shapes.pop(inp.name, None)))
+        v = graph.value(inp.name, _input_type(inp, shapes.pop(inp.name, None)))
         graph.inputs.append(v)
+        env[inp.name] = scope.half.graph_input(v)
     if shapes:
         raise ShapeError(f"--input-shape names unknown inputs {sorted(shapes)}; "
                          f"model inputs are {[v.name for v in graph.inputs]}")
 
-    _convert_nodes(graph, env, g.node, opset)
+    _convert_nodes(graph, env, g.node, opset, scope)
     for out in g.output:
         if out.name not in env:
             raise ModelFormatError(f"graph output {out.name!r} is never produced")
-        graph.outputs.append(env[out.name])
+        graph.outputs.append(scope.half.graph_output(env[out.name]))
     graph.meta["output_names"] = [o.name for o in g.output]
+    _add_length_outputs(graph)
     fuse_qdq(graph)  # pre-quantized layers onto the integer kernels while their weights are known
     return graph
 
 
-def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], opset: int) -> None:
+@dataclass
+class _ImportScope:
+    """Per-model import state the node loop threads through (also into inlined ``If`` branches)."""
+
+    half: HalfFloats
+    declared: Mapping[str, tuple[int, ...]]
+
+
+def _declared_shapes(graph_proto: Any) -> dict[str, tuple[int, ...]]:
+    """Static shapes the model declares for its outputs and intermediate values (value_info)."""
+    out = {}
+    for vi in [*graph_proto.value_info, *graph_proto.output]:
+        tt = vi.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            out[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
+    return out
+
+
+def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], opset: int,
+                   scope: _ImportScope) -> None:
     table = converters()
     for node in nodes:
         if node.domain not in ("", "ai.onnx") and (node.domain, node.op_type) not in CONTRIB_OPS:
             raise UnsupportedOperator(f"{node.domain}.{node.op_type}", node.name or node.output[0], opset,
                                       "custom-domain operators are not supported")
-        if node.op_type == "If":
-            _inline_if(graph, env, node, opset)
+        if node.op_type == "If" and node.input[0] in env and env[node.input[0]].is_const:
+            _inline_if(graph, env, node, opset, scope)
             continue
         fn = table.get(node.op_type)
         if fn is None:
             raise UnsupportedOperator(node.op_type, node.name or node.output[0], opset)
-        ctx = ConvertContext(graph, env, node, opset)
+        ctx = ConvertContext(graph, env, node, opset, scope.declared)
+        first_new = len(graph.nodes)
         fn(ctx)
         missing = [o for o in node.output if o and o not in env]
         if missing:
             raise ctx.unsupported(f"outputs {missing} were not produced")
+        scope.half.after_node(node, env, first_new)
 
 
-def _inline_if(graph: Graph, env: dict[str, Value], node: Any, opset: int) -> None:
+def _inline_if(graph: Graph, env: dict[str, Value], node: Any, opset: int, scope: _ImportScope) -> None:
     """An ``If`` whose condition folds at build time: the taken branch's nodes join the parent graph
     (branch names are scoped so they cannot shadow the parent's; outer names stay visible)."""
     from onnx import helper, numpy_helper
@@ -104,13 +183,76 @@ def _inline_if(graph: Graph, env: dict[str, Value], node: Any, opset: int) -> No
     ctx = ConvertContext(graph, env, node, opset)
     taken = "then_branch" if bool(ctx.const(0).reshape(-1)[0]) else "else_branch"
     branch = helper.get_attribute_value(next(a for a in node.attribute if a.name == taken))
-    scope = dict(env)
+    inner = dict(env)
     for init in branch.initializer:
-        scope[init.name] = graph.constant(f"{ctx.name}/{init.name}", numpy_helper.to_array(init))
-    _convert_nodes(graph, scope, branch.node, opset)
+        inner[init.name] = scope.half.constant(f"{ctx.name}/{init.name}", numpy_helper.to_array(init))
+    _convert_nodes(graph, inner, branch.node, opset, scope)
     for out, res in zip(node.output, branch.output):
         if out:
-            env[out] = scope[res.name]
+            env[out] = inner[res.name]
+
+
+def import_subgraph(ctx: ConvertContext, attr: str,
+                    formal: Sequence[TensorType]) -> tuple[Graph, list[Value]]:
+    """Graph attribute ``attr`` of the node (a Loop body, an If branch) as its own graph: inputs are
+    ``formal`` (typed here, the ONNX ones may be unshaped) then one per outer run-time value it reads
+    (returned as the captures, in that order); outer constants are used directly."""
+    from onnx import numpy_helper
+
+    body, opset = ctx.attr(attr), ctx.opset
+    graph = Graph(f"{ctx.name}/{attr}")
+    graph.meta.update(opset=opset, max_trip_count=ctx.graph.meta.get("max_trip_count", {}))
+    scope = _ImportScope(HalfFloats(graph), _declared_shapes(body))
+    env: dict[str, Value] = {}
+    for inp, ttype in zip(body.input, formal):
+        env[inp.name] = graph.value(inp.name, ttype)
+        graph.inputs.append(env[inp.name])
+    for init in body.initializer:
+        env[init.name] = scope.half.constant(init.name, numpy_helper.to_array(init))
+    inner = set(env) | {o for n in body.node for o in n.output}
+    captures: list[Value] = []
+    for x in dict.fromkeys([*(x for n in body.node for x in _reads(n)), *(o.name for o in body.output)]):
+        if not x or x in inner or x not in ctx.env:
+            continue
+        src = ctx.env[x]
+        if not isinstance(src, Value):
+            raise ctx.unsupported(f"its {attr} reads the sequence {x!r} (only tensors cross into bodies)")
+        if src.is_const:
+            env[x] = src
+        else:
+            env[x] = graph.value(x, src.type)
+            graph.inputs.append(env[x])
+            captures.append(src)
+    _convert_nodes(graph, env, body.node, opset, scope)
+    graph.outputs = [env[o.name] for o in body.output]
+    _add_length_outputs(graph)
+    return graph, captures
+
+
+def _add_length_outputs(graph: Graph) -> None:
+    """A graph output that is a run-time-length Loop scan output gets a companion output
+    ``<name>:length`` (int64: its real rows); such a scan output must be read by nothing else."""
+    padded = graph.meta.pop("padded_scans", {})
+    if not padded:
+        return
+    names = graph.meta.get("output_names")
+    for node in graph.nodes:
+        for v in node.inputs:
+            if id(v) in padded:
+                raise UnsupportedOperator("Loop", padded[id(v)][1], graph.meta.get("opset"),
+                                          f"its scan output {v.name!r} has a run-time length and is read by "
+                                          f"node {node.name!r}: only model outputs may have one")
+    if names is None:  # a body: its outputs have one static shape per iteration
+        bad = next((v for v in graph.outputs if id(v) in padded), None)
+        if bad is not None:
+            raise UnsupportedOperator("Loop", padded[id(bad)][1], graph.meta.get("opset"),
+                                      f"its scan output {bad.name!r} has a run-time length and is an "
+                                      "output of an enclosing body: only model outputs may have one")
+        return
+    for v, out_name in list(zip(graph.outputs, names)):
+        if id(v) in padded:
+            graph.outputs.append(padded[id(v)][0])
+            names.append(out_name + LENGTH_SUFFIX)
 
 
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16",
@@ -151,4 +293,5 @@ def np_dtype_of_onnx(elem_type: int) -> str:
         raise UnsupportedOperator("Cast", "?", None, f"element type {elem_type}") from None
 
 
-__all__ = ["MAX_OPSET", "MIN_OPSET", "import_onnx", "load_onnx", "np_dtype_of_onnx"]
+__all__ = ["LENGTH_SUFFIX", "MAX_OPSET", "MIN_OPSET", "import_onnx", "import_subgraph", "load_onnx",
+           "np_dtype_of_onnx"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,12 +38,17 @@ def converters() -> dict[str, Converter]:
 
 
 class ConvertContext:
-    """What a converter sees for one ONNX node: inputs, attributes, opset, and ``emit`` for IR nodes."""
+    """What a converter sees for one ONNX node: inputs, attributes, opset, and ``emit`` for IR nodes.
 
-    def __init__(self, graph: Graph, env: dict[str, Value], node: onnx.NodeProto, opset: int) -> None:
+    ``declared`` holds the model's own static shapes for tensors (graph outputs and value_info), for the
+    few converters whose output shape depends on run-time data."""
+
+    def __init__(self, graph: Graph, env: dict[str, Value], node: onnx.NodeProto, opset: int,
+                 declared: Mapping[str, tuple[int, ...]] | None = None) -> None:
         from onnx import helper
 
         self.graph, self.env, self.proto, self.opset = graph, env, node, opset
+        self.declared = declared or {}
         self.op_type = node.op_type
         self.name = node.name or f"{node.op_type}_{node.output[0]}"
         self._attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -75,6 +80,10 @@ class ConvertContext:
         if not v.is_const:
             raise self.unsupported(f"input {i} ({self.proto.input[i]!r}) must be a build-time constant")
         return v.const
+
+    def declared_shape(self, i: int = 0) -> tuple[int, ...] | None:
+        """Output i's static shape as the model declares it, if it does."""
+        return self.declared.get(self.proto.output[i]) if i < len(self.proto.output) else None
 
     def attr(self, name: str, default: Any = None) -> Any:
         v = self._attrs.get(name, default)

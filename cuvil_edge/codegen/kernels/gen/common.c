@@ -42,6 +42,91 @@ void* memcpy(void* d, const void* s, size_t n) { __builtin_memmove(d, s, n); ret
 void* memmove(void* d, const void* s, size_t n) { __builtin_memmove(d, s, n); return d; }
 void* memset(void* d, int c, size_t n) { __builtin_memset(d, c, n); return d; }
 
+/* Threads (CUVIL_MAX_THREADS > 1, set by the emitter): one instance per thread over one shared memory.
+ * Threads 1.. park in cuvil_worker; run() (thread 0) starts a job, runs its share and meets them at the
+ * last barrier. Each split node's code gets (tid, nt) and a barrier sits between dependent nodes. Waits
+ * spin briefly, then sleep in memory.atomic.wait32: a loaded machine must not burn the other cores.
+ * cuvil_stop wakes every waiter: parked threads return, a thread inside a job traps; with every thread
+ * stopped, cuvil_reset makes the module ready for new ones. */
+#ifndef CUVIL_MAX_THREADS
+#define CUVIL_MAX_THREADS 1
+#endif
+#if CUVIL_MAX_THREADS > 1
+static int32_t cuvil_nt = 1, cuvil_job, cuvil_stop_flag, cuvil_bar_count, cuvil_bar_gen;
+#define CUVIL_NT __atomic_load_n(&cuvil_nt, __ATOMIC_RELAXED)
+#define CUVIL_SPINS 2000
+
+/* Wait until *p differs from old; 0 when stopped instead. cuvil_stop sets the flag and then changes both
+ * words a thread can wait on, so a thread that checked the flag just before cannot sleep through it. */
+static int cuvil_wait_change(int32_t* p, int32_t old) {
+  for (int spin = 0; __atomic_load_n(p, __ATOMIC_ACQUIRE) == old; spin++) {
+    if (__atomic_load_n(&cuvil_stop_flag, __ATOMIC_ACQUIRE)) return 0;
+    if (spin >= CUVIL_SPINS) __builtin_wasm_memory_atomic_wait32((int*)p, old, -1);
+  }
+  return !__atomic_load_n(&cuvil_stop_flag, __ATOMIC_ACQUIRE);
+}
+
+/* Every one of nt threads waits here for the others. Kernels and the run body call cuvil_barrier(), which
+ * passes the `nt` in scope: code that runs on one thread (a serial node) sees nt = 1 and never waits. */
+#define cuvil_barrier() cuvil_barrier_n(nt)
+static __attribute__((noinline)) void cuvil_barrier_n(int32_t nt) {
+  if (nt == 1) return;
+  const int32_t gen = __atomic_load_n(&cuvil_bar_gen, __ATOMIC_ACQUIRE);
+  if (__atomic_add_fetch(&cuvil_bar_count, 1, __ATOMIC_ACQ_REL) == nt) {
+    __atomic_store_n(&cuvil_bar_count, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&cuvil_bar_gen, gen + 1, __ATOMIC_RELEASE);
+    __builtin_wasm_memory_atomic_notify((int*)&cuvil_bar_gen, (unsigned)-1);
+  } else if (!cuvil_wait_change(&cuvil_bar_gen, gen)) {
+    __builtin_trap();  /* stopped mid-job: this job's results are void */
+  }
+}
+
+/* Thread t's share [lo, hi) of n items in whole units of `unit` (a kernel tile), the same split for every
+ * caller; threads past the work get an empty range. */
+INLINE void cuvil_split(int n, int unit, int tid, int nt, int* lo, int* hi) {
+  const int units = (n + unit - 1) / unit, per = units / nt, extra = units % nt;
+  const int u0 = tid * per + (tid < extra ? tid : extra), u1 = u0 + per + (tid < extra);
+  *lo = u0 * unit < n ? u0 * unit : n;
+  *hi = u1 * unit < n ? u1 * unit : n;
+}
+
+#define CUVIL_ENTRY_POINTS \
+  EXPORT("cuvil_set_threads") void cuvil_set_threads(int n) { \
+    __atomic_store_n(&cuvil_nt, n < 1 ? 1 : n > CUVIL_MAX_THREADS ? CUVIL_MAX_THREADS : n, __ATOMIC_RELEASE); } \
+  EXPORT("cuvil_max_threads") int cuvil_max_threads(void) { return CUVIL_MAX_THREADS; } \
+  EXPORT("cuvil_worker") void cuvil_worker(int tid) { \
+    for (int32_t seen = 0;;) { \
+      if (!cuvil_wait_change(&cuvil_job, seen)) return; \
+      seen = __atomic_load_n(&cuvil_job, __ATOMIC_ACQUIRE); \
+      cuvil_body(tid); \
+      cuvil_barrier_n(CUVIL_NT); \
+    } \
+  } \
+  EXPORT("cuvil_stop") void cuvil_stop(void) { \
+    __atomic_store_n(&cuvil_stop_flag, 1, __ATOMIC_RELEASE); \
+    __atomic_add_fetch(&cuvil_job, 1, __ATOMIC_RELEASE); \
+    __atomic_add_fetch(&cuvil_bar_gen, 1, __ATOMIC_RELEASE); \
+    __builtin_wasm_memory_atomic_notify((int*)&cuvil_job, (unsigned)-1); \
+    __builtin_wasm_memory_atomic_notify((int*)&cuvil_bar_gen, (unsigned)-1); } \
+  EXPORT("cuvil_reset") void cuvil_reset(void) { \
+    cuvil_stop_flag = cuvil_job = cuvil_bar_count = cuvil_bar_gen = 0; } \
+  EXPORT("run") void run(void) { \
+    if (CUVIL_NT > 1) { \
+      __atomic_add_fetch(&cuvil_job, 1, __ATOMIC_RELEASE); \
+      __builtin_wasm_memory_atomic_notify((int*)&cuvil_job, (unsigned)-1); \
+    } \
+    cuvil_body(0); \
+    cuvil_barrier_n(CUVIL_NT); \
+  }
+#else
+#define CUVIL_NT 1
+#define cuvil_barrier() ((void)0)
+INLINE void cuvil_split(int n, int unit, int tid, int nt, int* lo, int* hi) {
+  (void)unit; (void)tid; (void)nt; *lo = 0; *hi = n;
+}
+#define CUVIL_ENTRY_POINTS EXPORT("run") void run(void) { cuvil_body(0); }
+#endif
+
 INLINE void copy_f32(float* dst, const float* src, int n) {
   int i = 0;
   for (; i + 4 <= n; i += 4) VSTORE(dst + i, VLOAD(src + i));

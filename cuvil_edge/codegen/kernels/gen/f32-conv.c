@@ -74,12 +74,12 @@ KERNEL void f32_im2col_packed(const float* x, int C, int H, int W, int kh, int k
 /* 1x1, stride 1, unpadded: each group's input rows (channels x pixels) are the GEMM's B as they are;
  * no im2col, no packing. */
 KERNEL void f32_conv1x1(const float* x, int N, int C, int P, const float* w, const float* bias, float* y,
-                        int M, int G, Act act) {
+                        int M, int G, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G;
   for (int n = 0; n < N; n++)
     for (int g = 0; g < G; g++)
-      f32_gemm_pa(Mg, P, Cg, w + (size_t)g * ((Mg + 3) & ~3) * Cg, x + ((size_t)n * C + (size_t)g * Cg) * P,
-                  8, P, y + ((size_t)n * M + (size_t)g * Mg) * P, P, bias ? bias + g * Mg : 0, 0, act);
+      f32_gemm_pa_part(Mg, P, Cg, w + (size_t)g * ((Mg + 3) & ~3) * Cg, x + ((size_t)n * C + (size_t)g * Cg) * P,
+                       8, P, y + ((size_t)n * M + (size_t)g * Mg) * P, P, bias ? bias + g * Mg : 0, 0, act, tid, nt);
 }
 
 /* Every sw-th pixel of every sh-th row of C planes (H x W) into dst (C x OH x OW, contiguous): stride 2
@@ -103,22 +103,57 @@ static void f32_subsample_planes(const float* x, int C, int H, int W, int sh, in
 }
 
 /* 1x1, unpadded, strided: per image the input planes are subsampled once into scratch (C x OH x OW
- * floats), which f32_conv1x1 then reads in place as B. The GEMM sees the values im2col would pack, in
- * the same k order, so the same bits. */
+ * floats, shared: each thread subsamples its channels), which f32_conv1x1 then reads in place as B. The
+ * GEMM sees the values im2col would pack, in the same k order, so the same bits. */
 KERNEL void f32_conv1x1_sub(const float* x, int N, int C, int H, int W, const float* w, const float* bias,
-                            float* y, int M, int OH, int OW, int G, int sh, int sw, float* scratch, Act act) {
+                            float* y, int M, int OH, int OW, int G, int sh, int sw, float* scratch, Act act,
+                            int tid, int nt) {
   const int P = OH * OW;
   for (int n = 0; n < N; n++) {
-    f32_subsample_planes(x + (size_t)n * C * H * W, C, H, W, sh, sw, OH, OW, scratch);
-    f32_conv1x1(scratch, 1, C, P, w, bias, y + (size_t)n * M * P, M, G, act);
+    int c0, c1;
+    cuvil_split(C, 1, tid, nt, &c0, &c1);
+    f32_subsample_planes(x + ((size_t)n * C + c0) * H * W, c1 - c0, H, W, sh, sw, OH, OW,
+                         scratch + (size_t)c0 * P);
+    cuvil_barrier();
+    f32_conv1x1(scratch, 1, C, P, w, bias, y + (size_t)n * M * P, M, G, act, tid, nt);
+    cuvil_barrier();
   }
 }
 
+/* One chunk of pc output pixels (from p0) of an im2col convolution: PACK writes pixels [p0 + lo, p0 + hi)
+ * as panels at bp, then the GEMM. Threads with two or more panels each pack and multiply their own pixels
+ * with no barrier, so one may already pack the next chunk while another multiplies this one: each packs
+ * into the part of scratch its share of a full chunk owns (a smaller last chunk's share is no larger).
+ * Fewer panels: the threads pack together and split the output channels. Uses the caller's pc, pchunk,
+ * p0, P, K, Mg, g, wg, yg, bias, scratch, act, tid, nt. */
+#define CONV_CHUNK(PACK) { \
+    int lo, hi, own, own_end; \
+    cuvil_split(pc, 8, tid, nt, &lo, &hi); \
+    if (nt == 1 || (pc + 7) / 8 >= 2 * nt) { \
+      cuvil_split(pchunk, 8, tid, nt, &own, &own_end); \
+      float* bp = scratch + (size_t)own * K; \
+      if (lo < hi) { \
+        PACK; \
+        f32_gemm_pa(Mg, hi - lo, K, wg, bp, K * 8, 8, yg + p0 + lo, P, bias ? bias + g * Mg : 0, 0, act); \
+      } \
+    } else { \
+      float* bp = scratch + (size_t)lo * K; \
+      cuvil_barrier();  /* the last chunk's panels may be another thread's part of the one before */ \
+      if (lo < hi) PACK; \
+      cuvil_barrier(); \
+      cuvil_split(Mg, 4, tid, nt, &lo, &hi); \
+      if (lo < hi) \
+        f32_gemm_pa(hi - lo, pc, K, wg + (size_t)lo * K, scratch, K * 8, 8, yg + (size_t)lo * P + p0, P, \
+                    bias ? bias + g * Mg + lo : 0, 0, act); \
+      cuvil_barrier(); \
+    } \
+  }
+
 /* Full convolution: N images, G groups, M output channels (M/G per group); weights per group packed
- * in 4-row panels ([ceil(Mg/4)][K][4], see f32_gemm_pa) at build time. */
+ * in 4-row panels ([ceil(Mg/4)][K][4], see f32_gemm_pa) at build time. scratch is shared by the threads. */
 KERNEL void f32_conv2d(const float* x, int N, int C, int H, int W, const float* w, const float* bias,
                        float* y, int M, int OH, int OW, int G, int kh, int kw, int sh, int sw, int dh,
-                       int dw, int pt, int pl, int pchunk, float* scratch, Act act) {
+                       int dw, int pt, int pl, int pchunk, float* scratch, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, K = Cg * kh * kw, P = OH * OW;
   for (int n = 0; n < N; n++) {
     for (int g = 0; g < G; g++) {
@@ -127,8 +162,7 @@ KERNEL void f32_conv2d(const float* x, int N, int C, int H, int W, const float* 
       float* yg = y + ((size_t)n * M + (size_t)g * Mg) * P;
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        f32_im2col_packed(xg, Cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0, pc, scratch);
-        f32_gemm_pa(Mg, pc, K, wg, scratch, K * 8, 8, yg + p0, P, bias ? bias + g * Mg : 0, 0, act);
+        CONV_CHUNK(f32_im2col_packed(xg, Cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0 + lo, hi - lo, bp))
       }
     }
   }
@@ -180,8 +214,8 @@ static __attribute__((noinline)) void f32_conv_loop_4x8(int K, const float* ap, 
   acc[6] = c30; acc[7] = c31;
 }
 
-/* Copy one group's C planes [H][W] into zero-bordered planes [Hp][Wp] (pt rows above, pl columns left)
- * followed by 8 zero floats that the last narrow panel may read. */
+/* Copy one group's C planes [H][W] into zero-bordered planes [Hp][Wp] (pt rows above, pl columns left);
+ * the caller zeroes the 8 floats after the last plane that the last narrow panel may read. */
 KERNEL void f32_pad_planes(const float* x, int C, int H, int W, int pt, int pl, int Hp, int Wp, float* xp) {
   for (int c = 0; c < C; c++) {
     const float* xc = x + (size_t)c * H * W;
@@ -195,7 +229,6 @@ KERNEL void f32_pad_planes(const float* x, int C, int H, int W, int pt, int pl, 
     }
     fill_f32(pc + (size_t)(pt + H) * Wp, 0.0f, (Hp - pt - H) * Wp);
   }
-  fill_f32(xp + (size_t)C * Hp * Wp, 0.0f, 8);
 }
 
 /* Full direct convolution (width stride 1): N images, G groups; weights packed as for f32_conv2d.
@@ -203,25 +236,35 @@ KERNEL void f32_pad_planes(const float* x, int C, int H, int W, int pt, int pl, 
  * padded copy of one group's input. */
 KERNEL void f32_conv2d_direct(const float* x, int N, int C, int H, int W, const float* w, const float* bias,
                               float* y, int M, int OH, int OW, int G, int kh, int kw, int sh, int dh, int dw,
-                              int pt, int pl, int Hp, int Wp, float* scratch, Act act) {
+                              int pt, int pl, int Hp, int Wp, float* scratch, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, K = Cg * kh * kw, P = OH * OW;
   const v128_t zero = wasm_f32x4_const_splat(0.0f);
-  int* koff = (int*)scratch;
+  const int padded = Hp != H || Wp != W;
+  int* koff = (int*)scratch;  /* shared: thread 0 writes it, the others read it after a barrier */
   float* xp = scratch + ((K + 3) & ~3);
-  for (int c = 0, k = 0; c < Cg; c++)
-    for (int ky = 0; ky < kh; ky++)
-      for (int kx = 0; kx < kw; kx++, k++) koff[k] = (c * Hp + ky * dh) * Wp + kx * dw;
+  int c0, c1, oy0, oy1;
+  cuvil_split(Cg, 1, tid, nt, &c0, &c1);
+  cuvil_split(OH, 1, tid, nt, &oy0, &oy1);
+  if (tid == 0) {
+    for (int c = 0, k = 0; c < Cg; c++)
+      for (int ky = 0; ky < kh; ky++)
+        for (int kx = 0; kx < kw; kx++, k++) koff[k] = (c * Hp + ky * dh) * Wp + kx * dw;
+    if (padded) fill_f32(xp + (size_t)Cg * Hp * Wp, 0.0f, 8);
+  }
+  cuvil_barrier();
   for (int n = 0; n < N; n++) {
     for (int g = 0; g < G; g++) {
       const float* xg = x + ((size_t)n * C + (size_t)g * Cg) * H * W;
       const float* wg = w + (size_t)g * ((Mg + 3) & ~3) * K;
       float* yg = y + ((size_t)n * M + (size_t)g * Mg) * P;
       const float* src = xg;
-      if (Hp != H || Wp != W) {
-        f32_pad_planes(xg, Cg, H, W, pt, pl, Hp, Wp, xp);
+      if (padded) {
+        if (n + g) cuvil_barrier();  /* everyone is done reading the previous group's copy */
+        f32_pad_planes(xg + (size_t)c0 * H * W, c1 - c0, H, W, pt, pl, Hp, Wp, xp + (size_t)c0 * Hp * Wp);
+        cuvil_barrier();
         src = xp;
       }
-      for (int oy = 0; oy < OH; oy++) {
+      for (int oy = oy0; oy < oy1; oy++) {
         for (int ox = 0; ox < OW; ox += 8) {
           const float* xb = src + (size_t)oy * sh * Wp + ox;
           const int nr = OW - ox < 8 ? OW - ox : 8;
@@ -252,10 +295,10 @@ KERNEL void f32_conv2d_direct(const float* x, int N, int C, int H, int W, const 
  * 4) lands in panel t/8, lane t%8 of operand xi at bp + xi * bstride. The 4 input rows of a tile row
  * are first copied per channel into zero-bordered rows of wr floats (padding and the odd last row or
  * column cost no branches in the transform). */
-KERNEL void f32_winograd_input(const float* x, int C, int H, int W, int pt, int pl, int ty0, int ty1, int twp,
-                               int wr, float* rows, float* bp, int bstride) {
+KERNEL void f32_winograd_input(const float* x, int C, int c0, int c1, int H, int W, int pt, int pl, int ty0,
+                               int ty1, int twp, int wr, float* rows, float* bp, int bstride) {
   for (int ty = ty0; ty < ty1; ty++) {
-    for (int c = 0; c < C; c++) {
+    for (int c = c0; c < c1; c++) {
       const float* xc = x + (size_t)c * H * W;
       for (int r = 0; r < 4; r++) {
         const int iy = 2 * ty - pt + r;
@@ -351,10 +394,10 @@ INLINE void store_tile_quad(float* ym, int oy, int OH, int OW, int ox, v128_t y0
 /* Output transform of tile rows [ty0, ty1): operand xi's products are mo + xi * M * n ([M][n]); each
  * quad of tiles gives 8 columns of two output rows, interleaved back into pixel order. Tiles past the
  * output's last row or column are computed but not stored. */
-KERNEL void f32_winograd_output(const float* mo, int M, int n, const float* bias, float* y, int OH, int OW,
-                                int ty0, int ty1, int twp, Act act) {
+KERNEL void f32_winograd_output(const float* mo, int M, int m0, int m1, int n, const float* bias, float* y,
+                                int OH, int OW, int ty0, int ty1, int twp, Act act) {
   const size_t xs = (size_t)M * n;
-  for (int m = 0; m < M; m++) {
+  for (int m = m0; m < m1; m++) {
     const v128_t b = bias ? VSPLAT(bias[m]) : wasm_f32x4_const_splat(0.0f);
     float* ym = y + (size_t)m * OH * OW;
     for (int ty = ty0; ty < ty1; ty++) {
@@ -393,24 +436,29 @@ KERNEL void f32_winograd_output(const float* mo, int M, int n, const float* bias
  * the GEMM computes and never stores. */
 KERNEL void f32_conv2d_winograd(const float* x, int N, int C, int H, int W, const float* u, const float* bias,
                                 float* y, int M, int OH, int OW, int pt, int pl, int twp, int rpc,
-                                float* scratch, Act act) {
+                                float* scratch, Act act, int tid, int nt) {
   const int th = (OH + 1) / 2, nmax = rpc * twp, wr = 2 * twp + 4;
   const size_t usize = (size_t)((M + 3) & ~3) * C;
   float* bp = scratch;
   float* mo = bp + (size_t)16 * C * ((nmax + 7) & ~7);
-  float* rows = mo + (size_t)16 * M * nmax;
+  float* rows = tid ? (float*)__builtin_alloca(sizeof(float) * 4 * wr) : mo + (size_t)16 * M * nmax;
   const Act none = {ACT_NONE, 0.0f, 0.0f};
+  int c0, c1, m0, m1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  cuvil_split(M, 1, tid, nt, &m0, &m1);
   for (int img = 0; img < N; img++) {
     const float* xn = x + (size_t)img * C * H * W;
     float* yn = y + (size_t)img * M * OH * OW;
     for (int ty0 = 0; ty0 < th; ty0 += rpc) {
       const int ty1 = ty0 + rpc < th ? ty0 + rpc : th, n = (ty1 - ty0) * twp;
       const int bstride = C * ((n + 7) & ~7);
-      f32_winograd_input(xn, C, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, bstride);
+      f32_winograd_input(xn, C, c0, c1, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, bstride);
+      cuvil_barrier();
       for (int xi = 0; xi < 16; xi++)
-        f32_gemm_pa(M, n, C, u + xi * usize, bp + (size_t)xi * bstride, C * 8, 8, mo + (size_t)xi * M * n, n,
-                    0, 0, none);
-      f32_winograd_output(mo, M, n, bias, yn, OH, OW, ty0, ty1, twp, act);
+        f32_gemm_pa_part(M, n, C, u + xi * usize, bp + (size_t)xi * bstride, C * 8, 8, mo + (size_t)xi * M * n, n,
+                         0, 0, none, tid, nt);
+      cuvil_barrier();
+      f32_winograd_output(mo, M, m0, m1, n, bias, yn, OH, OW, ty0, ty1, twp, act);
     }
   }
 }
@@ -446,11 +494,11 @@ INLINE void f32_winograd_s2_row(const float* s, v128_t* h) {
  * B operand starts at phase slot wino_s2_off[xi] (bo floats per slot: npan panels of C x 8) and holds
  * its nph phases' C rows per panel in PHASES order. The 5 input rows of a tile row (4 apart per tile
  * row) are copied per channel into zero-bordered rows of wr floats. */
-KERNEL void f32_winograd_s2_input(const float* x, int C, int H, int W, int pt, int pl, int ty0, int ty1,
-                                  int twp, int wr, float* rows, float* bp, int npan) {
+KERNEL void f32_winograd_s2_input(const float* x, int C, int c0, int c1, int H, int W, int pt, int pl, int ty0,
+                                  int ty1, int twp, int wr, float* rows, float* bp, int npan) {
   const size_t pw = (size_t)8 * C, bo = npan * pw;
   for (int ty = ty0; ty < ty1; ty++) {
-    for (int c = 0; c < C; c++) {
+    for (int c = c0; c < c1; c++) {
       const float* xc = x + (size_t)c * H * W;
       for (int r = 0; r < 5; r++) {
         const int iy = 4 * ty - pt + r;
@@ -505,10 +553,10 @@ KERNEL void f32_winograd_s2_input(const float* x, int C, int H, int W, int pt, i
 
 /* Output transform (A^T = [1 1 0; 0 1 1] per axis) of tile rows [ty0, ty1): position xi's products are
  * mo + xi * M * n ([M][n]); bias and activation fused, tiles past the output dropped. */
-KERNEL void f32_winograd_s2_output(const float* mo, int M, int n, const float* bias, float* y, int OH, int OW,
-                                   int ty0, int ty1, int twp, Act act) {
+KERNEL void f32_winograd_s2_output(const float* mo, int M, int m0, int m1, int n, const float* bias, float* y,
+                                   int OH, int OW, int ty0, int ty1, int twp, Act act) {
   const size_t xs = (size_t)M * n;
-  for (int m = 0; m < M; m++) {
+  for (int m = m0; m < m1; m++) {
     const v128_t b = bias ? VSPLAT(bias[m]) : wasm_f32x4_const_splat(0.0f);
     float* ym = y + (size_t)m * OH * OW;
     for (int ty = ty0; ty < ty1; ty++) {
@@ -537,25 +585,30 @@ KERNEL void f32_winograd_s2_output(const float* mo, int M, int n, const float* b
  * products (M x n each), 5 bordered input rows of 4 * twp + 4 floats. */
 KERNEL void f32_conv2d_winograd_s2(const float* x, int N, int C, int H, int W, const float* u,
                                    const float* bias, float* y, int M, int OH, int OW, int pt, int pl, int twp,
-                                   int rpc, float* scratch, Act act) {
+                                   int rpc, float* scratch, Act act, int tid, int nt) {
   const int th = (OH + 1) / 2, nmax = rpc * twp, wr = 4 * twp + 4;
   const size_t usize = (size_t)((M + 3) & ~3) * C;
   float* bp = scratch;
   float* mo = bp + (size_t)25 * C * ((nmax + 7) & ~7);
-  float* rows = mo + (size_t)9 * M * nmax;
+  float* rows = tid ? (float*)__builtin_alloca(sizeof(float) * 5 * wr) : mo + (size_t)9 * M * nmax;
   const Act none = {ACT_NONE, 0.0f, 0.0f};
+  int c0, c1, m0, m1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  cuvil_split(M, 1, tid, nt, &m0, &m1);
   for (int img = 0; img < N; img++) {
     const float* xn = x + (size_t)img * C * H * W;
     float* yn = y + (size_t)img * M * OH * OW;
     for (int ty0 = 0; ty0 < th; ty0 += rpc) {
       const int ty1 = ty0 + rpc < th ? ty0 + rpc : th, n = (ty1 - ty0) * twp, npan = (n + 7) / 8;
-      f32_winograd_s2_input(xn, C, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, npan);
+      f32_winograd_s2_input(xn, C, c0, c1, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, npan);
+      cuvil_barrier();
       for (int xi = 0; xi < 9; xi++) {
         const int k = wino_s2_nph[xi] * C;
-        f32_gemm_pa(M, n, k, u + wino_s2_off[xi] * usize, bp + (size_t)wino_s2_off[xi] * npan * 8 * C, k * 8, 8,
-                    mo + (size_t)xi * M * n, n, 0, 0, none);
+        f32_gemm_pa_part(M, n, k, u + wino_s2_off[xi] * usize, bp + (size_t)wino_s2_off[xi] * npan * 8 * C, k * 8,
+                         8, mo + (size_t)xi * M * n, n, 0, 0, none, tid, nt);
       }
-      f32_winograd_s2_output(mo, M, n, bias, yn, OH, OW, ty0, ty1, twp, act);
+      cuvil_barrier();
+      f32_winograd_s2_output(mo, M, m0, m1, n, bias, yn, OH, OW, ty0, ty1, twp, act);
     }
   }
 }
@@ -593,7 +646,7 @@ KERNEL void f32_im2col3d_packed(const float* x, int C, int D, int H, int W, int 
 KERNEL void f32_conv3d(const float* x, int N, int C, int D, int H, int W, const float* w, const float* bias,
                        float* y, int M, int OD, int OH, int OW, int G, int kd, int kh, int kw, int sd,
                        int sh, int sw, int dd, int dh, int dw, int pd, int pt, int pl, int pchunk,
-                       float* scratch, Act act) {
+                       float* scratch, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, K = Cg * kd * kh * kw, P = OD * OH * OW;
   for (int n = 0; n < N; n++) {
     for (int g = 0; g < G; g++) {
@@ -602,9 +655,8 @@ KERNEL void f32_conv3d(const float* x, int N, int C, int D, int H, int W, const 
       float* yg = y + ((size_t)n * M + (size_t)g * Mg) * P;
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        f32_im2col3d_packed(xg, Cg, D, H, W, kd, kh, kw, sd, sh, sw, dd, dh, dw, pd, pt, pl, OH, OW, p0, pc,
-                            scratch);
-        f32_gemm_pa(Mg, pc, K, wg, scratch, K * 8, 8, yg + p0, P, bias ? bias + g * Mg : 0, 0, act);
+        CONV_CHUNK(f32_im2col3d_packed(xg, Cg, D, H, W, kd, kh, kw, sd, sh, sw, dd, dh, dw, pd, pt, pl, OH, OW,
+                                       p0 + lo, hi - lo, bp))
       }
     }
   }

@@ -227,14 +227,16 @@ INLINE void dw_row_kxksN(const float* xc, int H, int W, const float* wc, int kh,
 /* Whole tensor, 3x3s1. w: [C][kh*kw]; bias: [C] or null. */
 KERNEL void f32_dwconv_3x3s1(const float* x, int N, int C, int H, int W, const float* w,
                                  const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
-                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+                                 int sw, int dh, int dw, int pt, int pl, Act act, int tid, int nt) {
   /* interior columns [ox0, ox1): every tap of the pixel inside the row */
   const int span = (kw - 1) * dw + 1;
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
   if (ox0 > ox1) ox0 = ox1;
+  int c0, c1;  /* threads split the channels */
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
+    for (int c = c0; c < c1; c++) {
       const float* xc = x + ((size_t)n * C + c) * H * W;
       const float* wc = w + (size_t)c * kh * kw;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
@@ -254,14 +256,16 @@ KERNEL void f32_dwconv_3x3s1(const float* x, int N, int C, int H, int W, const f
 /* Whole tensor, kxks1. w: [C][kh*kw]; bias: [C] or null. */
 KERNEL void f32_dwconv_kxks1(const float* x, int N, int C, int H, int W, const float* w,
                                  const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
-                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+                                 int sw, int dh, int dw, int pt, int pl, Act act, int tid, int nt) {
   /* interior columns [ox0, ox1): every tap of the pixel inside the row */
   const int span = (kw - 1) * dw + 1;
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
   if (ox0 > ox1) ox0 = ox1;
+  int c0, c1;  /* threads split the channels */
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
+    for (int c = c0; c < c1; c++) {
       const float* xc = x + ((size_t)n * C + c) * H * W;
       const float* wc = w + (size_t)c * kh * kw;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
@@ -278,14 +282,16 @@ KERNEL void f32_dwconv_kxks1(const float* x, int N, int C, int H, int W, const f
 /* Whole tensor, 3x3s2. w: [C][kh*kw]; bias: [C] or null. */
 KERNEL void f32_dwconv_3x3s2(const float* x, int N, int C, int H, int W, const float* w,
                                  const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
-                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+                                 int sw, int dh, int dw, int pt, int pl, Act act, int tid, int nt) {
   /* interior columns [ox0, ox1): every tap of the pixel inside the row */
   const int span = (kw - 1) * dw + 1;
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
   if (ox0 > ox1) ox0 = ox1;
+  int c0, c1;  /* threads split the channels */
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
+    for (int c = c0; c < c1; c++) {
       const float* xc = x + ((size_t)n * C + c) * H * W;
       const float* wc = w + (size_t)c * kh * kw;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
@@ -305,14 +311,16 @@ KERNEL void f32_dwconv_3x3s2(const float* x, int N, int C, int H, int W, const f
 /* Whole tensor, kxks2. w: [C][kh*kw]; bias: [C] or null. */
 KERNEL void f32_dwconv_kxks2(const float* x, int N, int C, int H, int W, const float* w,
                                  const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
-                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+                                 int sw, int dh, int dw, int pt, int pl, Act act, int tid, int nt) {
   /* interior columns [ox0, ox1): every tap of the pixel inside the row */
   const int span = (kw - 1) * dw + 1;
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
   if (ox0 > ox1) ox0 = ox1;
+  int c0, c1;  /* threads split the channels */
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
+    for (int c = c0; c < c1; c++) {
       const float* xc = x + ((size_t)n * C + c) * H * W;
       const float* wc = w + (size_t)c * kh * kw;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
@@ -329,14 +337,16 @@ KERNEL void f32_dwconv_kxks2(const float* x, int N, int C, int H, int W, const f
 /* Whole tensor, 3x3sN. w: [C][kh*kw]; bias: [C] or null. */
 KERNEL void f32_dwconv_3x3sN(const float* x, int N, int C, int H, int W, const float* w,
                                  const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
-                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+                                 int sw, int dh, int dw, int pt, int pl, Act act, int tid, int nt) {
   /* interior columns [ox0, ox1): every tap of the pixel inside the row */
   const int span = (kw - 1) * dw + 1;
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
   if (ox0 > ox1) ox0 = ox1;
+  int c0, c1;  /* threads split the channels */
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
+    for (int c = c0; c < c1; c++) {
       const float* xc = x + ((size_t)n * C + c) * H * W;
       const float* wc = w + (size_t)c * kh * kw;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
@@ -353,14 +363,16 @@ KERNEL void f32_dwconv_3x3sN(const float* x, int N, int C, int H, int W, const f
 /* Whole tensor, kxksN. w: [C][kh*kw]; bias: [C] or null. */
 KERNEL void f32_dwconv_kxksN(const float* x, int N, int C, int H, int W, const float* w,
                                  const float* bias, float* y, int OH, int OW, int kh, int kw, int sh,
-                                 int sw, int dh, int dw, int pt, int pl, Act act) {
+                                 int sw, int dh, int dw, int pt, int pl, Act act, int tid, int nt) {
   /* interior columns [ox0, ox1): every tap of the pixel inside the row */
   const int span = (kw - 1) * dw + 1;
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
   if (ox0 > ox1) ox0 = ox1;
+  int c0, c1;  /* threads split the channels */
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
+    for (int c = c0; c < c1; c++) {
       const float* xc = x + ((size_t)n * C + c) * H * W;
       const float* wc = w + (size_t)c * kh * kw;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
@@ -379,10 +391,12 @@ KERNEL void f32_dwconv_kxksN(const float* x, int N, int C, int H, int W, const f
  * registers; the borders are zeroed once and stay zero (each channel rewrites only the interior). */
 KERNEL void f32_dwconv_3x3p_s1(const float* x, int N, int C, int H, int W, const float* w,
                                   const float* bias, float* y, int OH, int OW, int sh, int pt, int pl,
-                                  int Hp, int Wp, float* plane, Act act) {
-  fill_f32(plane, 0.0f, Hp * Wp);
+                                  int Hp, int Wp, float* plane, Act act, int tid, int nt) {
+  int c0, c1;  /* threads split the channels, each with its own plane */
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) fill_f32(plane, 0.0f, Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
+    for (int c = c0; c < c1; c++) {
       const float* xc = x + ((size_t)n * C + c) * H * W;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
       for (int iy = 0; iy < H; iy++) copy_f32(plane + (size_t)(iy + pt) * Wp + pl, xc + (size_t)iy * W, W);
@@ -431,10 +445,12 @@ KERNEL void f32_dwconv_3x3p_s1(const float* x, int N, int C, int H, int W, const
  * registers; the borders are zeroed once and stay zero (each channel rewrites only the interior). */
 KERNEL void f32_dwconv_3x3p_s2(const float* x, int N, int C, int H, int W, const float* w,
                                   const float* bias, float* y, int OH, int OW, int sh, int pt, int pl,
-                                  int Hp, int Wp, float* plane, Act act) {
-  fill_f32(plane, 0.0f, Hp * Wp);
+                                  int Hp, int Wp, float* plane, Act act, int tid, int nt) {
+  int c0, c1;  /* threads split the channels, each with its own plane */
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) fill_f32(plane, 0.0f, Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
+    for (int c = c0; c < c1; c++) {
       const float* xc = x + ((size_t)n * C + c) * H * W;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
       for (int iy = 0; iy < H; iy++) copy_f32(plane + (size_t)(iy + pt) * Wp + pl, xc + (size_t)iy * W, W);

@@ -597,6 +597,24 @@ KERNEL void f32_gemm_pa(int M, int N, int K, const float* Ap, const float* B, in
   }
 }
 
+/* Thread tid's share of f32_gemm_pa: whole 8-column panels when there are at least two per thread,
+ * whole 4-row panels otherwise (every tile is computed as in the single-threaded call). */
+INLINE void f32_gemm_pa_part(int M, int N, int K, const float* Ap, const float* B, int bpanel, int brow, float* C,
+                             int ldc, const float* bias_row, const float* bias_col, Act act, int tid, int nt) {
+  int lo, hi;
+  if (nt == 1 || (N + 7) / 8 >= 2 * nt || (M + 3) / 4 < 2) {
+    cuvil_split(N, 8, tid, nt, &lo, &hi);
+    if (lo < hi)
+      f32_gemm_pa(M, hi - lo, K, Ap, B + (size_t)(lo / 8) * bpanel, bpanel, brow, C + lo, ldc, bias_row,
+                  bias_col ? bias_col + lo : 0, act);
+  } else {
+    cuvil_split(M, 4, tid, nt, &lo, &hi);
+    if (lo < hi)
+      f32_gemm_pa(hi - lo, N, K, Ap + (size_t)lo * K, B, bpanel, brow, C + (size_t)lo * ldc, ldc,
+                  bias_row ? bias_row + lo : 0, bias_col, act);
+  }
+}
+
 /* Pack rows [0, m) of A (stride lda) into 4-row panels, zero padding the last one. */
 KERNEL void f32_pack_a(int m, int K, const float* A, int lda, float* Ap) {
   for (int i = 0; i < m; i += 4) {
@@ -611,9 +629,9 @@ KERNEL void f32_pack_a(int m, int K, const float* A, int lda, float* Ap) {
   }
 }
 
-/* A row block packed per call (the module is single-threaded, so one static buffer serves all). */
+/* A row block packed per call, one buffer per thread. */
 #define GEMM_APACK_FLOATS 131072
-static float gemm_apack[GEMM_APACK_FLOATS] __attribute__((aligned(16)));
+static float gemm_apack[CUVIL_MAX_THREADS][GEMM_APACK_FLOATS] __attribute__((aligned(16)));
 
 /* C = act(A . B + bias) for m = 1 or 2 rows over the columns that fill whole groups of 3 (m = 1) or
  * 2 panels; returns the first column left to the caller's 1x8 / 2x8 tiles (at most two panels). */
@@ -637,16 +655,17 @@ INLINE int f32_gemv(int m, int N, int K, const float* A, int lda, const float* B
 }
 
 /* C = act(A . B + bias), A row-major (stride lda). Blocks of at least 4 rows are packed into 4-row
- * panels and run the packed-A microkernel; fewer rows (GEMV-like) stream A directly, 1-2 rows through
- * the GEMV loops. */
-KERNEL void f32_gemm(int M, int N, int K, const float* A, int lda, const float* Bp, float* C, int ldc,
-                     const float* bias_row, const float* bias_col, Act act) {
+ * panels (into thread tid's buffer) and run the packed-A microkernel; fewer rows (GEMV-like) stream A
+ * directly, 1-2 rows through the GEMV loops. */
+KERNEL void f32_gemm_t(int M, int N, int K, const float* A, int lda, const float* Bp, float* C, int ldc,
+                       const float* bias_row, const float* bias_col, Act act, int tid) {
+  float* apack = gemm_apack[tid];
   const int MC = gemm_row_block(K);
   for (int i0 = 0; i0 < M; i0 += MC) {
     const int i1 = i0 + MC < M ? i0 + MC : M;
     if (i1 - i0 >= 4 && (size_t)((i1 - i0 + 3) & ~3) * K <= GEMM_APACK_FLOATS) {
-      f32_pack_a(i1 - i0, K, A + (size_t)i0 * lda, lda, gemm_apack);
-      f32_gemm_pa(i1 - i0, N, K, gemm_apack, Bp, K * 8, 8, C + (size_t)i0 * ldc, ldc,
+      f32_pack_a(i1 - i0, K, A + (size_t)i0 * lda, lda, apack);
+      f32_gemm_pa(i1 - i0, N, K, apack, Bp, K * 8, 8, C + (size_t)i0 * ldc, ldc,
                   bias_row ? bias_row + i0 : 0, bias_col, act);
       continue;
     }
@@ -678,6 +697,23 @@ KERNEL void f32_gemm(int M, int N, int K, const float* A, int lda, const float* 
       }
     }
   }
+}
+
+/* f32_gemm_t on the first thread's buffer: for callers on one thread. */
+INLINE void f32_gemm(int M, int N, int K, const float* A, int lda, const float* Bp, float* C, int ldc,
+                     const float* bias_row, const float* bias_col, Act act) {
+  f32_gemm_t(M, N, K, A, lda, Bp, C, ldc, bias_row, bias_col, act, 0);
+}
+
+/* Thread tid's share of f32_gemm: columns in units of 48 (whole GEMV groups of 3 and 2 panels), so
+ * every column runs the loop it runs single-threaded. */
+INLINE void f32_gemm_part(int M, int N, int K, const float* A, int lda, const float* Bp, float* C, int ldc,
+                          const float* bias_row, const float* bias_col, Act act, int tid, int nt) {
+  int lo, hi;
+  cuvil_split(N, 48, tid, nt, &lo, &hi);
+  if (lo < hi)
+    f32_gemm_t(M, hi - lo, K, A, lda, Bp + (size_t)lo * K, C + lo, ldc, bias_row, bias_col ? bias_col + lo : 0,
+               act, tid);
 }
 
 /* Pack a row-major B[K,N] (stride ldb) into 8-column panels, zero padded: [ceil(N/8)][K][8]. */

@@ -97,12 +97,15 @@ INLINE void attn_softmax_row(float* s, int n, float scale, const float* mask) {
 #define ATTN_ROWS 32
 KERNEL void f32_attention(int B, int H, int S, int L, int D, int Dv, const float* Q, const float* K,
                           const float* V, const float* mask, const int* st, float scale, float* Y,
-                          float* scratch) {
+                          float* scratch, int tid, int nt) {
   float* kp = scratch;
   float* vp = kp + (size_t)((L + 7) / 8) * 8 * D;
   float* sc = vp + (size_t)((Dv + 7) / 8) * 8 * L;
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < H; h++) {
+  int bh0, bh1;  /* threads split the (batch, head) pairs; scratch is the thread's own */
+  cuvil_split(B * H, 1, tid, nt, &bh0, &bh1);
+  for (int bh = bh0; bh < bh1; bh++) {
+    {
+      const int b = bh / H, h = bh % H;
       const float* q = Q + (size_t)b * st[0] + (size_t)h * st[1];
       f32_pack_panels(D, L, K + (size_t)b * st[3] + (size_t)h * st[4], st[6], st[5], kp);
       f32_pack_panels(L, Dv, V + (size_t)b * st[7] + (size_t)h * st[8], st[9], st[10], vp);
@@ -111,10 +114,10 @@ KERNEL void f32_attention(int B, int H, int S, int L, int D, int Dv, const float
       for (int s0 = 0; s0 < S; s0 += ATTN_ROWS) {
         const int mb = S - s0 < ATTN_ROWS ? S - s0 : ATTN_ROWS;
         const Act none = {ACT_NONE, 0.0f, 0.0f};
-        f32_gemm(mb, L, D, q + (size_t)s0 * st[2], st[2], kp, sc, L, 0, 0, none);
+        f32_gemm_t(mb, L, D, q + (size_t)s0 * st[2], st[2], kp, sc, L, 0, 0, none, tid);
         for (int r = 0; r < mb; r++)
           attn_softmax_row(sc + (size_t)r * L, L, scale, mk ? mk + (size_t)(s0 + r) * st[13] : 0);
-        f32_gemm(mb, Dv, L, sc, L, vp, y + (size_t)s0 * st[16], st[16], 0, 0, none);
+        f32_gemm_t(mb, Dv, L, sc, L, vp, y + (size_t)s0 * st[16], st[16], 0, 0, none, tid);
       }
     }
   }

@@ -27,6 +27,8 @@
  *  - J < 4 (GEMV): the nibbles are read in place, the unpacking is fused into the dot loop and the zero
  *    point is applied per block as d = dot(q, x) - wz * sum(x) (block sums of x computed once per
  *    token): the same integers, so the same bits as the GEMM path.
+ * Threads (tid, nt) prepare the activations together, then split the rows in whole 8-row panels;
+ * convolutions split their pixels instead when there are enough (q_chunk_split, qs8-gemm).
  */
 
 #if CUVIL_RELAXED
@@ -182,33 +184,13 @@ INLINE void qb4_store(v128_t* f, int nt, int i, int ni0, const float* wsc, const
   }
 }
 
-/* y[i*si + j*sj] for i < I, j < J (operands in the header; x rows of K bytes, stride ldx). scratch:
- * J >= 4: packed activations (ceil4(J) * K + 64 bytes) then one unpacked panel (8K); J < 4: the block
- * sums of x (K / 8 bytes). ops/qlinear.py's b4_scratch_bytes sizes it. */
-KERNEL void qb4_gemm(int I, int J, int K, const uint8_t* w, const float* ws, const uint8_t* wz,
-                     const float* wsc, const uint8_t* x, int ldx, const float* xs, const int32_t* xz,
-                     int xstep, const float* bias, float* y, int si, int sj, uint8_t* scratch, Act act) {
+/* Rows [0, I) (whole 8-row panels) x J tokens packed by qu8_pack_x4 in xp: per panel the nibbles are
+ * unpacked into panel (8K bytes) once, then 8x4 tiles and a tail of 1-3 single tokens. */
+static void qb4_gemm_packed(int I, int J, int K, const uint8_t* w, const float* ws, const uint8_t* wz,
+                            const float* wsc, const uint8_t* xp, const float* xs, const int32_t* xz, int xstep,
+                            const float* bias, float* y, int si, int sj, int8_t* panel, Act act) {
   const int nb = K / 32, J4 = J & ~3;
   v128_t f[8];
-  if (J < 4) {
-    int32_t* xsum = (int32_t*)scratch;
-    for (int j = 0; j < J; j++) {
-      const uint8_t* xj = x + (size_t)j * ldx;
-      for (int b = 0; b < nb; b++) {
-        int32_t s = 0;
-        for (int k = 0; k < 32; k++) s += xj[32 * b + k];
-        xsum[b] = s;
-      }
-      for (int i = 0; i < I; i += 8) {
-        qb4_loop_nib_8x1(nb, w + (size_t)i * K / 2, ws + (size_t)i * nb, wz + (size_t)i * nb, xj, xsum, f);
-        qb4_store(f, 1, i, I - i, wsc, bias, xs, xz, xstep, j, y, si, sj, act);
-      }
-    }
-    return;
-  }
-  uint8_t* xp = scratch;
-  int8_t* panel = (int8_t*)(scratch + (size_t)((J + 3) & ~3) * K + 64);
-  qu8_pack_x4(J, K, x, ldx, xp);
   for (int i = 0; i < I; i += 8) {
     const float* wsi = ws + (size_t)i * nb;
     qb4_unpack_panel(nb, w + (size_t)i * K / 2, wz + (size_t)i * nb, panel);
@@ -223,19 +205,77 @@ KERNEL void qb4_gemm(int I, int J, int K, const uint8_t* w, const float* ws, con
   }
 }
 
+/* Thread tid's unpacked panel: the first thread's after ceil4(J) packed tokens in scratch, the others'
+ * on their own stacks (a macro: the space must outlive the caller's loops, not a helper's frame). */
+#define QB4_PANEL(scratch, J, K) \
+  (tid ? (int8_t*)__builtin_alloca(8 * (size_t)(K)) \
+       : (int8_t*)((scratch) + (size_t)(((J) + 3) & ~3) * (K) + 64))
+
+/* y[i*si + j*sj] for i < I, j < J (operands in the header; x rows of K bytes, stride ldx), each thread
+ * its 8-row panels. J >= 4: the threads pack the tokens together into scratch (ceil4(J) * K + 64 bytes,
+ * then the first thread's unpacked panel: ops/qlinear.py's b4_scratch_bytes); J < 4: each thread sums
+ * the few tokens' blocks itself, on its stack (J * K / 8 bytes): no waiting. */
+KERNEL void qb4_gemm(int I, int J, int K, const uint8_t* w, const float* ws, const uint8_t* wz,
+                     const float* wsc, const uint8_t* x, int ldx, const float* xs, const int32_t* xz,
+                     int xstep, const float* bias, float* y, int si, int sj, uint8_t* scratch, Act act,
+                     int tid, int nt) {
+  const int nb = K / 32;
+  int lo, hi, r0, r1;
+  cuvil_split(I, 8, tid, nt, &r0, &r1);
+  if (J < 4) {
+    int32_t* xsum = (int32_t*)__builtin_alloca(sizeof(int32_t) * J * nb);
+    for (int j = 0; j < J; j++)
+      for (int b = 0; b < nb; b++) {
+        const uint8_t* xb = x + (size_t)j * ldx + 32 * b;
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++) s += xb[k];
+        xsum[j * nb + b] = s;
+      }
+    v128_t f[2];
+    for (int j = 0; j < J; j++)
+      for (int i = r0; i < r1; i += 8) {
+        qb4_loop_nib_8x1(nb, w + (size_t)i * K / 2, ws + (size_t)i * nb, wz + (size_t)i * nb,
+                         x + (size_t)j * ldx, xsum + j * nb, f);
+        qb4_store(f, 1, i, I - i, wsc, bias, xs, xz, xstep, j, y, si, sj, act);
+      }
+    return;
+  }
+  cuvil_split(J, 4, tid, nt, &lo, &hi);
+  if (lo < hi) qu8_pack_x4(hi - lo, K, x + (size_t)lo * ldx, ldx, scratch + (size_t)lo * K);
+  q_meet(nt);
+  if (r0 < r1)
+    qb4_gemm_packed(r1 - r0, J, K, w + (size_t)r0 * K / 2, ws + (size_t)r0 * nb, wz + (size_t)r0 * nb, wsc + r0,
+                    scratch, xs, xz, xstep, bias + r0, y + (size_t)r0 * si, si, sj, QB4_PANEL(scratch, J, K), act);
+}
+
 /* Group-1 NCHW convolution with 4-bit weights ([M][C*kh*kw], K a multiple of 32): im2col rows per chunk
- * of output pixels, then qb4_gemm with output channels as i (scratch: its working space). */
+ * of output pixels (col, shared), then the GEMM with output channels as i (scratch: its working space,
+ * shared). Each thread writes the rows of its pixels (q_chunk_split); with enough pixels it packs and
+ * multiplies them itself, else the threads meet and run qb4_gemm together (the GEMV below 4 pixels). */
 KERNEL void qb4_conv2d(const uint8_t* xq, int N, int C, int H, int W, const uint8_t* w, const float* ws,
                        const uint8_t* wz, const float* wsc, const float* bias, const float* xs,
                        const int32_t* xz, float* y, int M, int OH, int OW, int kh, int kw, int sh, int sw,
-                       int dh, int dw, int pt, int pl, int pchunk, uint8_t* col, uint8_t* scratch, Act act) {
+                       int dh, int dw, int pt, int pl, int pchunk, uint8_t* col, uint8_t* scratch, Act act,
+                       int tid, int nt) {
   const int K = C * kh * kw, P = OH * OW;
+  int8_t* panel = QB4_PANEL(scratch, pchunk, K);
   for (int n = 0; n < N; n++)
     for (int p0 = 0; p0 < P; p0 += pchunk) {
       const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-      qu8_im2col_rows(xq + (size_t)n * C * H * W, C, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0, pc,
-                      xz[0], col);
-      qb4_gemm(M, pc, K, w, ws, wz, wsc, col, K, xs, xz, 0, bias, y + (size_t)n * M * P + p0, P, 1, scratch,
-               act);
+      float* yc = y + (size_t)n * M * P + p0;
+      int lo, hi;
+      if (n + p0) q_meet(nt);  /* everyone is done with the last chunk's col and scratch */
+      const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi) && pc >= 4;
+      if (lo < hi)
+        qu8_im2col_rows(xq + (size_t)n * C * H * W, C, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0 + lo,
+                        hi - lo, xz[0], col + (size_t)lo * K);
+      if (!by_px) {
+        q_meet(nt);
+        qb4_gemm(M, pc, K, w, ws, wz, wsc, col, K, xs, xz, 0, bias, yc, P, 1, scratch, act, tid, nt);
+      } else if (lo < hi) {
+        qu8_pack_x4(hi - lo, K, col + (size_t)lo * K, K, scratch + (size_t)lo * K);
+        qb4_gemm_packed(M, hi - lo, K, w, ws, wz, wsc, scratch + (size_t)lo * K, xs, xz, 0, bias, yc + lo, P, 1,
+                        panel, act);
+      }
     }
 }

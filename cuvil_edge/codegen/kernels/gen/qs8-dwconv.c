@@ -6,6 +6,8 @@
  * point, the quantized 0.0 that im2col writes for padding taps, so the sums equal the im2col path's and
  * the rows run with no bounds checks or masks. The border is filled once per call; rows are copied 16
  * bytes at a time and the right padding columns the over-copy hit are restored (Wp leaves room for it).
+ * f32 input is quantized one channel at a time into the thread's scratch just before its plane is
+ * filled (no quantized copy of the whole tensor), so threads, each on its own channels, never meet.
  *
  * Vectorized across output width (NCHW rows): 8 pixels per step, two vectors of 4 int32 sums. Taps go
  * in groups of 4 along a filter row (weights [C][kh][kwg][4], kwg = ceil(kw/4), zero past kw), splatted
@@ -103,22 +105,30 @@ INLINE void qdw_row_sN_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, in
   }
 }
 
-/* Whole tensor, 3x3s1, 7-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x7_3x3s1(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, 3x3s1, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x7_3x3s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   (void)kh; (void)kw;
   const int KH = 3, KWG = 1;
   v128_t wv[3];
+  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -130,22 +140,30 @@ KERNEL void qs8_dwconv_x7_3x3s1(const uint8_t* xq, int N, int C, int H, int W, c
   }
 }
 
-/* Whole tensor, 3x3s2, 7-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x7_3x3s2(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, 3x3s2, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x7_3x3s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   (void)kh; (void)kw;
   const int KH = 3, KWG = 1;
   v128_t wv[3];
+  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -157,22 +175,30 @@ KERNEL void qs8_dwconv_x7_3x3s2(const uint8_t* xq, int N, int C, int H, int W, c
   }
 }
 
-/* Whole tensor, 5x5s1, 7-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x7_5x5s1(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, 5x5s1, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x7_5x5s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   (void)kh; (void)kw;
   const int KH = 5, KWG = 2;
   v128_t wv[10];
+  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -184,22 +210,30 @@ KERNEL void qs8_dwconv_x7_5x5s1(const uint8_t* xq, int N, int C, int H, int W, c
   }
 }
 
-/* Whole tensor, 5x5s2, 7-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x7_5x5s2(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, 5x5s2, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x7_5x5s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   (void)kh; (void)kw;
   const int KH = 5, KWG = 2;
   v128_t wv[10];
+  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -211,21 +245,29 @@ KERNEL void qs8_dwconv_x7_5x5s2(const uint8_t* xq, int N, int C, int H, int W, c
   }
 }
 
-/* Whole tensor, kxks1, 7-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x7_kxks1(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, kxks1, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x7_kxks1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   const int KH = kh, KWG = (kw + 3) / 4;
   v128_t* wv = (v128_t*)(plane + (((size_t)Hp * Wp + 15) & ~(size_t)15));
+  uint8_t* buf = (uint8_t*)(wv + KH * KWG);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -237,21 +279,29 @@ KERNEL void qs8_dwconv_x7_kxks1(const uint8_t* xq, int N, int C, int H, int W, c
   }
 }
 
-/* Whole tensor, kxks2, 7-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x7_kxks2(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, kxks2, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x7_kxks2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   const int KH = kh, KWG = (kw + 3) / 4;
   v128_t* wv = (v128_t*)(plane + (((size_t)Hp * Wp + 15) & ~(size_t)15));
+  uint8_t* buf = (uint8_t*)(wv + KH * KWG);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -263,21 +313,29 @@ KERNEL void qs8_dwconv_x7_kxks2(const uint8_t* xq, int N, int C, int H, int W, c
   }
 }
 
-/* Whole tensor, kxksN, 7-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x7_kxksN(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, kxksN, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x7_kxksN(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   const int KH = kh, KWG = (kw + 3) / 4;
   v128_t* wv = (v128_t*)(plane + (((size_t)Hp * Wp + 15) & ~(size_t)15));
+  uint8_t* buf = (uint8_t*)(wv + KH * KWG);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -351,22 +409,30 @@ INLINE void qdw_row_sN_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, in
   }
 }
 
-/* Whole tensor, 3x3s1, 8-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x8_3x3s1(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, 3x3s1, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x8_3x3s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   (void)kh; (void)kw;
   const int KH = 3, KWG = 1;
   v128_t wv[3];
+  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -378,22 +444,30 @@ KERNEL void qs8_dwconv_x8_3x3s1(const uint8_t* xq, int N, int C, int H, int W, c
   }
 }
 
-/* Whole tensor, 3x3s2, 8-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x8_3x3s2(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, 3x3s2, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x8_3x3s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   (void)kh; (void)kw;
   const int KH = 3, KWG = 1;
   v128_t wv[3];
+  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -405,22 +479,30 @@ KERNEL void qs8_dwconv_x8_3x3s2(const uint8_t* xq, int N, int C, int H, int W, c
   }
 }
 
-/* Whole tensor, 5x5s1, 8-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x8_5x5s1(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, 5x5s1, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x8_5x5s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   (void)kh; (void)kw;
   const int KH = 5, KWG = 2;
   v128_t wv[10];
+  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -432,22 +514,30 @@ KERNEL void qs8_dwconv_x8_5x5s1(const uint8_t* xq, int N, int C, int H, int W, c
   }
 }
 
-/* Whole tensor, 5x5s2, 8-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x8_5x5s2(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, 5x5s2, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x8_5x5s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   (void)kh; (void)kw;
   const int KH = 5, KWG = 2;
   v128_t wv[10];
+  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -459,21 +549,29 @@ KERNEL void qs8_dwconv_x8_5x5s2(const uint8_t* xq, int N, int C, int H, int W, c
   }
 }
 
-/* Whole tensor, kxks1, 8-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x8_kxks1(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, kxks1, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x8_kxks1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   const int KH = kh, KWG = (kw + 3) / 4;
   v128_t* wv = (v128_t*)(plane + (((size_t)Hp * Wp + 15) & ~(size_t)15));
+  uint8_t* buf = (uint8_t*)(wv + KH * KWG);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -485,21 +583,29 @@ KERNEL void qs8_dwconv_x8_kxks1(const uint8_t* xq, int N, int C, int H, int W, c
   }
 }
 
-/* Whole tensor, kxks2, 8-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x8_kxks2(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, kxks2, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x8_kxks2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   const int KH = kh, KWG = (kw + 3) / 4;
   v128_t* wv = (v128_t*)(plane + (((size_t)Hp * Wp + 15) & ~(size_t)15));
+  uint8_t* buf = (uint8_t*)(wv + KH * KWG);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
@@ -511,21 +617,29 @@ KERNEL void qs8_dwconv_x8_kxks2(const uint8_t* xq, int N, int C, int H, int W, c
   }
 }
 
-/* Whole tensor, kxksN, 8-bit activations: xq [N][C][H][W] uint8 (scale xs, zero point xz),
- * w [C][kh][kwg][4] int8, wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32;
- * plane: Hp x Wp bytes of scratch, then (kxk) kh * kwg vectors. */
-KERNEL void qs8_dwconv_x8_kxksN(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
-                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                             const int32_t* xz, float* y, int OH, int OW, int kh, int kw, int sh, int sw,
-                             int dh, int dw, int pt, int pl, int pr, int Hp, int Wp, uint8_t* plane,
-                             Act act) {
+/* Whole tensor, kxksN, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
+ * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
+ * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
+ * split the channels. */
+KERNEL void qs8_dwconv_x8_kxksN(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
   const int KH = kh, KWG = (kw + 3) / 4;
   v128_t* wv = (v128_t*)(plane + (((size_t)Hp * Wp + 15) & ~(size_t)15));
+  uint8_t* buf = (uint8_t*)(wv + KH * KWG);
   const uint8_t zp = (uint8_t)xz[0];
-  __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
   for (int n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++) {
-      qdw_fill_plane(plane, xq + ((size_t)n * C + c) * H * W, H, W, pt, pl, pr, Wp, zp);
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);

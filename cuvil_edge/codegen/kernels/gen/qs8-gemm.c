@@ -23,7 +23,18 @@
  * the per-float stores cost a 16-channel 1x1 conv a quarter of its time), else per token. Quantization
  * of activations (qu8_quantize*) is ONNX QuantizeLinear's: round(x / scale) half to even, + zero point,
  * saturated.
+ *
+ * Threads: kernels taking (tid, nt) run on every thread of a split node, each its share (cuvil_split),
+ * meeting (q_meet) where one thread's bytes feed another's; or on thread 0 alone (nt 1). Sums are exact
+ * and every output meets the same epilogue, so any split gives the same bits: GEMMs split the weights'
+ * 8-row panels after packing the tokens together, convolutions their pixels in 16-pixel steps (few
+ * pixels: the panels).
  */
+
+/* cuvil_barrier for kernels that a node too small to split runs on thread 0 alone (nt 1). */
+INLINE void q_meet(int nt) {
+  if (nt > 1) cuvil_barrier();
+}
 
 /* Lane l sums bytes 4l..4l+3, as the relaxed dot does: per-lane partial sums are then identical in both
  * tiers, not just their totals. */
@@ -107,34 +118,95 @@ KERNEL void qu8_quantize(int n, const float* x, uint8_t* y, const float* scale, 
   }
 }
 
+/* Thread tid's share of qu8_quantize: whole 16-value steps, each quantized as in one call. */
+INLINE void qu8_quantize_part(int n, const float* x, uint8_t* y, const float* scale, const int32_t* zp, int qmax,
+                              int tid, int nt) {
+  int lo, hi;
+  cuvil_split(n, 16, tid, nt, &lo, &hi);
+  if (lo < hi) qu8_quantize(hi - lo, x + lo, y + lo, scale, zp, qmax);
+}
+
+/* Lane-wise min and max of x[0, n & ~3) into mn, mx (wasm's f32x4 min/max: NaN wins and -0 < +0, so
+ * lanes combined in any grouping give the same bits). */
+INLINE void qu8_range4(const float* x, int n, v128_t* mn, v128_t* mx) {
+  for (int k = 0; k + 4 <= n; k += 4) {
+    const v128_t v = VLOAD(x + k);
+    *mn = wasm_f32x4_min(*mn, v);
+    *mx = wasm_f32x4_max(*mx, v);
+  }
+}
+
+/* Scale and zero point of the range [min(0, x), max(0, x)] onto 0..qmax: lanes vmn, vmx (qu8_range4 from
+ * 0), then the n & 3 values of tail. */
+INLINE void qu8_dyn_params(v128_t vmn, v128_t vmx, const float* tail, int n, int qmax, float* scale,
+                           int32_t* zp) {
+  float tmn[4] __attribute__((aligned(16))), tmx[4] __attribute__((aligned(16)));
+  VSTORE(tmn, vmn);
+  VSTORE(tmx, vmx);
+  float mn = 0.0f, mx = 0.0f;
+  for (int l = 0; l < 4; l++) {
+    mn = tmn[l] < mn ? tmn[l] : mn;
+    mx = tmx[l] > mx ? tmx[l] : mx;
+  }
+  for (int k = 0; k < (n & 3); k++) { mn = tail[k] < mn ? tail[k] : mn; mx = tail[k] > mx ? tail[k] : mx; }
+  float s = (mx - mn) / (float)qmax;
+  if (!(s > 0.0f)) s = 1.0f;
+  float z = wasm_f32x4_extract_lane(wasm_f32x4_nearest(VSPLAT(-mn / s)), 0);
+  z = z < 0.0f ? 0.0f : (z > (float)qmax ? (float)qmax : z);
+  *scale = s;
+  *zp = (int32_t)z;
+}
+
+/* Each thread's lanes of a per-tensor range: written before a barrier, read after it. */
+static v128_t qu8_dyn_lanes[CUVIL_MAX_THREADS][2];
+/* Values below which every thread scans a whole per-tensor range itself: fewer than a barrier costs. */
+#define QU8_DYN_SPLIT 65536
+
+/* Per-tensor dynamic quantization parameters of x[0, n), in every thread's scale and zp (nt 1: the
+ * caller's alone). Large tensors: each thread takes the lanes of its 16-value steps, then all combine
+ * them in thread order (the same lanes as one pass, see qu8_range4); all threads must call it, and meet
+ * again before the next call. */
+INLINE void qu8_dyn_tensor(int n, const float* x, int qmax, float* scale, int32_t* zp, int tid, int nt) {
+  const v128_t zero = wasm_f32x4_const_splat(0.0f);
+  v128_t mn = zero, mx = zero;
+  if (nt == 1 || n < QU8_DYN_SPLIT) {
+    qu8_range4(x, n, &mn, &mx);
+  } else {
+    int lo, hi;
+    cuvil_split(n & ~3, 16, tid, nt, &lo, &hi);
+    qu8_range4(x + lo, hi - lo, &mn, &mx);
+    qu8_dyn_lanes[tid][0] = mn;
+    qu8_dyn_lanes[tid][1] = mx;
+    cuvil_barrier();
+    mn = mx = zero;
+    for (int t = 0; t < nt; t++) {
+      mn = wasm_f32x4_min(mn, qu8_dyn_lanes[t][0]);
+      mx = wasm_f32x4_max(mx, qu8_dyn_lanes[t][1]);
+    }
+  }
+  qu8_dyn_params(mn, mx, x + (n & ~3), n, qmax, scale, zp);
+}
+
 /* Dynamic quantization: per row, range [min(0, x), max(0, x)] onto 0..qmax (ONNX DynamicQuantizeLinear
- * for qmax 255 and one row); scale and zero point written to scale[r], zp[r]. */
+ * for qmax 255 and one row); scale and zero point written to scale[r], zp[r] (one row: by thread 0; the
+ * threads split the rows, or one row's values). */
 KERNEL void qu8_quantize_dyn(int rows, int K, const float* x, uint8_t* y, float* scale, int32_t* zp,
-                             int qmax) {
-  for (int r = 0; r < rows; r++) {
+                             int qmax, int tid, int nt) {
+  if (rows == 1) {
+    float s;
+    int32_t z;
+    qu8_dyn_tensor(K, x, qmax, &s, &z, tid, nt);
+    qu8_quantize_part(K, x, y, &s, &z, qmax, tid, nt);
+    if (tid == 0) { scale[0] = s; zp[0] = z; }
+    return;
+  }
+  int r0, r1;
+  cuvil_split(rows, 1, tid, nt, &r0, &r1);
+  for (int r = r0; r < r1; r++) {
     const float* xr = x + (size_t)r * K;
-    v128_t vmn = wasm_f32x4_const_splat(0.0f), vmx = vmn;
-    int k = 0;
-    for (; k + 4 <= K; k += 4) {
-      const v128_t v = VLOAD(xr + k);
-      vmn = wasm_f32x4_min(vmn, v);
-      vmx = wasm_f32x4_max(vmx, v);
-    }
-    float tmn[4] __attribute__((aligned(16))), tmx[4] __attribute__((aligned(16)));
-    VSTORE(tmn, vmn);
-    VSTORE(tmx, vmx);
-    float mn = 0.0f, mx = 0.0f;
-    for (int l = 0; l < 4; l++) {
-      mn = tmn[l] < mn ? tmn[l] : mn;
-      mx = tmx[l] > mx ? tmx[l] : mx;
-    }
-    for (; k < K; k++) { mn = xr[k] < mn ? xr[k] : mn; mx = xr[k] > mx ? xr[k] : mx; }
-    float s = (mx - mn) / (float)qmax;
-    if (!(s > 0.0f)) s = 1.0f;
-    float z = wasm_f32x4_extract_lane(wasm_f32x4_nearest(VSPLAT(-mn / s)), 0);
-    z = z < 0.0f ? 0.0f : (z > (float)qmax ? (float)qmax : z);
-    scale[r] = s;
-    zp[r] = (int32_t)z;
+    v128_t mn = wasm_f32x4_const_splat(0.0f), mx = mn;
+    qu8_range4(xr, K, &mn, &mx);
+    qu8_dyn_params(mn, mx, xr + (K & ~3), K, qmax, scale + r, zp + r);
     qu8_quantize(K, xr, y + (size_t)r * K, scale + r, zp + r, qmax);
   }
 }
@@ -381,6 +453,15 @@ static void qu8_subsample_planes(const uint8_t* x, int C, int H, int W, int sh, 
   }
 }
 
+/* How the threads share a conv chunk of pc output pixels: each packs pixels [lo, hi) (whole 16-pixel
+ * steps, qu8_pack_nchw_x4's) into the shared xp from token lo. With two steps or more per thread each
+ * multiplies its own pixels by every output channel (returns 1); else they meet once the chunk is packed
+ * and split the output channels in 8-row panels. */
+INLINE int q_chunk_split(int pc, int tid, int nt, int* lo, int* hi) {
+  cuvil_split(pc, 16, tid, nt, lo, hi);
+  return nt == 1 || (pc + 15) / 16 >= 2 * nt;
+}
+
 /* One 8-row panel x NT tokens: out[t] = rows 0-3 of token t, out[NT + t] = rows 4-7. */
 INLINE void qs8_tile_x7_8x4(int K4, const int8_t* w, const uint8_t* xp, v128_t* out) {
 #if CUVIL_RELAXED && 7 == 7
@@ -438,32 +519,73 @@ KERNEL void qs8_gemm_packed_x7(int I, int J, int K, const int8_t* w, const uint8
   }
 }
 
-/* The GEMM on x rows (J rows of K bytes, stride ldx): packed into xp (qu8_pack_x4, ceil4(J) * K4 bytes of
- * scratch) once, then qs8_gemm_packed. */
+/* Thread tid's share of qs8_gemm_packed: whole 8-row panels (every tile as in one call). */
+INLINE void qs8_gemm_rows_x7(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
+                               const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
+                               const float* bias, float* y, int si, int sj, Act act, int tid, int nt) {
+  int lo, hi;
+  cuvil_split(I, 8, tid, nt, &lo, &hi);
+  if (lo < hi)
+    qs8_gemm_packed_x7(hi - lo, J, K, w + (size_t)lo * ((K + 3) & ~3), xp, xs, xz, xstep, wsum + lo, ws + lo,
+                         bias + lo, y + (size_t)lo * si, si, sj, act);
+}
+
+/* The GEMM on x rows (J rows of K bytes, stride ldx), each thread its 8-row panels. The threads pack
+ * xp together (qu8_pack_x4, whole 4-token blocks each; xpack_bytes(J, K) of scratch in ops/qlinear.py),
+ * but a GEMV's (J < 4) xp is each thread's own: each packs the tokens itself, waiting for no one. */
 KERNEL void qs8_gemm_x7(int I, int J, int K, const int8_t* w, const uint8_t* x, int ldx, uint8_t* xp,
                           const float* xs, const int32_t* xz, int xstep, const int32_t* wsum,
-                          const float* ws, const float* bias, float* y, int si, int sj, Act act) {
-  qu8_pack_x4(J, K, x, ldx, xp);
-  qs8_gemm_packed_x7(I, J, K, w, xp, xs, xz, xstep, wsum, ws, bias, y, si, sj, act);
+                          const float* ws, const float* bias, float* y, int si, int sj, Act act, int tid,
+                          int nt) {
+  if (J < 4) {
+    qu8_pack_x4(J, K, x, ldx, xp);
+  } else {
+    int lo, hi;
+    cuvil_split(J, 4, tid, nt, &lo, &hi);
+    if (lo < hi) qu8_pack_x4(hi - lo, K, x + (size_t)lo * ldx, ldx, xp + (size_t)lo * ((K + 3) & ~3));
+    q_meet(nt);
+  }
+  qs8_gemm_rows_x7(I, J, K, w, xp, xs, xz, xstep, wsum, ws, bias, y, si, sj, act, tid, nt);
+}
+
+/* Thread tid's part of a conv chunk's GEMM (I output channels x pc pixels, adjacent in y; per-tensor
+ * activation parameters) once it packed pixels [lo, hi) into xp: see q_chunk_split. */
+INLINE void qs8_chunk_gemm_x7(int by_px, int lo, int hi, int I, int pc, int K, const int8_t* w,
+                                const uint8_t* xp, const float* xs, const int32_t* xz, const int32_t* wsum,
+                                const float* ws, const float* bias, float* y, int P, Act act, int tid, int nt) {
+  if (!by_px) {
+    q_meet(nt);
+    qs8_gemm_rows_x7(I, pc, K, w, xp, xs, xz, 0, wsum, ws, bias, y, P, 1, act, tid, nt);
+  } else if (lo < hi) {
+    qs8_gemm_packed_x7(I, hi - lo, K, w, xp + (size_t)lo * ((K + 3) & ~3), xs, xz, 0, wsum, ws, bias, y + lo,
+                         P, 1, act);
+  }
 }
 
 /* NCHW convolution on quantized input xq: im2col rows per chunk of output pixels, then the GEMM with
- * output channels as i (rows padded to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; xp is the
- * GEMM's packing scratch for pchunk rows). */
+ * output channels as i (rows padded to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; col and xp,
+ * shared by the threads, hold the rows and packed tokens of pchunk pixels). */
 KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
                             const int32_t* xz, float* y, int M, int OH, int OW, int G, int kh, int kw,
                             int sh, int sw, int dh, int dw, int pt, int pl, int pchunk, uint8_t* col,
-                            uint8_t* xp, Act act) {
+                            uint8_t* xp, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K = Cg * kh * kw, K4 = (K + 3) & ~3, P = OH * OW;
   for (int n = 0; n < N; n++)
     for (int g = 0; g < G; g++)
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        qu8_im2col_rows(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
-                        pt, pl, OW, p0, pc, xz[0], col);
-        qs8_gemm_x7(Mg, pc, K, w + (size_t)g * Mgp * K4, col, K, xp, xs, xz, 0, wsum + g * Mgp,
-                      ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, 1, act);
+        int lo, hi;
+        if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
+        const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi);
+        if (lo < hi) {
+          qu8_im2col_rows(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
+                          pt, pl, OW, p0 + lo, hi - lo, xz[0], col + (size_t)lo * K);
+          qu8_pack_x4(hi - lo, K, col + (size_t)lo * K, K, xp + (size_t)lo * K4);
+        }
+        qs8_chunk_gemm_x7(by_px, lo, hi, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
+                            ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, act,
+                            tid, nt);
       }
 }
 
@@ -473,30 +595,41 @@ KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const i
  * the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits. */
 KERNEL void qs8_conv1x1_x7(const uint8_t* xq, int N, int C, int P, const int8_t* w, const int32_t* wsum,
                              const float* ws, const float* bias, const float* xs, const int32_t* xz, float* y,
-                             int M, int G, int pchunk, uint8_t* xp, Act act) {
+                             int M, int G, int pchunk, uint8_t* xp, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K4 = (Cg + 3) & ~3;
   for (int n = 0; n < N; n++)
     for (int g = 0; g < G; g++)
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        qu8_pack_nchw_x4(pc, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0, P, xp);
-        qs8_gemm_packed_x7(Mg, pc, Cg, w + (size_t)g * Mgp * K4, xp, xs, xz, 0, wsum + g * Mgp,
-                             ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, 1,
-                             act);
+        int lo, hi;
+        if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
+        const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi);
+        if (lo < hi)
+          qu8_pack_nchw_x4(hi - lo, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0 + lo, P,
+                           xp + (size_t)lo * K4);
+        qs8_chunk_gemm_x7(by_px, lo, hi, Mg, pc, Cg, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
+                            ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, act,
+                            tid, nt);
       }
 }
 
 /* 1x1 convolution, unpadded, strided (any groups): per image the uint8 planes are subsampled once into sub
- * (C x OH x OW bytes), then qs8_conv1x1 packs them as they lie. The GEMM meets the bytes im2col would
- * write, in the same panels, so the same bits. */
+ * (C x OH x OW bytes, shared: each thread subsamples its channels), then qs8_conv1x1 packs them as they
+ * lie. The GEMM meets the bytes im2col would write, in the same panels, so the same bits. */
 KERNEL void qs8_conv1x1_sub_x7(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                                  const int32_t* wsum, const float* ws, const float* bias, const float* xs,
                                  const int32_t* xz, float* y, int M, int OH, int OW, int G, int sh, int sw,
-                                 int pchunk, uint8_t* sub, uint8_t* xp, Act act) {
+                                 int pchunk, uint8_t* sub, uint8_t* xp, Act act, int tid, int nt) {
   const int P = OH * OW;
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
   for (int n = 0; n < N; n++) {
-    qu8_subsample_planes(xq + (size_t)n * C * H * W, C, H, W, sh, sw, OH, OW, sub);
-    qs8_conv1x1_x7(sub, 1, C, P, w, wsum, ws, bias, xs, xz, y + (size_t)n * M * P, M, G, pchunk, xp, act);
+    if (n) q_meet(nt);  /* everyone is done with the last image's sub and xp */
+    qu8_subsample_planes(xq + ((size_t)n * C + c0) * H * W, c1 - c0, H, W, sh, sw, OH, OW,
+                         sub + (size_t)c0 * P);
+    q_meet(nt);
+    qs8_conv1x1_x7(sub, 1, C, P, w, wsum, ws, bias, xs, xz, y + (size_t)n * M * P, M, G, pchunk, xp, act,
+                     tid, nt);
   }
 }
 
@@ -557,32 +690,73 @@ KERNEL void qs8_gemm_packed_x8(int I, int J, int K, const int8_t* w, const uint8
   }
 }
 
-/* The GEMM on x rows (J rows of K bytes, stride ldx): packed into xp (qu8_pack_x4, ceil4(J) * K4 bytes of
- * scratch) once, then qs8_gemm_packed. */
+/* Thread tid's share of qs8_gemm_packed: whole 8-row panels (every tile as in one call). */
+INLINE void qs8_gemm_rows_x8(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
+                               const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
+                               const float* bias, float* y, int si, int sj, Act act, int tid, int nt) {
+  int lo, hi;
+  cuvil_split(I, 8, tid, nt, &lo, &hi);
+  if (lo < hi)
+    qs8_gemm_packed_x8(hi - lo, J, K, w + (size_t)lo * ((K + 3) & ~3), xp, xs, xz, xstep, wsum + lo, ws + lo,
+                         bias + lo, y + (size_t)lo * si, si, sj, act);
+}
+
+/* The GEMM on x rows (J rows of K bytes, stride ldx), each thread its 8-row panels. The threads pack
+ * xp together (qu8_pack_x4, whole 4-token blocks each; xpack_bytes(J, K) of scratch in ops/qlinear.py),
+ * but a GEMV's (J < 4) xp is each thread's own: each packs the tokens itself, waiting for no one. */
 KERNEL void qs8_gemm_x8(int I, int J, int K, const int8_t* w, const uint8_t* x, int ldx, uint8_t* xp,
                           const float* xs, const int32_t* xz, int xstep, const int32_t* wsum,
-                          const float* ws, const float* bias, float* y, int si, int sj, Act act) {
-  qu8_pack_x4(J, K, x, ldx, xp);
-  qs8_gemm_packed_x8(I, J, K, w, xp, xs, xz, xstep, wsum, ws, bias, y, si, sj, act);
+                          const float* ws, const float* bias, float* y, int si, int sj, Act act, int tid,
+                          int nt) {
+  if (J < 4) {
+    qu8_pack_x4(J, K, x, ldx, xp);
+  } else {
+    int lo, hi;
+    cuvil_split(J, 4, tid, nt, &lo, &hi);
+    if (lo < hi) qu8_pack_x4(hi - lo, K, x + (size_t)lo * ldx, ldx, xp + (size_t)lo * ((K + 3) & ~3));
+    q_meet(nt);
+  }
+  qs8_gemm_rows_x8(I, J, K, w, xp, xs, xz, xstep, wsum, ws, bias, y, si, sj, act, tid, nt);
+}
+
+/* Thread tid's part of a conv chunk's GEMM (I output channels x pc pixels, adjacent in y; per-tensor
+ * activation parameters) once it packed pixels [lo, hi) into xp: see q_chunk_split. */
+INLINE void qs8_chunk_gemm_x8(int by_px, int lo, int hi, int I, int pc, int K, const int8_t* w,
+                                const uint8_t* xp, const float* xs, const int32_t* xz, const int32_t* wsum,
+                                const float* ws, const float* bias, float* y, int P, Act act, int tid, int nt) {
+  if (!by_px) {
+    q_meet(nt);
+    qs8_gemm_rows_x8(I, pc, K, w, xp, xs, xz, 0, wsum, ws, bias, y, P, 1, act, tid, nt);
+  } else if (lo < hi) {
+    qs8_gemm_packed_x8(I, hi - lo, K, w, xp + (size_t)lo * ((K + 3) & ~3), xs, xz, 0, wsum, ws, bias, y + lo,
+                         P, 1, act);
+  }
 }
 
 /* NCHW convolution on quantized input xq: im2col rows per chunk of output pixels, then the GEMM with
- * output channels as i (rows padded to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; xp is the
- * GEMM's packing scratch for pchunk rows). */
+ * output channels as i (rows padded to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; col and xp,
+ * shared by the threads, hold the rows and packed tokens of pchunk pixels). */
 KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
                             const int32_t* xz, float* y, int M, int OH, int OW, int G, int kh, int kw,
                             int sh, int sw, int dh, int dw, int pt, int pl, int pchunk, uint8_t* col,
-                            uint8_t* xp, Act act) {
+                            uint8_t* xp, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K = Cg * kh * kw, K4 = (K + 3) & ~3, P = OH * OW;
   for (int n = 0; n < N; n++)
     for (int g = 0; g < G; g++)
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        qu8_im2col_rows(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
-                        pt, pl, OW, p0, pc, xz[0], col);
-        qs8_gemm_x8(Mg, pc, K, w + (size_t)g * Mgp * K4, col, K, xp, xs, xz, 0, wsum + g * Mgp,
-                      ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, 1, act);
+        int lo, hi;
+        if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
+        const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi);
+        if (lo < hi) {
+          qu8_im2col_rows(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
+                          pt, pl, OW, p0 + lo, hi - lo, xz[0], col + (size_t)lo * K);
+          qu8_pack_x4(hi - lo, K, col + (size_t)lo * K, K, xp + (size_t)lo * K4);
+        }
+        qs8_chunk_gemm_x8(by_px, lo, hi, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
+                            ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, act,
+                            tid, nt);
       }
 }
 
@@ -592,30 +766,41 @@ KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const i
  * the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits. */
 KERNEL void qs8_conv1x1_x8(const uint8_t* xq, int N, int C, int P, const int8_t* w, const int32_t* wsum,
                              const float* ws, const float* bias, const float* xs, const int32_t* xz, float* y,
-                             int M, int G, int pchunk, uint8_t* xp, Act act) {
+                             int M, int G, int pchunk, uint8_t* xp, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K4 = (Cg + 3) & ~3;
   for (int n = 0; n < N; n++)
     for (int g = 0; g < G; g++)
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        qu8_pack_nchw_x4(pc, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0, P, xp);
-        qs8_gemm_packed_x8(Mg, pc, Cg, w + (size_t)g * Mgp * K4, xp, xs, xz, 0, wsum + g * Mgp,
-                             ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, 1,
-                             act);
+        int lo, hi;
+        if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
+        const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi);
+        if (lo < hi)
+          qu8_pack_nchw_x4(hi - lo, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0 + lo, P,
+                           xp + (size_t)lo * K4);
+        qs8_chunk_gemm_x8(by_px, lo, hi, Mg, pc, Cg, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
+                            ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, act,
+                            tid, nt);
       }
 }
 
 /* 1x1 convolution, unpadded, strided (any groups): per image the uint8 planes are subsampled once into sub
- * (C x OH x OW bytes), then qs8_conv1x1 packs them as they lie. The GEMM meets the bytes im2col would
- * write, in the same panels, so the same bits. */
+ * (C x OH x OW bytes, shared: each thread subsamples its channels), then qs8_conv1x1 packs them as they
+ * lie. The GEMM meets the bytes im2col would write, in the same panels, so the same bits. */
 KERNEL void qs8_conv1x1_sub_x8(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                                  const int32_t* wsum, const float* ws, const float* bias, const float* xs,
                                  const int32_t* xz, float* y, int M, int OH, int OW, int G, int sh, int sw,
-                                 int pchunk, uint8_t* sub, uint8_t* xp, Act act) {
+                                 int pchunk, uint8_t* sub, uint8_t* xp, Act act, int tid, int nt) {
   const int P = OH * OW;
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
   for (int n = 0; n < N; n++) {
-    qu8_subsample_planes(xq + (size_t)n * C * H * W, C, H, W, sh, sw, OH, OW, sub);
-    qs8_conv1x1_x8(sub, 1, C, P, w, wsum, ws, bias, xs, xz, y + (size_t)n * M * P, M, G, pchunk, xp, act);
+    if (n) q_meet(nt);  /* everyone is done with the last image's sub and xp */
+    qu8_subsample_planes(xq + ((size_t)n * C + c0) * H * W, c1 - c0, H, W, sh, sw, OH, OW,
+                         sub + (size_t)c0 * P);
+    q_meet(nt);
+    qs8_conv1x1_x8(sub, 1, C, P, w, wsum, ws, bias, xs, xz, y + (size_t)n * M * P, M, G, pchunk, xp, act,
+                     tid, nt);
   }
 }
 

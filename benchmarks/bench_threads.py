@@ -1,0 +1,123 @@
+"""Intra-op threads at real sizes: MobileNetV2 224, ResNet-50 224, a YOLOv8n-style 320 detector and a
+DistilBERT-shaped encoder (sequence 128) with 1, 2 and all threads, ours next to onnxruntime (native,
+``intra_op_num_threads``) and onnxruntime-web (WASM EP under Node, ``numThreads``) with the same counts,
+in one run. Ours and onnxruntime are timed in one process in interleaved blocks (a noisy neighbour hits
+every engine alike); onnxruntime-web runs in Node right after, on the same inputs, and its outputs are
+checked against onnxruntime's. Our thread counts all run one module (built for up to 4 threads): their
+outputs are compared bit for bit.
+
+    python benchmarks/bench_threads.py [--repeat 20] [--nets mobilenet_v2,resnet50,yolov8n,encoder]
+        [--precision fp32|int8] [--no-web]
+
+onnxruntime-web needs ``npm install`` in benchmarks/node/ (the table says so when it is missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _peers import WebTiming, ort_web  # noqa: E402
+from bench_real_size import interleaved, mobilenet_v2, resnet50, yolov8n  # noqa: E402
+
+from cuvil_edge import CuvilModel  # noqa: E402
+from cuvil_edge.bench import host_target  # noqa: E402
+from cuvil_edge.oracle import ort_session  # noqa: E402
+from cuvil_edge.zoo_transformers import bert_encoder, bert_feeds  # noqa: E402
+from runtime_wasm.instance import WasmModel, available_cores  # noqa: E402
+from runtime_wasm.loader import instantiate  # noqa: E402
+
+NETS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "mobilenet_v2": lambda: mobilenet_v2(224), "resnet50": lambda: resnet50(224),
+    "yolov8n": lambda: yolov8n(320), "encoder": lambda: bert_encoder(seq=128),
+}
+
+
+def feeds_for(name: str, proto: onnx.ModelProto) -> dict[str, np.ndarray]:
+    if name == "encoder":
+        return bert_feeds(seq=128)
+    size = proto.graph.input[0].type.tensor_type.shape.dim[2].dim_value
+    return {"x": np.random.default_rng(0).standard_normal((1, 3, size, size)).astype(np.float32)}
+
+
+def build(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], precision: str) -> CuvilModel:
+    calib = None if precision == "fp32" else [feeds]
+    return CuvilModel.load(proto).optimize(precision, targets=[host_target()], calibration=calib)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=20, help="timed calls per engine and thread count")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--nets", default=",".join(NETS))
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
+    ap.add_argument("--no-web", action="store_true", help="leave out onnxruntime-web")
+    args = ap.parse_args()
+    os.environ.setdefault("CUVIL_CACHE_DIR", tempfile.mkdtemp(prefix="cuvil-bench-"))
+    cores = available_cores()
+    counts = sorted({1, 2, cores})
+    target = host_target()
+    print(f"{args.precision}, {target.name}, {cores} cores available; medians of "
+          f"{max(1, args.repeat // 5) * 5} interleaved calls (ours, onnxruntime); onnxruntime-web after")
+    head = "".join(f" {'ours ' + str(n):>9s} {'ORT ' + str(n):>9s} {'web ' + str(n):>9s}" for n in counts)
+    rows = []
+    for name in args.nets.split(","):
+        proto = NETS[name]()
+        feeds = feeds_for(name, proto)
+        model = build(proto, feeds, args.precision)
+        spec, files = model.spec, model._built()
+        variant = next(v for v in spec.variants if v.name == target.name)
+        engines: dict[str, Callable[[], object]] = {}
+        ours: dict[int, WasmModel] = {}
+        outputs = {}
+        for n in counts:
+            ours[n] = m = instantiate(spec, files.modules[variant.name], files.weights, variant, threads=n)
+            outputs[n] = m.predict(feeds)
+            m.set_inputs(feeds)
+            engines[f"ours {n}"] = m.run
+            sess = ort_session(proto, threads=n)
+            engines[f"ORT {n}"] = lambda s=sess, f=feeds: s.run(None, f)
+        same = all(np.array_equal(outputs[n][k], outputs[1][k]) for n in counts for k in outputs[1])
+        ref = ort_session(proto).run(None, feeds)[0]
+        err = float(np.abs(next(iter(outputs[1].values())) - ref).max())
+        med = interleaved(engines, args.warmup, args.repeat)
+        for m in ours.values():
+            m.close()
+        web: dict[int, WebTiming | str] = {}
+        for n in counts:
+            web[n] = "skipped (--no-web)" if args.no_web else ort_web(proto, feeds, args.repeat, args.warmup,
+                                                                      threads=n)
+        rows.append((name, med, web, same, err))
+        print(f"\n{'net':13s}{head}  threads bit-identical, max |ours - ORT|")
+        for r_name, r_med, r_web, r_same, r_err in rows[-1:]:
+            cells = ""
+            for n in counts:
+                w = r_web[n]
+                cells += f" {r_med[f'ours {n}']:9.2f} {r_med[f'ORT {n}']:9.2f} " + (
+                    f"{w.median_ms:9.2f}" if isinstance(w, WebTiming) else f"{'n/a':>9s}")
+            print(f"{r_name:13s}{cells}  {r_same}, {r_err:.1e}")
+            notes = {w for w in r_web.values() if isinstance(w, str)}
+            for note in notes:
+                print(f"  onnxruntime-web: {note}")
+    print("\nratios (ms / ms): speed-up of ours from 1 thread; ours against each peer at the same count")
+    print(f"{'net':13s} " + " ".join(f"{'ours 1/' + str(n):>10s}" for n in counts[1:]) + " "
+          + " ".join(f"{'/ORT ' + str(n):>9s} {'/web ' + str(n):>9s}" for n in counts))
+    for name, med, web, _, _ in rows:
+        cells = " ".join(f"{med['ours 1'] / med[f'ours {n}']:9.2f}x" for n in counts[1:])
+        for n in counts:
+            w = web[n]
+            wr = f"{med[f'ours {n}'] / w.median_ms:8.2f}x" if isinstance(w, WebTiming) else f"{'n/a':>9s}"
+            cells += f" {med[f'ours {n}'] / med[f'ORT {n}']:8.2f}x {wr}"
+        print(f"{name:13s} {cells}")
+
+
+if __name__ == "__main__":
+    main()

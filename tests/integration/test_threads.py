@@ -1,0 +1,232 @@
+"""Intra-op threads: a module built for N threads runs on 1..N over one shared memory, bit-identical to one
+thread, and a stopped or trapped job leaves the model serving."""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from cuvil_edge import zoo, zoo_transformers
+from cuvil_edge.codegen.toolchain import Target
+from cuvil_edge.model import CuvilModel
+from runtime_wasm.cache import ModuleCache
+from runtime_wasm.engine import EngineConfig, engine_for
+from runtime_wasm.errors import InferenceTrap, ModuleLoadError, SpecError
+from runtime_wasm.instance import WasmModel, available_cores, resolve_threads
+from runtime_wasm.spec import ModelSpec
+
+pytestmark = pytest.mark.integration
+
+TARGET = Target("relaxed", "x86")  # one variant keeps the builds short; the kernels split alike in all
+
+
+def _build(proto, precision: str = "fp32", max_threads: int = 4, **options) -> CuvilModel:
+    return CuvilModel.load(proto.SerializeToString()).optimize(precision, targets=[TARGET],
+                                                               max_threads=max_threads, **options)
+
+
+def _open(model: CuvilModel, threads: int, memory_limit: int | None = None) -> WasmModel:
+    spec = model.spec
+    files = model._built()
+    config = EngineConfig(TARGET.tier)
+    module = ModuleCache().load(files.modules[TARGET.name], config)
+    return WasmModel(engine_for(config), module, spec, files.weights, memory_limit=memory_limit,
+                     threads=threads)
+
+
+def _inputs(spec: ModelSpec, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, t.index_bound or 2, t.shape).astype(t.dtype) if np.dtype(t.dtype).kind in "iu"
+            else rng.standard_normal(t.shape).astype(t.dtype) for t in spec.inputs]
+
+
+def _cuvil_threads() -> int:
+    return sum(t.name.startswith("cuvil-thread-") for t in threading.enumerate())
+
+
+#: sizes where the elementwise, pooling and normalisation nodes are big enough to be split too
+NETS = {
+    "resnet": zoo.resnet,
+    "mobilenet": zoo.mobilenet,
+    "unet": zoo.unet,
+    "audio": zoo.audio,
+    "mlp": zoo.mlp,
+    "bert": lambda: zoo_transformers.bert_encoder(layers=1, hidden=256, heads=4, ffn=512, seq=64),
+}
+
+
+@pytest.mark.parametrize("net", sorted(NETS))
+def test_threaded_outputs_equal_one_thread_bit_for_bit(net):
+    """Every split kernel computes each output element with the code one thread runs: any thread count
+    gives the same bits (including 3, which splits nothing evenly)."""
+    model = _build(NETS[net]())
+    assert model.spec.threads == 4
+    xs = _inputs(model.spec)
+    outputs = {}
+    for n in (1, 2, 3):
+        with _open(model, n) as m:
+            assert m.threads == n
+            outputs[n] = [m.predict(xs) for _ in range(2)]  # a second job reuses the parked threads
+    for n in (2, 3):
+        for run in outputs[n]:
+            for name, ref in outputs[1][0].items():
+                assert np.array_equal(run[name], ref), (net, n, name)
+
+
+def _conv(c: int, m: int, size: int, k: int, stride: int, group: int = 1):
+    """One Conv node, seeded weights, ``size`` x ``size`` input."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(1).standard_normal((m, c // group, k, k)).astype(np.float32) * 0.1
+    out = (size + 2 * (k // 2) - k) // stride + 1
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[k // 2] * 4, strides=[stride] * 2, group=group)],
+        "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, out, out])],
+        [numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("shape", [(3, 96, 224, 11, 4, 1), (384, 384, 13, 3, 1, 2), (8, 8, 160, 3, 1, 1)])
+def test_im2col_convs_whose_last_pixel_chunk_is_smaller(shape):
+    """Threads pack and multiply their own pixels with no barrier between chunks: a thread may pack the
+    next chunk while another still reads this one, so each packs where its share of a full chunk lives
+    (an AlexNet stem, a grouped conv and a direct conv, several runs each)."""
+    model = _build(_conv(*shape))
+    xs = _inputs(model.spec)
+    with _open(model, 1) as one:
+        ref = one.predict(xs)
+    for n in (2, 3):
+        with _open(model, n) as m:
+            for _ in range(4):
+                assert all(np.array_equal(v, ref[k]) for k, v in m.predict(xs).items()), (shape, n)
+
+
+def test_fp16_weights_threaded_equal_one_thread():
+    """fp16-stored weights are widened by every thread in shares, then a barrier: same bits."""
+    model = _build(zoo.resnet(size=48), precision="fp16")
+    xs = _inputs(model.spec)
+    with _open(model, 1) as one, _open(model, 2) as two:
+        a, b = one.predict(xs), two.predict(xs)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_default_predict_uses_available_cores_and_matches_onnxruntime():
+    import onnxruntime as ort
+
+    proto = zoo.mobilenet(size=48)
+    model = _build(proto)
+    xs = _inputs(model.spec)
+    out = model.predict(xs)
+    assert model.instance.threads == min(4, available_cores())
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = sess.run(None, {t.name: x for t, x in zip(model.spec.inputs, xs)})
+    np.testing.assert_allclose(list(out.values())[0], ref[0], rtol=1e-4, atol=1e-4)
+    model.close()
+
+
+def test_a_stopped_job_traps_and_the_next_one_runs():
+    """A job whose threads were stopped (what a trap in any thread does) raises InferenceTrap; the model
+    restarts its threads and serves the next request with the same results."""
+    model = _build(zoo.resnet(size=48))
+    xs = _inputs(model.spec)
+    with _open(model, 2) as m:
+        ref = m.predict(xs)
+        m._exports["cuvil_stop"](m._store)  # fault injection: every waiter wakes and stops
+        with pytest.raises(InferenceTrap):
+            m.predict(xs)
+        assert _cuvil_threads() >= 1  # threads were started again
+        again = m.predict(xs)
+        assert all(np.array_equal(again[k], ref[k]) for k in ref)
+
+
+def test_threads_end_on_close_and_on_garbage_collection():
+    model = _build(zoo.mlp())
+    before = _cuvil_threads()
+    m = _open(model, 3)
+    assert _cuvil_threads() == before + 2
+    m.close()
+    m.close()  # idempotent
+    assert _cuvil_threads() == before
+    with pytest.raises(RuntimeError, match="closed"):
+        m.run()
+    m = _open(model, 2)
+    assert _cuvil_threads() == before + 1
+    del m
+    gc.collect()
+    for t in threading.enumerate():  # the finalizer stopped them; joining proves they ended
+        if t.name.startswith("cuvil-thread-"):
+            t.join(timeout=30)
+    assert _cuvil_threads() == before
+
+
+def test_opening_and_closing_many_times_never_hangs():
+    """Stopping parked threads races with their going to sleep: stop changes the words they wait on, so
+    none sleeps through it (a lost wake-up hung close() about once in a few hundred)."""
+    model = _build(zoo.mlp())
+    xs = _inputs(model.spec)
+    done = []
+
+    def cycle() -> None:
+        for i in range(200):
+            with _open(model, 3) as m:
+                if i % 2:
+                    m.predict(xs)
+        done.append(True)
+
+    t = threading.Thread(target=cycle, daemon=True)
+    t.start()
+    t.join(timeout=300)  # a hang guard only: the loop takes a few seconds
+    assert done, "close() hung waiting for a parked thread"
+
+
+def test_thread_count_is_clamped_to_what_the_module_was_built_for():
+    model = _build(zoo.mlp(), max_threads=2)
+    assert model.spec.threads == 2
+    with _open(model, 8) as m:
+        assert m.threads == 2
+    assert resolve_threads(0, 16) == min(16, available_cores())
+    assert resolve_threads(5, 2) == 2 and resolve_threads(1, 4) == 1
+    with pytest.raises(ValueError):
+        resolve_threads(-1, 4)
+
+
+def test_max_threads_1_builds_a_plain_module():
+    model = _build(zoo.mlp(), max_threads=1)
+    module = model._built().modules[TARGET.name]
+    assert model.spec.threads == 1 and "threads" not in json.loads(model.spec.to_json())
+    with _open(model, 4) as m:
+        assert m.threads == 1 and not ModuleCache().load(module, EngineConfig(TARGET.tier)).imports
+        xs = _inputs(model.spec)
+        with _open(_build(zoo.mlp()), 2) as threaded:
+            a, b = m.predict(xs), threaded.predict(xs)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_shared_memory_larger_than_the_limit_is_refused():
+    """A shared memory cannot grow and is not counted by the store's limits: the cap is checked at load."""
+    model = _build(zoo.mlp())
+    with pytest.raises(ModuleLoadError, match="limit"):
+        _open(model, 2, memory_limit=1 << 20)
+
+
+def test_spec_thread_count_is_validated():
+    model = _build(zoo.mlp())
+    d = json.loads(model.spec.to_json())
+    assert d["threads"] == 4
+    for bad in (0, 17, "4"):
+        with pytest.raises(SpecError, match="threads"):
+            ModelSpec.from_json(json.dumps({**d, "threads": bad}))
+
+
+def test_profiles_set_the_thread_capacity_and_a_given_one_wins():
+    """A build for device classes supports the most threads any of them runs (their profile's
+    ``threads``): 6 on a Jetson Orin Nano, 16 on the AVX-512 server class."""
+    proto = zoo.mlp().SerializeToString()
+    assert CuvilModel.load(proto).optimize(profiles=["jetson-orin-nano"]).spec.threads == 6
+    assert CuvilModel.load(proto).optimize(profiles=["raspberry-pi-4", "x86-64-avx512"]).spec.threads == 16
+    assert CuvilModel.load(proto).optimize(profiles=["x86-64-avx512"], max_threads=2).spec.threads == 2
