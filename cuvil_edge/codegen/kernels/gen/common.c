@@ -54,7 +54,7 @@ void* memset(void* d, int c, size_t n) { __builtin_memset(d, c, n); return d; }
 #if CUVIL_MAX_THREADS > 1
 static int32_t cuvil_nt = 1, cuvil_job, cuvil_stop_flag, cuvil_bar_count, cuvil_bar_gen;
 #define CUVIL_NT __atomic_load_n(&cuvil_nt, __ATOMIC_RELAXED)
-#define CUVIL_SPINS 2000
+#define CUVIL_SPINS 20000
 
 /* Wait until *p differs from old; 0 when stopped instead. cuvil_stop sets the flag and then changes both
  * words a thread can wait on, so a thread that checked the flag just before cannot sleep through it. */
