@@ -18,7 +18,6 @@ def _softplus(x: np.ndarray) -> np.ndarray:
 
 #: kind -> numpy reference f(x, a, b) in float64
 ACT2 = {
-    "silu": lambda x, a, b: x / (1 + np.exp(-x)),
     "mish": lambda x, a, b: x * np.tanh(_softplus(x)),
     "softplus": lambda x, a, b: _softplus(x),
     "elu": lambda x, a, b: np.where(x > 0, x, a * np.expm1(np.minimum(x, 0))),

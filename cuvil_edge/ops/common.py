@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 #: fused activations: name -> C enum (see kernels/templates/common.c.in)
 ACTS = {"none": "ACT_NONE", "relu": "ACT_RELU", "clip": "ACT_CLIP", "hardsigmoid": "ACT_HARDSIGMOID",
         "hardswish": "ACT_HARDSWISH", "sigmoid": "ACT_SIGMOID", "leakyrelu": "ACT_LEAKYRELU",
-        "tanh": "ACT_TANH"}
+        "tanh": "ACT_TANH", "silu": "ACT_SILU"}
 
 
 #: elements a node must touch to be split between threads: below it, a barrier costs about what the
@@ -68,6 +68,8 @@ def act_numpy(x: np.ndarray, act: tuple[str, float, float] | None) -> np.ndarray
         return np.where(x >= 0, x, x * a)
     if kind == "tanh":
         return np.tanh(x)
+    if kind == "silu":
+        return x / (1 + np.exp(-x))
     return x
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..ir.graph import Graph, Node, Value
 from ..ops.common import is_row_bias
+from .simplify import eliminate_dead
 
 Producers = dict[int, Node]
 
@@ -185,7 +186,8 @@ def _fuse_silu(m: _Matcher, mul: Node) -> bool:
     for x, s in ((a, b), (b, a)):
         sig = m.prod.get(id(s))
         if sig is not None and sig.op == "act" and sig.attrs["act"][0] == "sigmoid" and sig.inputs[0] is x:
-            _replace(m.graph, mul.outputs[0], "act2", [x], {"kind": "silu", "a": 0.0, "b": 0.0}, mul)
+            # an activation like relu: fuse_activations moves it into the producer's epilogue (a conv)
+            _replace(m.graph, mul.outputs[0], "act", [x], {"act": ("silu", 0.0, 0.0)}, mul)
             return True
     return False
 
@@ -288,4 +290,6 @@ def fuse_patterns(graph: Graph) -> bool:
                     attrs is None or all(n.attrs.get(k) == v for k, v in attrs.items())) and \
                     (op != "act" or n.attrs["act"][0] == "tanh"):
                 changed |= rule(_Matcher(graph), n)
+    if changed:  # the matched subgraphs are dead now: later passes (fuse_activations) want sole consumers
+        eliminate_dead(graph)
     return changed

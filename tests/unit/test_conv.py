@@ -318,3 +318,20 @@ def test_matmul(a_shape: tuple[int, ...], b_shape: tuple[int, ...], b_const: boo
     inputs = {"a": a_shape} | ({} if b_const else {"b": b_shape})
     weights = {"b": rand(rng, *b_shape)} if b_const else {}
     compile_and_check(build([helper.make_node("MatMul", ["a", "b"], ["y"])], inputs, weights))
+
+
+@pytest.mark.parametrize("winograd", [True, False])
+def test_silu_after_a_conv_runs_in_its_epilogue(winograd: bool):
+    """x * Sigmoid(x) after a conv (YOLOv8's Conv block) becomes the conv's fused activation: one node, no
+    separate pass over the output, the same values as onnxruntime."""
+    rng = np.random.default_rng(7)
+    c = 16 if winograd else 3
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    model = build(nodes, {"x": (1, c, 12, 12)}, {"w": rand(rng, 16, c, 3, 3) * np.float32(0.3),
+                                                 "b": rand(rng, 16)})
+    cm = compile_and_check(model)
+    assert cm.graph.op_counts() == {"conv": 1}
+    (node,) = cm.graph.nodes
+    assert node.attrs["act"][0] == "silu"
+    assert ("winograd" in cm.compiled.kernels[node.name]) == winograd

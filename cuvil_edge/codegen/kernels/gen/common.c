@@ -194,7 +194,7 @@ INLINE v128_t v_tanh(v128_t x) {
 
 /* Fused activations (the epilogue of conv/gemm/elementwise kernels). */
 enum { ACT_NONE = 0, ACT_RELU, ACT_CLIP, ACT_HARDSIGMOID, ACT_HARDSWISH, ACT_SIGMOID, ACT_LEAKYRELU,
-       ACT_TANH };
+       ACT_TANH, ACT_SILU };
 typedef struct { int kind; float a, b; } Act;
 
 INLINE v128_t act_apply(v128_t x, Act act) {
@@ -213,6 +213,7 @@ INLINE v128_t act_apply(v128_t x, Act act) {
     case ACT_LEAKYRELU:
       return wasm_v128_bitselect(x, wasm_f32x4_mul(x, VSPLAT(act.a)), wasm_f32x4_ge(x, VSPLAT(0.0f)));
     case ACT_TANH: return v_tanh(x);
+    case ACT_SILU: return wasm_f32x4_mul(x, v_sigmoid(x));  /* x * sigmoid(x): YOLO-style convs end in it */
     default: return x;
   }
 }

@@ -1,6 +1,6 @@
 /* generated from templates/f32-act2.c.in by cuvil_edge/codegen/kernels/generate.py; do not edit */
 /* Activations that are not fused epilogues: f32_v<kind>(n, x, y, a, b) with two float parameters.
- * silu x*sigmoid(x); mish x*tanh(softplus(x)); softplus log(1+e^x); elu/celu (alpha a); selu (alpha a,
+ * mish x*tanh(softplus(x)); softplus log(1+e^x); elu/celu (alpha a); selu (alpha a,
  * gamma b); softsign x/(1+|x|); thresholdedrelu (alpha a); shrink (lambd a, bias b). Needs f32-unary. */
 
 /* log(1 + e^x) without overflow: max(x, 0) + log(1 + e^-|x|) */
@@ -10,20 +10,6 @@ INLINE v128_t v_softplus(v128_t v) {
 }
 INLINE v128_t v_expm1_neg(v128_t v, v128_t alpha) {  /* alpha * (e^min(v,0) - 1) */
   return wasm_f32x4_mul(alpha, wasm_f32x4_sub(v_exp(wasm_f32x4_min(v, VSPLAT(0.0f))), VSPLAT(1.0f)));
-}
-
-KERNEL void f32_vsilu(int n, const float* x, float* y, float a, float b) {
-  const v128_t va = VSPLAT(a), vb = VSPLAT(b);
-  (void)va; (void)vb;
-  int i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const v128_t v = VLOAD(x + i);
-    VSTORE(y + i, wasm_f32x4_mul(v, v_sigmoid(v)));
-  }
-  if (i < n) {
-    const v128_t v = load_tail(x + i, n - i);
-    store_tail(y + i, wasm_f32x4_mul(v, v_sigmoid(v)), n - i);
-  }
 }
 
 KERNEL void f32_vmish(int n, const float* x, float* y, float a, float b) {
