@@ -337,12 +337,12 @@ def add_pretrained_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cuvil-edge",
-                                 description="Compile ONNX models to WASM-SIMD and run them.")
+                                 description="Compile ONNX and TFLite models to WASM-SIMD and run them.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    b = sub.add_parser("build", help="compile an ONNX model, or a Hugging Face-layout directory or hub id "
-                       "with its processing, into a model directory (spec, modules, weights)")
-    b.add_argument("model", help="an .onnx file, a Hugging Face-layout directory or a hub id")
+    b = sub.add_parser("build", help="compile an ONNX or TFLite model, or a Hugging Face-layout directory or "
+                       "hub id with its processing, into a model directory (spec, modules, weights)")
+    b.add_argument("model", help="an .onnx or .tflite file, a Hugging Face-layout directory or a hub id")
     add_pretrained_args(b)
     b.add_argument("-o", "--output", help="output directory (default: MODEL.cuvil)")
     b.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
@@ -373,8 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run)
 
     i = sub.add_parser("inspect", help="ops, shapes, memory plan and kernel per node")
-    i.add_argument("model", help="an .onnx file, a built model directory, a Hugging Face-layout directory "
-                   "or a hub id")
+    i.add_argument("model", help="an .onnx or .tflite file, a built model directory, a Hugging Face-layout "
+                   "directory or a hub id")
     i.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
     add_pretrained_args(i)
     i.set_defaults(fn=cmd_inspect)

@@ -65,14 +65,17 @@ class CuvilModel:
     def load(cls, path: str | os.PathLike[str] | bytes | Any,
              input_shapes: Mapping[str, Sequence[int]] | None = None,
              max_trip_count: Mapping[str, int] | None = None) -> CuvilModel:
-        """Import an ONNX model (path, bytes or ModelProto); input shapes fix dynamic dims, and
-        ``max_trip_count`` (Loop node name -> most iterations) bounds loops whose trip count is not a
-        build-time constant. A file is read once and imported from those bytes, so the build cache's key
-        is the digest of what was built."""
+        """Import an ONNX model (path, bytes or ModelProto) or a TFLite model (path or bytes); input
+        shapes fix dynamic dims, and ``max_trip_count`` (Loop node name -> most iterations, ONNX only) bounds
+        loops whose trip count is not a build-time constant. A file is read once and imported from those
+        bytes, so the build cache's key is the digest of what was built."""
+        from .frontend import source_format
         from .frontend.onnx import import_onnx
+        from .frontend.tflite import import_tflite
 
         name = Path(os.fspath(path)).stem if isinstance(path, (str, os.PathLike)) else None
-        data = _model_bytes(path)
+        tflite = source_format(path) == "tflite"
+        data = _model_bytes(path, tflite)
         if data is None:  # tensors in external files: onnx reads them itself, and builds are not cached
             return cls(import_onnx(path, input_shapes, name=name, max_trip_count=max_trip_count))
         shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
@@ -80,6 +83,8 @@ class CuvilModel:
         if max_trip_count:  # only then: keys of builds without loop bounds stay as they were
             key.append({k: int(v) for k, v in max_trip_count.items()})
         digest = hashlib.sha256(json.dumps(key).encode())
+        if tflite:
+            return cls(import_tflite(data, input_shapes, name=name), digest.hexdigest())
         source = data if isinstance(path, (str, os.PathLike, bytes, bytearray)) else path
         return cls(import_onnx(source, input_shapes, name=name, max_trip_count=max_trip_count),
                    digest.hexdigest())
@@ -330,10 +335,10 @@ def _artifact_from_files(files: Mapping[str, bytes] | None) -> Artifact | None:
         return None
 
 
-def _model_bytes(model: Any) -> bytes | None:
-    """The serialized model to hash, or None when the bytes may not hold all of it: tensors in external
-    files name them under the key ``location``, so a model without that string has none (a chance match
-    inside weights only turns caching off)."""
+def _model_bytes(model: Any, tflite: bool = False) -> bytes | None:
+    """The serialized model to hash, or None when the bytes may not hold all of it: ONNX tensors in
+    external files name them under the key ``location``, so a model without that string has none (a chance
+    match inside weights only turns caching off); a TFLite file is always whole."""
     import onnx
 
     if isinstance(model, onnx.ModelProto):
@@ -341,7 +346,7 @@ def _model_bytes(model: Any) -> bytes | None:
             return None
         return model.SerializeToString(deterministic=True)
     data = bytes(model) if isinstance(model, (bytes, bytearray)) else Path(os.fspath(model)).read_bytes()
-    return None if b"location" in data else data
+    return None if b"location" in data and not tflite else data
 
 
 def _raw_items(calibration: Any) -> bool:

@@ -14,6 +14,7 @@ from cuvil_edge.errors import GraphVerificationError, UnsupportedOperator
 from cuvil_edge.frontend.onnx import import_onnx
 from cuvil_edge.ir import TensorType, Value, verify
 from cuvil_edge.oracle import ort_session
+from runtime_wasm.errors import InferenceTrap
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
@@ -310,3 +311,62 @@ def test_carried_values_passed_through_unchanged_are_not_copied_each_step() -> N
     body_ir = loop.attrs["body"]
     assert loop.attrs["n_carried"] == 1 and [v.name for v in body_ir.inputs] == ["i", "cond_in", "h", "b"]
     assert any(v.is_const for n in body_ir.nodes for v in n.inputs if n.op == "matmul" or n.op == "gemm")
+
+
+def row_writer_model(width: int = 1) -> onnx.ModelProto:
+    """SLANet's decoder pattern: each step slices rows ``[step, min(5, step + width))`` of a carried
+    buffer, adds an update and scatters it back at ``Range(step, min(5, step + width))``; the step is a
+    carried counter, so both bounds are known only at run time."""
+    body = body_graph(
+        [const("one", [1], np.int64), helper.make_node("Add", ["step", "one"], ["step_out"]),
+         const("w", [width], np.int64), helper.make_node("Add", ["step", "w"], ["ahead"]),
+         const("dim", [5], np.int64), helper.make_node("Min", ["dim", "ahead"], ["end"]),
+         const("ax1", [1], np.int64), helper.make_node("Slice", ["buf", "step", "end", "ax1"], ["rows"]),
+         helper.make_node("Cast", ["step_out"], ["k"], to=F), helper.make_node("Mul", ["x", "k"], ["xk"]),
+         helper.make_node("Unsqueeze", ["xk", "ax1"], ["upd1"]),
+         helper.make_node("Add", ["rows", "upd1"], ["upd"]),
+         helper.make_node("Squeeze", ["step"], ["s0"]), helper.make_node("Squeeze", ["end"], ["e0"]),
+         const("d1", 1, np.int64), helper.make_node("Range", ["s0", "e0", "d1"], ["at"]),
+         const("col", [1, width, 1], np.int64), helper.make_node("Reshape", ["at", "col"], ["at3"]),
+         const("reps", [2, 1, 3], np.int64), helper.make_node("Tile", ["at3", "reps"], ["at_t"]),
+         helper.make_node("ScatterElements", ["buf", "at_t", "upd"], ["buf_out"], axis=1),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["at"], ["ats"])],
+        [("step", I64, [1]), ("buf", F, [2, 5, 3])],
+        [("cond_out", B, []), ("step_out", I64, [1]), ("buf_out", F, [2, 5, 3]), ("ats", I64, [width])])
+    return model([helper.make_node("Loop", ["M", "", "step0", "buf0"], ["step", "buf", "ats"], body=body,
+                                   name="rows")],
+                 [vi("M", I64, []), vi("step0", I64, [1]), vi("buf0", F, [2, 5, 3]), vi("x", F, [2, 3])],
+                 [vi("buf", F, [2, 5, 3]), vi("step", I64, [1]), vi("ats", I64, ["n", width])])
+
+
+def row_feeds(trips: int, step0: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(trips)
+    return {"M": np.array(trips, np.int64), "step0": np.array([step0], np.int64),
+            "buf0": rng.standard_normal((2, 5, 3)).astype(np.float32),
+            "x": rng.standard_normal((2, 3)).astype(np.float32)}
+
+
+def test_slice_and_range_starting_at_the_loop_step_run_inside_the_loop() -> None:
+    got = check(row_writer_model(), [row_feeds(5), row_feeds(3), row_feeds(2, step0=-5)],
+                max_trip_count={"rows": 5})
+    assert got[0]["ats"].reshape(-1).tolist() == [0, 1, 2, 3, 4]  # the range followed the step
+    assert got[1]["ats:length"] == 3 and np.array_equal(got[1]["buf"][:, 3:], row_feeds(3)["buf0"][:, 3:])
+
+
+def test_a_run_time_slice_longer_than_what_is_left_traps() -> None:
+    """Rows [step, step + 2) have a static length of 2, which the last step (4) cannot give: the module
+    traps rather than return a wrong-sized slice."""
+    with CuvilModel.load(row_writer_model(width=2), max_trip_count={"rows": 5}).optimize(
+            targets=[Target()]) as cm:
+        ok = cm.predict(row_feeds(4))
+        assert ok["ats"][:4].tolist() == [[0, 1], [1, 2], [2, 3], [3, 4]]
+        with pytest.raises(InferenceTrap):
+            cm.predict(row_feeds(5))
+
+
+def test_a_run_time_slice_whose_length_is_unknown_fails_at_import_naming_the_node() -> None:
+    m = model([helper.make_node("Slice", ["x", "s", "e"], ["y"], name="cut")],
+              [vi("x", F, [5]), vi("s", I64, [1]), vi("e", I64, [1])], [vi("y", F, ["n"])])
+    with pytest.raises(UnsupportedOperator, match="Slice.*cut.*not the start plus a constant"):
+        import_onnx(m)

@@ -281,3 +281,65 @@ def test_out_of_order_nodes_are_sorted_at_load() -> None:
     np.testing.assert_array_equal(got["y"], np.maximum(2 * x, 0))
     ordered = _model(nodes[::-1], {"x": x}, {"y": x}, {}, 17)
     assert load_onnx(ordered) is ordered
+
+
+# -- OneHot and ScatterElements (SLANet's decoder writes its steps with them) ---------------------------
+#: (axis, indices, depth and values dtypes: combinations onnxruntime implements); negative and
+#: out-of-range indices in every case
+ONEHOT = [(-1, np.int64, np.int64, np.float32), (0, np.int32, np.int32, np.float32),
+          (1, np.float32, np.int64, np.int64), (-2, np.int64, np.float32, np.int32)]
+
+
+@pytest.mark.parametrize("i", range(len(ONEHOT)))
+def test_onehot_every_axis_and_index_type(i: int) -> None:
+    axis, itype, dtype, vtype = ONEHOT[i]
+    ind = np.array([[0, 4, -1], [-5, 5, 2]], itype)  # depth 5: -5 is 0, 5 marks nothing
+    got, _ = check([N("OneHot", ["ind", "depth", "values"], ["y"], axis=axis)], {"ind": ind}, ["y"],
+                   inits={"depth": np.array([5], dtype), "values": np.array([-2, 3], vtype)})
+    assert (got["y"] == 3).sum() == 5  # five indices in range, one on each
+
+
+def test_onehot_depth_known_only_at_run_time_is_refused_at_import() -> None:
+    graph = _model([N("OneHot", ["ind", "depth", "values"], ["y"], name="hot")],
+                   {"ind": np.zeros(3, np.int64), "depth": np.array([4], np.int64)},
+                   {"y": np.zeros((3, 4), np.float32)},
+                   {"values": np.array([0, 1], np.float32)}, 13)
+    with pytest.raises(UnsupportedOperator, match="OneHot.*hot"):
+        CuvilModel.load(graph)
+
+
+SCATTER = [  # (axis, reduction, data shape, indices shape)
+    (0, "none", (4, 3), (2, 3)), (1, "none", (2, 5), (2, 2)), (-1, "add", (2, 3, 4), (2, 3, 2)),
+    (1, "mul", (3, 4, 2), (2, 3, 1)), (0, "max", (5, 2), (3, 2)), (2, "min", (2, 2, 6), (1, 2, 3))]
+
+
+@pytest.mark.parametrize("i", range(len(SCATTER)))
+def test_scatter_elements_axes_and_reductions(i: int) -> None:
+    axis, reduction, shape, ishape = SCATTER[i]
+    ax = axis % len(shape)
+    dim, n = shape[ax], ishape[ax]
+    rng = np.random.default_rng(i)
+    # distinct positions per line unless reducing (repeats then combine); negative ones count from the end
+    ind = np.stack([rng.permutation(dim)[:n] for _ in range(int(np.prod(ishape)) // n)])
+    ind = np.moveaxis(ind.reshape(*(d for k, d in enumerate(ishape) if k != ax), n), -1, ax)
+    ind = np.where(rng.random(ind.shape) < 0.5, ind - dim, ind).astype(np.int64)
+    if reduction != "none":
+        ind[(0,) * len(ishape)] = ind.flat[1] % dim  # a repeated index
+    data, upd = rand(*shape, seed=i), rand(*ishape, seed=i + 10)
+    got, _ = check([N("ScatterElements", ["data", "ind", "upd"], ["y"], axis=axis, reduction=reduction)],
+                   {"data": data, "ind": ind, "upd": upd}, ["y"], opset=18)
+    assert not np.array_equal(got["y"], data)
+
+
+def test_scatter_elements_int64_data_constant_indices_and_a_trap_out_of_range() -> None:
+    data = np.arange(12, dtype=np.int64).reshape(3, 4)
+    nodes = [N("ScatterElements", ["data", "ind", "upd"], ["y"], axis=1)]
+    check(nodes, {"data": data, "upd": np.array([[-7, -8]], np.int64)}, ["y"],
+          inits={"ind": np.array([[3, -4]], np.int64)})
+    feeds = {"data": data, "ind": np.zeros((1, 2), np.int64), "upd": np.zeros((1, 2), np.int64)}
+    graph = _model(nodes, feeds, {"y": data}, {}, 13)
+    with CuvilModel.load(graph).optimize(targets=[Target()]) as cm:
+        ok = cm.predict({"data": data, "ind": np.array([[1, -1]]), "upd": np.array([[50, 60]])})["y"]
+        assert ok[0].tolist() == [0, 50, 2, 60]
+        with pytest.raises(InferenceTrap):
+            cm.predict({"data": data, "ind": np.array([[4, 0]]), "upd": np.array([[50, 60]])})

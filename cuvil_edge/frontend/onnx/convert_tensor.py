@@ -4,12 +4,17 @@ Tile, Gather, ConstantOfShape, Range.
 Every opset's attribute-vs-input form is normalised here (full-rank, non-negative axes, python-range
 slice bounds), so the IR ops see one form. Shape chains fold as they are built: ``ctx.emit1`` folds a
 node whose inputs are all constant.
+
+A Slice or Range whose start is a run-time value (a decoder loop's step) keeps a static length when its
+end is provably ``start + c`` (through casts, reshapes, constant adds and a ``Min`` with a constant, which
+only clamps): it becomes ``slice_rt`` / ``range_rt``, which check that length at run time.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...ir.graph import Graph, Value
 from ...ops.movement import PAD_MODES
 from .registry import ConvertContext, converter
 
@@ -30,10 +35,68 @@ def concat(ctx: ConvertContext) -> None:
     ctx.set_outputs(ctx.emit1("concat", ctx.inputs(), {"axis": int(ctx.attr("axis", 0))}))
 
 
+def _affine(graph: Graph, v: Value) -> tuple[Value, int]:
+    """``(root, c)`` with ``v == root + c`` for every run-time value of ``root`` (up to a clamping ``Min``
+    with a constant, which the run-time length check catches): walks casts, reshapes and constant adds."""
+    producers = graph.producers()
+    total = 0
+    while (node := producers.get(id(v))) is not None:
+        if node.op in ("cast", "reshape") and node.inputs[0].type.size == 1:
+            v = node.inputs[0]
+            continue
+        if node.op not in ("arith", "binary") or node.attrs["kind"] not in ("add", "sub", "min"):
+            break
+        a, b = node.inputs
+        if a.is_const and node.attrs["kind"] != "sub":
+            a, b = b, a
+        if not b.is_const or b.type.size != 1 or a.is_const:
+            break
+        c = b.const.reshape(-1)[0]
+        if c != int(c):
+            break
+        total += {"add": int(c), "sub": -int(c), "min": 0}[node.attrs["kind"]]
+        v = a
+    return v, total
+
+
+def offset_from(graph: Graph, v: Value, base: Value) -> int | None:
+    """``c`` when ``v == base + c`` (see ``_affine``), else None."""
+    (root, c), (base_root, b) = _affine(graph, v), _affine(graph, base)
+    return c - b if root is base_root else None
+
+
+def _run_time_length(ctx: ConvertContext, start: Value, end: Value, step: int) -> int:
+    """The static element count of a run-time ``range(start, end, step)``."""
+    if start.is_const:
+        raise ctx.unsupported("the end is known only at run time, so the output length is unknown at "
+                              "build time")
+    c = offset_from(ctx.graph, end, start)
+    if c is None:
+        raise ctx.unsupported("the start is known only at run time and the end is not the start plus a "
+                              "constant, so the output length is unknown at build time")
+    return max(-(-c // step), 0)
+
+
+def _slice_run_time(ctx: ConvertContext, x: Value) -> Value:
+    axes, steps = ctx.const(3), ctx.const(4)
+    start, end = ctx.input(1), ctx.input(2)
+    axis = [0] if axes is None else _ints(axes)
+    step = [1] if steps is None else _ints(steps)
+    if start.type.size != 1 or end.type.size != 1 or len(axis) != 1 or step[0] < 1:
+        raise ctx.unsupported("run-time bounds are supported on one axis with a positive step "
+                              f"(starts {start.type}, ends {end.type}, axes {axis}, steps {step})")
+    n = _run_time_length(ctx, start, end, step[0])
+    return ctx.emit1("slice_rt", [x, start, end],
+                     {"axis": axis[0] % len(x.type.shape), "step": step[0], "length": n})
+
+
 @converter("Slice")
 def slice_(ctx: ConvertContext) -> None:
     x = ctx.input(0)
     shape = x.type.shape
+    if ctx.opset >= 10 and not (ctx.input(1).is_const and ctx.input(2).is_const):
+        ctx.set_outputs(_slice_run_time(ctx, x))
+        return
     if ctx.opset < 10:
         starts, ends, axes, steps = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes"), None
     else:
@@ -134,6 +197,14 @@ def constant_of_shape(ctx: ConvertContext) -> None:
 
 @converter("Range")
 def range_(ctx: ConvertContext) -> None:
-    for i in range(3):
-        ctx.const(i)  # the output length must be known at build time
-    ctx.set_outputs(ctx.emit1("range", ctx.inputs()))
+    start, limit, delta = ctx.inputs()
+    if start.is_const and limit.is_const:
+        ctx.const(2)  # the output length must be known at build time
+        ctx.set_outputs(ctx.emit1("range", [start, limit, delta]))
+        return
+    step = ctx.const(2).reshape(-1)[0]
+    if step != int(step) or step == 0:
+        raise ctx.unsupported(f"a run-time range needs a non-zero integer delta, got {step}")
+    n = _run_time_length(ctx, start, limit, int(step)) if step > 0 else _run_time_length(
+        ctx, limit, start, -int(step))
+    ctx.set_outputs(ctx.emit1("range_rt", [start, limit, delta], {"length": n}))

@@ -1,0 +1,8 @@
+"""TFLite frontend: ``import_tflite`` plus one converter module per op family; ``custom_converter``
+registers converters for custom ops (by custom code)."""
+
+from .importer import import_tflite
+from .reader import read_tflite
+from .registry import TflContext, converter, custom_converter
+
+__all__ = ["TflContext", "converter", "custom_converter", "import_tflite", "read_tflite"]

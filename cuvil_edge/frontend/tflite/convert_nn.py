@@ -1,0 +1,160 @@
+"""Converters for the NN core: CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED,
+BATCH_MATMUL, pooling. Spatial ops run NCHW; their NHWC weights are re-laid here, at build time."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from .layout import NCHW, flat_order
+from .registry import TflContext, converter
+
+#: tflite Padding enum
+SAME, VALID = 0, 1
+
+
+def _pads(ctx: TflContext, spatial: tuple[int, ...], kernel: list[int], strides: list[int],
+          dilations: list[int]) -> list[int]:
+    """Explicit [begins..., ends...]: TFLite SAME puts the odd unit at the end."""
+    padding = int(ctx.options.get("Padding", VALID))
+    if padding == VALID:
+        return [0] * 2 * len(spatial)
+    if padding != SAME:
+        raise ctx.unsupported(f"padding {padding}")
+    begins, ends = [], []
+    for size, k, s, d in zip(spatial, kernel, strides, dilations):
+        total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
+        begins.append(total // 2)
+        ends.append(total - total // 2)
+    return begins + ends
+
+
+def _strides(ctx: TflContext) -> list[int]:
+    return [int(ctx.options.get("StrideH", 1)), int(ctx.options.get("StrideW", 1))]
+
+
+def _dilations(ctx: TflContext) -> list[int]:
+    return [int(ctx.options.get("DilationHFactor", 1)), int(ctx.options.get("DilationWFactor", 1))]
+
+
+def _conv(ctx: TflContext, to_oihw: Callable[[np.ndarray], np.ndarray], group: int) -> None:
+    x = ctx.nchw(0)
+    w = ctx.weight(1, to_oihw, "w")
+    ins = [x, w]
+    if ctx.has_input(2):
+        ins.append(ctx.input(2))
+    kernel, strides, dilations = list(w.type.shape[2:]), _strides(ctx), _dilations(ctx)
+    y = ctx.emit1("conv", ins, dict(strides=strides, dilations=dilations, group=group,
+                                    pads=_pads(ctx, x.type.shape[2:], kernel, strides, dilations)))
+    ctx.set_output(ctx.fused(y), NCHW)
+
+
+@converter("CONV_2D")
+def conv(ctx: TflContext) -> None:
+    w = ctx.const(1)  # [O, KH, KW, I/groups]
+    cin = ctx.laid(0).shape[3]
+    if cin % w.shape[3]:
+        raise ctx.unsupported(f"{cin} input channels do not split into groups of {w.shape[3]}")
+    _conv(ctx, lambda a: a.transpose(0, 3, 1, 2), cin // w.shape[3])
+
+
+@converter("DEPTHWISE_CONV_2D")
+def depthwise_conv(ctx: TflContext) -> None:
+    w = ctx.const(1)  # [1, KH, KW, C * multiplier]
+    cin = ctx.laid(0).shape[3]
+    if w.shape[3] % cin:
+        raise ctx.unsupported(f"{w.shape[3]} output channels are not a multiple of {cin} input channels")
+    _conv(ctx, lambda a: a.transpose(3, 0, 1, 2), cin)
+
+
+@converter("TRANSPOSE_CONV")
+def transpose_conv(ctx: TflContext) -> None:
+    """Inputs: output shape, weights [O, KH, KW, I], x, optional bias; SAME pads split as in _pads."""
+    out_shape = [int(d) for d in ctx.const(0).reshape(-1)]
+    w = ctx.const(1)
+    x = ctx.nchw(2)
+    strides = _strides(ctx)
+    kernel = list(w.shape[1:3])
+    pads = _pads(ctx, tuple(out_shape[1:3]), kernel, strides, [1, 1])
+    # output_padding makes the deconvolution reach exactly the declared output size
+    extra = [o - ((i - 1) * s + k - p0 - p1) for o, i, s, k, p0, p1 in
+             zip(out_shape[1:3], x.type.shape[2:], strides, kernel, pads[:2], pads[2:])]
+    if any(e < 0 for e in extra):
+        raise ctx.unsupported(f"output shape {out_shape} is smaller than the deconvolution gives")
+    ins = [x, ctx.weight(1, lambda a: a.transpose(3, 0, 1, 2), "w")]
+    if ctx.has_input(3):
+        ins.append(ctx.input(3))
+    y = ctx.emit1("conv_transpose", ins, dict(strides=strides, dilations=[1, 1], pads=pads,
+                                              output_padding=extra, group=1))
+    ctx.set_output(ctx.fused(y), NCHW)
+
+
+@converter("FULLY_CONNECTED")
+def fully_connected(ctx: TflContext) -> None:
+    """y = x @ W.T + b over the last axis (x flattened to rows of W's width unless keep_num_dims)."""
+    w = ctx.const(1)  # [O, I]
+    n_in = w.shape[1]
+    held = ctx.held(0, flat_ok=True)
+    if held.flat_of is not None and held.value.type.shape[1] == n_in:  # a flatten kept in IR order
+        order = flat_order(held.flat_of)
+        x = ctx.real(0, held)
+        wt = ctx.weight(1, lambda a: a[:, order].T, "w")
+    else:
+        x = ctx.input(0)
+        wt = ctx.weight(1, lambda a: a.T, "w")
+    if x.type.size % n_in:
+        raise ctx.unsupported(f"input {x.type.shape} does not split into rows of {n_in}")
+    rows = x if x.type.shape == (x.type.size // n_in, n_in) else \
+        ctx.emit1("reshape", [x], {"shape": [x.type.size // n_in, n_in]}, f"{ctx.name}/rows")
+    ins = [rows, wt]
+    if ctx.has_input(2):
+        ins.append(ctx.constant(ctx.const(2).astype(np.float32), "bias"))
+    y = ctx.fused(ctx.emit1("gemm", ins, name=f"{ctx.name}/gemm"))
+    if ctx.options.get("KeepNumDims"):
+        y = ctx.emit1("reshape", [y], {"shape": [*x.type.shape[:-1], w.shape[0]]})
+    ctx.set_output(y)
+
+
+@converter("BATCH_MATMUL")
+def batch_matmul(ctx: TflContext) -> None:
+    a, b = ctx.input(0), ctx.input(1)
+    if ctx.options.get("AdjX"):
+        a = ctx.emit1("transpose", [a], {"perm": _swap_last(a.type.shape)}, f"{ctx.name}/adj_x")
+    adj_y = bool(ctx.options.get("AdjY"))
+    if adj_y and b.is_const:
+        b = ctx.emit1("transpose", [b], {"perm": _swap_last(b.type.shape)}, f"{ctx.name}/adj_y")
+    if b.is_const and len(b.type.shape) == 2:
+        batch = a.type.shape[:-1]
+        rows = ctx.emit1("reshape", [a], {"shape": [math.prod(batch), a.type.shape[-1]]}, f"{ctx.name}/rows")
+        y = ctx.emit1("gemm", [rows, b], name=f"{ctx.name}/gemm")
+        y = ctx.emit1("reshape", [y], {"shape": [*batch, b.type.shape[1]]})
+    else:
+        y = ctx.emit1("matmul", [a, b], {"trans_b": adj_y and not b.is_const})
+    ctx.set_output(y)
+
+
+def _swap_last(shape: tuple[int, ...]) -> list[int]:
+    r = len(shape)
+    return [*range(r - 2), r - 1, r - 2]
+
+
+def _pool(ctx: TflContext, kind: str) -> None:
+    x = ctx.nchw(0)
+    kernel = [int(ctx.options["FilterHeight"]), int(ctx.options["FilterWidth"])]
+    strides = _strides(ctx)
+    y = ctx.emit1("pool", [x], dict(kind=kind, kernel=kernel, strides=strides, dilations=[1, 1],
+                                    pads=_pads(ctx, x.type.shape[2:], kernel, strides, [1, 1]),
+                                    ceil_mode=0, count_include_pad=0))
+    ctx.set_output(ctx.fused(y), NCHW)
+
+
+@converter("MAX_POOL_2D")
+def max_pool(ctx: TflContext) -> None:
+    _pool(ctx, "max")
+
+
+@converter("AVERAGE_POOL_2D")
+def average_pool(ctx: TflContext) -> None:
+    _pool(ctx, "avg")

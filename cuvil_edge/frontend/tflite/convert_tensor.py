@@ -1,0 +1,204 @@
+"""Converters for data movement: reshapes (TFLite order), and concat / pad / slice / gather / split /
+transpose, which keep the layout they are given with their axes remapped (TRANSPOSE only relabels it)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .layout import Laid, compose, dropped, identity, inverse, keeps_order_flat
+from .registry import TflContext, converter
+
+
+def _ints(a: np.ndarray | list[int]) -> list[int]:
+    return [int(x) for x in np.asarray(a).reshape(-1)]
+
+
+@converter("RESHAPE")
+def reshape(ctx: TflContext) -> None:
+    """In TFLite order (one -1 resolved): element order is what a reshape keeps; a flatten of a re-laid
+    tensor keeps the IR order instead (``Laid.flat_of``), so flatten -> FC needs no transpose."""
+    src = ctx.held(0, flat_ok=True)
+    size = src.value.type.size
+    shape = _ints(ctx.const(1) if ctx.has_input(1) else ctx.options.get("NewShape", []))
+    if shape.count(-1) == 1:
+        known = math.prod(d for d in shape if d != -1)
+        shape[shape.index(-1)] = size // known if known else 0
+    if math.prod(shape) != size:
+        raise ctx.unsupported(f"cannot reshape {src.shape} to {shape}")
+    if src.flat_of is None and ctx.same_domain(0) and keeps_order_flat(src, shape):
+        ctx.set_held(Laid(ctx.emit1("reshape", [src.value], {"shape": shape}), (0, 1), flat_of=src))
+        return
+    ctx.set_output(ctx.emit1("reshape", [ctx.input(0)], {"shape": shape}))
+
+
+@converter("EXPAND_DIMS")
+def expand_dims(ctx: TflContext) -> None:
+    """The new size-1 dim goes last in the IR value, so the layout survives (and no element moves)."""
+    x = ctx.laid(0)
+    axis = int(ctx.const(1).reshape(-1)[0]) % (len(x.perm) + 1)
+    y = ctx.emit1("reshape", [x.value], {"shape": [*x.value.type.shape, 1]})
+    ctx.set_output(y, (*(p + (p >= axis) for p in x.perm), axis))
+
+
+@converter("SQUEEZE")
+def squeeze(ctx: TflContext) -> None:
+    """Drops size-1 dims where they are in the layout, so the layout survives."""
+    x = ctx.laid(0)
+    rank = len(x.perm)
+    axes = {int(a) % rank for a in ctx.options.get("SqueezeDims", [])} or \
+        {a for a, d in enumerate(x.shape) if d == 1}
+    if any(x.shape[a] != 1 for a in axes):
+        raise ctx.unsupported(f"squeeze of dims {sorted(axes)} of shape {x.shape}")
+    gone = {x.ir_axis(a) for a in axes}
+    shape = [d for i, d in enumerate(x.value.type.shape) if i not in gone]
+    ctx.set_output(ctx.emit1("reshape", [x.value], {"shape": shape}), dropped(x.perm, sorted(axes)))
+
+
+@converter("TRANSPOSE")
+def transpose(ctx: TflContext) -> None:
+    """No node: the output is the input under another layout (``layout.compose``)."""
+    x = ctx.laid(0)
+    perm = _ints(ctx.const(1))
+    ctx.set_output(x.value, compose(inverse(perm), x.perm))
+
+
+@converter("CONCATENATION")
+def concatenation(ctx: TflContext) -> None:
+    vals, perm = ctx.aligned(range(len(ctx.op.inputs)))
+    axis = perm.index(int(ctx.options.get("Axis", 0)) % len(perm))
+    ctx.set_output(ctx.fused(ctx.emit1("concat", vals, {"axis": axis})), perm)
+
+
+@converter("PAD", "PADV2")
+def pad(ctx: TflContext) -> None:
+    x = ctx.laid(0)
+    widths = ctx.const(1).reshape(-1, 2)  # [rank, (before, after)] in TFLite order
+    value = float(ctx.const(2).reshape(-1)[0]) if ctx.has_input(2) else 0.0
+    pads = [int(widths[p, 0]) for p in x.perm] + [int(widths[p, 1]) for p in x.perm]
+    ctx.set_output(ctx.emit1("pad", [x.value], {"pads": pads, "mode": "constant", "value": value}), x.perm)
+
+
+def _sliced(ctx: TflContext, x: Laid, ranges: list[tuple[int, int, int]], shrink: list[int]) -> None:
+    """Slice TFLite-order ``ranges`` (python range triples) in x's layout, then drop ``shrink`` axes."""
+    ir = [ranges[p] for p in x.perm]
+    y = ctx.emit1("slice", [x.value], {"starts": [r[0] for r in ir], "ends": [r[1] for r in ir],
+                                       "steps": [r[2] for r in ir]},
+                  name=f"{ctx.name}/slice" if shrink else None)
+    if not shrink:
+        ctx.set_output(y, x.perm)
+        return
+    gone = {x.ir_axis(a) for a in shrink}
+    shape = [d for i, d in enumerate(y.type.shape) if i not in gone]
+    ctx.set_output(ctx.emit1("reshape", [y], {"shape": shape}), dropped(x.perm, shrink))
+
+
+@converter("STRIDED_SLICE")
+def strided_slice(ctx: TflContext) -> None:
+    x = ctx.laid(0)
+    begin, end, strides = (_ints(ctx.const(i)) for i in (1, 2, 3))
+    o = ctx.options
+    if o.get("EllipsisMask") or o.get("NewAxisMask"):
+        raise ctx.unsupported("ellipsis_mask and new_axis_mask are not supported")
+    ranges, shrink = [], []
+    for a, dim in enumerate(x.shape):
+        if a >= len(begin):
+            ranges.append((0, dim, 1))
+            continue
+        b, e, s = begin[a], end[a], strides[a]
+        if s == 0:
+            raise ctx.unsupported("slice stride 0")
+        if o.get("Offset"):
+            e += b
+        if o.get("ShrinkAxisMask", 0) >> a & 1:
+            b %= dim
+            ranges.append((b, b + 1, 1))
+            shrink.append(a)
+            continue
+        start = None if o.get("BeginMask", 0) >> a & 1 else b
+        stop = None if o.get("EndMask", 0) >> a & 1 else e
+        ranges.append(slice(start, stop, s).indices(dim))
+    _sliced(ctx, x, ranges, shrink)
+
+
+@converter("SLICE")
+def slice_(ctx: TflContext) -> None:
+    x = ctx.laid(0)
+    begin, size = _ints(ctx.const(1)), _ints(ctx.const(2))
+    _sliced(ctx, x, [(b, dim if n < 0 else b + n, 1) for b, n, dim in zip(begin, size, x.shape)], [])
+
+
+@converter("GATHER")
+def gather(ctx: TflContext) -> None:
+    """Rank-1 indices keep the data's layout; other index ranks gather in TFLite order."""
+    x = ctx.laid(0)
+    axis = int(ctx.options.get("Axis", 0)) % len(x.perm)
+    ind = ctx.input(1)
+    if int(ctx.options.get("BatchDims", 0)):
+        raise ctx.unsupported("batch_dims is not supported")
+    if len(ind.type.shape) != 1:
+        x = Laid(ctx.input(0), identity(len(x.perm)))
+    y = ctx.emit1("gather", [x.value, ind], {"axis": x.ir_axis(axis)})
+    ctx.set_output(y, x.perm if len(ind.type.shape) == 1 else None)
+
+
+def _split(ctx: TflContext, x: Laid, axis: int, sizes: list[int]) -> None:
+    outs = ctx.emit("split", [x.value], {"axis": x.ir_axis(axis), "sizes": sizes}, n_outputs=len(sizes))
+    for i, v in enumerate(outs):
+        ctx.set_output(v, x.perm, i)
+
+
+@converter("SPLIT")
+def split(ctx: TflContext) -> None:
+    x = ctx.laid(1)
+    axis = int(ctx.const(0).reshape(-1)[0]) % len(x.perm)
+    n = int(ctx.options.get("NumSplits", len(ctx.op.outputs)))
+    if x.shape[axis] % n:
+        raise ctx.unsupported(f"dim {x.shape[axis]} does not split into {n}")
+    _split(ctx, x, axis, [x.shape[axis] // n] * n)
+
+
+@converter("SPLIT_V")
+def split_v(ctx: TflContext) -> None:
+    x = ctx.laid(0)
+    axis = int(ctx.const(2).reshape(-1)[0]) % len(x.perm)
+    sizes = _ints(ctx.const(1))
+    if sizes.count(-1) == 1:
+        sizes[sizes.index(-1)] = x.shape[axis] - (sum(sizes) + 1)
+    _split(ctx, x, axis, sizes)
+
+
+@converter("PACK")
+def pack(ctx: TflContext) -> None:
+    """Each input gets a size-1 dim at ``axis`` (TFLite order), then one concat."""
+    rank = len(ctx.laid(0).perm) + 1
+    axis = int(ctx.options.get("Axis", 0)) % rank
+    parts = []
+    for i in range(len(ctx.op.inputs)):
+        v = ctx.input(i)
+        shape = list(v.type.shape)
+        shape.insert(axis, 1)
+        parts.append(ctx.emit1("reshape", [v], {"shape": shape}, f"{ctx.name}/{i}"))
+    ctx.set_output(ctx.emit1("concat", parts, {"axis": axis}))
+
+
+@converter("UNPACK")
+def unpack(ctx: TflContext) -> None:
+    x = ctx.laid(0)
+    axis = int(ctx.options.get("Axis", 0)) % len(x.perm)
+    n = x.shape[axis]
+    gone = x.ir_axis(axis)
+    parts = ctx.emit("split", [x.value], {"axis": gone, "sizes": [1] * n}, f"{ctx.name}/split", n_outputs=n)
+    for i, v in enumerate(parts):
+        shape = [d for j, d in enumerate(v.type.shape) if j != gone]
+        y = ctx.emit1("reshape", [v], {"shape": shape}, f"{ctx.name}/{i}")
+        ctx.set_output(y, dropped(x.perm, [axis]), i)
+
+
+@converter("DEQUANTIZE", "QUANTIZE")
+def requantize(ctx: TflContext) -> None:
+    """Real value in, real value out: the context dequantizes the input (constants were made real at
+    import: fp16 widened, int8 scaled) and quantizes the output when it is a quantized tensor."""
+    x = ctx.laid(0)
+    ctx.set_output(x.value, x.perm)

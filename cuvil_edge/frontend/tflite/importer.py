@@ -1,0 +1,172 @@
+"""TFLite -> IR: constants from buffers (fp16 and int8 weights dequantized at build time), graph inputs
+and outputs in TFLite order (NHWC) with the layout changed inside (``layout.py``), one converter per
+operator looked up by builtin name or, for custom ops, by custom code."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ...errors import ModelFormatError, ShapeError, UnsupportedOperator
+from ...ir.graph import Graph, TensorType, Value
+from ...quant.qdq import fuse_qdq
+from ..onnx.registry import emit_node
+from .layout import Laid, identity
+from .reader import TflModel, TflOperator, TflSubgraph, TflTensor, read_tflite
+from .registry import BUILTINS, CUSTOM, ImportState, TflContext
+
+#: TFLite dtypes a graph input may have
+INPUT_DTYPES = ("float32", "int32", "int64", "int8", "uint8", "bool")
+
+
+def import_tflite(model: str | os.PathLike[str] | bytes | TflModel,
+                  input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
+                  signature: str | None = None) -> Graph:
+    """Import the subgraph of ``signature`` (default: the first signature, else subgraph 0); inputs and
+    outputs take the signature's names when it has them."""
+    tm = model if isinstance(model, TflModel) else read_tflite(model)
+    sg_index, in_names, out_names = _entry(tm, signature)
+    sg = tm.subgraphs[sg_index]
+    graph = Graph(name or sg.name or "model")
+    graph.meta.update(source="tflite", tflite_version=tm.version)
+    state = ImportState()
+    for t in sg.tensors:
+        if t.data is not None:
+            state.env[t.index] = Laid(_constant(graph, state, t), identity(len(t.shape)))
+        elif t.quant is not None and t.dtype in ("int8", "uint8", "int16"):
+            state.held_quant[t.index] = _held_params(t)
+    shapes = dict(input_shapes or {})
+    for idx in sg.inputs:
+        t = sg.tensors[idx]
+        label = in_names.get(idx, t.name)
+        v = graph.value(label, _input_type(t, label, shapes.pop(label, None)))
+        graph.inputs.append(v)
+        held = _to_held(graph, v) if idx in state.held_quant else v
+        state.env[idx] = Laid(held, identity(len(v.type.shape)))
+    if shapes:
+        raise ShapeError(f"--input-shape names unknown inputs {sorted(shapes)}; "
+                         f"model inputs are {[v.name for v in graph.inputs]}")
+    for op in sg.operators:
+        _convert(graph, state, sg, op)
+    names = []
+    for idx in sg.outputs:
+        if idx not in state.env:
+            raise ModelFormatError(f"graph output {sg.tensors[idx].name!r} is never written")
+        probe = TflContext(graph, state, sg, _output_probe(sg, idx))
+        held = probe.held(0)
+        v = probe.relaid(held, identity(len(held.perm)), key=idx)
+        graph.outputs.append(_from_held(graph, v) if sg.tensors[idx].dtype == "int8" and
+                             idx in state.held_quant else v)
+        names.append(out_names.get(idx, sg.tensors[idx].name))
+    graph.meta["output_names"] = names
+    fuse_qdq(graph)  # quantized layers onto the integer kernels while their weights' integers are known
+    return graph
+
+
+def _constant(graph: Graph, state: ImportState, t: TflTensor) -> Value:
+    """A constant's real value: fp16 widened, quantized integers dequantized (their integers noted)."""
+    if t.dtype == "float16":
+        return graph.constant(t.name, t.data.astype(np.float32))
+    if t.quant is None or t.dtype not in ("int8", "uint8", "int32"):
+        return graph.constant(t.name, t.data)
+    shape = [1] * t.data.ndim
+    if t.quant.scale.size > 1:
+        shape[t.quant.axis] = -1
+    q = t.data.astype(np.int64) - t.quant.zero_point.reshape(shape)
+    scale = np.broadcast_to(t.quant.scale.reshape(shape), t.data.shape)
+    if t.dtype == "int8":
+        state.int_weights[t.index] = (q.astype(np.int32), scale.astype(np.float32))
+    return graph.constant(t.name, (q * scale.astype(np.float64)).astype(np.float32))
+
+
+def _held_params(t: TflTensor) -> tuple[float, int]:
+    """(scale, zero point) of a run-time quantized tensor as held in uint8."""
+    if t.dtype == "int16":
+        raise UnsupportedOperator("TENSOR", t.name, None, "int16 (16x8) quantized activations")
+    if t.quant.scale.size != 1:
+        raise UnsupportedOperator("TENSOR", t.name, None, "per-channel quantized activations")
+    return float(t.quant.scale[0]), int(t.quant.zero_point[0]) + (128 if t.dtype == "int8" else 0)
+
+
+def _shift(graph: Graph, v: Value) -> tuple[Value, Value]:
+    """Scale 1 and zero point 128: int8 <-> held uint8."""
+    return graph.constant(f"{v.name}/one", np.float32(1)), graph.constant(f"{v.name}/128", np.uint8(128))
+
+
+def _to_held(graph: Graph, v: Value) -> Value:
+    """A uint8 or int8 graph input as held: uint8, int8 shifted by +128 (exact through f32)."""
+    if v.type.dtype == "uint8":
+        return v
+    f = emit_node(graph, "cast", [v], {"to": "float32"}, f"{v.name}/f32")[0]
+    one, shift = _shift(graph, v)
+    return emit_node(graph, "quantize", [f, one, shift], {"axis": 1}, f"{v.name}/held")[0]
+
+
+def _from_held(graph: Graph, v: Value) -> Value:
+    """An int8 graph output from its held uint8 form."""
+    one, shift = _shift(graph, v)
+    f = emit_node(graph, "dequantize", [v, one, shift], {"axis": 1}, f"{v.name}/f32")[0]
+    return emit_node(graph, "cast", [f], {"to": "int8"}, f"{v.name}/int8")[0]
+
+
+def _entry(tm: TflModel, signature: str | None) -> tuple[int, dict[int, str], dict[int, str]]:
+    """(subgraph index, tensor index -> input name, tensor index -> output name)."""
+    if not tm.signatures:
+        if signature is not None:
+            raise ModelFormatError(f"signature {signature!r} asked for; the model has none")
+        return 0, {}, {}
+    sig = next((s for s in tm.signatures if s.key == signature), None) if signature else tm.signatures[0]
+    if sig is None or not 0 <= sig.subgraph < len(tm.subgraphs):
+        raise ModelFormatError(f"no usable signature {signature!r}; the model has "
+                               f"{[s.key for s in tm.signatures]}")
+    return (sig.subgraph, {i: n for n, i in sig.inputs.items()}, {i: n for n, i in sig.outputs.items()})
+
+
+#: ops that only move elements: within one quantization they move the held uint8 values as they are
+MOVEMENT = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "CONCATENATION", "STRIDED_SLICE",
+                      "SLICE", "GATHER", "SPLIT", "SPLIT_V", "PACK", "UNPACK"})
+
+
+def _moves_held(state: ImportState, op: TflOperator) -> bool:
+    """A data-movement op whose quantized inputs and outputs all share one scale and zero point."""
+    if op.op not in MOVEMENT or op.options.get("FusedActivationFunction"):
+        return False
+    outs = {state.held_quant.get(t) for t in op.outputs if t >= 0}
+    ins = {state.held_quant[t] for t in op.inputs if t in state.held_quant}
+    return len(outs) == 1 and None not in outs and ins <= outs
+
+
+def _convert(graph: Graph, state: ImportState, sg: TflSubgraph, op: TflOperator) -> None:
+    ctx = TflContext(graph, state, sg, op, raw=_moves_held(state, op))
+    if op.custom_code is not None:
+        fn = CUSTOM.get(op.custom_code)
+        if fn is None:
+            raise ctx.unsupported(f"no converter is registered for custom op {op.custom_code!r}")
+    else:
+        fn = BUILTINS.get(op.op)
+        if fn is None:
+            raise ctx.unsupported()
+    fn(ctx)
+    missing = [sg.tensors[o].name for o in op.outputs if o >= 0 and o not in state.env]
+    if missing:
+        raise ctx.unsupported(f"outputs {missing} were not produced")
+
+
+def _output_probe(sg: TflSubgraph, idx: int) -> TflOperator:
+    """A one-input stand-in operator, so graph outputs are laid back to TFLite order by the same code."""
+    return TflOperator(-1, "OUTPUT", -1, None, [idx], [], {}, b"")
+
+
+def _input_type(t: TflTensor, label: str, override: Sequence[int] | None) -> TensorType:
+    if t.dtype not in INPUT_DTYPES:
+        raise UnsupportedOperator("INPUT", label, None, f"input type {t.dtype} is not supported")
+    if override is not None:
+        shape = tuple(int(d) for d in override)
+        if len(shape) != len(t.shape):
+            raise ShapeError(f"input {label!r}: shape {shape} conflicts with the model's {t.shape}")
+        return TensorType(shape, t.dtype)
+    if any(d < 0 for d in t.shape[1:]):
+        raise ShapeError(f"input {label!r} has a dynamic dimension: fix it with --input-shape {label}=...")
+    return TensorType(tuple(max(d, 1) for d in t.shape), t.dtype)

@@ -1,0 +1,203 @@
+"""The TFLite flatbuffer read eagerly into plain dataclasses, so a malformed file fails here, as one
+``ModelFormatError``, and the converters never touch flatbuffer tables (whose reads are lazy)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...errors import ModelFormatError
+from .. import TFLITE_MAGIC
+
+#: TFLite TensorType -> numpy dtype (the types the importer can hold)
+DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8",
+          10: "float64"}
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Affine quantization: ``real = scale * (q - zero_point)`` along ``axis`` (per-channel) or whole."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int
+
+
+@dataclass
+class TflTensor:
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    data: np.ndarray | None  # a constant's value (from its buffer)
+    quant: Quantization | None
+    is_variable: bool
+
+
+@dataclass
+class TflOperator:
+    index: int
+    op: str  # builtin name (``CONV_2D``) or ``CUSTOM``
+    builtin_code: int
+    custom_code: str | None
+    inputs: list[int]  # tensor indices, -1 for an omitted optional input
+    outputs: list[int]
+    options: dict[str, Any]
+    custom_options: bytes
+
+
+@dataclass
+class TflSubgraph:
+    name: str
+    tensors: list[TflTensor]
+    operators: list[TflOperator]
+    inputs: list[int]
+    outputs: list[int]
+
+
+@dataclass
+class SignatureDef:
+    key: str
+    subgraph: int
+    inputs: dict[str, int]  # signature name -> tensor index
+    outputs: dict[str, int]
+
+
+@dataclass
+class TflModel:
+    version: int
+    description: str
+    subgraphs: list[TflSubgraph]
+    signatures: list[SignatureDef] = field(default_factory=list)
+    metadata: dict[str, bytes] = field(default_factory=dict)
+
+
+def read_tflite(source: str | os.PathLike[str] | bytes) -> TflModel:
+    """Parse a .tflite file or its bytes; anything that is not a well-formed TFLite model is a
+    ``ModelFormatError`` (a missing file stays ``FileNotFoundError``)."""
+    data = bytes(source) if isinstance(source, (bytes, bytearray)) else open(os.fspath(source), "rb").read()
+    if data[4:8] != TFLITE_MAGIC:
+        raise ModelFormatError("not a TFLite model: the flatbuffer identifier 'TFL3' is missing")
+    try:
+        return _read(data)
+    except ModelFormatError:
+        raise
+    except Exception as exc:  # flatbuffers raise struct.error, IndexError, ... on truncated/corrupt data
+        raise ModelFormatError(f"malformed TFLite flatbuffer: {type(exc).__name__}: {exc}") from exc
+
+
+def _read(data: bytes) -> TflModel:
+    import tflite
+    from tflite.utils import BUILTIN_OPCODE2NAME
+
+    m = tflite.Model.GetRootAsModel(data, 0)
+    buffers = [_buffer(m.Buffers(i), data) for i in range(m.BuffersLength())]
+    codes = []
+    for i in range(m.OperatorCodesLength()):
+        oc = m.OperatorCodes(i)
+        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())  # the deprecated int8 field caps at 127
+        custom = oc.CustomCode()
+        codes.append((code, BUILTIN_OPCODE2NAME.get(code, f"BUILTIN_{code}"),
+                      custom.decode() if custom is not None else None))
+    subgraphs = [_subgraph(m.Subgraphs(i), buffers, codes) for i in range(m.SubgraphsLength())]
+    if not subgraphs:
+        raise ModelFormatError("TFLite model has no subgraphs")
+    signatures = []
+    for i in range(m.SignatureDefsLength()):
+        s = m.SignatureDefs(i)
+        signatures.append(SignatureDef(
+            (s.SignatureKey() or b"").decode(), s.SubgraphIndex(),
+            {s.Inputs(j).Name().decode(): s.Inputs(j).TensorIndex() for j in range(s.InputsLength())},
+            {s.Outputs(j).Name().decode(): s.Outputs(j).TensorIndex() for j in range(s.OutputsLength())}))
+    metadata = {}
+    for i in range(m.MetadataLength()):
+        md = m.Metadata(i)
+        if md.Buffer() < len(buffers):
+            metadata[(md.Name() or b"").decode()] = buffers[md.Buffer()]
+    return TflModel(m.Version(), (m.Description() or b"").decode(errors="replace"), subgraphs, signatures,
+                    metadata)
+
+
+def _buffer(buf: Any, data: bytes) -> bytes:
+    """A buffer's bytes: inline, or (models over 2 GB) at ``offset`` in the file."""
+    if buf.Offset() > 1:
+        end = buf.Offset() + buf.Size()
+        if end > len(data):
+            raise ModelFormatError(f"buffer at offset {buf.Offset()} runs past the end of the file")
+        return data[buf.Offset():end]
+    return b"" if buf.DataIsNone() else buf.DataAsNumpy().tobytes()
+
+
+def _subgraph(sg: Any, buffers: list[bytes], codes: list[tuple[int, str, str | None]]) -> TflSubgraph:
+    tensors = [_tensor(i, sg.Tensors(i), buffers) for i in range(sg.TensorsLength())]
+    ops = []
+    for i in range(sg.OperatorsLength()):
+        op = sg.Operators(i)
+        if op.OpcodeIndex() >= len(codes):
+            raise ModelFormatError(f"operator {i} names opcode {op.OpcodeIndex()} of {len(codes)}")
+        code, name, custom = codes[op.OpcodeIndex()]
+        ins = [] if op.InputsIsNone() else [int(x) for x in op.InputsAsNumpy()]
+        outs = [] if op.OutputsIsNone() else [int(x) for x in op.OutputsAsNumpy()]
+        if any(x >= len(tensors) for x in ins + outs):
+            raise ModelFormatError(f"operator {i} ({name}) names a tensor past the {len(tensors)} there are")
+        ops.append(TflOperator(i, name, code, custom, ins, outs, _options(op),
+                               b"" if op.CustomOptionsIsNone() else op.CustomOptionsAsNumpy().tobytes()))
+    io = [[] if none else [int(x) for x in arr()] for none, arr in
+          ((sg.InputsIsNone(), sg.InputsAsNumpy), (sg.OutputsIsNone(), sg.OutputsAsNumpy))]
+    return TflSubgraph((sg.Name() or b"").decode(), tensors, ops, io[0], io[1])
+
+
+def _tensor(index: int, t: Any, buffers: list[bytes]) -> TflTensor:
+    name = (t.Name() or b"").decode(errors="replace") or f"tensor_{index}"
+    dtype = DTYPES.get(t.Type(), f"tflite_type_{t.Type()}")
+    shape = () if t.ShapeIsNone() else tuple(int(d) for d in t.ShapeAsNumpy())
+    raw = buffers[t.Buffer()] if 0 < t.Buffer() < len(buffers) else b""
+    data = None
+    if raw:
+        if dtype not in DTYPES.values():
+            raise ModelFormatError(f"tensor {name!r} holds data of unsupported type {dtype}")
+        data = np.frombuffer(raw, dtype=dtype)
+        if data.size != int(np.prod(shape, dtype=np.int64)):
+            raise ModelFormatError(f"tensor {name!r}: buffer holds {data.size} values for shape {shape}")
+        data = data.reshape(shape)
+    q = t.Quantization()
+    quant = None
+    if q is not None and not q.ScaleIsNone() and q.ScaleLength() > 0:
+        zp = (np.zeros(q.ScaleLength(), np.int64) if q.ZeroPointIsNone()
+              else q.ZeroPointAsNumpy().astype(np.int64))
+        quant = Quantization(q.ScaleAsNumpy().astype(np.float32), zp, int(q.QuantizedDimension()))
+    return TflTensor(index, name, shape, dtype, data, quant, bool(t.IsVariable()))
+
+
+@functools.cache
+def _options_classes() -> dict[int, type]:
+    import tflite
+    from tflite.BuiltinOptions import BuiltinOptions
+
+    return {v: getattr(tflite, k) for k, v in vars(BuiltinOptions).items()
+            if not k.startswith("_") and isinstance(v, int) and v and hasattr(tflite, k)}
+
+
+def _options(op: Any) -> dict[str, Any]:
+    """The builtin options table as a dict of its fields (``Padding`` -> 1, ``SqueezeDims`` -> [...])."""
+    table = op.BuiltinOptions()
+    cls = _options_classes().get(op.BuiltinOptionsType())
+    if table is None or cls is None:
+        return {}
+    obj = cls()
+    obj.Init(table.Bytes, table.Pos)
+    out: dict[str, Any] = {}
+    for name, fn in inspect.getmembers(cls, inspect.isfunction):
+        if name.startswith(("_", "Init", "GetRootAs")) or name.endswith(("Length", "IsNone", "AsNumpy",
+                                                                         "BufferHasIdentifier")):
+            continue
+        if hasattr(cls, name + "AsNumpy"):
+            out[name] = [] if getattr(obj, name + "IsNone")() else getattr(obj, name + "AsNumpy")().tolist()
+        elif len(inspect.signature(fn).parameters) == 1:
+            out[name] = getattr(obj, name)()
+    return out

