@@ -1,4 +1,5 @@
-"""``cuvil-edge publish`` and ``cuvil-edge fleet status|command|demo``: staged rollouts over MQTT.
+"""``cuvil-edge publish`` and ``cuvil-edge fleet status|command|telemetry|dashboard|demo``: staged
+rollouts over MQTT.
 
 ``register(subparsers)`` adds the commands to the ``cuvil-edge`` parser; each sets ``fn``. The broker
 password comes from an environment variable named by ``--password-env`` (never argv).
@@ -18,6 +19,7 @@ from ota.config import BrokerSettings
 from ota.protocol import TelemetryRecord
 
 from .cli_ota import _signing_keys
+from .dashboard import Dashboard, FleetView
 from .fleet import FleetError, LocalBroker, Publisher, Rollout, parse_percent, stages_for, tiny_release
 from .fleet_telemetry import TelemetryCollector, format_record
 
@@ -133,6 +135,20 @@ def cmd_fleet_telemetry(args: argparse.Namespace) -> int:
     for device, d in sorted(collector.devices.items()):
         if d.missing or d.duplicates:
             print(f"{device}: {d.missing} records missing (gaps {d.gaps}), {d.duplicates} repeats dropped")
+    return 0
+
+
+def cmd_fleet_dashboard(args: argparse.Namespace) -> int:
+    """Serve the fleet's live page until ``--duration-s`` or Ctrl-C."""
+    view = FleetView(_broker(args), args.fleet)
+    with Dashboard(view, args.host, args.port) as dash:
+        view.start(args.connect_timeout_s)
+        dash.start()
+        print(f"fleet {args.fleet}: dashboard on {dash.url} (Ctrl-C stops)", flush=True)
+        try:
+            threading.Event().wait(args.duration_s or None)
+        except KeyboardInterrupt:
+            pass
     return 0
 
 
@@ -252,6 +268,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     te.add_argument("--client-id", help="MQTT client id (default cuvil-telemetry-<fleet>: its persistent "
                     "session keeps telemetry sent while it is away)")
     te.set_defaults(fn=cmd_fleet_telemetry)
+    db = fs.add_parser("dashboard", help="a live web page: devices, rollout stages, latency per release")
+    _broker_args(db)
+    db.add_argument("--host", default="127.0.0.1", help="address to serve on (default: this machine only)")
+    db.add_argument("--port", type=int, default=8088, help="0: any free port")
+    db.add_argument("--duration-s", type=float, default=0.0, help="stop after this long (default: Ctrl-C)")
+    db.set_defaults(fn=cmd_fleet_dashboard)
     dm = fs.add_parser("demo", help="broker + publisher + one agent on this machine, no setup")
     dm.add_argument("--workdir", help="where the temporary directory goes")
     dm.set_defaults(fn=cmd_fleet_demo)

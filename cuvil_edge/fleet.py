@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import io
 import json
+import logging
 import math
 import os
 import secrets
@@ -31,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ota.bundle import read_header
 from ota.config import BrokerSettings, OtaConfig, TransferLimits
-from ota.errors import FormatError, WrongTarget
+from ota.errors import FormatError, TransportError, WrongTarget
 from ota.metadata import Manifest
 from ota.protocol import (
     BUCKETS,
@@ -51,9 +52,11 @@ from ota.trust import check_target
 from .errors import CuvilError
 from .signing import Keyring, build_bundle, sign_envelope
 
+log = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 32 << 10
 LATER_STAGES = (25.0, 50.0, 100.0)  # after the canary, unless --stages says otherwise
 _FINAL = ("failed", "timeout", "rolled_back", "not_targeted")  # outcomes a later status does not change
+ROLLOUT_TYPE = "cuvil-rollout"
 
 
 class FleetError(CuvilError):
@@ -104,6 +107,23 @@ class Rollout:
         """Devices ordered to roll back whose confirmation has not arrived yet."""
         return sorted(d for d, o in self.outcomes.items() if o == "rollback_pending")
 
+    def summary(self, fleet: str, stage_devices: int) -> dict[str, Any]:
+        """The rollout as operators watch it (the ``rollout`` topic): counts per outcome rather than one
+        entry per device, so the message stays small in a fleet of thousands; failures are named."""
+        counts: dict[str, int] = {}
+        for outcome in self.outcomes.values():
+            counts[outcome] = counts.get(outcome, 0) + 1
+        return {"type": ROLLOUT_TYPE, "format": 1, "fleet": fleet, "bundle_sha256": self.bundle_sha256,
+                "name": self.name, "release": self.release, "version": self.version, "stages": self.stages,
+                "stage": self.stage, "status": self.status, "reason": self.reason, "halt_on": self.halt_on,
+                "stage_devices": stage_devices, "outcomes": counts,
+                "failed": sorted(d for d, o in self.outcomes.items() if o in ("failed", "timeout"))}
+
+
+def rollout_topic(topics: Topics) -> str:
+    """Where the publisher tells the rollout's state (unsigned, like status: only it may write there)."""
+    return f"{topics.base}/rollout"
+
 
 class Publisher:
     """Publishes rollouts to one fleet group and watches its devices' retained status topics."""
@@ -118,6 +138,7 @@ class Publisher:
         self.state: dict[str, Any] = read_json(self.state_path, {"fleet": fleet, "seq": 0, "devices": {},
                                                                  "rollout": None})
         self._lock = threading.Lock()
+        self._told: dict[str, Any] | None = None  # the rollout summary last published
         self.mqtt = MqttClient(broker, f"cuvil-publisher-{fleet}-{secrets.token_hex(3)}", self._on_status,
                                limits)
 
@@ -166,6 +187,22 @@ class Publisher:
         with self._lock:
             self.state["rollout"] = asdict(rollout)
         self._save()
+        self._tell(rollout)
+
+    def _tell(self, rollout: Rollout) -> None:
+        """Publish the rollout's summary (retained, on ``<prefix>/<fleet>/rollout``) when it changed, so
+        dashboards anywhere see stages, progress and the halt reason without the publisher's state file."""
+        summary = rollout.summary(self.topics.fleet, len(self.stage_devices(rollout)))
+        if summary == self._told or not self.mqtt.connected:
+            return  # offline: the next step tells it (watching the rollout does not wait on the view)
+        stamped = {**summary, "time": format_time(datetime.now(timezone.utc))}
+        try:
+            self.mqtt.publish(rollout_topic(self.topics), json.dumps(stamped, sort_keys=True).encode(),
+                              retain=True)
+        except TransportError as exc:
+            log.warning("rollout state not published (told again at the next step): %s", exc)
+            return
+        self._told = summary
 
     # -- publishing ---------------------------------------------------------------------------
     def publish(self, bundle: str | os.PathLike[str], canary: float, halt_on: float,

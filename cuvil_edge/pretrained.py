@@ -2,7 +2,8 @@
 
 A local directory (or a hub id, fetched through ``huggingface_hub`` into its cache, or read from the
 cache when offline) holds ``config.json``, the ONNX export (``model.onnx`` or Optimum's
-``onnx/model*.onnx``), a ``tokenizer.json`` for text tasks and a ``preprocessor_config.json`` for images.
+``onnx/model*.onnx``), a ``tokenizer.json`` for text tasks and a ``preprocessor_config.json`` for images
+and audio (a feature extractor's: raw waveforms, or log-mel / MFCC frames).
 This module reads them once, on the host, and writes what a device needs as one normalized
 ``runtime_wasm.processing.ProcessingConfig``: the device never parses Hugging Face configs.
 """
@@ -25,8 +26,9 @@ from .errors import MissingPretrainedFile, ModelFormatError, NotInCache, Pretrai
 #: names people and pipelines use for the tasks cuvil-edge processes
 TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification",
                 "feature-extraction": "sentence-embeddings", "sentence-similarity": "sentence-embeddings",
-                **{t: t for t in TASKS}}
-_ARCHITECTURE_TASKS = (("ForSequenceClassification", "text-classification"),
+                "keyword-spotting": "audio-classification", **{t: t for t in TASKS}}
+_ARCHITECTURE_TASKS = (("ForAudioClassification", "audio-classification"),
+                       ("ForSequenceClassification", "text-classification"),
                        ("ForTokenClassification", "token-classification"),
                        ("ForImageClassification", "image-classification"))
 #: Pillow's resampling enum, as preprocessor configs store it
@@ -105,16 +107,25 @@ def find_onnx(directory: Path) -> Path:
     return found[0]
 
 
+def _has_audio_features(directory: Path) -> bool:
+    """A ``preprocessor_config.json`` of a feature extractor (it names a sampling rate), not an image
+    processor: what tells ``Wav2Vec2ForSequenceClassification`` from a text classifier."""
+    return "sampling_rate" in _json(directory / "preprocessor_config.json", required=False)
+
+
 def infer_task(config: Mapping[str, Any], directory: Path) -> str:
     """From ``architectures`` (``*ForSequenceClassification``...), else from what the directory holds."""
+    audio = _has_audio_features(directory)
     for arch in config.get("architectures") or []:
         for suffix, task in _ARCHITECTURE_TASKS:
             if str(arch).endswith(suffix):
-                return task
+                return "audio-classification" if audio and task == "text-classification" else task
         if str(arch).endswith("Model"):  # a bare encoder: its states pool into sentence embeddings
             return "sentence-embeddings"
     if (directory / "modules.json").is_file() or (directory / "sentence_bert_config.json").is_file():
         return "sentence-embeddings"
+    if config.get("id2label") and audio:
+        return "audio-classification"
     if config.get("id2label") and (directory / "preprocessor_config.json").is_file():
         return "image-classification"
     if config.get("id2label") and (directory / "tokenizer.json").is_file():
@@ -154,7 +165,7 @@ def _onnx_io(path: Path) -> tuple[list[tuple[str, list[int | None], bool]], dict
 
 #: output ranks each task decodes: [batch, classes], [batch, tokens, classes], states or pooled vectors
 _OUTPUT_RANKS = {"text-classification": (2,), "image-classification": (2,), "token-classification": (3,),
-                 "sentence-embeddings": (2, 3)}
+                 "sentence-embeddings": (2, 3), "audio-classification": (2,)}
 
 
 def _check_output(task: str, name: str, dims: list[int | None], labels: list[str]) -> None:
@@ -224,6 +235,67 @@ def _image_processing(directory: Path, input_name: str) -> dict[str, Any]:
             "std": [float(x) for x in pre.get("image_std", [0.5] * 3)] if normalize else [1.0] * 3}
 
 
+#: feature extractors computing Kaldi filter banks (povey window, pre-emphasis, DC removal): not here
+_KALDI_FBANK = ("ASTFeatureExtractor", "Speech2TextFeatureExtractor", "SeamlessM4TFeatureExtractor")
+#: ``log_mel`` of a feature extractor -> the log ``processing.json`` names
+_LOG_MEL = {"log": "ln", "log10": "log10"}
+
+
+def _audio_processing(directory: Path, inputs: Sequence[tuple[str, list[int | None], bool]]
+                      ) -> tuple[dict[str, Any], list[int | None]]:
+    """The audio settings of ``preprocessor_config.json`` (Hugging Face feature-extractor fields) and the
+    model input's shape with its clip length filled in where the export leaves it open: one second of
+    samples, or Whisper's ``nb_max_frames`` / one second of frames."""
+    pre = _json(directory / "preprocessor_config.json")
+    kind = str(pre.get("feature_extractor_type", ""))
+    what = f"preprocessor_config.json ({kind or 'no feature_extractor_type'})"
+    if kind in _KALDI_FBANK:
+        raise PretrainedError(f"{what}: Kaldi filter-bank features are not supported (only raw waveforms, "
+                              "log-mel and MFCC frames)")
+    floats = [(name, dims) for name, dims, is_float in inputs if is_float]
+    if len(floats) != 1:
+        raise PretrainedError(f"an audio model takes one float input, this one takes "
+                              f"{[n for n, *_ in inputs]}")
+    name, dims = floats[0]
+    rate = int(pre.get("sampling_rate", 16000))
+    audio: dict[str, Any] = {"input": name, "sampling_rate": rate,
+                             "normalize": bool(pre.get("do_normalize", False)),
+                             "padding_value": float(pre.get("padding_value", 0.0))}
+    n_fft = pre.get("n_fft")
+    if n_fft is None and kind != "WhisperFeatureExtractor":
+        audio["features"] = "waveform"
+        return audio, [1, *(d if d is not None else (rate if i == len(dims) - 2 else 1)
+                            for i, d in enumerate(dims[1:]))]
+    whisper = kind == "WhisperFeatureExtractor"
+    n_fft = int(n_fft or 400)
+    mels = int(pre.get("num_mel_bins", pre.get("feature_size", 80)))
+    mfcc = pre.get("num_mfcc", pre.get("n_mfcc"))
+    n_feats = int(mfcc) if mfcc else mels
+    hop = int(pre.get("hop_length", 160))
+    audio.update({
+        "features": "mfcc" if mfcc else "log-mel", "n_fft": n_fft, "hop_length": hop,
+        "win_length": int(pre.get("win_length") or n_fft), "num_mel_bins": mels,
+        "mel_scale": "slaney" if whisper else str(pre.get("mel_scale", "htk")),
+        "mel_norm": "slaney" if whisper else pre.get("norm"), "window": str(pre.get("window", "hann")),
+        "f_min": float(pre.get("f_min", pre.get("frequency_min", 0.0))),
+        "f_max": float(pre.get("f_max", pre.get("frequency_max", 8000.0 if whisper else rate / 2))),
+        "log": "whisper" if whisper else _LOG_MEL.get(pre.get("log_mel", "log")),
+        "center": bool(pre.get("center", True)), "normalize": False})
+    if audio["log"] is None:
+        raise PretrainedError(f"{what}: log_mel {pre.get('log_mel')!r} is not one of {sorted(_LOG_MEL)}")
+    if mfcc:
+        audio["num_mfcc"] = n_feats
+    if len(dims) < 3 or n_feats not in dims[-2:]:
+        raise PretrainedError(f"an audio model taking {n_feats} features per frame has an input [batch, "
+                              f"(1,) frames, features] or [batch, (1,) features, frames]; {name!r} is {dims}")
+    audio["frames_axis"] = -1 if dims[-2] == n_feats else -2
+    frames = int(pre.get("nb_max_frames", 1 + rate // hop))
+    shape = [1, *(d if d is not None else 1 for d in dims[1:])]
+    if dims[audio["frames_axis"]] is None:
+        shape[audio["frames_axis"]] = frames
+    return audio, shape
+
+
 def load_source(path_or_id: str | os.PathLike[str], task: str | None = None,
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
                 revision: str | None = None) -> PretrainedSource:
@@ -236,8 +308,11 @@ def load_source(path_or_id: str | os.PathLike[str], task: str | None = None,
     onnx_path = find_onnx(directory)
     inputs, outputs = _onnx_io(onnx_path)
     names = [name for name, _, _ in inputs]
-    text = image = None
-    if task == "image-classification":
+    text = image = audio = None
+    if task == "audio-classification":
+        audio, shape = _audio_processing(directory, inputs)
+        defaults = {audio["input"]: shape}
+    elif task == "image-classification":
         pixel = [name for name, dims, is_float in inputs if is_float and len(dims) == 4]
         if len(pixel) != 1:
             raise PretrainedError(f"an image model takes one NCHW float input, this one takes {names}")
@@ -261,7 +336,7 @@ def load_source(path_or_id: str | os.PathLike[str], task: str | None = None,
     _check_output(task, output, outputs[output], labels)
     processing = ProcessingConfig.from_dict({
         "format": 1, "task": task, "output": output, "labels": labels,
-        "text": text, "image": image,
+        "text": text, "image": image, "audio": audio,
         "multi_label": config.get("problem_type") == "multi_label_classification", "normalize": True})
     files = {n: (directory / n).read_bytes() for n in processing.files}
     return PretrainedSource(directory, onnx_path, shapes, processing, files)

@@ -47,6 +47,7 @@ from .errors import (
     UnauthorizedMessage,
     UntrustedKey,
     VerificationError,
+    WrongModel,
     WrongTarget,
 )
 from .installer import STEPS, FileWriter, Installer
@@ -63,7 +64,7 @@ __all__ = [
     "NothingToRollBack", "OtaConfig", "OtaError", "RedirectRefused", "ReplayedCommand", "RollbackError",
     "Root", "SelfTestFailed", "ServeLimits", "SlowRetrieval",
     "StateLocked", "ThresholdNotMet", "Topics", "TransferFailed", "TransferLimits", "TransportError",
-    "TrustState", "UnauthorizedMessage", "UntrustedKey", "VerificationError", "WrongTarget",
+    "TrustState", "UnauthorizedMessage", "UntrustedKey", "VerificationError", "WrongModel", "WrongTarget",
     "canonical_bytes", "key_id", "load_agent_config", "read_header", "read_payloads", "verify_bundle",
     "write_bundle",
 ]

@@ -1,7 +1,9 @@
 """The ``cuvil-agent`` daemon: follows its fleet's release topic, downloads announced bundles in verified
 chunks (over MQTT, or from the announcement's signed HTTP(S) URL with MQTT as the fallback), installs them
 through ``Installer``, obeys signed commands, reports every state transition and keeps serving the
-active model to local apps throughout.
+active model to local apps throughout. A multi-model device (``[[models]]``) does all of that per model
+line (``ModelLine``: its own release topic, state directory, slots and release counter), and serves the
+lines together under one core budget and one admission controller (``runtime_wasm.admission``).
 
 Threads: paho's network thread only queues messages; one worker thread handles them in order (so all
 agent state has one owner); the inference servers (the Unix-socket JSON one and, with ``[http]``, the HTTP
@@ -23,9 +25,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from runtime_wasm import DeviceAdmission
+
 from .bundle import read_header
 from .chunks import PART_FILE, ChunkTransfer, file_sha256
-from .config import AgentConfig, default_hardware_id, serving_policy
+from .config import AgentConfig, default_hardware_id, model_policies, serving_policy
 from .crypto import parse_json
 from .errors import (
     HashMismatch,
@@ -37,7 +41,9 @@ from .errors import (
     TransferFailed,
     TransportError,
     UnauthorizedMessage,
+    UnknownModel,
     VerificationError,
+    WrongModel,
     WrongTarget,
 )
 from .http_api import HttpApiServer
@@ -61,6 +67,7 @@ from .transport import MqttClient
 log = logging.getLogger(__name__)
 STORE_FILE = "agent.json"
 TRANSFER_DIR = "transfer"
+MODELS_DIR = "models"  # <state_dir>/models/<name>: one state directory per ``[[models]]`` line
 #: installer steps that start a reported state
 _STEP_STATES = {"verified": "installing", "reverified": "self-test"}
 
@@ -114,165 +121,111 @@ class JsonLog:
                 pass
 
 
-class Agent:
-    """One device's update and serving loop; ``run(stop)`` blocks until ``stop`` is set."""
+class _Steps:
+    """An installer's step callback, bound to its line once the line exists (the installer comes first)."""
 
-    def __init__(self, config: AgentConfig, on_step: Callable[[str], None] | None = None,
-                 log_sink: JsonLog | None = None) -> None:
-        self.cfg, self.device = config, config.device_id
-        self.topics = Topics(config.broker.topic_prefix, config.fleet)
-        self.topics.status(self.device)  # validates the device id as one topic level
-        self.log = log_sink or JsonLog(self.device, config.log_file)
-        state = Path(config.state_dir)
-        root = None
-        if not (state / "trust.json").exists() and config.trust_root:
-            root = parse_json(Path(config.trust_root).read_bytes(), f"trust root {config.trust_root}")
-        self._user_step = on_step
-        policy = serving_policy(config)  # always served supervised, under a deadline
-        self.installer = Installer(state, config.hardware_id or default_hardware_id(), config.profile or None,
-                                   root=root, config=config.ota, on_step=self._step, policy=policy)
-        self.telemetry = Telemetry(self.device, config.telemetry.directory or state / "telemetry",
-                                   config.telemetry, self.log)
-        self._update_state: str | None = None  # the last state sent as an ``update_state`` event
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.line: ModelLine | None = None
+
+    def __call__(self, name: str) -> None:
+        self.agent._step(self.line, name)
+
+
+class Store:
+    """A small JSON document the agent keeps in a state directory (``agent.json``), saved on every change."""
+
+    def __init__(self, path: Path, default: dict[str, Any]) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {**default, **read_json(path, {})}
+
+    def save(self, **changes: Any) -> None:
+        self.data.update(changes)
+        write_json(self.path, self.data)
+
+
+_LINE_STORE = {"announce_seq": 0, "announce_digest": "", "failed": {}}
+
+
+class ModelLine:
+    """One model's signed release line on the device: its announcements, transfer, installer (slots,
+    release counter), the host serving it and the state it reports. A single-model agent has one line
+    (``name`` empty) in ``state_dir`` on the fleet's release topic, exactly as before lines existed; each
+    ``[[models]]`` entry is a line named after its model, in ``<state_dir>/models/<name>``, on the topic
+    ``<fleet>/release/<name>``, installing only bundles signed for that name."""
+
+    def __init__(self, agent: Agent, name: str, installer: Installer, host: ModelHost, topic: str,
+                 store: Store) -> None:
+        self.agent, self.name, self.installer, self.host, self.topic = agent, name, installer, host, topic
+        self.store = store
         self._drop_installed_transfer()
-        self.host = ModelHost(self.installer, policy, config.http.model_name if config.http else "")
-        self.models = ModelRegistry()  # by name, for the HTTP API and its metrics
-        self.models.add(self.host)
-        self._serving = ServingWatch(self.models)
         self._health: dict[str, Any] = {}  # why the model on disk is not served (sent with every status)
         self._served = self._disk_key()
-        self.state = "active" if self.host.release is not None else "idle"
-        if self.host.load_error is not None and not isinstance(self.host.load_error, NoActiveModel):
-            self.state = self._fall_back(self.host.load_error, "at start")
-        self._last_disk_check = 0.0
-        self._store_path = state / STORE_FILE
-        self._store: dict[str, Any] = read_json(self._store_path, {"announce_seq": 0, "announce_digest": "",
-                                                                   "failed": {}, "nonces": {}})
+        self.state = "active" if host.release is not None else "idle"
+        if host.load_error is not None and not isinstance(host.load_error, NoActiveModel):
+            self.state = self._fall_back(host.load_error, "at start")
         self.ann: Announcement | None = None
         self.transfer: ChunkTransfer | None = None
         self._http: HttpDownload | None = None  # the transfer's HTTP source, while it is the one used
         self._chunk_subs: set[str] = set()
-        self._events: queue.Queue[tuple[str, bytes]] = queue.Queue()
-        self._last_progress = self._last_telemetry = 0.0
-        self.server: InferenceServer | None = None
-        self.http: HttpApiServer | None = None
-        self.mqtt = MqttClient(config.broker, f"cuvil-{config.fleet}-{self.device}", self._enqueue,
-                               config.limits, will=(self.topics.status(self.device), self._status("offline")),
-                               on_connect=lambda: self._events.put(("", b"connected")))
+        self._last_progress = 0.0
+        self._update_state: str | None = None  # the last state sent as an ``update_state`` event
 
-    # -- lifecycle ----------------------------------------------------------------------------
-    def run(self, stop: threading.Event) -> int:
-        """Serve until ``stop`` (SIGTERM) is set; 1 when the broker stays unreachable beyond its retries."""
-        if self.cfg.socket:
-            self.server = InferenceServer(self.cfg.socket, self.host, self.cfg.serve)
-        if self.cfg.http:
-            self.http = HttpApiServer(self.models, self.cfg.http)
-            self.http.metrics.registry.register(TelemetryMetrics(self.telemetry))  # type: ignore[arg-type]
-        self.log("start", state=self.state, release=self.host.release, fleet=self.cfg.fleet,
-                 http=self.http.address if self.http else None)
-        self.mqtt.subscribe([self.topics.release, self.topics.command(self.device)])
-        self.telemetry.start(self.mqtt, self.topics.telemetry(self.device))
-        self.mqtt.start()
-        code = 0
-        try:
-            while not stop.is_set():
-                try:
-                    busy = self._http is not None and not self._http.waiting
-                    topic, payload = self._events.get(timeout=0 if busy else 0.1)
-                    self._dispatch(topic, payload)
-                except queue.Empty:
-                    pass
-                self._tick()
-                if not self.mqtt.alive:
-                    self.log("broker_unreachable", error=str(self.mqtt.fatal))
-                    code = 1
-                    break
-        finally:
-            self.close()
-        return code
+    @property
+    def _state_dir(self) -> Path:
+        return self.installer.state_dir
 
-    def close(self) -> None:
-        """Graceful stop: last retained status says offline (with the release still served)."""
-        self.log("stop", state=self.state, release=self.host.release)
-        self.telemetry.close()  # what is not sent yet stays queued on disk
-        self.mqtt.close(final=(self.topics.status(self.device), self._status("offline")))
-        if self.server:
-            self.server.close()
-        if self.http:
-            self.http.close()
-        self.host.close()
+    def log(self, event: str, /, **fields: Any) -> None:
+        self.agent.log(event, **({"model": self.name} if self.name else {}), **fields)
 
-    def _enqueue(self, topic: str, payload: bytes, _retained: bool) -> None:
-        self._events.put((topic, payload))
+    def emit(self, event: str, /, **data: Any) -> None:
+        self.agent.telemetry.emit(event, **({"model": self.name} if self.name else {}), **data)
 
-    # -- dispatch (worker thread) -------------------------------------------------------------
-    def _dispatch(self, topic: str, payload: bytes) -> None:
-        """Handle one message; whatever it raises is refused and reported, so no single message (spoofed,
-        malformed, or hitting a bug) can end ``run()`` and, re-delivered after a restart, do so again."""
-        try:
-            self._handle(topic, payload)
-        except Exception as exc:
-            self._refuse(exc, "message", topic=topic)
+    @property
+    def busy(self) -> bool:
+        """Downloading over HTTP with data ready: the agent's loop should not sleep."""
+        return self._http is not None and not self._http.waiting
 
-    def _handle(self, topic: str, payload: bytes) -> None:
-        if topic == "":
-            self._on_connected()
-        elif not payload:
-            return  # a cleared retained message
-        elif topic == self.topics.release:
-            self._on_announcement(payload)
-        elif topic == self.topics.command(self.device):
-            self._on_command(payload)
-        elif (chunk := self.topics.parse_chunk(topic)) is not None:
-            self._on_chunk(*chunk, payload)
-        else:
-            self._refuse(UnauthorizedMessage(f"message on topic {topic!r}, which this agent does not accept"),
-                         "message")
+    def tick(self, check_disk: bool) -> None:
+        if check_disk:
+            self._follow_disk()
+        if self.transfer and self._http:
+            self._http_step(self.transfer, self._http)
+        elif self.transfer and self.agent.mqtt.connected:
+            try:
+                if self.transfer.due():
+                    self.log("transfer_retry", chunks=self.transfer.wanted(), retry=self.transfer.retries)
+                    self.agent.mqtt.subscribe(self._chunk_topics(self.transfer.wanted()))
+            except TransferFailed as exc:
+                self._fail(self.transfer.ann, exc)
 
-    def _on_connected(self) -> None:
-        self.log("connected", broker=f"{self.cfg.broker.host}:{self.cfg.broker.port}", n=self.mqtt.connects)
-        self.telemetry.wake()  # send what piled up while offline
+    def on_connected(self) -> None:
         if self.transfer:
             self.transfer.resume()
             self.log("transfer_resume", bundle=self.transfer.ann.bundle_sha256, from_chunk=self.transfer.have,
                      total=self.transfer.total)
         self._report(self.state)
 
-    def _tick(self) -> None:
-        now = time.monotonic()
-        if now - self._last_disk_check >= 1.0:
-            self._last_disk_check = now
-            self._follow_disk()
-            for event, data in self._serving.events():
-                self.telemetry.emit(event, **data)
-        if self.transfer and self._http:
-            self._http_step(self.transfer, self._http)
-        elif self.transfer and self.mqtt.connected:
-            try:
-                if self.transfer.due():
-                    self.log("transfer_retry", chunks=self.transfer.wanted(), retry=self.transfer.retries)
-                    self.mqtt.subscribe(self._chunk_topics(self.transfer.wanted()))
-            except TransferFailed as exc:
-                self._fail(self.transfer.ann, exc)
-        if self.cfg.telemetry_interval_s and now - self._last_telemetry >= self.cfg.telemetry_interval_s:
-            self._last_telemetry = now
-            self._telemetry()
-
     # -- announcements ------------------------------------------------------------------------
-    def _on_announcement(self, payload: bytes) -> None:
+    def on_announcement(self, payload: bytes) -> None:
+        store = self.store.data
         try:
-            ann = verify_announcement(payload, self.installer.trust, self.cfg.fleet, _now(), self.cfg.limits)
+            ann = verify_announcement(payload, self.installer.trust, self.agent.cfg.fleet, _now(),
+                                      self.agent.cfg.limits)
+            if self.name and ann.name != self.name:  # signed: a line never takes another model's release
+                raise WrongModel(f"announcement {ann.seq} offers model {ann.name!r} on model {self.name!r}'s "
+                                 "release topic")
             digest = sha256_hex(payload)
-            last = self._store["announce_seq"]
-            if ann.seq < last or (ann.seq == last and digest != self._store["announce_digest"]):
+            last = store["announce_seq"]
+            if ann.seq < last or (ann.seq == last and digest != store["announce_digest"]):
                 raise RollbackError(f"announcement seq {ann.seq} is not newer than seq {last} (replayed)")
         except VerificationError as exc:
             self._refuse(exc, "announcement")
             return
         if ann.seq > last:
-            self._save(announce_seq=ann.seq, announce_digest=digest)
+            self.store.save(announce_seq=ann.seq, announce_digest=digest)
             self.log("announcement", seq=ann.seq, release=ann.release, bundle=ann.bundle_sha256,
-                     selected=ann.selects(self.device), halted=ann.halted)
+                     selected=ann.selects(self.agent.device), halted=ann.halted)
         self.ann = ann
         self._consider(ann, forced=False)
 
@@ -280,24 +233,25 @@ class Agent:
         """Start, continue or abandon a download as the current announcement says."""
         if self.transfer and self.transfer.ann.bundle_sha256 != ann.bundle_sha256:
             self._abandon("superseded by another release")
-        wanted = forced or ann.selects(self.device)
+        wanted = forced or ann.selects(self.agent.device)
         if not wanted or ann.halted:
             if self.transfer:
                 self._abandon("rollout halted" if ann.halted else "device no longer selected")
             return
         if ann.release <= self.installer.trust.release_counter or self.transfer:
             return
-        if ann.bundle_sha256 in self._store["failed"] and not forced:
+        failed = self.store.data["failed"]
+        if ann.bundle_sha256 in failed and not forced:
             return  # failed here before: only an explicit install command retries it
         try:
             ann.check_target(self.installer.hardware_id, self.installer.profile)
         except WrongTarget as exc:  # recorded like a failed release: a retained announcement is not retried
-            self._save(failed={**self._store["failed"], ann.bundle_sha256: f"{type(exc).__name__}: {exc}"})
+            self.store.save(failed={**failed, ann.bundle_sha256: f"{type(exc).__name__}: {exc}"})
             self._refuse(exc, "announcement", bundle=ann.bundle_sha256, target_release=ann.release)
             return
-        self.transfer = ChunkTransfer(Path(self.cfg.state_dir) / TRANSFER_DIR, ann, self.cfg.limits)
+        self.transfer = ChunkTransfer(self._state_dir / TRANSFER_DIR, ann, self.agent.cfg.limits)
         if ann.url:  # the signed URL first; MQTT chunks when it fails
-            self._http = HttpDownload(self.transfer, ann.url, self.cfg.download, log=self.log)
+            self._http = HttpDownload(self.transfer, ann.url, self.agent.cfg.download, log=self.log)
         self.log("transfer_start", bundle=ann.bundle_sha256, release=ann.release, total=self.transfer.total,
                  from_chunk=self.transfer.have, source="http" if self._http else "mqtt")
         self._report("downloading", bundle=ann.bundle_sha256, target_release=ann.release,
@@ -323,16 +277,19 @@ class Agent:
     # -- chunks -------------------------------------------------------------------------------
     def _chunk_topics(self, indices: list[int]) -> list[str]:
         assert self.transfer is not None
-        return [self.topics.chunk(self.transfer.ann.bundle_sha256, i) for i in indices]
+        return [self.agent.topics.chunk(self.transfer.ann.bundle_sha256, i) for i in indices]
 
     def _request_window(self) -> None:
         """Subscribe to the chunks of the current window only; drop subscriptions no longer needed."""
         want = set(self._chunk_topics(self.transfer.wanted())) if self.transfer and not self._http else set()
-        self.mqtt.unsubscribe(self._chunk_subs - want)
-        self.mqtt.subscribe(want - self._chunk_subs)
+        self.agent.mqtt.unsubscribe(self._chunk_subs - want)
+        self.agent.mqtt.subscribe(want - self._chunk_subs)
         self._chunk_subs = want
 
-    def _on_chunk(self, bundle_sha: str, index: int, data: bytes) -> None:
+    def wants_chunk(self, bundle_sha: str) -> bool:
+        return self.transfer is not None and self.transfer.ann.bundle_sha256 == bundle_sha
+
+    def on_chunk(self, bundle_sha: str, index: int, data: bytes) -> None:
         t = self.transfer
         if t is None or bundle_sha != t.ann.bundle_sha256 or self._http:
             return  # left over from an earlier subscription of the persistent session
@@ -375,18 +332,18 @@ class Agent:
         if t.done:
             self.log("transfer_done", bundle=t.ann.bundle_sha256, total=t.total, resumed_from=t.resumed_from,
                      fetched=t.fetched, **source)
-            self._install(t)
+            self.install(t)
         elif now - self._last_progress >= 1.0:
             self._last_progress = now
             self._report("downloading", bundle=t.ann.bundle_sha256, target_release=t.ann.release, have=t.have,
                          total=t.total)
 
-    def _install(self, t: ChunkTransfer) -> None:
+    def install(self, t: ChunkTransfer) -> None:
         ann = t.ann
         self._report("verifying", bundle=ann.bundle_sha256, target_release=ann.release)
-        self.telemetry.emit("install_started", bundle=ann.bundle_sha256, target_release=ann.release)
+        self.emit("install_started", bundle=ann.bundle_sha256, target_release=ann.release)
         try:
-            if file_sha256(t.path, self.cfg.ota.chunk_bytes) != ann.bundle_sha256:
+            if file_sha256(t.path, self.agent.cfg.ota.chunk_bytes) != ann.bundle_sha256:
                 raise HashMismatch("reassembled bundle does not match the announced sha256")
             manifest = self.installer.install(t.path, report=lambda msg: self.log("check", detail=msg))
         except Exception as exc:  # any failure is recorded: a retained announcement must not retry it forever
@@ -405,15 +362,14 @@ class Agent:
             return
         self._health = {}
         self.log("installed", release=manifest.release, version=manifest.version)
-        self.telemetry.emit("install_finished", bundle=ann.bundle_sha256, release=manifest.release,
-                            version=manifest.version)
+        self.emit("install_finished", bundle=ann.bundle_sha256, release=manifest.release,
+                  version=manifest.version)
         self._report("active", bundle=ann.bundle_sha256, version=manifest.version)
 
-    def _step(self, name: str) -> None:
+    def step(self, name: str) -> None:
+        """An installer step of this line: reported as the state it starts."""
         if name in _STEP_STATES and self.ann is not None:
             self._report(_STEP_STATES[name], bundle=self.ann.bundle_sha256, target_release=self.ann.release)
-        if self._user_step:
-            self._user_step(name)
 
     def _fail(self, ann: Announcement, exc: Exception) -> None:
         """A release that failed here: reported with its reason and not retried unless commanded."""
@@ -423,39 +379,22 @@ class Agent:
             self.transfer = None
             self._request_window()
         reason = f"{type(exc).__name__}: {exc}"
-        self._save(failed={**self._store["failed"], ann.bundle_sha256: reason})
+        self.store.save(failed={**self.store.data["failed"], ann.bundle_sha256: reason})
         self.log("failed", bundle=ann.bundle_sha256, release=ann.release, reason=reason)
-        self.telemetry.emit("install_failed", bundle=ann.bundle_sha256, target_release=ann.release,
-                            error=type(exc).__name__, reason=reason)
+        self.emit("install_failed", bundle=ann.bundle_sha256, target_release=ann.release,
+                  error=type(exc).__name__, reason=reason)
         self._report("failed", bundle=ann.bundle_sha256, target_release=ann.release, error=type(exc).__name__,
                      reason=reason)
 
     # -- commands -----------------------------------------------------------------------------
-    def _on_command(self, payload: bytes) -> None:
-        now = _now()
-        grace = timedelta(seconds=self.installer.trust.config.expiry_grace_seconds)
-        try:
-            cmd = verify_command(payload, self.installer.trust, self.cfg.fleet, self.device, now,
-                                 self.cfg.limits)
-            # kept as long as verify_command would still accept the command: expiry plus the grace
-            nonces = {n: e for n, e in self._store["nonces"].items() if parse_time(e) + grace >= now}
-            if cmd.nonce in nonces:
-                raise ReplayedCommand(f"command nonce {cmd.nonce[:12]} was already used")
-        except VerificationError as exc:
-            self._refuse(exc, "command")
-            return
-        self._save(nonces={**nonces, cmd.nonce: cmd.expires})  # before acting: a crash cannot re-enable it
-        self.log("command", action=cmd.action, nonce=cmd.nonce)
-        getattr(self, f"_cmd_{cmd.action}")(cmd)
-
-    def _cmd_install(self, cmd: Command) -> None:
+    def cmd_install(self, cmd: Command) -> None:
         if self.ann is None or self.ann.bundle_sha256 != cmd.bundle_sha256:
             self._report(self.state, event="command_failed", detail="that bundle is not announced here")
             return
-        self._save(failed={k: v for k, v in self._store["failed"].items() if k != cmd.bundle_sha256})
+        self.store.save(failed={k: v for k, v in self.store.data["failed"].items() if k != cmd.bundle_sha256})
         self._consider(self.ann, forced=True)
 
-    def _cmd_rollback(self, cmd: Command) -> None:
+    def cmd_rollback(self, cmd: Command) -> None:
         try:
             manifest = self.installer.rollback()
         except (OtaError, OSError) as exc:
@@ -469,8 +408,11 @@ class Agent:
             return
         self._health = {}
         self.log("rolled_back", release=manifest.release)
-        self.telemetry.emit("rolled_back", release=manifest.release, reason="rollback command")
+        self.emit("rolled_back", release=manifest.release, reason="rollback command")
         self._report("rolled_back", version=manifest.version)
+
+    def cmd_report(self, cmd: Command) -> None:
+        self._report(self.state, event="report")
 
     # -- serving what the state directory says ------------------------------------------------
     def _disk_key(self) -> tuple[str, int, int] | None:
@@ -512,8 +454,8 @@ class Agent:
             return self._unhealthy(again, f"{when}: {type(exc).__name__}: {exc}")
         self._health = {"error": type(exc).__name__, "detail": f"{when}: {exc}; rolled back"}
         self.log("rolled_back", release=manifest.release, reason=str(exc))
-        self.telemetry.emit("rolled_back", release=manifest.release, reason=self._health["detail"],
-                            error=type(exc).__name__)
+        self.emit("rolled_back", release=manifest.release, reason=self._health["detail"],
+                  error=type(exc).__name__)
         return "rolled_back"
 
     def _unhealthy(self, exc: BaseException, why: str) -> str:
@@ -525,39 +467,32 @@ class Agent:
     def _drop_installed_transfer(self) -> None:
         """A crash between the install and removing its download leaves the whole bundle in ``transfer/``:
         drop it at start when its release is already installed (status would show it as in progress)."""
-        part = Path(self.cfg.state_dir) / TRANSFER_DIR / PART_FILE
+        part = self._state_dir / TRANSFER_DIR / PART_FILE
         try:
             with open(part, "rb") as f:
-                release = read_header(f, self.cfg.ota)["signed"]["release"]
+                release = read_header(f, self.agent.cfg.ota)["signed"]["release"]
         except (OSError, OtaError, KeyError, TypeError):
             return
         if isinstance(release, int) and release <= self.installer.trust.release_counter:
             shutil.rmtree(part.parent, ignore_errors=True)
 
-    def _cmd_report(self, cmd: Command) -> None:
-        self._report(self.state, event="report")
-        self._telemetry()
-
     # -- reporting ----------------------------------------------------------------------------
-    def _status(self, state: str, **fields: Any) -> bytes:
-        """Every status names the device's targets, so a publisher stages only devices a release is for."""
-        return status_payload(self.device, state, release=self.host.release,
-                              hardware_id=self.installer.hardware_id, profile=self.installer.profile or "",
-                              **{**self._health, **fields})
+    def summary(self) -> dict[str, Any]:
+        """This line in every status and telemetry summary of a multi-model device."""
+        return {"state": self.state, "release": self.host.release}
+
+    def status_fields(self) -> dict[str, Any]:
+        """What a status says about this line: its release (and model), and why it is unhealthy."""
+        return {"release": self.host.release, **({"model": self.name} if self.name else {}), **self._health}
 
     def _report(self, state: str, **fields: Any) -> None:
         """Retained status (the last word on this device); dropped when offline and re-sent on connect."""
         self.state = state
         if state != self._update_state:
             self._update_state = state
-            self.telemetry.emit("update_state", **{"release": self.host.release, **fields, "state": state})
+            self.emit("update_state", **{"release": self.host.release, **fields, "state": state})
         self.log("status", state=state, release=self.host.release, detail=fields)
-        if not self.mqtt.connected:
-            return
-        try:
-            self.mqtt.publish(self.topics.status(self.device), self._status(state, **fields), retain=True)
-        except TransportError as exc:
-            self.log("publish_failed", error=str(exc))
+        self.agent.publish_status(state, self, **fields)
 
     def _refuse(self, exc: Exception, what: str, **fields: Any) -> None:
         """An input refused: logged and reported; the state (and the model served) do not change."""
@@ -565,17 +500,293 @@ class Agent:
         self._report(self.state, event="refused", what=what, error=type(exc).__name__, detail=str(exc),
                      **fields)
 
+
+class Agent:
+    """One device's update and serving loop; ``run(stop)`` blocks until ``stop`` is set."""
+
+    def __init__(self, config: AgentConfig, on_step: Callable[[str], None] | None = None,
+                 log_sink: JsonLog | None = None) -> None:
+        self.cfg, self.device = config, config.device_id
+        self.topics = Topics(config.broker.topic_prefix, config.fleet)
+        self.topics.status(self.device)  # validates the device id as one topic level
+        self.log = log_sink or JsonLog(self.device, config.log_file)
+        state = Path(config.state_dir)
+        self._root = None
+        if config.trust_root and not all((d / "trust.json").exists() for d in self._line_dirs(state)):
+            self._root = parse_json(Path(config.trust_root).read_bytes(), f"trust root {config.trust_root}")
+        self._user_step = on_step
+        self.telemetry = Telemetry(self.device, config.telemetry.directory or state / "telemetry",
+                                   config.telemetry, self.log)
+        self.models = ModelRegistry()  # by name, for the HTTP API and its metrics
+        self.admission: DeviceAdmission | None = None  # shared by the lines of a multi-model device
+        #: device-wide: command nonces (and, single-model, the line's announcement state too)
+        self._device_store = Store(state / STORE_FILE, {**_LINE_STORE, "nonces": {}})
+        self.lines = self._multi_lines(state) if config.models else [self._single_line()]
+        self._serving = ServingWatch(self.models)
+        self._last_disk_check = self._last_telemetry = 0.0
+        self._events: queue.Queue[tuple[str, bytes]] = queue.Queue()
+        self.server: InferenceServer | None = None
+        self.servers: list[InferenceServer] = []
+        self.http: HttpApiServer | None = None
+        self.mqtt = MqttClient(config.broker, f"cuvil-{config.fleet}-{self.device}", self._enqueue,
+                               config.limits, will=(self.topics.status(self.device), self._status("offline")),
+                               on_connect=lambda: self._events.put(("", b"connected")))
+
+    def _line_dirs(self, state: Path) -> list[Path]:
+        return [state / MODELS_DIR / m.name for m in self.cfg.models] or [state]
+
+    def _single_line(self) -> ModelLine:
+        """Today's device: one model in ``state_dir``, served under ``serving_policy``."""
+        cfg = self.cfg
+        policy = serving_policy(cfg)  # always served supervised, under a deadline
+        steps = _Steps(self)
+        installer = Installer(cfg.state_dir, cfg.hardware_id or default_hardware_id(), cfg.profile or None,
+                              root=self._root, config=cfg.ota, on_step=steps, policy=policy)
+        host = ModelHost(installer, policy, cfg.http.model_name if cfg.http else "")
+        self.models.add(host)
+        steps.line = ModelLine(self, "", installer, host, self.topics.release, self._device_store)
+        return steps.line
+
+    def _multi_lines(self, state: Path) -> list[ModelLine]:
+        """One line per ``[[models]]`` entry: threads from one core budget, one admission controller."""
+        cfg = self.cfg
+        self.admission = DeviceAdmission(cfg.admission.max_pending, cfg.admission.reserve_per_level)
+        lines = []
+        for m, policy, where in zip(cfg.models, model_policies(cfg), self._line_dirs(state)):
+            steps = _Steps(self)
+            installer = Installer(where, cfg.hardware_id or default_hardware_id(), cfg.profile or None,
+                                  root=self._root, config=cfg.ota, on_step=steps, policy=policy, model=m.name)
+            host = ModelHost(installer, policy, m.name, self.admission.gate(m.priority))
+            self.models.add(host, m.priority)
+            steps.line = ModelLine(self, m.name, installer, host, self.topics.model_release(m.name),
+                                   Store(where / STORE_FILE, _LINE_STORE))
+            lines.append(steps.line)
+        return lines
+
+    # -- the single model's line, as before lines existed --------------------------------------
+    @property
+    def host(self) -> ModelHost:
+        return self.lines[0].host
+
+    @property
+    def installer(self) -> Installer:
+        return self.lines[0].installer
+
+    @property
+    def transfer(self) -> ChunkTransfer | None:
+        return self.lines[0].transfer
+
+    @property
+    def state(self) -> str:
+        return self.lines[0].state
+
+    @property
+    def _store(self) -> dict[str, Any]:
+        return self.lines[0].store.data
+
+    def _install(self, t: ChunkTransfer) -> None:
+        self.lines[0].install(t)
+
+    def line(self, model: str) -> ModelLine:
+        """The line of ``model``; ``UnknownModel`` when this device has none."""
+        for line in self.lines:
+            if line.name == model:
+                return line
+        raise UnknownModel(f"no model line {model!r} on this device")
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> int:
+        """Serve until ``stop`` (SIGTERM) is set; 1 when the broker stays unreachable beyond its retries."""
+        if self.cfg.socket:
+            self.server = InferenceServer(self.cfg.socket, self.host, self.cfg.serve)
+            self.servers.append(self.server)
+        for m in self.cfg.models:
+            if m.socket:
+                self.servers.append(InferenceServer(m.socket, self.line(m.name).host, self.cfg.serve))
+        if self.cfg.http:
+            self.http = HttpApiServer(self.models, self.cfg.http)
+            self.http.metrics.registry.register(TelemetryMetrics(self.telemetry))  # type: ignore[arg-type]
+        self.log("start", state=self.state, release=self.host.release, fleet=self.cfg.fleet,
+                 http=self.http.address if self.http else None,
+                 **({"models": self._summaries()} if self.cfg.models else {}))
+        self.mqtt.subscribe([*(line.topic for line in self.lines), self.topics.command(self.device)])
+        self.telemetry.start(self.mqtt, self.topics.telemetry(self.device))
+        self.mqtt.start()
+        code = 0
+        try:
+            while not stop.is_set():
+                try:
+                    busy = any(line.busy for line in self.lines)
+                    topic, payload = self._events.get(timeout=0 if busy else 0.1)
+                    self._dispatch(topic, payload)
+                except queue.Empty:
+                    pass
+                self._tick()
+                if not self.mqtt.alive:
+                    self.log("broker_unreachable", error=str(self.mqtt.fatal))
+                    code = 1
+                    break
+        finally:
+            self.close()
+        return code
+
+    def close(self) -> None:
+        """Graceful stop: last retained status says offline (with the release still served)."""
+        self.log("stop", state=self.state, release=self.host.release)
+        self.telemetry.close()  # what is not sent yet stays queued on disk
+        self.mqtt.close(final=(self.topics.status(self.device), self._status("offline")))
+        for server in self.servers:
+            server.close()
+        self.servers = []
+        if self.http:
+            self.http.close()
+        for line in self.lines:
+            line.host.close()
+
+    def _enqueue(self, topic: str, payload: bytes, _retained: bool) -> None:
+        self._events.put((topic, payload))
+
+    # -- dispatch (worker thread) -------------------------------------------------------------
+    def _dispatch(self, topic: str, payload: bytes) -> None:
+        """Handle one message; whatever it raises is refused and reported, so no single message (spoofed,
+        malformed, or hitting a bug) can end ``run()`` and, re-delivered after a restart, do so again."""
+        try:
+            self._handle(topic, payload)
+        except Exception as exc:
+            self._refuse(exc, "message", topic=topic)
+
+    def _handle(self, topic: str, payload: bytes) -> None:
+        if topic == "":
+            self._on_connected()
+            return
+        if not payload:
+            return  # a cleared retained message
+        if topic == self.topics.command(self.device):
+            self._on_command(payload)
+            return
+        for line in self.lines:
+            if topic == line.topic:
+                line.on_announcement(payload)
+                return
+        if (chunk := self.topics.parse_chunk(topic)) is not None:
+            for line in self.lines:
+                if line.wants_chunk(chunk[0]):
+                    line.on_chunk(*chunk, payload)
+            return  # else left over from an earlier subscription of the persistent session
+        self._refuse(UnauthorizedMessage(f"message on topic {topic!r}, which this agent does not accept"),
+                     "message")
+
+    def _on_connected(self) -> None:
+        self.log("connected", broker=f"{self.cfg.broker.host}:{self.cfg.broker.port}", n=self.mqtt.connects)
+        self.telemetry.wake()  # send what piled up while offline
+        for line in self.lines:
+            line.on_connected()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        check_disk = now - self._last_disk_check >= 1.0
+        if check_disk:
+            self._last_disk_check = now
+        for line in self.lines:
+            line.tick(check_disk)
+        if check_disk:
+            for event, data in self._serving.events():
+                self.telemetry.emit(event, **data)
+        if self.cfg.telemetry_interval_s and now - self._last_telemetry >= self.cfg.telemetry_interval_s:
+            self._last_telemetry = now
+            self._telemetry()
+
+    def _step(self, line: ModelLine | None, name: str) -> None:
+        if line is not None:  # None: an install during construction (none happens there)
+            line.step(name)
+        if self._user_step:
+            self._user_step(name)
+
+    # -- commands -----------------------------------------------------------------------------
+    def _on_command(self, payload: bytes) -> None:
+        now = _now()
+        trust = self.lines[0].installer.trust  # one trust root per device: every line is provisioned with it
+        grace = timedelta(seconds=trust.config.expiry_grace_seconds)
+        try:
+            cmd = verify_command(payload, trust, self.cfg.fleet, self.device, now, self.cfg.limits)
+            # kept as long as verify_command would still accept the command: expiry plus the grace
+            nonces = {n: e for n, e in self._device_store.data["nonces"].items()
+                      if parse_time(e) + grace >= now}
+            if cmd.nonce in nonces:
+                raise ReplayedCommand(f"command nonce {cmd.nonce[:12]} was already used")
+        except VerificationError as exc:
+            self._refuse(exc, "command")
+            return
+        self._device_store.save(nonces={**nonces, cmd.nonce: cmd.expires})  # before acting: no re-enabling
+        self.log("command", action=cmd.action, nonce=cmd.nonce, **({"model": cmd.model} if cmd.model else {}))
+        getattr(self, f"_cmd_{cmd.action}")(cmd)
+
+    def _cmd_report(self, cmd: Command) -> None:
+        for line in self.lines:
+            line.cmd_report(cmd)
+        self._telemetry()
+
+    def _cmd_install(self, cmd: Command) -> None:
+        if line := self._command_line(cmd):
+            line.cmd_install(cmd)
+
+    def _cmd_rollback(self, cmd: Command) -> None:
+        if line := self._command_line(cmd):
+            line.cmd_rollback(cmd)
+
+    def _command_line(self, cmd: Command) -> ModelLine | None:
+        """The line a command is for: the one it names; else the only one, or for ``install`` the line
+        that announced its bundle. None (and ``command_failed`` reported) when there is no such line."""
+        try:
+            if cmd.model:
+                return self.line(cmd.model)
+        except UnknownModel as exc:
+            self.lines[0]._report(self.lines[0].state, event="command_failed", error=type(exc).__name__,
+                                  detail=str(exc))
+            return None
+        if len(self.lines) == 1:
+            return self.lines[0]
+        announced = [line for line in self.lines if line.ann and line.ann.bundle_sha256 == cmd.bundle_sha256]
+        if cmd.action == "install" and announced:
+            return announced[0]
+        self.lines[0]._report(self.lines[0].state, event="command_failed",
+                              detail=f"a {cmd.action} command to a multi-model device must name its model")
+        return None
+
+    # -- reporting ----------------------------------------------------------------------------
+    def _summaries(self) -> dict[str, dict[str, Any]]:
+        return {line.name: line.summary() for line in self.lines}
+
+    def _status(self, state: str, line: ModelLine | None = None, **fields: Any) -> bytes:
+        """Every status names the device's targets, so a publisher stages only devices a release is for;
+        on a multi-model device it also names the line it is about and carries every line's state."""
+        line = line or self.lines[0]
+        extra = {"models": self._summaries()} if self.cfg.models else {}
+        return status_payload(self.device, state, hardware_id=line.installer.hardware_id,
+                              profile=line.installer.profile or "", **extra,
+                              **{**line.status_fields(), **fields})
+
+    def publish_status(self, state: str, line: ModelLine, **fields: Any) -> None:
+        if not self.mqtt.connected:
+            return
+        try:
+            self.mqtt.publish(self.topics.status(self.device), self._status(state, line, **fields),
+                              retain=True)
+        except TransportError as exc:
+            self.log("publish_failed", error=str(exc))
+
+    def _refuse(self, exc: Exception, what: str, **fields: Any) -> None:
+        """A device-wide input refused (a command, a stray message): reported on the first line."""
+        self.lines[0]._refuse(exc, what, **fields)
+
     def _telemetry(self) -> None:
         """A summary: state, transfer, serving per model (``ServingWatch``) and the queue's own counts, so
         the receiver learns how many records the bound dropped."""
         t = self.transfer
         self.telemetry.emit("summary", state=self.state, release=self.host.release,
                             transfer={"have": t.have, "total": t.total} if t else None,
-                            models=self._serving.summary(), telemetry=self.telemetry.stats())
-
-    def _save(self, **changes: Any) -> None:
-        self._store.update(changes)
-        write_json(self._store_path, self._store)
+                            models=self._serving.summary(), telemetry=self.telemetry.stats(),
+                            **({"lines": self._summaries()} if self.cfg.models else {}))
 
 
 def _now() -> datetime:

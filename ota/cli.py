@@ -143,12 +143,39 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 
 def _infer_items(args: argparse.Namespace, items: Sequence[str]) -> int:
-    """Pre- and post-processing run here, from the active slot's verified files; the agent runs the
-    tensors. A reply from another release (an update switched models meanwhile) is refused, not mixed."""
+    """Texts or image files through the active model's signed processing: run by the agent when it can
+    (``serve.infer_items``), else here, from the active slot's verified files, sending the agent tensors."""
     import json
 
-    from runtime_wasm.processing import Classification, Processor
+    from .serve import infer_items
 
+    images = [Path(p).read_bytes() for p in args.image]
+    answered = infer_items(args.socket, texts=args.text, images=images)
+    if answered is None:
+        answered = _process_here(args, items)
+    release, results = answered
+    records = []
+    for item, r in zip(items, results):
+        if "label" in r:
+            print(f"{r['label']} {r['score']:.4f} (release {release}): {item}")
+        elif "spans" in r:
+            print(f"{len(r['spans'])} span(s) (release {release}): {item}")
+            for s in r["spans"]:
+                print(f"  {s['label']} [{s['start']}:{s['end']}] {s['text']!r} {s['score']:.4f}")
+        else:
+            print(f"embedding float32[{len(r['embedding'])}] (release {release}): {item}")
+        records.append({"input": item, **r})
+    if args.output:
+        Path(args.output).write_text(json.dumps(records, indent=1))
+    return 0
+
+
+def _process_here(args: argparse.Namespace, items: Sequence[str]) -> tuple[int, list[dict[str, Any]]]:
+    """Pre- and post-processing here, for an agent that does not process: a reply from another release
+    (an update switched models meanwhile) is refused, not mixed."""
+    from runtime_wasm.processing import Processor
+
+    from .processed import result_record
     from .serve import infer
 
     installer = Installer(args.state_dir, args.hardware_id, args.profile, read_only=True)
@@ -162,25 +189,7 @@ def _infer_items(args: argparse.Namespace, items: Sequence[str]) -> int:
                            "the active model changed; run again")
         return outputs
 
-    results = processor.run(list(items), predict)
-    records = []
-    for item, r in zip(items, results):
-        if isinstance(r, Classification):
-            print(f"{r.label} {r.score:.4f} (release {release}): {item}")
-            records.append({"input": item, "label": r.label, "score": r.score, "top": r.top()})
-        elif isinstance(r, list):
-            spans = [{"label": s.label, "score": s.score, "start": s.start, "end": s.end, "text": s.text}
-                     for s in r]
-            print(f"{len(spans)} span(s) (release {release}): {item}")
-            for s in r:
-                print(f"  {s.label} [{s.start}:{s.end}] {s.text!r} {s.score:.4f}")
-            records.append({"input": item, "spans": spans})
-        else:
-            print(f"embedding float32[{r.shape[0]}] (release {release}): {item}")
-            records.append({"input": item, "embedding": r.tolist()})
-    if args.output:
-        Path(args.output).write_text(json.dumps(records, indent=1))
-    return 0
+    return release, [result_record(r) for r in processor.run(list(items), predict)]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,7 +2,8 @@
 
 ``OtaConfig`` bounds the bundle checks, ``TransferLimits`` the chunked download, ``HttpDownloadLimits``
 its HTTP source, ``BrokerSettings`` the MQTT connection, ``ServeLimits`` the local inference socket,
-``HttpSettings`` the HTTP inference API, and ``AgentConfig`` ties them to one device
+``HttpSettings`` the HTTP inference API, ``ModelConfig`` / ``AdmissionSettings`` the model lines of a
+multi-model device and their shared budget, and ``AgentConfig`` ties them to one device
 (``load_agent_config`` reads TOML).
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 
 from device_profiles import load_profile
 from device_profiles.profile import DeviceProfilesError
+from runtime_wasm.admission import divide_threads
 from runtime_wasm.policy import RuntimePolicy
 
 try:
@@ -162,12 +164,14 @@ class ServeLimits:
     max_connections: int = 16  # served at once; one more is answered ``Overloaded`` and closed
     read_timeout_s: float = 10.0  # to receive a whole request line, and per wait sending the reply
     max_request_bytes: int = 16 << 20  # one request line; longer ones get "request too large", unread
+    max_items: int = 64  # texts or images in one request (models with processing)
+    max_item_bytes: int = 4 << 20  # one text's UTF-8 or one encoded image's bytes
 
     def __post_init__(self) -> None:
         _check_numbers(self)
-        if not (self.max_connections > 0 and self.read_timeout_s > 0 and self.max_request_bytes > 0):
-            raise ValueError("ServeLimits.max_connections, read_timeout_s and max_request_bytes must be "
-                             "positive")
+        positive = ("max_connections", "read_timeout_s", "max_request_bytes", "max_items", "max_item_bytes")
+        if not all(getattr(self, name) > 0 for name in positive):
+            raise ValueError(f"ServeLimits.{', '.join(positive)} must be positive")
 
 
 @dataclass(frozen=True)
@@ -187,12 +191,14 @@ class HttpSettings:
     write_timeout_s: float = 10.0  # per send of the response: a client that does not read is dropped
     max_header_bytes: int = 16 << 10  # request line + headers; more is 431
     max_body_bytes: int = 16 << 20  # more is 413, unread
+    max_items: int = 64  # BYTES elements (texts, images) per request to a processing model; more is 413
+    max_item_bytes: int = 4 << 20  # one BYTES element (a text's UTF-8, an encoded image); more is 413
     retry_after_s: int = 1  # the Retry-After hint sent with 503
 
     def __post_init__(self) -> None:
         _check_numbers(self)
         positive = ("max_connections", "header_timeout_s", "body_timeout_s", "write_timeout_s",
-                    "max_header_bytes", "max_body_bytes")
+                    "max_header_bytes", "max_body_bytes", "max_items", "max_item_bytes")
         if not all(getattr(self, name) > 0 for name in positive):
             raise ValueError(f"HttpSettings.{', '.join(positive)} must be positive")
         if self.port > 65535:
@@ -223,6 +229,39 @@ class TelemetrySettings:
 
 
 @dataclass(frozen=True)
+class ModelConfig:
+    """One model line of a multi-model device (``[[models]]``): its own signed releases (installer state
+    in ``<state_dir>/models/<name>``, its own slots and release counter), policy and priority. ``name`` is
+    the model's signed manifest name, its release topic level and its HTTP URL name."""
+
+    name: str
+    priority: int = 0  # higher: admitted first when the device is saturated, and threads first
+    policy: RuntimePolicy | None = None  # None: the agent's serving policy
+    socket: str = ""  # Unix socket for this model's JSON inference; empty: not served there
+
+    def __post_init__(self) -> None:
+        from .protocol import check_name  # protocol imports this module
+
+        check_name(self.name, "model name")
+
+
+@dataclass(frozen=True)
+class AdmissionSettings:
+    """The budget every model of a device shares (``runtime_wasm.admission``): requests pending at once
+    (queued or running, all models), the slots kept free for each higher priority level, and the cores
+    divided among the models' threads."""
+
+    max_pending: int = 32
+    reserve_per_level: int = 8
+    cores: int = 0  # 0: every core of the machine
+
+    def __post_init__(self) -> None:
+        _check_numbers(self)
+        if self.max_pending == 0:
+            raise ValueError("AdmissionSettings.max_pending must be positive")
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """One device: identity, trust root, state directory, broker and limits."""
 
@@ -243,6 +282,16 @@ class AgentConfig:
     policy: RuntimePolicy | None = None  # None: serve under the default ``RuntimePolicy()``
     http: HttpSettings | None = None  # None: no HTTP inference API
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    #: several model lines; empty: the single model of ``state_dir`` under ``policy``, as before
+    models: tuple[ModelConfig, ...] = ()
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
+
+    def __post_init__(self) -> None:
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"agent models: duplicate names in {names}")
+        if self.models and self.socket:
+            raise ValueError("agent.socket serves the single model; with [[models]] give each its socket")
 
 
 def serving_policy(config: AgentConfig) -> RuntimePolicy:
@@ -258,6 +307,16 @@ def serving_policy(config: AgentConfig) -> RuntimePolicy:
     if profile is not None and policy.threads == 0:
         policy = replace(policy, threads=profile.threads)
     return policy
+
+
+def model_policies(config: AgentConfig) -> list[RuntimePolicy]:
+    """Each ``[[models]]`` line's policy (its own, else ``serving_policy``) with its threads taken from the
+    device's one core budget (``divide_threads``: higher priority first, at least one each)."""
+    default = serving_policy(config)
+    policies = [m.policy or default for m in config.models]
+    threads = divide_threads([(m.priority, p.threads) for m, p in zip(config.models, policies)],
+                             config.admission.cores)
+    return [replace(p, threads=n) for p, n in zip(policies, threads)]
 
 
 def _typed(cls: type, table: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -279,12 +338,13 @@ def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
     """Sections ``agent``, ``broker`` (secret: ``password_file`` or ``password_env``), ``limits``,
     ``download`` (``HttpDownloadLimits``), ``ota``, ``serve`` (``ServeLimits``), ``telemetry``
     (``TelemetrySettings``), ``policy`` (a ``RuntimePolicy``; without it the defaults: the model always
-    runs in supervised workers under a deadline) and ``http`` (``HttpSettings``; the table turns the HTTP
-    inference API on, even empty)."""
+    runs in supervised workers under a deadline), ``http`` (``HttpSettings``; the table turns the HTTP
+    inference API on, even empty), ``[[models]]`` (``ModelConfig``, each with an optional ``[models.policy]``
+    table) and ``admission`` (``AdmissionSettings``)."""
     with open(path, "rb") as f:
         doc = tomllib.load(f)
     unknown = set(doc) - {"agent", "broker", "limits", "download", "ota", "serve", "policy", "http",
-                          "telemetry"}
+                          "telemetry", "models", "admission"}
     if unknown:
         raise ValueError(f"{path}: unknown sections {sorted(unknown)}")
     broker = dict(doc.get("broker", {}))
@@ -304,6 +364,19 @@ def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
                                                                 "telemetry")),
                            policy=RuntimePolicy.from_dict(doc["policy"]) if "policy" in doc else None,
                            http=HttpSettings(**_typed(HttpSettings, doc["http"], "http")) if "http" in doc
-                           else None)
+                           else None,
+                           models=tuple(_model(m, i) for i, m in enumerate(doc.get("models", []))),
+                           admission=AdmissionSettings(**_typed(AdmissionSettings, doc.get("admission", {}),
+                                                                "admission")))
     except TypeError as exc:  # a required [agent] field is missing
         raise ValueError(f"{path}: {exc}") from None
+
+
+def _model(table: Any, index: int) -> ModelConfig:
+    """One ``[[models]]`` table: typed fields plus an optional ``policy`` sub-table."""
+    where = f"models[{index}]"
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: expected a table, got {table!r}")
+    rest = {k: v for k, v in table.items() if k != "policy"}
+    policy = RuntimePolicy.from_dict(table["policy"]) if "policy" in table else None
+    return ModelConfig(**_typed(ModelConfig, rest, where), policy=policy)

@@ -137,6 +137,20 @@ class BadInferenceRequest(ServingError, ValueError):
     datatype, a wrong shape or data count, binary sections that do not add up (HTTP 400)."""
 
 
+class InputOverLimit(BadInferenceRequest):
+    """A text or image request past a configured bound: too many items, or one item too large (HTTP 413)."""
+
+
+class NoProcessing(BadInferenceRequest):
+    """Texts or images sent to a model that takes tensors only here: it carries no processing, or this
+    device cannot run it (no ``tokenizers`` wheel, a task its runtime does not know) (HTTP 400)."""
+
+
+class ModelChanged(ServingError):
+    """An update swapped the model while a text or image request ran on it: its processing and the model
+    that answered would be different releases' (HTTP 503: ask again)."""
+
+
 class UnknownModel(ServingError, LookupError):
     """No model is served under that name, or not in that version (HTTP 404)."""
 
@@ -153,3 +167,8 @@ class InferenceRefused(ServingError):
 class ServerUnreachable(ServingError):
     """Client side: no connection, or it broke before a complete reply (wraps OSError and http.client's
     errors)."""
+
+
+class WrongModel(WrongTarget):
+    """The bundle is signed for another model line than the one it would be installed as (a release of
+    model A offered on model B's line)."""

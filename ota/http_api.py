@@ -5,13 +5,16 @@ tensor data extension, plus Prometheus metrics at ``/metrics``.
     GET  /v2                                           server metadata and extensions
     GET  /v2/models/{name}[/versions/{release}]        model metadata (+ release, version, variant)
     GET  /v2/models/{name}[/versions/{release}]/ready  200, or 400 while it is not loaded
-    POST /v2/models/{name}[/versions/{release}]/infer  inference (``ota.oip``)
+    POST /v2/models/{name}[/versions/{release}]/infer  inference (``ota.oip``): tensors, or for a model
+                                                       with processing a BYTES text/image input and
+                                                       typed results (``ota.processed``)
     GET  /metrics                                      Prometheus text format (``ota.metrics``)
 
-Errors are ``{"error": "<Type>: <message>", "type": "<Type>"}``: 400 malformed request, 404 unknown model
-or path, 405 method, 408 too slow, 413 body too large, 422 ``StaleInput``, 431 headers too large, 503
-``Overloaded`` (queue full, load shed, connection limit) or no model loaded, with ``Retry-After``; 504
-deadline exceeded; 500 the model trapped or its worker crashed.
+Errors are ``{"error": "<Type>: <message>", "type": "<Type>"}``: 400 malformed request (or text that is not
+UTF-8, an unreadable image), 404 unknown model or path, 405 method, 408 too slow, 413 body too large (or
+``InputOverLimit``: too many texts/images, one too large), 422 ``StaleInput``, 431 headers too large, 503
+``Overloaded`` (queue full, load shed, connection limit), ``ModelChanged`` or no model loaded, with
+``Retry-After``; 504 deadline exceeded; 500 the model trapped or its worker crashed.
 
 Why h11 and not a framework: h11 (python-hyper; pure Python, no dependencies, ~100 KB) parses HTTP/1.1
 and nothing else, so this module owns the socket and can put a total deadline on each phase of a
@@ -47,13 +50,21 @@ from runtime_wasm.errors import (
     DeadlineExceeded,
     InferenceInputError,
     Overloaded,
+    ProcessingError,
     RuntimeWasmError,
     StaleInput,
 )
 
-from . import oip
+from . import oip, processed
 from .config import HttpSettings
-from .errors import BadInferenceRequest, NoActiveModel, OtaError, UnknownModel
+from .errors import (
+    BadInferenceRequest,
+    InputOverLimit,
+    ModelChanged,
+    NoActiveModel,
+    OtaError,
+    UnknownModel,
+)
 from .metrics import CONTENT_TYPE, ServingMetrics
 from .serve import BoundedThreads, ModelHost, ModelRegistry
 
@@ -68,8 +79,9 @@ _SERVER_ENDPOINTS = {"/v2/health/live": "health_live", "/v2/health/ready": "heal
 _LINGER_S = 2.0
 #: the HTTP status of each error type; the first match wins, anything else is a 500
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
-    (UnknownModel, 404), (BadInferenceRequest, 400), (StaleInput, 422), (InferenceInputError, 400),
-    (Overloaded, 503), (NoActiveModel, 503), (DeadlineExceeded, 504))
+    (UnknownModel, 404), (InputOverLimit, 413), (BadInferenceRequest, 400), (StaleInput, 422),
+    (InferenceInputError, 400), (ProcessingError, 400), (Overloaded, 503), (NoActiveModel, 503),
+    (ModelChanged, 503), (DeadlineExceeded, 504))
 
 
 @dataclass
@@ -347,17 +359,39 @@ class HttpApiServer:
             served = self._check_version(host, version)
             return _json(200, {"name": served.name, "ready": True})
         served = self._check_version(host, version)
-        return _json(200, {
-            "name": served.name, "versions": [str(served.release)], "platform": PLATFORM,
-            "inputs": [oip.tensor_metadata(t) for t in served.spec.inputs],
-            "outputs": [oip.tensor_metadata(t) for t in served.spec.outputs],
+        tensors = oip.Signature(served.spec.inputs, served.spec.outputs)
+        doc: dict[str, Any] = {"name": served.name, "versions": [str(served.release)], "platform": PLATFORM}
+        if served.processor is not None:  # the processed call first; the tensors still work
+            shown = processed.signature(served.processor)
+            config = served.processor.config
+            doc |= {"task": config.task, "labels": list(config.labels),
+                    "tensor_inputs": [oip.tensor_metadata(t) for t in tensors.inputs],
+                    "tensor_outputs": [oip.tensor_metadata(t) for t in tensors.outputs]}
+        else:
+            shown = tensors
+        return _json(200, doc | {
+            "inputs": [oip.tensor_metadata(t) for t in shown.inputs],
+            "outputs": [oip.tensor_metadata(t) for t in shown.outputs],
             "release": served.release, "version": served.version, "variant": served.variant})
 
     def _infer(self, host: ModelHost, version: str | None, headers: Mapping[str, str], body: bytes) -> Reply:
+        """Tensors in, tensors out; or, for a model with processing, one BYTES ``text``/``image`` input
+        through the served release's processing and its typed results out (``ota.processed``)."""
         served = self._check_version(host, version)
-        request = oip.parse_infer_request(body, headers.get(oip.HEADER_LENGTH.lower()), served.spec.inputs,
-                                          served.spec.outputs)
-        release, outputs = host.predict(request.inputs, request.captured_at)
+        signatures = [oip.Signature(served.spec.inputs, served.spec.outputs)]
+        if served.processor is not None:
+            signatures.append(processed.signature(served.processor))
+        s = self.settings
+        request = oip.parse_infer_request(body, headers.get(oip.HEADER_LENGTH.lower()), signatures,
+                                          oip.BytesLimits(s.max_items, s.max_item_bytes))
+        processor = served.processor
+        if processor is not None and processed.input_name(processor) in request.inputs:
+            elements = request.inputs[processed.input_name(processor)].ravel().tolist()
+            items = processed.decode_items(processor, elements, s.max_items, s.max_item_bytes)
+            results = processed.run(host, served, items, request.captured_at)
+            release, outputs = served.release, processed.result_tensors(results)
+        else:
+            release, outputs = host.predict(request.inputs, request.captured_at)
         data, header_length = oip.encode_infer_response(served.name, str(release), request, outputs)
         if header_length is None:
             return Reply(200, data)

@@ -4,6 +4,7 @@ library's ``http.client`` plus numpy, over TCP or the API's Unix socket, one kee
     with InferenceClient("http://127.0.0.1:8080") as client:
         result = client.infer("detector", {"image": frame}, captured_at=time.time())
         boxes = result.outputs["boxes"]
+        labels = client.infer("sentiment", {"text": ["I love this movie!"]}).outputs["label"]  # bytes
 
 Tensors travel in the binary tensor data extension by default (no JSON number formatting either way).
 Errors: ``InferenceRefused`` carries the server's status, error type and Retry-After hint (an app backs
@@ -40,6 +41,17 @@ class _UnixConnection(http.client.HTTPConnection):
             sock.close()
             raise
         self.sock = sock
+
+
+def _array(value: Any) -> np.ndarray:
+    """Numbers as they are; strings and bytes (texts, encoded images for a model with processing) as a
+    BYTES tensor: an object array of ``bytes``, strings UTF-8 encoded."""
+    a = np.asarray(value)
+    if a.dtype.kind not in "USO":
+        return a
+    out = np.empty(a.shape, dtype=object)
+    out.ravel()[:] = [x.encode() if isinstance(x, str) else bytes(x) for x in a.ravel()]
+    return out
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,7 @@ class InferenceClient:
               ) -> InferResult:
         """Run ``name`` on ``inputs`` (arrays, cast to nothing: send the model's dtypes); ``outputs``
         picks some (default: all); ``captured_at`` (unix seconds) lets the policy refuse stale data."""
-        tensors = [(k, np.asarray(v), binary) for k, v in inputs.items()]
+        tensors = [(k, _array(v), binary) for k, v in inputs.items()]
         items, blob = oip.encode_tensors(tensors)
         doc: dict[str, Any] = {"inputs": items}
         if request_id is not None:

@@ -41,6 +41,7 @@ from .errors import (
     OtaError,
     SelfTestFailed,
     StateLocked,
+    WrongModel,
 )
 from .golden import decode_vector
 from .metadata import FileEntry, Manifest, parse_envelope
@@ -159,10 +160,12 @@ class Installer:
     def __init__(self, state_dir: str | os.PathLike[str], hardware_id: str, profile: str | None = None,
                  root: Mapping[str, Any] | None = None, config: OtaConfig | None = None,
                  on_step: Callable[[str], None] | None = None, writer: FileWriter | None = None,
-                 policy: RuntimePolicy | None = None, read_only: bool = False) -> None:
+                 policy: RuntimePolicy | None = None, read_only: bool = False, model: str = "") -> None:
         """``root`` provisions an empty state directory; an existing ``trust.json`` always wins. ``policy``
-        is what the model will be served under: the self-test runs under its memory cap."""
-        self.state_dir = Path(state_dir)
+        is what the model will be served under: the self-test runs under its memory cap. ``model`` binds
+        this directory to one model line (a multi-model device): only bundles whose signed manifest has
+        that name are installed; empty: any name (a single-model device)."""
+        self.state_dir, self.model = Path(state_dir), model
         self.hardware_id, self.profile = hardware_id, profile
         self.config = config or OtaConfig()
         self.policy = policy or RuntimePolicy()
@@ -231,6 +234,9 @@ class Installer:
             staged = _temp(pointer)
             with open(bundle, "rb") as f:
                 envelope, manifest = verify_bundle(f, trust, now, self.hardware_id, self.profile, report)
+                if self.model and manifest.name != self.model:
+                    raise WrongModel(f"release {manifest.release} is signed for model {manifest.name!r}, not "
+                                     f"for this line's model {self.model!r}")
                 self._step("verified")
                 try:
                     self._remove(slot)

@@ -80,7 +80,8 @@ class ServingCollector:
         for error, n in sorted(m["failed"].items()):
             f.add(CounterMetricFamily, "cuvil_requests_failed", "requests failed, by error type",
                   {**model, "error": error}, n)
-        for reason, n in (("queue_full", m["queue_full"]), ("thermal", m["shed"])):
+        for reason, n in (("queue_full", m["queue_full"]), ("thermal", m["shed"]),
+                          ("priority", m["priority_shed"])):
             f.add(CounterMetricFamily, "cuvil_requests_shed", "requests refused with Overloaded, by reason",
                   {**model, "reason": reason}, n)
         f.add(CounterMetricFamily, "cuvil_stale_inputs", "requests refused as StaleInput", model,

@@ -6,13 +6,18 @@ signature, so a bad request is one ``BadInferenceRequest`` naming the field, nev
 Binary tensor data extension: a body is a JSON header of ``Inference-Header-Content-Length`` bytes
 followed by the raw tensors (little-endian, row-major) of every input whose ``parameters`` give a
 ``binary_data_size``, in input order; outputs asked for with ``"binary_data": true`` (or all of them with
-``binary_data_output``) come back the same way.
+``binary_data_output``) come back the same way. BYTES tensors (texts, encoded images) are JSON strings,
+or, as binary, each element as a 4-byte little-endian length and its bytes; a JSON input whose
+``parameters.content_type`` is ``"base64"`` (MLServer's codec name) carries each element base64-encoded.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,15 +26,18 @@ import numpy as np
 
 from runtime_wasm.spec import TensorSpec
 
-from .errors import BadInferenceRequest
+from .errors import BadInferenceRequest, InputOverLimit
 
 #: the header that splits a body into its JSON part and the binary tensors after it
 HEADER_LENGTH = "Inference-Header-Content-Length"
-#: the protocol's datatype names and the numpy dtypes they are (BYTES: strings, which no model here takes)
+#: the protocol's datatype names and the numpy dtypes they are (BYTES: object arrays of ``bytes``, which
+#: only processed inputs and outputs use: texts, encoded images, labels)
 DATATYPES: dict[str, np.dtype] = {name: np.dtype(dt) for name, dt in (
     ("BOOL", "bool"), ("UINT8", "uint8"), ("UINT16", "uint16"), ("UINT32", "uint32"), ("UINT64", "uint64"),
     ("INT8", "int8"), ("INT16", "int16"), ("INT32", "int32"), ("INT64", "int64"), ("FP16", "float16"),
-    ("FP32", "float32"), ("FP64", "float64"))}
+    ("FP32", "float32"), ("FP64", "float64"), ("BYTES", "object"))}
+BYTES = np.dtype(object)
+_LENGTH = struct.Struct("<I")
 _NAMES = {dt: name for name, dt in DATATYPES.items()}
 
 
@@ -43,6 +51,22 @@ def datatype(dtype: Any) -> str:
 
 def tensor_metadata(t: TensorSpec) -> dict[str, Any]:
     return {"name": t.name, "datatype": datatype(t.dtype), "shape": list(t.shape)}
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One way to call a model: its input and output tensors. A BYTES dimension of -1 takes any size."""
+
+    inputs: Sequence[TensorSpec]
+    outputs: Sequence[TensorSpec]
+
+
+@dataclass(frozen=True)
+class BytesLimits:
+    """Bounds on one BYTES input: elements, and bytes per element (after base64 decoding)."""
+
+    max_elements: int
+    max_element_bytes: int
 
 
 @dataclass(frozen=True)
@@ -123,17 +147,83 @@ def _shape(item: Mapping[str, Any], what: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _tensor(item: Mapping[str, Any], t: TensorSpec, binary: memoryview, at: int, what: str
-            ) -> tuple[np.ndarray, int]:
+def _bytes_from_json(data: Any, base64_encoded: bool, what: str) -> list[bytes]:
+    """JSON strings (nested or flat) as their UTF-8 bytes, or base64-decoded."""
+    flat = np.array(data, dtype=object).ravel().tolist()  # ragged nesting leaves lists inside: refused
+    if not all(isinstance(x, str) for x in flat):
+        raise BadInferenceRequest(f"{what}.data must hold strings (BYTES)")
+    try:
+        if base64_encoded:
+            return [base64.b64decode(x, validate=True) for x in flat]
+        return [x.encode("utf-8") for x in flat]
+    except binascii.Error as exc:
+        raise BadInferenceRequest(f"{what}.data is not base64: {exc}") from None
+    except UnicodeEncodeError:  # a lone surrogate escape (\ud800) is no UTF-8 text
+        raise BadInferenceRequest(f"{what}.data holds a string that is not valid UTF-8") from None
+
+
+def _bytes_from_binary(blob: memoryview, count: int, limits: BytesLimits | None, what: str) -> list[bytes]:
+    """Elements as the binary extension frames them: a 4-byte little-endian length, then that many bytes."""
+    elements: list[bytes] = []
+    pos = 0
+    while pos < len(blob):
+        if pos + _LENGTH.size > len(blob) or len(elements) == count:
+            raise BadInferenceRequest(f"{what}: its binary data holds more than {count} elements")
+        (n,) = _LENGTH.unpack_from(blob, pos)
+        pos += _LENGTH.size
+        if limits is not None and n > limits.max_element_bytes:
+            raise InputOverLimit(f"{what}: element {len(elements)} has {n} bytes, over the limit of "
+                                 f"{limits.max_element_bytes}")
+        if pos + n > len(blob):
+            raise BadInferenceRequest(f"{what}: element {len(elements)} ends past its binary data")
+        elements.append(bytes(blob[pos:pos + n]))
+        pos += n
+    return elements
+
+
+def _bytes_tensor(item: Mapping[str, Any], params: Mapping[str, Any], shape: tuple[int, ...],
+                  binary: memoryview, at: int, limits: BytesLimits | None, what: str
+                  ) -> tuple[np.ndarray, int]:
+    """A BYTES tensor as an object array of ``bytes``, within ``limits``."""
+    count = math.prod(shape)
+    if limits is not None and count > limits.max_elements:
+        raise InputOverLimit(f"{what} has {count} elements, over the limit of {limits.max_elements}")
+    size = _param(params, "binary_data_size", int, what)
+    if size is None:
+        if "data" not in item:
+            raise BadInferenceRequest(f"{what} has neither data nor parameters.binary_data_size")
+        content_type = _param(params, "content_type", str, what)
+        elements = _bytes_from_json(item["data"], content_type == "base64", what)
+    else:
+        if "data" in item:
+            raise BadInferenceRequest(f"{what} has both data and parameters.binary_data_size")
+        if at + size > len(binary):
+            raise BadInferenceRequest(f"{what}: the body ends before its {size} binary bytes")
+        elements = _bytes_from_binary(binary[at:at + size], count, limits, what)
+        at += size
+    if len(elements) != count:
+        raise BadInferenceRequest(f"{what} holds {len(elements)} elements; shape {list(shape)} needs {count}")
+    if limits is not None and any(len(e) > limits.max_element_bytes for e in elements):
+        raise InputOverLimit(f"{what}: an element is over the limit of {limits.max_element_bytes} bytes")
+    out = np.empty(count, dtype=object)
+    out[:] = elements
+    return out.reshape(shape), at
+
+
+def _tensor(item: Mapping[str, Any], t: TensorSpec, binary: memoryview, at: int, what: str,
+            limits: BytesLimits | None = None) -> tuple[np.ndarray, int]:
     """One tensor (its JSON ``data``, or its slice of the binary part at ``at``), checked against its
-    spec; returns it and where the next binary slice starts."""
+    spec (a -1 dimension takes any size); returns it and where the next binary slice starts."""
     want = datatype(t.dtype)
     if item.get("datatype") != want:
         raise BadInferenceRequest(f"{what} is {want}, got datatype {item.get('datatype')!r}")
     shape = _shape(item, what)
-    if shape != t.shape:
+    if len(shape) != len(t.shape) or any(d != s for d, s in zip(shape, t.shape) if s != -1):
         raise BadInferenceRequest(f"{what} must have shape {list(t.shape)}, got {shape}")
-    size = _param(_object(item.get("parameters", {}), f"{what}.parameters"), "binary_data_size", int, what)
+    params = _object(item.get("parameters", {}), f"{what}.parameters")
+    if want == "BYTES":
+        return _bytes_tensor(item, params, shape, binary, at, limits, what)
+    size = _param(params, "binary_data_size", int, what)
     if size is None:
         if "data" not in item:
             raise BadInferenceRequest(f"{what} has neither data nor parameters.binary_data_size")
@@ -157,10 +247,11 @@ def _in_bounds(a: np.ndarray, t: TensorSpec, what: str) -> np.ndarray:
     return a
 
 
-def parse_infer_request(body: bytes, header_length: str | None, inputs: Sequence[TensorSpec],
-                        outputs: Sequence[TensorSpec]) -> InferRequest:
-    """Check an inference request body against the model's signature: every input exactly once, with its
-    datatype and shape; requested outputs by name (default: all, as JSON)."""
+def parse_infer_request(body: bytes, header_length: str | None, signatures: Sequence[Signature],
+                        limits: BytesLimits | None = None) -> InferRequest:
+    """Check an inference request body against one of the model's signatures (the first that takes the
+    request's first input: tensors, or a processed text/image input): every input of it exactly once, with
+    its datatype and shape; requested outputs by name (default: all, as JSON)."""
     doc, binary = split_body(body, header_length)
     doc = _object(doc, "the request")
     request_id = doc.get("id")
@@ -173,23 +264,26 @@ def parse_infer_request(body: bytes, header_length: str | None, inputs: Sequence
     items = doc.get("inputs")
     if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
         raise BadInferenceRequest("inputs must be a list of tensor objects")
-    specs = {t.name: t for t in inputs}
+    first = items[0].get("name") if items else None
+    signature = next((sig for sig in signatures if any(t.name == first for t in sig.inputs)), signatures[0])
+    specs = {t.name: t for t in signature.inputs}
+    takes = " or ".join(str([t.name for t in sig.inputs]) for sig in signatures)
     arrays: dict[str, np.ndarray] = {}
     at = 0
     for item in items:
         name = item.get("name")
         if not isinstance(name, str) or name not in specs:
-            raise BadInferenceRequest(f"the model has no input named {name!r}; it takes {list(specs)}")
+            raise BadInferenceRequest(f"the model has no input named {name!r}; it takes {takes}")
         if name in arrays:
             raise BadInferenceRequest(f"input {name!r} is given twice")
-        arrays[name], at = _tensor(item, specs[name], binary, at, f"input {name!r}")
+        arrays[name], at = _tensor(item, specs[name], binary, at, f"input {name!r}", limits)
     missing = [n for n in specs if n not in arrays]
     if missing:
-        raise BadInferenceRequest(f"missing inputs {missing}; the model takes {list(specs)}")
+        raise BadInferenceRequest(f"missing inputs {missing}; the model takes {takes}")
     if at != len(binary):
         raise BadInferenceRequest(f"{len(binary) - at} binary bytes after the last binary input")
     wanted = doc.get("outputs")
-    names = [t.name for t in outputs]
+    names = [t.name for t in signature.outputs]
     if wanted is None:
         return InferRequest(request_id, arrays, [(n, binary_default) for n in names], captured_at)
     if not isinstance(wanted, list) or not all(isinstance(x, dict) for x in wanted):
@@ -204,18 +298,35 @@ def parse_infer_request(body: bytes, header_length: str | None, inputs: Sequence
     return InferRequest(request_id, arrays, chosen, captured_at)
 
 
+def _encode_bytes(a: np.ndarray, as_binary: bool, item: dict[str, Any]) -> bytes:
+    """A BYTES tensor's binary part (``as_binary``), else its JSON data in ``item``: strings when all are
+    UTF-8, else base64 with ``content_type`` saying so."""
+    elements = [e if isinstance(e, bytes) else str(e).encode() for e in a.ravel()]
+    if as_binary:
+        return b"".join(_LENGTH.pack(len(e)) + e for e in elements)
+    try:
+        item["data"] = [e.decode("utf-8") for e in elements]
+    except UnicodeDecodeError:
+        item["data"] = [base64.b64encode(e).decode("ascii") for e in elements]
+        item["parameters"] = {"content_type": "base64"}
+    return b""
+
+
 def encode_tensors(tensors: Sequence[tuple[str, np.ndarray, bool]]) -> tuple[list[dict[str, Any]], bytes]:
     """Tensor objects for a request's ``inputs`` or a response's ``outputs`` and the binary part: each
     ``(name, array, as binary)`` is JSON ``data`` (flat, row-major) or a ``binary_data_size`` slice."""
     items, blobs = [], []
     for name, a, as_binary in tensors:
         item: dict[str, Any] = {"name": name, "datatype": datatype(a.dtype), "shape": list(a.shape)}
-        if as_binary:
+        if a.dtype == BYTES:
+            blob = _encode_bytes(a, as_binary, item)
+        elif as_binary:
             blob = np.ascontiguousarray(a, a.dtype.newbyteorder("<")).tobytes()  # BOOL: a byte each
-            blobs.append(blob)
-            item["parameters"] = {"binary_data_size": len(blob)}
         else:
             item["data"] = a.ravel().tolist()
+        if as_binary:
+            blobs.append(blob)
+            item["parameters"] = {"binary_data_size": len(blob)}
         items.append(item)
     return items, b"".join(blobs)
 

@@ -89,6 +89,11 @@ class Topics:
     def release(self) -> str:
         return f"{self.base}/release"
 
+    def model_release(self, model: str) -> str:
+        """One model line's release topic on a multi-model device; its announcements must name ``model``
+        (signed), so a release cannot be moved to another line's topic."""
+        return f"{self.release}/{check_name(model, 'model name')}"
+
     def chunk(self, bundle_sha256: str, index: int) -> str:
         return f"{self.base}/bundle/{bundle_sha256}/{index}"
 
@@ -118,7 +123,8 @@ class Topics:
 
     def device_acl(self, username: str, device: str) -> list[str]:
         """Mosquitto ``acl_file`` lines for one device account: least privilege, per fleet."""
-        return [f"user {username}", f"topic read {self.release}", f"topic read {self.base}/bundle/#",
+        return [f"user {username}", f"topic read {self.release}", f"topic read {self.release}/+",
+                f"topic read {self.base}/bundle/#",
                 f"topic read {self.command(device)}", f"topic write {self.status(device)}",
                 f"topic write {self.telemetry(device)}"]
 
@@ -225,6 +231,7 @@ class Command:
     issued: str
     expires: str
     bundle_sha256: str = ""  # install: which announced bundle
+    model: str = ""  # the model line it is for on a multi-model device; empty: the only (or announcing) one
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "type": COMMAND_TYPE, "format": PROTOCOL_FORMAT}
@@ -239,6 +246,11 @@ class Command:
             raise FormatError(f"{what}: {exc}") from None
         if c.action not in ACTIONS or not _NONCE.match(str(c.nonce)):
             raise FormatError(f"{what}: unknown action {c.action!r} or malformed nonce")
+        if c.model != "":
+            try:
+                check_name(c.model, "model")
+            except ValueError as exc:
+                raise FormatError(f"{what}: {exc}") from None
         parse_time(c.issued), parse_time(c.expires)
         return c
 

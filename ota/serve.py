@@ -13,6 +13,7 @@ models a device serves, for the HTTP API (``ota.http_api``) and its metrics.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -21,17 +22,35 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from runtime_wasm import ModelSource, ModelSpec, Overloaded, RuntimePolicy, RuntimeWasmError, Scheduler
+from runtime_wasm import (
+    AdmissionGate,
+    ModelSource,
+    ModelSpec,
+    Overloaded,
+    RuntimePolicy,
+    RuntimeWasmError,
+    Scheduler,
+)
+from runtime_wasm.processing import Processor
 
+from . import processed
 from .config import ServeLimits
-from .errors import LengthMismatch, NoActiveModel, NoHealthyModel, OtaError, UnknownModel
+from .errors import (
+    BadInferenceRequest,
+    LengthMismatch,
+    NoActiveModel,
+    NoHealthyModel,
+    NoProcessing,
+    OtaError,
+    UnknownModel,
+)
 from .golden import decode_tensor, encode_tensor
 from .installer import Installer
 
@@ -49,6 +68,8 @@ class ServedModel:
     version: str  # the release's semantic version
     variant: str  # the module variant the primary worker runs
     spec: ModelSpec
+    #: the release's signed processing (texts/images in, typed results out); None: tensors only
+    processor: Processor | None = None
 
 
 class ModelHost:
@@ -59,10 +80,14 @@ class ModelHost:
     Swapped whole after an install or rollback, so a request sees old or new. ``load_error`` holds why
     the latest load failed (None after a success); with nothing loaded requests get ``NoActiveModel`` or
     ``NoHealthyModel``. ``name`` is what clients call it: the given one, else the installed manifest's.
+    ``admission``: this model's gate into the device-wide admission it shares with the other models of a
+    multi-model device (every scheduler it loads passes requests through it).
     """
 
-    def __init__(self, installer: Installer, policy: RuntimePolicy | None = None, name: str = "") -> None:
+    def __init__(self, installer: Installer, policy: RuntimePolicy | None = None, name: str = "",
+                 admission: AdmissionGate | None = None) -> None:
         self._installer, self.policy, self._name = installer, policy or RuntimePolicy(), name
+        self.admission = admission
         self._lock = threading.Lock()
         self._model: Scheduler | None = None
         self._served: ServedModel | None = None
@@ -81,12 +106,12 @@ class ModelHost:
             manifest = self._installer.active_manifest()
             model = Scheduler(ModelSource.from_dir(slot, cache_dir=str(self._installer.cache.directory),
                                                    deterministic=self.policy.deterministic),
-                              self.policy)
+                              self.policy, admission=self.admission)
         except Exception as exc:
             self.load_error = exc
             raise
         served = ServedModel(self._name or manifest.name, manifest.release, manifest.version,
-                             model.variants[0], model.spec)
+                             model.variants[0], model.spec, processed.load_processor(slot, model.spec))
         with self._lock:
             old, self._model, self.release, self.load_error = self._model, model, manifest.release, None
             self._served = served
@@ -154,8 +179,8 @@ class ModelHost:
 
 class ModelRegistry:
     """The models a device serves, by name, each with a priority (higher: more important when models
-    compete for the device; the multi-model scheduler will use it). Names are looked up per request, so
-    a host named after its installed manifest follows its installs."""
+    compete for the device: ``runtime_wasm.admission``). Names are looked up per request, so a host named
+    after its installed manifest follows its installs."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -227,14 +252,36 @@ class _Handler(socketserver.BaseRequestHandler):
     def _answer(self, line: bytes) -> dict[str, Any]:
         try:
             request = json.loads(line)
-            inputs = {k: decode_tensor(v) for k, v in request["inputs"].items()}
             captured = request.get("captured_at")  # optional: when the app captured the input data
             captured_at = None if captured is None else float(captured)
+            if "text" in request or "image" in request:
+                return self._answer_items(request, captured_at)
+            inputs = {k: decode_tensor(v) for k, v in request["inputs"].items()}
             release, outputs = self.server.host.predict(inputs, captured_at)
             return {"release": release, "outputs": {k: encode_tensor(v) for k, v in outputs.items()}}
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OtaError,
                 RuntimeWasmError) as exc:  # RecursionError: deeply nested JSON from a local app
             return _error(exc)
+
+    def _answer_items(self, request: dict[str, Any], captured_at: float | None) -> dict[str, Any]:
+        """``{"text": [str, ...]}`` or ``{"image": [base64 of an encoded image, ...]}`` through the served
+        release's processing: ``{"release": n, "results": [{"label", "score", "top"} | {"spans"} |
+        {"embedding"}, ...]}``."""
+        host, limits = self.server.host, self.server.limits
+        served = host.served()
+        processor = processed.processor_of(served)
+        name = processed.input_name(processor)
+        values = request.get(name)
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise BadInferenceRequest(f"this {processor.config.task} model takes {name!r}: a list of "
+                                      + ("base64 strings" if name == "image" else "strings"))
+        if name == "image":
+            elements = [base64.b64decode(v, validate=True) for v in values]
+        else:
+            elements = [v.encode("utf-8") for v in values]  # a lone surrogate: UnicodeEncodeError, refused
+        items = processed.decode_items(processor, elements, limits.max_items, limits.max_item_bytes)
+        results = processed.run(host, served, items, captured_at)
+        return {"release": served.release, "results": [processed.result_record(r) for r in results]}
 
 
 class BoundedThreads(socketserver.ThreadingMixIn):
@@ -297,23 +344,41 @@ class InferenceServer(BoundedThreads, socketserver.UnixStreamServer):
         self.path.unlink(missing_ok=True)
 
 
+def _exchange(path: str | os.PathLike[str], body: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+    """One request line to the agent's socket and its reply (maybe an error reply)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout_s)
+        s.connect(str(path))
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused early: read why
+            s.sendall(json.dumps(body).encode() + b"\n")
+        with s.makefile("rb") as f:
+            line = f.readline(MAX_REPLY_BYTES)
+    if not line:
+        raise OtaError("the agent closed the connection without a reply")
+    return json.loads(line)
+
+
 def infer(path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray], timeout_s: float = 30.0,
           captured_at: float | None = None) -> tuple[int, dict[str, np.ndarray]]:
     """Client side: (release that answered, outputs); ``OtaError`` carrying the agent's error otherwise."""
     body: dict[str, Any] = {"inputs": {k: encode_tensor(np.asarray(v)) for k, v in inputs.items()}}
     if captured_at is not None:
         body["captured_at"] = captured_at
-    request = json.dumps(body)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout_s)
-        s.connect(str(path))
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused early: read why
-            s.sendall(request.encode() + b"\n")
-        with s.makefile("rb") as f:
-            line = f.readline(MAX_REPLY_BYTES)
-    if not line:
-        raise OtaError("the agent closed the connection without a reply")
-    reply = json.loads(line)
+    reply = _exchange(path, body, timeout_s)
     if "error" in reply:
         raise OtaError(f"{reply['type']}: {reply['error']}")
     return reply["release"], {k: decode_tensor(v) for k, v in reply["outputs"].items()}
+
+
+def infer_items(path: str | os.PathLike[str], texts: Sequence[str] = (), images: Sequence[bytes] = (),
+                timeout_s: float = 30.0) -> tuple[int, list[dict[str, Any]]] | None:
+    """Client side: texts, or encoded images, through the agent's own processing: (release, one result
+    record each). None when the agent does not process (the model has none, the agent cannot run it, or
+    an agent older than processed requests): the caller can process on its side and send tensors."""
+    body = {"text": list(texts)} if texts else {"image": [base64.b64encode(b).decode() for b in images]}
+    reply = _exchange(path, body, timeout_s)
+    if reply.get("type") in (NoProcessing.__name__, KeyError.__name__):  # KeyError: no "inputs", older agent
+        return None
+    if "error" in reply:
+        raise OtaError(f"{reply['type']}: {reply['error']}")
+    return reply["release"], reply["results"]

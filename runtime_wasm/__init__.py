@@ -1,5 +1,6 @@
 """Device runtime: load cuvil-edge modules into wasmtime and run them (no host dependencies)."""
 
+from .admission import AdmissionGate, DeviceAdmission, divide_threads
 from .cache import ModuleCache
 from .engine import EngineConfig, cpu_fingerprint, engine_for
 from .errors import (
@@ -25,10 +26,11 @@ from .supervisor import ModelSource, SupervisedModel
 from .variants import EngineProbes, HostProbes, probe_engine, probe_host, select_variant
 
 __all__ = [
-    "Classification", "DeadlineExceeded", "EngineConfig", "EngineProbes", "HostProbes",
-    "InferenceInputError", "InferenceTrap", "ModelSource", "ModelSpec", "ModuleCache", "ModuleLoadError",
-    "NoUsableVariant", "Overloaded", "PolicyError", "ProcessingConfig", "ProcessingError", "Processor",
-    "RuntimePolicy", "RuntimeWasmError", "Scheduler", "Span", "SpecError", "StaleInput", "SupervisedModel",
-    "TensorSpec", "VariantSpec", "WasmModel", "WorkerCrashed", "cpu_fingerprint", "engine_for",
-    "probe_engine", "probe_host", "read_cpu_temp_c", "select_variant", "should_wait",
+    "AdmissionGate", "Classification", "DeadlineExceeded", "DeviceAdmission", "EngineConfig", "EngineProbes",
+    "HostProbes", "InferenceInputError", "InferenceTrap", "ModelSource", "ModelSpec", "ModuleCache",
+    "ModuleLoadError", "NoUsableVariant", "Overloaded", "PolicyError", "ProcessingConfig", "ProcessingError",
+    "Processor", "RuntimePolicy", "RuntimeWasmError", "Scheduler", "Span", "SpecError", "StaleInput",
+    "SupervisedModel", "TensorSpec", "VariantSpec", "WasmModel", "WorkerCrashed", "cpu_fingerprint",
+    "divide_threads", "engine_for", "probe_engine", "probe_host", "read_cpu_temp_c", "select_variant",
+    "should_wait",
 ]

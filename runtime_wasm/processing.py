@@ -1,17 +1,21 @@
-"""Pre- and post-processing that travels in a bundle: texts or images in, labels, spans or embeddings out.
+"""Pre- and post-processing that travels in a bundle: texts, images or waveforms in, labels, spans or
+embeddings out.
 
 The host (``cuvil_edge.pretrained``) translates a Hugging Face directory's configs into one normalized
 ``processing.json`` next to the model's spec; a device reads only that, with numpy and, for text models,
 the optional ``tokenizers`` wheel (``pip install 'cuvil-edge[text]'``). The compiled model has a fixed
-batch and sequence length, so items run in chunks of the batch (the last one padded) and texts are
-truncated to the sequence length.
+batch and sequence length, so items run in chunks of the batch (the last one padded), texts are
+truncated to the sequence length and waveforms padded or cut to the model's clip.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 import re
+import wave
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,21 +27,33 @@ from .errors import ProcessingError
 
 PROCESSING_FILE = "processing.json"
 PROCESSING_FORMAT = 1
-TASKS = ("text-classification", "token-classification", "sentence-embeddings", "image-classification")
+TASKS = ("text-classification", "token-classification", "sentence-embeddings", "image-classification",
+         "audio-classification")
 TEXT_ROLES = ("input_ids", "attention_mask", "token_type_ids")
 RESAMPLE = ("nearest", "bilinear", "bicubic")
+#: what an audio model takes: the (normalised) waveform itself, log-mel frames, or MFCCs of them
+AUDIO_FEATURES = ("waveform", "log-mel", "mfcc")
+MEL_SCALES = ("htk", "slaney")
+WINDOWS = ("hann", "hamming")
+#: log of the mel energies: natural, log10, or Whisper's (log10, floored 8 below the clip's peak, (x+4)/4)
+AUDIO_LOGS = ("ln", "log10", "whisper")
+#: energies below this are floored before the log (Hugging Face's ``mel_floor``)
+MEL_FLOOR = 1e-10
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 #: name -> (shape, dtype) of each model input, as in the model's spec
 InputShapes = Mapping[str, tuple[Sequence[int], str]]
 #: an image: HWC (or HW) uint8 array, or a path to a .npy, binary .ppm/.pgm or (with Pillow) any image file
 Image = np.ndarray | str | os.PathLike
+#: a waveform: 1-D float samples at the model's rate in [-1, 1], or a path to a PCM .wav file
+Audio = np.ndarray | str | os.PathLike
 Predict = Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]
 
 
 @dataclass(frozen=True, eq=False)
 class Classification:
-    """One text's or image's class: the top label, its probability and every class's probability."""
+    """One text's, image's or clip's class: the top label, its probability and every class's
+    probability."""
 
     label: str
     score: float
@@ -85,7 +101,8 @@ def _file_name(name: Any, what: str) -> str:
 
 @dataclass(frozen=True)
 class ProcessingConfig:
-    """The validated ``processing.json``: task, labels, output tensor and the text or image settings."""
+    """The validated ``processing.json``: task, labels, output tensor and the text, image or audio
+    settings."""
 
     task: str
     output: str
@@ -94,6 +111,7 @@ class ProcessingConfig:
     image: Mapping[str, Any] | None = None
     multi_label: bool = False
     normalize: bool = True
+    audio: Mapping[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, d: Any) -> ProcessingConfig:
@@ -108,8 +126,11 @@ class ProcessingConfig:
             raise ProcessingError(f"{what}: labels must be strings")
         text = d.get("text")
         image = d.get("image")
+        audio = d.get("audio")
         if task == "image-classification":
             image = _check_image(_field(d, "image", dict, what))
+        elif task == "audio-classification":
+            audio = _check_audio(_field(d, "audio", dict, what))
         else:
             text = _field(d, "text", dict, what)
             _file_name(text.get("tokenizer"), f"{what}: text.tokenizer")
@@ -119,7 +140,7 @@ class ProcessingConfig:
                                       f"token_type_ids) to model inputs, got {sorted(inputs)}")
             _field(text, "pad_id", int, f"{what}: text")
         return cls(task, _field(d, "output", str, what), tuple(labels), text, image,
-                   bool(d.get("multi_label", False)), bool(d.get("normalize", True)))
+                   bool(d.get("multi_label", False)), bool(d.get("normalize", True)), audio)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"format": PROCESSING_FORMAT, "task": self.task, "output": self.output,
@@ -129,6 +150,8 @@ class ProcessingConfig:
             d["text"] = dict(self.text)
         if self.image is not None:
             d["image"] = dict(self.image)
+        if self.audio is not None:
+            d["audio"] = dict(self.audio)
         return d
 
     @property
@@ -142,6 +165,14 @@ class ProcessingConfig:
             im = self.image
             how = (f"image: resize {im.get('resize')} {im['resample']}, crop {im.get('crop')}, "
                    f"rescale {im['rescale']:g}, mean {im['mean']}, std {im['std']}")
+        elif self.audio is not None:
+            au = self.audio
+            how = f"audio: {au['sampling_rate']} Hz {au['features']}"
+            if au["features"] != "waveform":
+                how += (f", n_fft {au['n_fft']} hop {au['hop_length']}, {au['num_mel_bins']} "
+                        f"{au['mel_scale']} mels, log {au['log']}")
+                how += f", {au['num_mfcc']} MFCCs" if au["features"] == "mfcc" else ""
+            how += ", normalised" if au["normalize"] else ""
         else:
             assert self.text is not None
             how = f"text: tokenizer {self.text['tokenizer']}, inputs {sorted(self.text['inputs'].values())}"
@@ -172,8 +203,37 @@ def _check_image(im: Mapping[str, Any]) -> Mapping[str, Any]:
     return im
 
 
+def _check_audio(au: Mapping[str, Any]) -> Mapping[str, Any]:
+    what = f"{PROCESSING_FILE}: audio"
+    _field(au, "input", str, what)
+    if au.get("features") not in AUDIO_FEATURES:
+        raise ProcessingError(f"{what}: features must be one of {AUDIO_FEATURES}, got {au.get('features')!r}")
+    if not isinstance(au.get("normalize"), bool):
+        raise ProcessingError(f"{what}: field 'normalize' missing or not bool")
+    _field(au, "padding_value", (int, float), what)
+    keys = ["sampling_rate"] + (["n_fft", "win_length", "hop_length", "num_mel_bins"]
+                                if au["features"] != "waveform" else [])
+    keys += ["num_mfcc"] if au["features"] == "mfcc" else []
+    for key in keys:
+        if _field(au, key, int, what) <= 0:
+            raise ProcessingError(f"{what}: {key} must be positive")
+    if au["features"] == "waveform":
+        return au
+    if au["win_length"] > au["n_fft"] or au["features"] == "mfcc" and au["num_mfcc"] > au["num_mel_bins"]:
+        raise ProcessingError(f"{what}: win_length must not exceed n_fft, nor num_mfcc num_mel_bins")
+    for key, allowed in (("mel_scale", MEL_SCALES), ("mel_norm", (None, "slaney")), ("window", WINDOWS),
+                         ("log", AUDIO_LOGS), ("frames_axis", (-1, -2)), ("center", (True, False))):
+        if au.get(key, "?") not in allowed:
+            raise ProcessingError(f"{what}: {key} must be one of {allowed}, got {au.get(key)!r}")
+    lo, hi = _field(au, "f_min", (int, float), what), _field(au, "f_max", (int, float), what)
+    if not 0 <= lo < hi <= au["sampling_rate"] / 2:
+        raise ProcessingError(f"{what}: need 0 <= f_min < f_max <= sampling_rate / 2, got {lo}, {hi}")
+    return au
+
+
 class Processor:
-    """Runs a compiled model on texts or images: ``run(items, predict)`` -> one typed result per item.
+    """Runs a compiled model on texts, images or waveforms: ``run(items, predict)`` -> one typed result
+    per item.
 
     ``inputs`` is the model's input signature (name -> (shape, dtype)): its batch and sequence length
     decide the chunking, padding and truncation."""
@@ -185,7 +245,8 @@ class Processor:
         missing = [f for f in config.files if f not in self._files]
         if missing:
             raise ProcessingError(f"processing files missing: {missing}")
-        feeds = (config.text["inputs"].values() if config.text is not None else [config.image["input"]])
+        feeds = (config.text["inputs"].values() if config.text is not None
+                 else [(config.image or config.audio)["input"]])
         unknown = sorted(set(feeds) - set(self._inputs))
         if unknown:
             raise ProcessingError(f"{PROCESSING_FILE} feeds {unknown}, which the model does not take "
@@ -287,19 +348,45 @@ class Processor:
         y = (x.astype(np.float64) * im["rescale"] - np.asarray(im["mean"])) / np.asarray(im["std"])
         return y.transpose(2, 0, 1).astype(dtype)
 
+    # -- audio ------------------------------------------------------------------------------------
+    def preprocess_audio(self, audio: Audio) -> np.ndarray:
+        """One waveform (or .wav file) -> the model's input for one clip: padded with ``padding_value`` or
+        cut to the clip, then normalised samples or log-mel / MFCC frames in the model's layout."""
+        au = self.config.audio
+        if au is None:
+            raise ProcessingError(f"a {self.config.task} model takes no audio")
+        x = (read_wav(audio, au["sampling_rate"]) if isinstance(audio, (str, os.PathLike))
+             else np.asarray(audio, np.float64))
+        if x.ndim != 1 or not x.size or not np.issubdtype(x.dtype, np.number):
+            raise ProcessingError(f"a waveform is a non-empty 1-D array of samples, got shape {x.shape}")
+        shape, dtype = self._inputs[au["input"]]
+        item = shape[1:]
+        if au["normalize"] and au["features"] == "waveform":  # Wav2Vec2: the clip's own samples, unpadded
+            x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
+        if au["features"] == "waveform":
+            return fit_length(x, math.prod(item), au["padding_value"]).reshape(item).astype(dtype)
+        frames = item[au["frames_axis"]]
+        hop, n_fft = au["hop_length"], au["n_fft"]
+        samples = frames * hop if au["center"] else (frames - 1) * hop + n_fft
+        feats = audio_features(fit_length(x, samples, au["padding_value"]), au)[:frames]
+        if au["frames_axis"] == -1:
+            feats = feats.T
+        return feats.reshape(item).astype(dtype)
+
     # -- run --------------------------------------------------------------------------------------
     def encode(self, chunk: Sequence[Any]) -> tuple[dict[str, np.ndarray], list[Any]]:
         """Up to ``batch`` items -> the model's feeds, padded to the batch, and the tokenizer's encodings
         (which ``decode`` needs for token offsets and masks; none for images)."""
         if len(chunk) > self.batch:
             raise ProcessingError(f"a chunk holds at most {self.batch} items, got {len(chunk)}")
-        if self.config.image is None:
+        if self.config.text is not None:
             return self._encode_texts(list(chunk) + [""] * (self.batch - len(chunk)))
-        name = self.config.image["input"]
+        name, prepare = ((self.config.image["input"], self.preprocess_image) if self.config.image is not None
+                         else (self.config.audio["input"], self.preprocess_audio))
         shape, dtype = self._inputs[name]
         feed = np.zeros((self.batch, *shape[1:]), dtype)
-        for i, image in enumerate(chunk):
-            feed[i] = self.preprocess_image(image)
+        for i, item in enumerate(chunk):
+            feed[i] = prepare(item)
         return {name: feed.reshape(shape)}, []
 
     def feeds(self, items: Sequence[Any]) -> list[dict[str, np.ndarray]]:
@@ -323,7 +410,7 @@ class Processor:
         y = np.asarray(outputs[self.config.output], np.float64)
         y = y.reshape(self.batch, *y.shape[1:]) if y.shape[:1] != (self.batch,) else y
         task = self.config.task
-        if task in ("text-classification", "image-classification"):
+        if task in ("text-classification", "image-classification", "audio-classification"):
             return [self._classification(row.reshape(-1)) for row in y[:len(items)]]
         if task == "token-classification":
             return [self._spans(y[i], encodings[i], items[i]) for i in range(len(items))]
@@ -459,32 +546,141 @@ def _rgb(image: Any) -> np.ndarray:
 def read_image(path: str | os.PathLike[str]) -> np.ndarray:
     """An image file as HWC uint8: .npy and binary PPM/PGM with numpy alone, anything else with Pillow."""
     p = Path(path)
-    if p.suffix == ".npy":
-        return np.load(p)
-    data = p.read_bytes()
+    return decode_image(p.read_bytes(), str(p))
+
+
+def decode_image(data: bytes, what: str = "image") -> np.ndarray:
+    """Encoded image bytes (a request's, or a file's) as an array: .npy (never pickles) and binary PPM/PGM
+    with numpy alone, anything else with Pillow; ``ProcessingError`` naming ``what`` when unreadable."""
+    if data[:6] == b"\x93NUMPY":
+        try:
+            return np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, EOFError, OSError) as exc:  # truncated, or an object array (pickled)
+            raise ProcessingError(f"{what}: unreadable .npy data: {exc}") from None
     if data[:2] in (b"P5", b"P6"):
-        return _netpbm(data, p)
+        return _netpbm(data, what)
     try:
         from PIL import Image as PILImage
     except ImportError:
-        raise ProcessingError(f"{p}: only .npy and binary .ppm/.pgm images can be read without Pillow "
+        raise ProcessingError(f"{what}: only .npy and binary .ppm/.pgm images can be read without Pillow "
                               "(pip install pillow)") from None
-    with PILImage.open(p) as im:
-        return np.asarray(im.convert("RGB"))
+    try:
+        with PILImage.open(io.BytesIO(data)) as im:
+            return np.asarray(im.convert("RGB"))
+    except (OSError, ValueError, PILImage.DecompressionBombError) as exc:  # UnidentifiedImageError: OSError
+        raise ProcessingError(f"{what}: not a readable image: {exc}") from None
 
 
-def _netpbm(data: bytes, path: Path) -> np.ndarray:
+def _netpbm(data: bytes, what: str) -> np.ndarray:
     fields: list[bytes] = []
     pos = 2
     while len(fields) < 3:
         m = re.compile(rb"\s*(#[^\n]*\n\s*)*(\d+)").match(data, pos)
         if m is None:
-            raise ProcessingError(f"{path}: malformed PPM/PGM header")
+            raise ProcessingError(f"{what}: malformed PPM/PGM header")
         fields.append(m.group(2))
         pos = m.end()
     w, h, maxval = (int(f) for f in fields)
     channels = 3 if data[:2] == b"P6" else 1
     pixels = data[pos + 1:pos + 1 + w * h * channels]
     if maxval != 255 or len(pixels) != w * h * channels:
-        raise ProcessingError(f"{path}: only complete 8-bit PPM/PGM images are read")
+        raise ProcessingError(f"{what}: only complete 8-bit PPM/PGM images are read")
     return np.frombuffer(pixels, np.uint8).reshape(h, w, channels)
+
+
+# -- numpy audio operations (Hugging Face ``audio_utils`` semantics) ------------------------------------
+def read_wav(path: str | os.PathLike[str], sampling_rate: int) -> np.ndarray:
+    """A PCM .wav file (8/16/24/32-bit, channels averaged) as float samples in [-1, 1], with the stdlib
+    ``wave`` module. A file at another rate is refused: the device does not resample."""
+    try:
+        with wave.open(os.fspath(path), "rb") as w:
+            rate, channels, width = w.getframerate(), w.getnchannels(), w.getsampwidth()
+            data = w.readframes(w.getnframes())
+    except (wave.Error, EOFError) as exc:
+        raise ProcessingError(f"{path}: not a PCM .wav file: {exc}") from None
+    if rate != sampling_rate:
+        raise ProcessingError(f"{path}: {rate} Hz audio, the model takes {sampling_rate} Hz "
+                              "(resample it first)")
+    if width == 1:
+        x = np.frombuffer(data, np.uint8).astype(np.float64) - 128.0
+    elif width == 3:  # little-endian 24-bit: sign-extend through the top byte of an int32
+        b = np.frombuffer(data, np.uint8).reshape(-1, 3).astype(np.int32)
+        x = ((b[:, 0] << 8 | b[:, 1] << 16 | b[:, 2] << 24) >> 8).astype(np.float64)
+    else:
+        x = np.frombuffer(data, f"<i{width}").astype(np.float64)
+    return x.reshape(-1, channels).mean(axis=1) / float(1 << (8 * width - 1))
+
+
+def fit_length(x: np.ndarray, n: int, padding_value: float) -> np.ndarray:
+    """The first ``n`` samples, padded at the end with ``padding_value`` (Hugging Face's right padding
+    and truncation)."""
+    return np.concatenate([x[:n], np.full(max(0, n - len(x)), float(padding_value))])
+
+
+def _hz_to_mel(f: np.ndarray, scale: str) -> np.ndarray:
+    if scale == "htk":
+        return 2595.0 * np.log10(1.0 + f / 700.0)
+    f = np.asarray(f, np.float64)  # slaney: linear to 1 kHz, logarithmic above
+    log_part = 15.0 + np.log(np.maximum(f, 1e-10) / 1000.0) * 27.0 / np.log(6.4)
+    return np.where(f < 1000.0, 3.0 * f / 200.0, log_part)
+
+
+def _mel_to_hz(m: np.ndarray, scale: str) -> np.ndarray:
+    if scale == "htk":
+        return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
+    return np.where(m < 15.0, 200.0 * m / 3.0, 1000.0 * np.exp(np.log(6.4) * (m - 15.0) / 27.0))
+
+
+def mel_filters(n_freqs: int, n_mels: int, f_min: float, f_max: float, sampling_rate: int, scale: str,
+                norm: str | None) -> np.ndarray:
+    """[n_freqs, n_mels] triangular filters evenly spaced on the mel scale (``mel_filter_bank``)."""
+    edges = _mel_to_hz(np.linspace(_hz_to_mel(np.float64(f_min), scale), _hz_to_mel(np.float64(f_max), scale),
+                                   n_mels + 2), scale)
+    fft_freqs = np.linspace(0, sampling_rate // 2, n_freqs)
+    slopes = edges[None, :] - fft_freqs[:, None]
+    widths = np.diff(edges)
+    filters = np.maximum(0.0, np.minimum(-slopes[:, :-2] / widths[:-1], slopes[:, 2:] / widths[1:]))
+    if norm == "slaney":  # equal area per filter
+        filters *= 2.0 / (edges[2:] - edges[:-2])
+    return filters
+
+
+def _window(kind: str, length: int, n_fft: int) -> np.ndarray:
+    """A periodic window of ``length`` centred in ``n_fft`` samples."""
+    w = (np.hanning if kind == "hann" else np.hamming)(length + 1)[:-1]
+    out = np.zeros(n_fft)
+    start = (n_fft - length) // 2
+    out[start:start + length] = w
+    return out
+
+
+def dct_matrix(n_in: int, n_out: int) -> np.ndarray:
+    """[n_in, n_out] orthonormal DCT-II: MFCCs are ``log_mel @ dct_matrix``."""
+    k, n = np.arange(n_out)[None, :], np.arange(n_in)[:, None]
+    m = np.cos(np.pi / n_in * (n + 0.5) * k) * np.sqrt(2.0 / n_in)
+    m[:, 0] /= np.sqrt(2.0)
+    return m
+
+
+def audio_features(x: np.ndarray, au: Mapping[str, Any]) -> np.ndarray:
+    """[frames, features] log-mel energies (or MFCCs) of a waveform: power spectrum of windowed frames
+    (reflect-padded by n_fft/2 at both ends when ``center``), mel filters, floored log."""
+    n_fft, hop = au["n_fft"], au["hop_length"]
+    if au["center"]:
+        x = np.pad(x, n_fft // 2, mode="reflect")
+    n = 1 + (len(x) - n_fft) // hop
+    frames = x[np.arange(n_fft)[None, :] + hop * np.arange(n)[:, None]]
+    power = np.abs(np.fft.rfft(frames * _window(au["window"], au["win_length"], n_fft), n_fft)) ** 2
+    mel = power @ mel_filters(n_fft // 2 + 1, au["num_mel_bins"], au["f_min"], au["f_max"],
+                              au["sampling_rate"], au["mel_scale"], au.get("mel_norm"))
+    mel = np.maximum(mel, MEL_FLOOR)
+    if au["log"] == "ln":
+        out = np.log(mel)
+    else:
+        out = np.log10(mel)
+        if au["log"] == "whisper":  # over the clip the model sees: the extra centred frame is dropped first
+            out = out[:n - 1] if au["center"] else out
+            out = (np.maximum(out, out.max() - 8.0) + 4.0) / 4.0
+    if au["features"] == "mfcc":
+        out = out @ dct_matrix(au["num_mel_bins"], au["num_mfcc"])
+    return out

@@ -12,6 +12,9 @@
 - Energy/thermal: the duty cycle is capped by idling between dispatches; while the CPU is over
   ``max_cpu_temp_c`` the ``degrade_action`` applies (throttle harder, switch to the cheaper model,
   or shed new requests) until it cools by ``thermal_hysteresis_c``.
+- Priorities: with an ``AdmissionGate`` (``runtime_wasm.admission``) every request must also be admitted
+  by the device-wide controller shared with the other models; refused ones fail with ``Overloaded``
+  (counted as ``priority_shed``) before they take a queue slot.
 - Nothing a caller sends can kill the dispatcher: every failure lands in that request's future.
 """
 
@@ -30,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .admission import AdmissionGate
 from .errors import (
     DeadlineExceeded,
     InferenceInputError,
@@ -139,10 +143,12 @@ class Scheduler:
     def __init__(self, source: ModelSource, policy: RuntimePolicy, fallback: ModelSource | None = None,
                  temperature_c: Callable[[], float | None] = read_cpu_temp_c,
                  clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, admission: AdmissionGate | None = None) -> None:
+        """``admission``: the device-wide gate when several models share the device (None: only this
+        scheduler's own queue bounds the load)."""
         if fallback is not None and not same_signature(source.spec, fallback.spec):
             raise PolicyError("the fallback model must have the same inputs and outputs as the primary")
-        self.policy, self.spec = policy, source.spec
+        self.policy, self.spec, self._admission = policy, source.spec, admission
         self._temperature_c, self._clock, self._wall = temperature_c, clock, wall_clock
         self._workers: list[SupervisedModel] = []
         try:
@@ -201,11 +207,23 @@ class Scheduler:
                 if len(self._queue) >= self.policy.max_queue_depth:
                     self._counts["queue_full"] += 1
                     raise Overloaded(f"queue full ({self.policy.max_queue_depth} requests)")
+                if self._admission is not None:
+                    self._admit(self._admission, future)
                 self._queue.append(_Request(arrays, self._clock(), captured_at, future))
                 self._cond.notify()
         except RuntimeWasmError as exc:
             self._fail([future], exc)
         return future
+
+    def _admit(self, gate: AdmissionGate, future: Future[dict[str, np.ndarray]]) -> None:
+        """With the lock held: pass the device-wide gate; the slot is given back when ``future`` ends,
+        however it ends (answered, failed, cancelled, or failed by ``close``)."""
+        try:
+            gate.enter()
+        except Overloaded:
+            self._counts["priority_shed"] += 1
+            raise
+        future.add_done_callback(lambda _: gate.leave())
 
     def predict(self, inputs: Mapping[str, Any] | Sequence[Any], captured_at: float | None = None
                 ) -> dict[str, np.ndarray]:
@@ -216,13 +234,15 @@ class Scheduler:
     def metrics(self) -> dict[str, Any]:
         """Counters, latency percentiles (end to end, last 1024 requests), cumulative latency histograms
         per variant and the degrade state. ``shed``: refused while over the thermal budget; ``queue_full``:
-        refused for a full queue (both fail with ``Overloaded``, counted in ``failed`` too)."""
+        refused for a full queue; ``priority_shed``: refused by the device-wide admission (all fail with
+        ``Overloaded``, counted in ``failed`` too)."""
         with self._cond:
             lat = np.array(self._latencies)
             pct = {f"p{q}": float(np.percentile(lat, q)) if lat.size else None for q in (50, 95, 99)}
             return {
                 **{k: self._counts[k] for k in ("submitted", "completed", "batches", "shed", "queue_full",
-                                                "degraded_dispatches", "degrade_activations")},
+                                                "priority_shed", "degraded_dispatches",
+                                                "degrade_activations")},
                 "failed": dict(self._errors),
                 "queue_depth": len(self._queue),
                 "batch_sizes": dict(self._batch_sizes),

@@ -68,7 +68,10 @@ def write_toml(cfg: AgentConfig, path: Path) -> Path:
         secret = path.with_suffix(".pass")
         secret.write_text(cfg.broker.password)
         broker += f"password_file = {json.dumps(str(secret))}\n"
-    path.write_text(f"[agent]\n{table(cfg)}\n[broker]\n{broker}\n[limits]\n{table(cfg.limits)}")
+    models = "".join(f"[[models]]\n{table(m)}" + (f"[models.policy]\n{table(m.policy)}" if m.policy else "")
+                     for m in cfg.models)
+    path.write_text(f"[agent]\n{table(cfg, ('models',))}\n[broker]\n{broker}\n[limits]\n{table(cfg.limits)}\n"
+                    f"[admission]\n{table(cfg.admission)}\n{models}")
     return path
 
 

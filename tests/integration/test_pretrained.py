@@ -18,7 +18,23 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+from pretrainedkit import (
+    CORPUS,
+    HIDDEN,
+    IMAGE_CROP,
+    IMAGE_LABELS,
+    IMAGE_MEAN,
+    IMAGE_SHORT,
+    IMAGE_STD,
+    SEQ,
+    SST_LABELS,
+    encoder_with_head,
+    image_dir,
+    text_dir,
+    train_tokenizer,
+)
+from pretrainedkit import sst_dir as build_sst_dir
+from tokenizers import Tokenizer
 
 from cuvil_edge import (
     CuvilModel,
@@ -31,8 +47,6 @@ from cuvil_edge import (
 )
 from cuvil_edge.cli import main as edge_main
 from cuvil_edge.signing import Keyring, build_bundle
-from cuvil_edge.zoo import resnet
-from cuvil_edge.zoo_transformers import bert_encoder
 from ota import Installer, VerificationError
 from ota.cli import main as agent_main
 from ota.serve import InferenceServer, ModelHost
@@ -41,66 +55,11 @@ from runtime_wasm.processing import Processor, read_image
 
 pytestmark = pytest.mark.integration
 
-SEQ = 16
-HIDDEN = 64
-CORPUS = ["I love this movie!", "This is terrible.", "What a wonderful day", "the plot was boring and slow",
-          "great acting, great music", "I hated every minute of it", "an instant classic",
-          "not my cup of tea", "Paris and London are cities", "Alice met Bob in Berlin"] * 3
 LONG = "a wonderful film " * 20  # far past SEQ tokens: truncated
 TEXTS = ["I love this movie!", "This is terrible.", LONG, "great music", "boring boring boring", "classic"]
-SST_LABELS = {"0": "NEGATIVE", "1": "POSITIVE"}
 NER_LABELS = ["O", "B-PLACE", "I-PLACE", "B-PERSON", "I-PERSON"]
 HW = "test-device"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def train_tokenizer() -> Tokenizer:
-    """A WordPiece trained on ``CORPUS`` until every word is one token, then kept to its whole words and
-    characters in sorted order: training breaks ties between merges in hash order (the intermediate
-    pieces and the ids differ from run to run), and the test needs the same tokenizer every run."""
-    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    trained = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    trained.normalizer = normalizers.BertNormalizer(lowercase=True)
-    trained.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trained.train_from_iterator(CORPUS, trainers.WordPieceTrainer(vocab_size=1000, special_tokens=special))
-    words = {w for text in CORPUS for w, _ in trained.pre_tokenizer.pre_tokenize_str(text.lower())}
-    learned = set(trained.get_vocab())
-    assert words <= learned
-    kept = {t for t in learned - set(special) if len(t.removeprefix("##")) == 1 or t in words}
-    vocab = special + sorted(kept)
-    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
-    tok.normalizer, tok.pre_tokenizer = trained.normalizer, trained.pre_tokenizer
-    tok.add_special_tokens(special)
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    return tok
-
-
-def encoder_with_head(vocab: int, head: str, classes: int, shift: float = 0.0) -> onnx.ModelProto:
-    """``bert_encoder`` (2 layers, DistilBERT-shaped) plus a seeded head: "cls" (sequence classification
-    from the first token), "token" (a class per token) or "none" (hidden states for embeddings).
-    ``shift`` is added to the last class's bias."""
-    m = bert_encoder(layers=2, hidden=HIDDEN, heads=2, ffn=128, seq=SEQ, vocab=vocab, seed=0)
-    if head == "none":
-        return m
-    g = m.graph
-    del g.output[:]
-    rng = np.random.default_rng(1)
-    g.initializer.extend([
-        numpy_helper.from_array((rng.standard_normal((HIDDEN, classes)) * 0.8).astype(np.float32), "head_w"),
-        numpy_helper.from_array((rng.standard_normal(classes) * 0.1 + np.eye(classes)[-1] * shift
-                                 ).astype(np.float32), "head_b")])
-    if head == "token":
-        g.node.extend([helper.make_node("MatMul", ["last_hidden_state", "head_w"], ["head_mm"]),
-                       helper.make_node("Add", ["head_mm", "head_b"], ["logits"])])
-        g.output.append(helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, SEQ, classes]))
-    else:
-        g.initializer.append(numpy_helper.from_array(np.array(0, np.int64), "cls_index"))
-        g.node.extend([helper.make_node("Gather", ["last_hidden_state", "cls_index"], ["cls"], axis=1),
-                       helper.make_node("Gemm", ["cls", "head_w", "head_b"], ["logits"])])
-        g.output.append(helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes]))
-    onnx.checker.check_model(m)
-    return m
 
 
 def bag_classifier(vocab: int, classes: int = 2) -> onnx.ModelProto:
@@ -126,18 +85,6 @@ def bag_classifier(vocab: int, classes: int = 2) -> onnx.ModelProto:
     return m
 
 
-def text_dir(path: Path, model: onnx.ModelProto, config: dict, tok: Tokenizer, optimum: bool = False) -> Path:
-    """A Hugging Face-layout directory; ``optimum``: the export under onnx/ as Optimum writes it."""
-    path.mkdir(parents=True)
-    tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512, "pad_token": "[PAD]"}))
-    (path / "config.json").write_text(json.dumps(config))
-    if optimum:
-        (path / "onnx").mkdir()
-    onnx.save(model, str(path / ("onnx/model.onnx" if optimum else "model.onnx")))
-    return path
-
-
 @pytest.fixture(scope="module")
 def tok() -> Tokenizer:
     return train_tokenizer()
@@ -145,11 +92,7 @@ def tok() -> Tokenizer:
 
 @pytest.fixture(scope="module")
 def sst_dir(tmp_path_factory, tok) -> Path:
-    config = {"architectures": ["DistilBertForSequenceClassification"], "id2label": SST_LABELS,
-              "max_position_embeddings": 512}
-    # the shift centres the seeded head: TEXTS get both labels, each with a margin int8 and int4 keep
-    model = encoder_with_head(tok.get_vocab_size(), "cls", 2, shift=5.6)
-    return text_dir(tmp_path_factory.mktemp("hf") / "tiny-sst", model, config, tok, optimum=True)
+    return build_sst_dir(tmp_path_factory.mktemp("hf") / "tiny-sst", tok)
 
 
 def reference_feeds(tok_path: Path, texts: list[str], seq: int = SEQ) -> list[dict[str, np.ndarray]]:
@@ -283,17 +226,7 @@ def reference_preprocess(image: np.ndarray, short: int, crop: int, mean, std) ->
 
 
 def test_image_classification_top5_matches_onnxruntime_with_numpy_preprocessing(tmp_path):
-    path = tmp_path / "tiny-resnet"
-    path.mkdir()
-    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-    (path / "preprocessor_config.json").write_text(json.dumps({
-        "do_resize": True, "size": {"shortest_edge": 40}, "resample": 2, "do_center_crop": True,
-        "crop_size": {"height": 32, "width": 32}, "do_rescale": True, "rescale_factor": 1 / 255,
-        "do_normalize": True, "image_mean": mean, "image_std": std}))
-    labels = {str(i): f"class{i}" for i in range(10)}
-    (path / "config.json").write_text(json.dumps({"architectures": ["ResNetForImageClassification"],
-                                                  "id2label": labels}))
-    onnx.save(resnet(batch=2, size=32), str(path / "model.onnx"))
+    path = image_dir(tmp_path / "tiny-resnet")
     rng = np.random.default_rng(5)
     images = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), rng.integers(0, 256, (70, 50, 3), np.uint8),
               rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)]
@@ -308,10 +241,10 @@ def test_image_classification_top5_matches_onnxruntime_with_numpy_preprocessing(
     from_files = model.predict([str(ppm), tmp_path / "img.npy"])
     sess = ort.InferenceSession(str(path / "model.onnx"), providers=["CPUExecutionProvider"])
     for i, (image, result) in enumerate(zip(images, got)):
-        x = reference_preprocess(image, 40, 32, np.array(mean), np.array(std))
+        x = reference_preprocess(image, IMAGE_SHORT, IMAGE_CROP, np.array(IMAGE_MEAN), np.array(IMAGE_STD))
         logits = sess.run(None, {"x": np.stack([x, x])})[0][0]
         order = np.argsort(-logits)[:5]
-        assert [label for label, _ in result.top(5)] == [labels[str(k)] for k in order]
+        assert [label for label, _ in result.top(5)] == [IMAGE_LABELS[str(k)] for k in order]
         np.testing.assert_allclose(result.scores, softmax(logits), atol=1e-4)
         if i < 2:
             np.testing.assert_allclose(from_files[i].scores, result.scores, atol=1e-6)

@@ -1,0 +1,250 @@
+"""``cuvil-edge fleet dashboard``: a live web page of one fleet for operators, fed only by MQTT.
+
+``FleetView`` subscribes (read-only) to the fleet's retained device statuses, the publisher's retained
+rollout summary (``cuvil_edge.fleet.rollout_topic``) and the devices' telemetry (through
+``TelemetryCollector``), and folds them into one JSON snapshot: devices with their release, variant and
+health, the rollout's stages with progress and halt reason, and latency per release from the latest
+summaries. ``Dashboard`` serves that snapshot at ``/api/state`` and a static page (``assets/
+dashboard.html``, plain DOM code, no framework) that polls it once a second.
+
+Why the standard library's HTTP server: the page is for an operator's machine (127.0.0.1 by default),
+answers two small GETs and holds no connection open, so it needs none of the request deadlines the
+device API (``ota.http_api``) has to put on untrusted clients. What devices say is untrusted text: the
+page only ever sets it as ``textContent``, never as HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import statistics
+import threading
+from dataclasses import replace
+from datetime import datetime, timezone
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+
+from ota.config import BrokerSettings, TransferLimits
+from ota.protocol import TelemetryRecord, Topics, format_time
+from ota.transport import MqttClient
+
+from .errors import CuvilError
+from .fleet import ROLLOUT_TYPE, rollout_topic
+from .fleet_telemetry import TelemetryCollector
+
+log = logging.getLogger(__name__)
+#: a dashboard's MQTT sessions outlive it only briefly: nothing needs to wait for a closed page
+SESSION_EXPIRY_S = 60
+UPDATING = frozenset({"downloading", "verifying", "installing", "self-test"})
+_PROBLEMS = frozenset({"install_failed", "rolled_back"})  # telemetry events that say why a device is not new
+
+
+class DashboardError(CuvilError):
+    """The dashboard cannot serve (port taken, broker unreachable)."""
+
+
+def health(status: dict[str, Any], summary: dict[str, Any] | None) -> str:
+    """One word per device: offline, failed (last update or the served model), updating, degraded
+    (thermal, deadline kills or worker restarts in its latest summary) or ok."""
+    state = status.get("state", "")
+    if state == "offline":
+        return "offline"
+    if state == "failed" or status.get("error"):
+        return "failed"
+    if state in UPDATING:
+        return "updating"
+    for model in (summary or {}).get("models", {}).values():
+        if model.get("thermal", {}).get("degraded") or model.get("deadline_kills") \
+                or model.get("worker_restarts"):
+            return "degraded"
+    return "ok"
+
+
+def release_latency(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, release): devices reporting, requests in their latest summary interval, the median
+    device's p50 and the worst device's p95/p99 (quantiles of different devices cannot be merged
+    exactly; the worst p95 is what an SLO cares about)."""
+    rows: dict[tuple[str, Any], dict[str, Any]] = {}
+    for summary in summaries.values():
+        for name, model in summary.get("models", {}).items():
+            row = rows.setdefault((name, model.get("release")), {
+                "model": name, "release": model.get("release"), "version": model.get("version"),
+                "devices": 0, "requests": 0, "p50": [], "p95": [], "p99": [], "variants": set()})
+            row["devices"] += 1
+            row["variants"].add(model.get("variant") or "")
+            for v in model.get("variants", {}).values():
+                row["requests"] += v.get("requests") or 0
+                for q in ("p50", "p95", "p99"):
+                    if v.get(f"{q}_ms") is not None:
+                        row[q].append(v[f"{q}_ms"])
+    return [{**{k: row[k] for k in ("model", "release", "version", "devices", "requests")},
+             "variants": sorted(v for v in row["variants"] if v),
+             "p50_ms": statistics.median(row["p50"]) if row["p50"] else None,
+             "p95_ms": max(row["p95"], default=None), "p99_ms": max(row["p99"], default=None)}
+            for _, row in sorted(rows.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))]
+
+
+class FleetView:
+    """What the broker says about one fleet, kept up to date by two read-only MQTT clients."""
+
+    def __init__(self, broker: BrokerSettings, fleet: str, limits: TransferLimits | None = None) -> None:
+        settings = replace(broker, session_expiry_s=SESSION_EXPIRY_S)
+        self.topics = Topics(settings.topic_prefix, fleet)
+        self._rollout_topic = rollout_topic(self.topics)
+        self._lock = threading.Lock()
+        self.statuses: dict[str, dict[str, Any]] = {}
+        self.summaries: dict[str, dict[str, Any]] = {}  # device -> data of its latest summary
+        self.heard: dict[str, str] = {}  # device -> time of its latest telemetry record
+        #: device -> its latest failed install or rollback (telemetry keeps it; a re-sent status may not)
+        self.problems: dict[str, str] = {}
+        self.rollout: dict[str, Any] | None = None
+        name = f"cuvil-dashboard-{fleet}-{secrets.token_hex(3)}"
+        self.mqtt = MqttClient(settings, name, self._on, limits)
+        self.mqtt.subscribe([self.topics.all_status, self._rollout_topic])
+        self.telemetry = TelemetryCollector(settings, fleet, f"{name}-telemetry", limits, keep=16,
+                                            on_record=self._on_record)
+        self._closed = False
+
+    def start(self, timeout_s: float = 15.0) -> FleetView:
+        self.mqtt.start(wait_s=timeout_s)
+        self.telemetry.start(timeout_s)
+        return self
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.telemetry.close()
+            self.mqtt.close()
+
+    def _on(self, topic: str, payload: bytes, _retained: bool) -> None:
+        try:
+            msg = json.loads(payload) if payload else None
+        except ValueError:
+            log.warning("dashboard: unreadable message on %s dropped", topic)
+            return
+        with self._lock:
+            if topic == self._rollout_topic:
+                self.rollout = msg if isinstance(msg, dict) and msg.get("type") == ROLLOUT_TYPE else None
+                return
+            device = topic.rpartition("/")[2]
+            if isinstance(msg, dict) and msg.get("device") == device:
+                self.statuses[device] = msg
+            elif msg is None:
+                self.statuses.pop(device, None)  # retained status cleared: the device was retired
+
+    def _on_record(self, record: TelemetryRecord) -> None:
+        """Each new telemetry record once, in order (the collector drops repeats)."""
+        with self._lock:
+            self.heard[record.device] = record.time
+            if record.event == "summary":
+                self.summaries[record.device] = dict(record.data)
+            elif record.event in _PROBLEMS:
+                error, reason = str(record.data.get("error") or ""), str(record.data.get("reason") or "")
+                self.problems[record.device] = reason if reason.startswith(error) else f"{error}: {reason}"
+            elif record.event == "install_finished":
+                self.problems.pop(record.device, None)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the page shows, as JSON-ready data."""
+        with self._lock:
+            statuses = {d: dict(s) for d, s in self.statuses.items()}
+            rollout = dict(self.rollout) if self.rollout else None
+            summaries, seen, problems = dict(self.summaries), dict(self.heard), dict(self.problems)
+        devices = []
+        for d in sorted(statuses.keys() | summaries.keys()):
+            status, summary = statuses.get(d, {}), summaries.get(d)
+            models = (summary or {}).get("models", {})
+            devices.append({
+                "device": d, "state": status.get("state", "unknown"), "release": status.get("release"),
+                "target_release": status.get("target_release"), "have": status.get("have"),
+                "total": status.get("total"), "health": health(status, summary),
+                "error": status.get("error", ""), "detail": status.get("detail") or status.get("reason", ""),
+                "last_problem": problems.get(d, ""),
+                "variants": sorted({m.get("variant") for m in models.values() if m.get("variant")}),
+                "p95_ms": max((m.get("latency_ms", {}).get("p95") for m in models.values()
+                               if m.get("latency_ms", {}).get("p95") is not None), default=None),
+                "seen": max(filter(None, (status.get("time"), seen.get(d))), default=None)})
+        return {"fleet": self.topics.fleet, "time": format_time(datetime.now(timezone.utc)),
+                "connected": self.mqtt.connected, "devices": devices, "rollout": rollout,
+                "releases": release_latency(summaries)}
+
+
+def page() -> bytes:
+    return resources.files(__package__).joinpath("assets/dashboard.html").read_bytes()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:  # noqa: N802 (the http.server name)
+        path = self.path.split("?", 1)[0]
+        if path == "/":
+            self._reply(HTTPStatus.OK, self.server.page, "text/html; charset=utf-8")
+        elif path == "/api/state":
+            body = json.dumps(self.server.view.snapshot(), sort_keys=True).encode()
+            self._reply(HTTPStatus.OK, body, "application/json")
+        else:
+            self._reply(HTTPStatus.NOT_FOUND, b'{"error": "not found"}', "application/json")
+
+    def _reply(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; "
+                                                    "style-src 'unsafe-inline'")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt: str, *args: Any) -> None:
+        log.debug("dashboard: " + fmt, *args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], view: FleetView) -> None:
+        super().__init__(address, _Handler)
+        self.view, self.page = view, page()
+
+
+class Dashboard:
+    """The page and its JSON on ``host:port`` (port 0: any free one), fed by a ``FleetView``."""
+
+    def __init__(self, view: FleetView, host: str = "127.0.0.1", port: int = 8088) -> None:
+        self.view = view
+        try:
+            self._server = _Server((host, port), view)
+        except OSError as exc:
+            view.close()  # the dashboard owns its view, also when it cannot start
+            raise DashboardError(f"cannot serve the dashboard on {host}:{port}: {exc}") from exc
+        self._thread = threading.Thread(target=self._server.serve_forever, name="dashboard", daemon=True)
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/"
+
+    def start(self) -> Dashboard:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and close the view; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
+        self.view.close()
+
+    def __enter__(self) -> Dashboard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,111 @@
+"""Shared builders of Hugging Face-layout model directories for the ``from_pretrained`` tests and the
+serving tests of processed models: a ``tokenizers`` WordPiece trained on a small corpus, DistilBERT-shaped
+encoders with seeded heads, and a ResNet image classifier with its preprocessor config. No network."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+from cuvil_edge.zoo import resnet
+from cuvil_edge.zoo_transformers import bert_encoder
+
+SEQ = 16
+HIDDEN = 64
+CORPUS = ["I love this movie!", "This is terrible.", "What a wonderful day", "the plot was boring and slow",
+          "great acting, great music", "I hated every minute of it", "an instant classic",
+          "not my cup of tea", "Paris and London are cities", "Alice met Bob in Berlin"] * 3
+SST_LABELS = {"0": "NEGATIVE", "1": "POSITIVE"}
+SST_CONFIG = {"architectures": ["DistilBertForSequenceClassification"], "id2label": SST_LABELS,
+              "max_position_embeddings": 512}
+#: the image classifier's preprocessing: short side resized to IMAGE_SHORT, center crop IMAGE_CROP
+IMAGE_SHORT, IMAGE_CROP = 40, 32
+IMAGE_MEAN, IMAGE_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+IMAGE_LABELS = {str(i): f"class{i}" for i in range(10)}
+
+
+def train_tokenizer() -> Tokenizer:
+    """A WordPiece trained on ``CORPUS`` until every word is one token, then kept to its whole words and
+    characters in sorted order: training breaks ties between merges in hash order (the intermediate
+    pieces and the ids differ from run to run), and the test needs the same tokenizer every run."""
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    trained = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    trained.normalizer = normalizers.BertNormalizer(lowercase=True)
+    trained.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trained.train_from_iterator(CORPUS, trainers.WordPieceTrainer(vocab_size=1000, special_tokens=special))
+    words = {w for text in CORPUS for w, _ in trained.pre_tokenizer.pre_tokenize_str(text.lower())}
+    learned = set(trained.get_vocab())
+    assert words <= learned
+    kept = {t for t in learned - set(special) if len(t.removeprefix("##")) == 1 or t in words}
+    vocab = special + sorted(kept)
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer = trained.normalizer, trained.pre_tokenizer
+    tok.add_special_tokens(special)
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return tok
+
+
+def encoder_with_head(vocab: int, head: str, classes: int, shift: float = 0.0) -> onnx.ModelProto:
+    """``bert_encoder`` (2 layers, DistilBERT-shaped) plus a seeded head: "cls" (sequence classification
+    from the first token), "token" (a class per token) or "none" (hidden states for embeddings).
+    ``shift`` is added to the last class's bias."""
+    m = bert_encoder(layers=2, hidden=HIDDEN, heads=2, ffn=128, seq=SEQ, vocab=vocab, seed=0)
+    if head == "none":
+        return m
+    g = m.graph
+    del g.output[:]
+    rng = np.random.default_rng(1)
+    g.initializer.extend([
+        numpy_helper.from_array((rng.standard_normal((HIDDEN, classes)) * 0.8).astype(np.float32), "head_w"),
+        numpy_helper.from_array((rng.standard_normal(classes) * 0.1 + np.eye(classes)[-1] * shift
+                                 ).astype(np.float32), "head_b")])
+    if head == "token":
+        g.node.extend([helper.make_node("MatMul", ["last_hidden_state", "head_w"], ["head_mm"]),
+                       helper.make_node("Add", ["head_mm", "head_b"], ["logits"])])
+        g.output.append(helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, SEQ, classes]))
+    else:
+        g.initializer.append(numpy_helper.from_array(np.array(0, np.int64), "cls_index"))
+        g.node.extend([helper.make_node("Gather", ["last_hidden_state", "cls_index"], ["cls"], axis=1),
+                       helper.make_node("Gemm", ["cls", "head_w", "head_b"], ["logits"])])
+        g.output.append(helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes]))
+    onnx.checker.check_model(m)
+    return m
+
+
+def text_dir(path: Path, model: onnx.ModelProto, config: dict, tok: Tokenizer, optimum: bool = False) -> Path:
+    """A Hugging Face-layout directory; ``optimum``: the export under onnx/ as Optimum writes it."""
+    path.mkdir(parents=True)
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512, "pad_token": "[PAD]"}))
+    (path / "config.json").write_text(json.dumps(config))
+    if optimum:
+        (path / "onnx").mkdir()
+    onnx.save(model, str(path / ("onnx/model.onnx" if optimum else "model.onnx")))
+    return path
+
+
+def sst_dir(path: Path, tok: Tokenizer) -> Path:
+    """The DistilBERT-shaped sentiment classifier, exported under onnx/ as Optimum does."""
+    # the shift centres the seeded head: test texts get both labels, each with a margin int8 and int4 keep
+    model = encoder_with_head(tok.get_vocab_size(), "cls", 2, shift=5.6)
+    return text_dir(path, model, SST_CONFIG, tok, optimum=True)
+
+
+def image_dir(path: Path) -> Path:
+    """A ResNet classifier (batch 2, 32x32) with a preprocessor config: bilinear resize of the short side,
+    center crop, 1/255, ImageNet mean and std."""
+    path.mkdir(parents=True)
+    (path / "preprocessor_config.json").write_text(json.dumps({
+        "do_resize": True, "size": {"shortest_edge": IMAGE_SHORT}, "resample": 2, "do_center_crop": True,
+        "crop_size": {"height": IMAGE_CROP, "width": IMAGE_CROP}, "do_rescale": True,
+        "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": IMAGE_MEAN, "image_std": IMAGE_STD}))
+    (path / "config.json").write_text(json.dumps({"architectures": ["ResNetForImageClassification"],
+                                                  "id2label": IMAGE_LABELS}))
+    onnx.save(resnet(batch=2, size=IMAGE_CROP), str(path / "model.onnx"))
+    return path
