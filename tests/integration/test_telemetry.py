@@ -180,6 +180,13 @@ def test_cli_prints_the_fleet_telemetry(world, broker, tmp_path, host_cli):
 
 
 # -- the agent's own events: an install walks its states, each one a record --------------------------------
+def _installed_and_back_to_active(records) -> bool:
+    """The last update_state event can trail install_finished: wait for both, not the first alone."""
+    states = [r.data["state"] for r in records if r.event == "update_state"]
+    return any(r.event == "install_finished" for r in records) and "downloading" in states and \
+        states[-1] == "active"
+
+
 def test_an_install_is_reported_event_by_event(world, broker, tmp_path):
     cfg = device_config(world, tmp_path, broker)
     pub = Publisher(broker.settings(), FLEET, world.ring.release_keys(), tmp_path / "fleet.json",
@@ -190,8 +197,8 @@ def test_an_install_is_reported_event_by_event(world, broker, tmp_path):
             agents.add(cfg)
             pub.wait_for_devices(1, HANG_S)
             pub.publish(world.bundles[2], canary=100.0, halt_on=0.0)
-            collector.wait(lambda d: any(r.event == "install_finished" for r in dev0(d).records), HANG_S,
-                           "install_finished")
+            collector.wait(lambda d: _installed_and_back_to_active(dev0(d).records), HANG_S,
+                           "install_finished and the update state back to active")
         finally:
             agents.close()
             pub.close()
