@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from ..ir.graph import Graph, Node, Value
+from ..ops import get as get_op
 
 F = TypeVar("F", bound=Callable[..., None])
 
@@ -49,3 +54,39 @@ class ConverterTable(Generic[F]):
     def __iter__(self) -> Iterator[str]:
         self._load()
         return iter(sorted(self._table))
+
+
+def emit_node(graph: Graph, op: str, inputs: list[Value], attrs: dict[str, Any], name: str,
+              n_outputs: int = 1) -> list[Value]:
+    """Shared by importers and passes: infer types, fold constant nodes eagerly, else append."""
+    opdef = get_op(op)
+    probe = Node(op, name, inputs, [], attrs)
+    types = list(opdef.infer(probe))
+    if all(v.is_const for v in inputs) and opdef.fold is not None:
+        arrays = opdef.fold(probe, [v.const for v in inputs])
+        return [graph.constant(f"{name}:{i}", np.asarray(a, dtype=t.dtype).reshape(t.shape))
+                for i, (a, t) in enumerate(zip(arrays, types))]
+    outs = [graph.value(f"{name}:{i}" if n_outputs > 1 else name, t) for i, t in enumerate(types)]
+    graph.add_node(op, name, inputs, outs, attrs)
+    return outs
+
+
+
+class IRBuilder:
+    """What every frontend's converter context does to produce IR: nodes named after the op being
+    converted (``name``) in ``graph``, folded at once when all their inputs are constants."""
+
+    graph: Graph
+    name: str
+
+    def emit(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None,
+             name: str | None = None, n_outputs: int = 1) -> list[Value]:
+        """Add an IR node (or fold it now when every input is a constant) and return its outputs."""
+        return emit_node(self.graph, op, list(inputs), attrs or {}, name or self.name, n_outputs)
+
+    def emit1(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None,
+              name: str | None = None) -> Value:
+        return self.emit(op, inputs, attrs, name)[0]
+
+    def constant(self, array: np.ndarray, name: str = "const") -> Value:
+        return self.graph.constant(f"{self.name}/{name}", np.asarray(array))

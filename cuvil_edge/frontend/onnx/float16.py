@@ -21,7 +21,7 @@ import numpy as np
 
 from ...errors import UnsupportedOperator
 from ...ir.graph import Graph, Node, Value
-from .registry import emit_node
+from ..registry import emit_node
 
 if TYPE_CHECKING:
     import onnx

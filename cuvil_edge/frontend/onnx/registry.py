@@ -9,7 +9,7 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedOperator
 from ...ir.graph import Graph, TensorType, Value
-from ...ops import get as get_op
+from ..registry import IRBuilder
 
 if TYPE_CHECKING:
     import onnx
@@ -37,7 +37,7 @@ def converters() -> dict[str, Converter]:
     return _CONVERTERS
 
 
-class ConvertContext:
+class ConvertContext(IRBuilder):
     """What a converter sees for one ONNX node: inputs, attributes, opset, and ``emit`` for IR nodes.
 
     ``declared`` holds the model's own static shapes for tensors (graph outputs and value_info), for the
@@ -92,40 +92,12 @@ class ConvertContext:
     def unsupported(self, detail: str = "") -> UnsupportedOperator:
         return UnsupportedOperator(self.op_type, self.name, self.opset, detail)
 
-    # -- producing IR -------------------------------------------------------------------------
-    def emit(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None,
-             name: str | None = None, n_outputs: int = 1) -> list[Value]:
-        """Add an IR node (or fold it now when every input is a constant) and return its outputs."""
-        return emit_node(self.graph, op, list(inputs), attrs or {}, name or self.name, n_outputs)
-
-    def emit1(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None,
-              name: str | None = None) -> Value:
-        return self.emit(op, inputs, attrs, name)[0]
-
+    # -- producing IR (emit, emit1, constant: IRBuilder) ------------------------------------------
     def set_outputs(self, *values: Value) -> None:
         for out_name, v in zip(self.proto.output, values):
             if out_name:
                 self.env[out_name] = v
 
-    def constant(self, array: np.ndarray, name: str = "const") -> Value:
-        return self.graph.constant(f"{self.name}/{name}", np.asarray(array))
-
-
-def emit_node(graph: Graph, op: str, inputs: list[Value], attrs: dict[str, Any], name: str,
-              n_outputs: int = 1) -> list[Value]:
-    """Shared by importers and passes: infer types, fold constant nodes eagerly, else append."""
-    from ...ir.graph import Node
-
-    opdef = get_op(op)
-    probe = Node(op, name, inputs, [], attrs)
-    types = list(opdef.infer(probe))
-    if all(v.is_const for v in inputs) and opdef.fold is not None:
-        arrays = opdef.fold(probe, [v.const for v in inputs])
-        return [graph.constant(f"{name}:{i}", np.asarray(a, dtype=t.dtype).reshape(t.shape))
-                for i, (a, t) in enumerate(zip(arrays, types))]
-    outs = [graph.value(f"{name}:{i}" if n_outputs > 1 else name, t) for i, t in enumerate(types)]
-    graph.add_node(op, name, inputs, outs, attrs)
-    return outs
 
 
 def tensor_type_of(shape: Sequence[int], dtype: np.dtype | str) -> TensorType:

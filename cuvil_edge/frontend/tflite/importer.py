@@ -12,7 +12,7 @@ import numpy as np
 from ...errors import ModelFormatError, ShapeError, UnsupportedOperator
 from ...ir.graph import Graph, TensorType, Value
 from ...quant.qdq import fuse_qdq
-from ..onnx.registry import emit_node
+from ..registry import emit_node
 from .layout import Laid, identity
 from .reader import TflModel, TflOperator, TflSubgraph, TflTensor, read_tflite
 from .registry import BUILTINS, CUSTOM, ImportState, TflContext

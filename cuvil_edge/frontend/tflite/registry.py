@@ -12,8 +12,7 @@ import numpy as np
 from ...errors import UnsupportedOperator
 from ...ir.graph import Graph, Value
 from ...quant.qdq import remember
-from ..onnx.registry import emit_node
-from ..registry import ConverterTable
+from ..registry import ConverterTable, IRBuilder
 from .layout import NCHW, Laid, Perm, compose, identity, inverse, is_reshape
 from .reader import TflOperator, TflSubgraph
 
@@ -43,7 +42,7 @@ class ImportState:
     cache: dict[tuple[Any, ...], Value] = field(default_factory=dict)
 
 
-class TflContext:
+class TflContext(IRBuilder):
     """One TFLite operator being converted. Converters see real (float) values: a quantized input is
     dequantized on the way in and a quantized output quantized on the way out (``quant/qdq.py`` then
     fuses dequantize -> conv/gemm onto the integer kernels). With ``raw`` (data movement within one
@@ -157,19 +156,7 @@ class TflContext:
             out.append(self.relaid(Laid(full, identity(rank)), perm))
         return out, perm
 
-    # -- producing IR -------------------------------------------------------------------------
-    def emit(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None,
-             name: str | None = None, n_outputs: int = 1) -> list[Value]:
-        """Add an IR node (folded now when every input is a constant) and return its outputs."""
-        return emit_node(self.graph, op, list(inputs), attrs or {}, name or self.name, n_outputs)
-
-    def emit1(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None,
-              name: str | None = None) -> Value:
-        return self.emit(op, inputs, attrs, name)[0]
-
-    def constant(self, array: np.ndarray, name: str = "const") -> Value:
-        return self.graph.constant(f"{self.name}/{name}", np.asarray(array))
-
+    # -- producing IR (emit, emit1, constant: IRBuilder) ------------------------------------------
     def fused(self, v: Value, key: str = "FusedActivationFunction") -> Value:
         """``v`` through the operator's fused activation (the fusion pass folds it into the producer)."""
         code = int(self.options.get(key, 0))
