@@ -57,8 +57,9 @@ def canonicalize_affine(graph: Graph) -> bool:
             if ch is None or (n.attrs["kind"] == "div" and not ch.all()):
                 continue  # (x / 0 stays a division: its inf/nan pattern is the kernel's to produce)
             ones, zeros = np.ones_like(ch), np.zeros_like(ch)
-            a, b = {"mul": (ch, zeros), "add": (ones, ch), "sub": (ones, -ch), "div": (1 / ch, zeros)}[
-                n.attrs["kind"]]
+            kind = n.attrs["kind"]  # only this kind's pair is computed: 1 / ch of a mul's zeros would warn
+            a, b = (ch, zeros) if kind == "mul" else (ones, ch) if kind == "add" else \
+                (ones, -ch) if kind == "sub" else (1 / ch, zeros)
             n.op, n.attrs = "batchnorm", {}
             n.inputs = [x, graph.constant(f"{n.name}/a", a), graph.constant(f"{n.name}/b", b)]
             changed = True
