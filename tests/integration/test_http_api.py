@@ -118,6 +118,7 @@ def served(world, tmp_path_factory):
 # -- raw HTTP helpers ---------------------------------------------------------------------------------
 def call(served: Served, method: str, path: str, body: bytes | None = None,
          headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    """One request on its own connection to whatever serves at ``served.host``/``.port``."""
     conn = http.client.HTTPConnection(served.host, served.port, timeout=GUARD_S)
     try:
         conn.request(method, path, body, headers or {})

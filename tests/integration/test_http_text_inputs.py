@@ -9,7 +9,6 @@ serving. No assertion is about time.
 from __future__ import annotations
 
 import base64
-import http.client
 import io
 import json
 import shutil
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from pretrainedkit import IMAGE_LABELS, image_dir, sst_dir, train_tokenizer
+from test_http_api import call
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.signing import Keyring, build_bundle
@@ -98,18 +98,7 @@ def world(tmp_path_factory):
     shutil.rmtree(base, ignore_errors=True)
 
 
-# -- raw HTTP and the protocol's BYTES forms, written out here ----------------------------------------
-def call(world: World, method: str, path: str, body: bytes | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection(world.host, world.port, timeout=GUARD_S)
-    try:
-        conn.request(method, path, body, headers or {})
-        response = conn.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        conn.close()
-
-
+# -- the protocol's BYTES forms, written out here (raw HTTP: test_http_api.call) ----------------------
 def post_json(world: World, model: str, doc: Any) -> tuple[int, Any]:
     status, _, body = call(world, "POST", f"/v2/models/{model}/infer", json.dumps(doc).encode(),
                            {"Content-Type": "application/json"})
