@@ -1,8 +1,10 @@
-"""Start-up cost in fresh processes (issue 10): process start -> first result, and peak RSS.
+"""Start-up cost in fresh processes (issue 10): process start -> ready and -> first result, and peak RSS.
 
-(a) Device path: ``load_model_dir`` (warm precompiled-module cache) + one inference, next to
-    onnxruntime session creation + first inference (one thread), for the DistilBERT-shaped encoder fp32
-    and int8 (ours: static int8 on 4 calibration samples; ORT: dynamic int8) and MobileNetV2 224 fp32.
+(a) Device path: ``load_model_dir`` (warm precompiled-module cache) then one inference, next to
+    onnxruntime session creation + first inference (one thread); "ready" is when the model could take a
+    request (the start proper), "first" adds one inference (where the per-inference gap shows), for
+    the DistilBERT-shaped encoder fp32 and int8 (ours: static int8 on 4 calibration samples; ORT: dynamic
+    int8) and MobileNetV2 224 fp32.
 (b) Host path: ``CuvilModel.load(onnx).optimize(...).predict(...)`` in a new process, first (empty
     build cache) and second (the build cache holds the first's build).
 
@@ -44,22 +46,30 @@ def peak():
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 
+def ready():
+    print("ready", flush=True)
+
 mode, path, feeds_path = sys.argv[1:4]
 with np.load(feeds_path) as z:
     feeds = {k: z[k] for k in z.files}
 if mode == "device":
     from runtime_wasm.loader import load_model_dir
-    out = load_model_dir(path).predict(feeds)
+    model = load_model_dir(path)
+    ready()
+    out = model.predict(feeds)
 elif mode == "ort":
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads = so.inter_op_num_threads = 1
-    out = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    ready()
+    out = sess.run(None, feeds)
 else:  # host: precision [calibration dir]
     from cuvil_edge import CuvilModel
     from cuvil_edge.bench import host_target
     precision, calib = sys.argv[4], (sys.argv[5] if len(sys.argv) > 5 else None)
     m = CuvilModel.load(path).optimize(precision, targets=[host_target()], calibration=calib)
+    ready()
     out = m.predict(feeds)
 print(json.dumps({"peak": peak()}), flush=True)
 """
@@ -78,18 +88,34 @@ class Case:
     calib: Path | None
 
 
-def run_child(args: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
-    """(seconds from spawn to the first result line, child's peak RSS in bytes)."""
+@dataclass(frozen=True)
+class Start:
+    """One fresh process: seconds from spawn until the model could take a request (``ready``) and until
+    the first result, and the child's peak RSS in bytes."""
+
+    ready: float
+    result: float
+    peak: int
+
+
+def run_child(args: list[str], env: dict[str, str] | None = None) -> Start:
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, *args], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
     assert proc.stdout is not None
+    first = proc.stdout.readline()
+    ready = time.perf_counter() - t0
     line = proc.stdout.readline()
-    elapsed = time.perf_counter() - t0
+    result = time.perf_counter() - t0
     proc.wait()
-    if proc.returncode or not line:
+    if proc.returncode or first.strip() != "ready" or not line:
         raise SystemExit(f"child {args[:2]} failed (rc {proc.returncode})")
-    return elapsed, json.loads(line)["peak"]
+    return Start(ready, result, json.loads(line)["peak"])
+
+
+def median_start(runs: list[Start]) -> Start:
+    return Start(statistics.median(r.ready for r in runs), statistics.median(r.result for r in runs),
+                 int(statistics.median(r.peak for r in runs)))
 
 
 def prepare(wd: Path, name: str, proto: onnx.ModelProto, feeds: dict[str, np.ndarray], precision: str,
@@ -114,14 +140,13 @@ def prepare(wd: Path, name: str, proto: onnx.ModelProto, feeds: dict[str, np.nda
     return Case(name, model_dir, ort_model, onnx_path, wd / f"{name}.feeds.npz", precision, calib_dir)
 
 
-def interleave(runs: dict[str, Callable[[], tuple[float, int]]], repeat: int) -> dict[str, tuple[float, int]]:
-    """Median seconds and median peak RSS per run name, the names taking turns."""
-    got: dict[str, list[tuple[float, int]]] = {k: [] for k in runs}
+def interleave(runs: dict[str, Callable[[], Start]], repeat: int) -> dict[str, Start]:
+    """Medians per run name, the names taking turns."""
+    got: dict[str, list[Start]] = {k: [] for k in runs}
     for _ in range(repeat):
         for k, fn in runs.items():
             got[k].append(fn())
-    return {k: (statistics.median(t for t, _ in v), int(statistics.median(p for _, p in v)))
-            for k, v in got.items()}
+    return {k: median_start(v) for k, v in got.items()}
 
 
 def main() -> None:
@@ -144,30 +169,31 @@ def main() -> None:
     for c in cases:  # warm the precompiled-module cache (the device path is measured warm)
         run_child(["device", str(c.model_dir), str(c.feeds)])
 
-    print(f"\n(a) device path, process start -> first result; medians of {args.repeat}")
-    print(f"{'model':18s} {'ours s':>7s} {'ORT s':>7s} {'ratio':>6s} {'ours MB':>8s} {'ORT MB':>7s} "
-          f"{'ratio':>6s}")
+    print(f"\n(a) device path, process start -> ready (model loaded) and -> first result; medians of "
+          f"{args.repeat}")
+    print(f"{'model':18s} {'ours ready':>10s} {'ORT ready':>9s} {'ratio':>6s} {'ours first':>10s} "
+          f"{'ORT first':>9s} {'ratio':>6s} {'ours MB':>8s} {'ORT MB':>7s} {'ratio':>6s}")
     for c in cases:
         r = interleave({"ours": lambda c=c: run_child(["device", str(c.model_dir), str(c.feeds)]),
                         "ort": lambda c=c: run_child(["ort", str(c.ort_model), str(c.feeds)])}, args.repeat)
-        (ts, ps), (to, po) = r["ours"], r["ort"]
-        print(f"{c.name:18s} {ts:7.2f} {to:7.2f} {ts / to:5.2f}x {ps / 1e6:8.0f} {po / 1e6:7.0f} "
-              f"{ps / po:5.2f}x")
+        us, ort = r["ours"], r["ort"]
+        print(f"{c.name:18s} {us.ready:10.2f} {ort.ready:9.2f} {us.ready / ort.ready:5.2f}x "
+              f"{us.result:10.2f} {ort.result:9.2f} {us.result / ort.result:5.2f}x {us.peak / 1e6:8.0f} "
+              f"{ort.peak / 1e6:7.0f} {us.peak / ort.peak:5.2f}x")
 
     print(f"\n(b) host path load().optimize().predict() in new processes; medians of {args.repeat}")
     print(f"{'model':18s} {'first s':>8s} {'second s':>9s} {'first/second':>13s} {'ORT start s':>12s}")
     for c in cases:
         host = ["host", str(c.onnx_path), str(c.feeds), c.precision, *([str(c.calib)] if c.calib else [])]
-        rounds: dict[str, list[tuple[float, int]]] = {"first": [], "second": [], "ort": []}
+        rounds: dict[str, list[Start]] = {"first": [], "second": [], "ort": []}
         for i in range(args.repeat):
             env = {"CUVIL_BUILD_CACHE_DIR": str(wd / f"builds-{c.name}-{i}")}  # empty: the first run builds
             rounds["first"].append(run_child(host, env))
             rounds["second"].append(run_child(host, env))
             rounds["ort"].append(run_child(["ort", str(c.onnx_path), str(c.feeds)]))
-        first, second, ort = (statistics.median(t for t, _ in rounds[k]) for k in ("first", "second", "ort"))
+        first, second, ort = (median_start(rounds[k]).result for k in ("first", "second", "ort"))
         print(f"{c.name:18s} {first:8.2f} {second:9.2f} {first / second:12.1f}x {ort:12.2f}"
               f"   (second / ORT {second / ort:.2f}x)")
-
 
 if __name__ == "__main__":
     main()
