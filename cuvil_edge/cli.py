@@ -19,11 +19,12 @@ from ota.errors import OtaError, TransportError
 from runtime_wasm.errors import RuntimeWasmError
 from runtime_wasm.spec import MAX_THREADS
 
+from .cli_args import parse_shapes, parse_targets
 from .cli_fleet import register as register_fleet
 from .cli_ota import add_signing_args, profile_names, sign_model_dir
 from .cli_ota import register as register_ota
 from .codegen.emit import DEFAULT_THREADS
-from .errors import CuvilError, InputError, ShapeError, TargetError
+from .errors import CuvilError, InputError
 
 #: (error types, exit code, stderr line): the first row an error matches decides; anything else is a bug
 #: and keeps its traceback. Exit 2 is also argparse's, for a command line that does not parse (its usage
@@ -35,34 +36,6 @@ EXIT_CODES: ExitCodes = (
     # the input or the request was refused: bad model, option value, profile, bundle, signature...
     ((CuvilError, RuntimeWasmError, OtaError, DeviceProfilesError), 2, "error: {type}: {message}"),
 )
-
-
-def _parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
-    shapes: dict[str, list[int]] = {}
-    for item in items:
-        name, sep, dims = item.rpartition("=")
-        if not sep or not name:
-            raise ShapeError(f"--input-shape wants NAME=D0,D1,..., got {item!r}")
-        try:
-            shapes[name] = [int(d) for d in dims.split(",")]
-        except ValueError:
-            raise ShapeError(f"--input-shape {item!r}: dimensions must be integers") from None
-    return shapes
-
-
-def _targets(text: str | None):
-    from .codegen.toolchain import ALL_TARGETS
-
-    if text in (None, "host", "all"):
-        return text
-    chosen = []
-    for part in text.split(","):
-        match = [t for t in ALL_TARGETS if t.name == part or f"{t.tier}-{t.family}" == part]
-        if not match:
-            names = ", ".join(f"{t.tier}-{t.family}" for t in ALL_TARGETS)
-            raise TargetError(f"unknown target {part!r}; use host, all or a list of: {names}")
-        chosen += match
-    return chosen
 
 
 def _human(n: float) -> str:
@@ -87,7 +60,7 @@ def _load(args: argparse.Namespace):
     """The model the command names: a model file, or a directory / hub id with its processing."""
     from .model import CuvilModel
 
-    shapes = _parse_shapes(args.input_shape)
+    shapes = parse_shapes(args.input_shape)
     if _is_pretrained(args.model):
         return CuvilModel.from_pretrained(args.model, task=args.task, input_shapes=shapes,
                                           revision=args.revision)
@@ -114,7 +87,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         say(f"processing: {model.processing.summary()}")
     if args.max_threads is not None and not 1 <= args.max_threads <= MAX_THREADS:
         raise InputError(f"--max-threads must be 1..{MAX_THREADS}, got {args.max_threads}")
-    model.optimize(precision=args.precision, targets=_targets(args.targets), progress=say,
+    model.optimize(precision=args.precision, targets=parse_targets(args.targets), progress=say,
                    calibration=_calibration(args.calib, model.processing is not None),
                    accuracy_budget=args.accuracy_budget, profiles=profile_names(args),
                    max_threads=args.max_threads)
@@ -164,6 +137,22 @@ def _print_quant(rec: dict) -> None:
         sens = ", ".join(f"{k}: cos {v['cosine']:.5f}" for k, v in layer.get("sensitivity", {}).items())
         print(f"  {layer['name'][:40]:40s} {layer['op']:6s} {layer['choice']:6s} "
               f"act {layer['activations']:8s}" + (f" [{sens}]" if sens else ""))
+
+
+def _print_source_quant(rec: dict) -> None:
+    """The source model's own quantization: graph inputs/outputs one by one, constants summarised."""
+    w = rec["weights"]
+    kinds = ", ".join(f"{k} x{v}" for k, v in sorted(w["dtypes"].items()))
+    scale = f", scales {w['scale_min']:.4g}..{w['scale_max']:.4g}" if w["tensors"] else ""
+    print(f"source quantization ({rec['format']}): {rec['activations']} quantized activations; "
+          f"{w['tensors']} quantized constants ({kinds}), {w['per_channel']} per-channel, "
+          f"{w['tensors'] - w['per_channel']} per-tensor{scale}")
+    for kind in ("input", "output"):
+        for t in rec[kind + "s"]:
+            per = f" per-channel (axis {t['axis']}, {len(t['scale'])})" if len(t["scale"]) > 1 else ""
+            print(f"  {kind:6s} {t['name']}: {t['dtype']}{per} scale "
+                  f"{', '.join(f'{x:.6g}' for x in t['scale'][:4])}{' ...' if len(t['scale']) > 4 else ''} "
+                  f"zero point {', '.join(str(z) for z in t['zero_point'][:4])}")
 
 
 def _load_inputs(args: argparse.Namespace, names: list[str], specs) -> dict[str, np.ndarray]:
@@ -216,7 +205,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         assert model.compiled is not None
         spec, processing = model.compiled.spec, model.processing
     print(f"model {spec.name}: weights {_human(spec.weights_size)}, arena {_human(spec.arena_size)}")
-    for kind, tensors in (("input", spec.inputs), ("output", spec.outputs)):
+    for kind, tensors in (("input", spec.inputs), ("output", spec.outputs), ("state", spec.states)):
         for t in tensors:
             print(f"  {kind:6s} {t.name}: {t.dtype}{list(t.shape)} @arena+{t.offset}")
     nodes = spec.extra.get("nodes", [])
@@ -227,6 +216,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"{'node':40s} {'op':16s} {'output':28s} {'arena offset':>12s}  kernel")
     for n in nodes:
         print(f"{n['name'][:40]:40s} {n['op']:16s} {n['output'][:28]:28s} {n['offset']:>12}  {n['kernel']}")
+    if "source_quantization" in spec.extra:
+        _print_source_quant(spec.extra["source_quantization"])
     if "quantization" in spec.extra:
         _print_quant(spec.extra["quantization"])
     print("variants: " + ", ".join(f"{v.name} ({_human(v.size)})" for v in spec.variants))
@@ -240,7 +231,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from .model import CuvilModel
     from .profile import profile_model, profile_table
 
-    model = CuvilModel.load(args.model, input_shapes=_parse_shapes(args.input_shape))
+    model = CuvilModel.load(args.model, input_shapes=parse_shapes(args.input_shape))
     target = Target(args.tier)
     model.optimize(precision=args.precision, targets=[target], calibration=args.calib)
     rows = profile_model(model, target, repeat=args.repeat)
@@ -255,7 +246,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     proto = load_onnx(args.model)  # a ModelFormatError, not protobuf's, for a file that is no model
     t0 = time.perf_counter()
-    model = CuvilModel.load(proto, input_shapes=_parse_shapes(args.input_shape))
+    model = CuvilModel.load(proto, input_shapes=parse_shapes(args.input_shape))
     model.optimize(precision=args.precision, targets=[host_target()])
     build_s = time.perf_counter() - t0
     if args.threads < 1:

@@ -18,7 +18,7 @@ from pathlib import Path
 from ota.config import BrokerSettings
 from ota.protocol import TelemetryRecord
 
-from .cli_ota import _signing_keys
+from .cli_ota import signing_keys
 from .dashboard import Dashboard, FleetView
 from .fleet import FleetError, LocalBroker, Publisher, Rollout, parse_percent, stages_for, tiny_release
 from .fleet_telemetry import TelemetryCollector, format_record
@@ -47,7 +47,13 @@ def _percents(text: str) -> list[float]:
 
 
 def _state_file(args: argparse.Namespace) -> Path:
-    return Path(args.state or f"fleet-{args.fleet}.json")
+    """One state file per release line: ``fleet-<fleet>.json``, ``fleet-<fleet>-<model>.json``."""
+    return Path(args.state or f"fleet-{args.fleet}{f'-{args.model}' if args.model else ''}.json")
+
+
+def _publisher(args: argparse.Namespace, signing: bool = True) -> Publisher:
+    keys = signing_keys(args) if signing else []
+    return Publisher(_broker(args), args.fleet, keys, _state_file(args), model=args.model or "")
 
 
 def _print_rollout(r: Rollout) -> None:
@@ -61,11 +67,12 @@ def _print_rollout(r: Rollout) -> None:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    pub = Publisher(_broker(args), args.fleet, _signing_keys(args), _state_file(args))
+    pub = _publisher(args)
     pub.start(args.connect_timeout_s)
     try:
         seen = pub.wait_for_devices(args.expect or 1 << 30, args.discover_s)
-        print(f"fleet {args.fleet}: {seen} devices known")
+        line = f" model line {args.model}" if args.model else ""
+        print(f"fleet {args.fleet}{line}: {seen} devices known")
         rollout = pub.publish(args.bundle, args.canary, args.halt_on,
                               stages_for(args.canary, args.stages) if args.stages else None,
                               args.rollback_on_halt, args.chunk_kb << 10, args.http_url or "")
@@ -81,10 +88,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet_status(args: argparse.Namespace) -> int:
-    pub = Publisher(_broker(args), args.fleet, [], _state_file(args)).start(args.connect_timeout_s)
+    pub = _publisher(args, signing=False).start(args.connect_timeout_s)
     try:
         time.sleep(args.wait_s)  # retained statuses arrive right after subscribing
-        devices = pub.devices
+        devices = pub.line_devices if args.model else pub.devices
         rollout = pub.rollout
     finally:
         pub.close()
@@ -95,13 +102,16 @@ def cmd_fleet_status(args: argparse.Namespace) -> int:
         detail = s.get("reason") or s.get("detail") or ""
         if s.get("state") == "downloading":
             detail = f"{s.get('have')}/{s.get('total')} chunks"
+        elif isinstance(s.get("models"), dict) and not args.model:  # a multi-model device: every line
+            detail = "; ".join(f"{m}: {v.get('state')} release {v.get('release') or '-'}"
+                               for m, v in sorted(s["models"].items()) if isinstance(v, dict))
         outcome = rollout.outcomes.get(d, "") if rollout else ""
         print(f"{d:24s} {s.get('state', '?'):12s} {s.get('release') or '-':>7}  {outcome} {detail}".rstrip())
     return 0
 
 
 def cmd_fleet_command(args: argparse.Namespace) -> int:
-    pub = Publisher(_broker(args), args.fleet, _signing_keys(args), _state_file(args))
+    pub = _publisher(args)
     pub.start(args.connect_timeout_s)
     try:
         rollout = pub.rollout
@@ -216,9 +226,15 @@ def _broker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-key")
     p.add_argument("--mqtt-version", type=int, choices=(4, 5), default=5, help="5 (default) or 4 (3.1.1)")
     p.add_argument("--topic-prefix", default="cuvil")
-    p.add_argument("--state", help="publisher state file (default fleet-<fleet>.json)")
+    p.add_argument("--state", help="publisher state file (default fleet-<fleet>[-<model>].json)")
     p.add_argument("--connect-timeout-s", type=float, default=15.0,
                    help="give up (exit 1) when the broker is not reached within this time")
+
+
+def _line_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", metavar="NAME",
+                   help="the model line of multi-model devices (their release topic release/NAME), with its "
+                        "own rollout and state file; default: the fleet's single-model line")
 
 
 def _key_args(p: argparse.ArgumentParser) -> None:
@@ -231,6 +247,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("publish", help="announce a bundle to a fleet and roll it out in stages")
     p.add_argument("bundle")
     _broker_args(p)
+    _line_args(p)
     _key_args(p)
     p.add_argument("--canary", type=_percent, default="10%", help="first stage, percent of known devices")
     p.add_argument("--stages", type=_percents,
@@ -253,12 +270,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     fs = f.add_subparsers(dest="fleet_cmd", required=True)
     st = fs.add_parser("status", help="per-device state (retained statuses) and the current rollout")
     _broker_args(st)
+    _line_args(st)
     st.add_argument("--wait-s", type=float, default=1.0)
     st.set_defaults(fn=cmd_fleet_status)
     cm = fs.add_parser("command", help="send a signed, one-time command to one device")
     cm.add_argument("device")
     cm.add_argument("action", choices=("install", "rollback", "report"))
     _broker_args(cm)
+    _line_args(cm)
     _key_args(cm)
     cm.set_defaults(fn=cmd_fleet_command)
     te = fs.add_parser("telemetry", help="print the fleet's telemetry (events and summaries) as it arrives")

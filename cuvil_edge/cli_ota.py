@@ -17,6 +17,7 @@ from ota.crypto import parse_json
 from ota.metadata import Manifest
 from ota.trust import TrustState
 
+from .cli_args import parse_shapes, parse_targets
 from .signing import Keyring, SigningError, add_signatures, build_bundle, load_key
 
 
@@ -33,7 +34,7 @@ def _keyring(args: argparse.Namespace) -> Keyring:
     return Keyring(args.keyring, _passphrase(args))
 
 
-def _signing_keys(args: argparse.Namespace) -> list:
+def signing_keys(args: argparse.Namespace) -> list:
     """Explicit ``--sign-key`` files, else every delegated release key in ``--keyring``."""
     if args.sign_key:
         return [load_key(p, _passphrase(args)) for p in args.sign_key]
@@ -75,7 +76,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
-    envelope = add_signatures(args.bundle, _signing_keys(args))
+    envelope = add_signatures(args.bundle, signing_keys(args))
     print(f"{args.bundle}: {len(envelope['signatures'])} signatures")
     return 0
 
@@ -103,7 +104,7 @@ def sign_model_dir(model_dir: str | os.PathLike[str], out: str | os.PathLike[str
     ``build --sign-key`` both end here)."""
     if args.release is None or not args.hardware_id:
         raise SigningError("a signed bundle needs --release N and at least one --hardware-id")
-    m = build_bundle(model_dir, out, _signing_keys(args), version=args.version, release=args.release,
+    m = build_bundle(model_dir, out, signing_keys(args), version=args.version, release=args.release,
                      hardware_ids=args.hardware_id, profiles=profile_names(args) or None,
                      expires_in=timedelta(days=args.expires_days))
     print(f"wrote {out}: {m.name} {m.version} release {m.release}, {len(m.files)} payloads, "
@@ -116,11 +117,10 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     if source.is_dir():
         sign_model_dir(source, args.output, args)
         return 0
-    from .cli import _parse_shapes, _targets
     from .model import CuvilModel
 
-    model = CuvilModel.load(source, input_shapes=_parse_shapes(args.input_shape))
-    model.optimize(targets=_targets(args.targets), profiles=profile_names(args))
+    model = CuvilModel.load(source, input_shapes=parse_shapes(args.input_shape))
+    model.optimize(targets=parse_targets(args.targets), profiles=profile_names(args))
     with tempfile.TemporaryDirectory(prefix="cuvil-bundle-") as tmp:
         sign_model_dir(model.save(Path(tmp) / "model"), args.output, args)
     return 0

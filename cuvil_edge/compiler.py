@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from runtime_wasm.spec import ModelSpec, TensorSpec, VariantSpec
 
 from .codegen.emit import DEFAULT_THREADS, CProgram, emit_c
+from .codegen.memplan import user_io
 from .codegen.toolchain import Target, compile_c
 from .ir.graph import Graph, Value
 from .passes import run_passes
@@ -79,7 +80,8 @@ def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
     say(f"emit: {len(graph.nodes)} nodes -> C")
     program = emit_c(graph, profile=profile, threads=threads)
     plan = program.plan
-    names = graph.meta.get("output_names") or [v.name for v in graph.outputs]
+    inputs, outputs = user_io(graph)  # a state's read and write are the module's own, not the caller's
+    names = graph.meta.get("output_names") or [v.name for v in outputs]
     bounds = index_bounds(graph)
 
     def tensor(v, name: str) -> TensorSpec:
@@ -95,14 +97,15 @@ def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
                                     hashlib.sha256(wasm).hexdigest(), len(wasm)))
     spec = ModelSpec(
         name=graph.name,
-        inputs=tuple(tensor(v, v.name) for v in graph.inputs),
-        outputs=tuple(tensor(v, n) for v, n in zip(graph.outputs, names)),
+        inputs=tuple(tensor(v, v.name) for v in inputs),
+        outputs=tuple(tensor(v, n) for v, n in zip(outputs, names)),
         weights_size=len(program.weights),
         arena_size=program.arena_size,
         variants=tuple(variants),
         weights_sha256=hashlib.sha256(program.weights).hexdigest(),
         extra={"nodes": node_table(graph, program), **(extra or {})},
         threads=program.threads,
+        states=program.states,
     )
     spec.check()
     return CompiledModel(spec, modules, program.weights, graph, program, program.kernels_used)

@@ -1,7 +1,8 @@
 """``cuvil-edge fleet dashboard``: a live web page of one fleet for operators, fed only by MQTT.
 
 ``FleetView`` subscribes (read-only) to the fleet's retained device statuses, the publisher's retained
-rollout summary (``cuvil_edge.fleet.rollout_topic``) and the devices' telemetry (through
+rollout summaries (``cuvil_edge.fleet.rollout_topic``: the fleet's line and each model line's) and the
+devices' telemetry (through
 ``TelemetryCollector``), and folds them into one JSON snapshot: devices with their release, variant and
 health, the rollout's stages with progress and halt reason, and latency per release from the latest
 summaries. ``Dashboard`` serves that snapshot at ``/api/state`` and a static page (``assets/
@@ -94,16 +95,17 @@ class FleetView:
         settings = replace(broker, session_expiry_s=SESSION_EXPIRY_S)
         self.topics = Topics(settings.topic_prefix, fleet)
         self._rollout_topic = rollout_topic(self.topics)
+        self._line_rollouts = f"{self._rollout_topic}/"  # + <model>: one rollout per model line
         self._lock = threading.Lock()
         self.statuses: dict[str, dict[str, Any]] = {}
         self.summaries: dict[str, dict[str, Any]] = {}  # device -> data of its latest summary
         self.heard: dict[str, str] = {}  # device -> time of its latest telemetry record
         #: device -> its latest failed install or rollback (telemetry keeps it; a re-sent status may not)
         self.problems: dict[str, str] = {}
-        self.rollout: dict[str, Any] | None = None
+        self.rollouts: dict[str, dict[str, Any]] = {}  # release line ("": the fleet's) -> its rollout
         name = f"cuvil-dashboard-{fleet}-{secrets.token_hex(3)}"
         self.mqtt = MqttClient(settings, name, self._on, limits)
-        self.mqtt.subscribe([self.topics.all_status, self._rollout_topic])
+        self.mqtt.subscribe([self.topics.all_status, self._rollout_topic, f"{self._line_rollouts}+"])
         self.telemetry = TelemetryCollector(settings, fleet, f"{name}-telemetry", limits, keep=16,
                                             on_record=self._on_record)
         self._closed = False
@@ -126,8 +128,12 @@ class FleetView:
             log.warning("dashboard: unreadable message on %s dropped", topic)
             return
         with self._lock:
-            if topic == self._rollout_topic:
-                self.rollout = msg if isinstance(msg, dict) and msg.get("type") == ROLLOUT_TYPE else None
+            if topic == self._rollout_topic or topic.startswith(self._line_rollouts):
+                line = topic[len(self._line_rollouts):] if topic != self._rollout_topic else ""
+                if isinstance(msg, dict) and msg.get("type") == ROLLOUT_TYPE:
+                    self.rollouts[line] = msg
+                else:
+                    self.rollouts.pop(line, None)
                 return
             device = topic.rpartition("/")[2]
             if isinstance(msg, dict) and msg.get("device") == device:
@@ -147,11 +153,20 @@ class FleetView:
             elif record.event == "install_finished":
                 self.problems.pop(record.device, None)
 
+    @property
+    def rollout(self) -> dict[str, Any] | None:
+        """The rollout the page shows first: the fleet line's, else the model line's last told."""
+        with self._lock:  # "time" is format_time's fixed-width UTC text: it sorts as it reads
+            told = self.rollouts.get("") or max(self.rollouts.values(), key=lambda r: str(r.get("time", "")),
+                                                default=None)
+            return dict(told) if told else None
+
     def snapshot(self) -> dict[str, Any]:
         """Everything the page shows, as JSON-ready data."""
+        rollout = self.rollout
         with self._lock:
             statuses = {d: dict(s) for d, s in self.statuses.items()}
-            rollout = dict(self.rollout) if self.rollout else None
+            rollouts = {line: dict(r) for line, r in sorted(self.rollouts.items())}
             summaries, seen, problems = dict(self.summaries), dict(self.heard), dict(self.problems)
         devices = []
         for d in sorted(statuses.keys() | summaries.keys()):
@@ -166,10 +181,11 @@ class FleetView:
                 "variants": sorted({m.get("variant") for m in models.values() if m.get("variant")}),
                 "p95_ms": max((m.get("latency_ms", {}).get("p95") for m in models.values()
                                if m.get("latency_ms", {}).get("p95") is not None), default=None),
-                "seen": max(filter(None, (status.get("time"), seen.get(d))), default=None)})
+                "seen": max(filter(None, (status.get("time"), seen.get(d))), default=None),
+                "models": status.get("models") if isinstance(status.get("models"), dict) else {}})
         return {"fleet": self.topics.fleet, "time": format_time(datetime.now(timezone.utc)),
                 "connected": self.mqtt.connected, "devices": devices, "rollout": rollout,
-                "releases": release_latency(summaries)}
+                "rollouts": rollouts, "releases": release_latency(summaries)}
 
 
 def page() -> bytes:

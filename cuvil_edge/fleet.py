@@ -1,6 +1,10 @@
 """Fleet publisher (host side): announce a signed bundle to a fleet group, ship it in retained chunks,
 widen the rollout in stages and halt (optionally rolling back) when too many devices fail.
 
+A publisher follows one release line: the fleet's (single-model devices) or one model line of
+multi-model devices (``model``: its own release and rollout topics, state file and announcement counter),
+so rollouts on several model lines of one fleet run side by side without touching each other.
+
 The wire format is ``ota.protocol``'s; this module adds the private keys, the rollout policy and a
 state file (written atomically) so a restarted publisher carries on where it stopped, with its
 announcement counter intact. ``LocalBroker`` runs a throwaway Mosquitto for demos and tests.
@@ -40,6 +44,7 @@ from ota.protocol import (
     Command,
     Topics,
     bucket,
+    check_name,
     check_url,
     format_time,
     sha256_hex,
@@ -101,6 +106,8 @@ class Rollout:
     profiles: list[str] = field(default_factory=list)
     #: where devices fetch the same bytes over HTTP(S) first (signed into every announcement); "": MQTT only
     http_url: str = ""
+    #: the model line it is for (multi-model devices); "": the fleet's release topic
+    model: str = ""
 
     @property
     def pending_rollbacks(self) -> list[str]:
@@ -114,29 +121,64 @@ class Rollout:
         for outcome in self.outcomes.values():
             counts[outcome] = counts.get(outcome, 0) + 1
         return {"type": ROLLOUT_TYPE, "format": 1, "fleet": fleet, "bundle_sha256": self.bundle_sha256,
-                "name": self.name, "release": self.release, "version": self.version, "stages": self.stages,
+                "model": self.model, "name": self.name, "release": self.release, "version": self.version,
+                "stages": self.stages,
                 "stage": self.stage, "status": self.status, "reason": self.reason, "halt_on": self.halt_on,
                 "stage_devices": stage_devices, "outcomes": counts,
                 "failed": sorted(d for d, o in self.outcomes.items() if o in ("failed", "timeout"))}
 
 
-def rollout_topic(topics: Topics) -> str:
-    """Where the publisher tells the rollout's state (unsigned, like status: only it may write there)."""
-    return f"{topics.base}/rollout"
+def rollout_topic(topics: Topics, model: str = "") -> str:
+    """Where the publisher tells the rollout's state (unsigned, like status: only it may write there); a
+    model line's rollout has its own topic below it, so two lines' rollouts never overwrite each other."""
+    return f"{topics.base}/rollout" + (f"/{check_name(model, 'model name')}" if model else "")
+
+
+#: device fields every line's view of a status keeps
+_DEVICE_FIELDS = ("device", "hardware_id", "profile", "time")
+
+
+def line_status(status: Mapping[str, Any], model: str) -> dict[str, Any] | None:
+    """What a device's status says about one release line; None when the device does not follow it.
+
+    A multi-model device's status is about the line that reported last (``model``) and carries every
+    line's state, release and last bundle/error under ``models``; a single-model device (no ``models``)
+    follows only the fleet's line (``model`` empty)."""
+    lines = status.get("models")
+    if not isinstance(lines, Mapping):
+        return dict(status) if not model else None
+    if not model or not isinstance(lines.get(model), Mapping):
+        return None
+    if status.get("model") == model:
+        return dict(status)
+    return {**{k: status[k] for k in _DEVICE_FIELDS if k in status}, **lines[model]}
+
+
+def _line_name(model: str) -> str:
+    return f"model line {model!r}" if model else "the fleet's single-model line"
 
 
 class Publisher:
-    """Publishes rollouts to one fleet group and watches its devices' retained status topics."""
+    """Publishes rollouts to one fleet group (``model``: to one model line of it) and watches its devices'
+    retained status topics."""
 
     def __init__(self, broker: BrokerSettings, fleet: str, keys: Sequence[Ed25519PrivateKey],
                  state_path: str | os.PathLike[str], limits: TransferLimits | None = None,
                  announce_ttl: timedelta = timedelta(days=7),
-                 command_ttl: timedelta = timedelta(minutes=30)) -> None:
-        self.topics = Topics(broker.topic_prefix, fleet)
+                 command_ttl: timedelta = timedelta(minutes=30), model: str = "") -> None:
+        try:
+            self.topics = Topics(broker.topic_prefix, fleet)
+            self.release_topic = self.topics.model_release(model) if model else self.topics.release
+        except ValueError as exc:
+            raise FleetError(str(exc)) from None
+        self.model = model
         self.keys, self.state_path = list(keys), Path(state_path)
         self.announce_ttl, self.command_ttl = announce_ttl, command_ttl
-        self.state: dict[str, Any] = read_json(self.state_path, {"fleet": fleet, "seq": 0, "devices": {},
-                                                                 "rollout": None})
+        self.state: dict[str, Any] = read_json(self.state_path, {"fleet": fleet, "model": model, "seq": 0,
+                                                                 "devices": {}, "rollout": None})
+        if (owner := self.state.get("model", "")) != model:  # one counter and rollout per line
+            raise FleetError(f"state file {self.state_path} belongs to {_line_name(owner)}, not to "
+                             f"{_line_name(model)}: give each model line its own state file")
         self._lock = threading.Lock()
         self._told: dict[str, Any] | None = None  # the rollout summary last published
         self.mqtt = MqttClient(broker, f"cuvil-publisher-{fleet}-{secrets.token_hex(3)}", self._on_status,
@@ -164,15 +206,23 @@ class Publisher:
 
     @property
     def devices(self) -> dict[str, dict[str, Any]]:
+        """Every known device's last status, whichever lines it follows."""
         with self._lock:
             return {k: dict(v) for k, v in self.state["devices"].items()}
 
+    @property
+    def line_devices(self) -> dict[str, dict[str, Any]]:
+        """The devices that follow this publisher's line, each with its status for that line
+        (``line_status``): what rollouts stage, count and watch."""
+        views = ((d, line_status(s, self.model)) for d, s in self.devices.items())
+        return {d: view for d, view in views if view is not None}
+
     def wait_for_devices(self, count: int, timeout_s: float) -> int:
-        """Collect retained statuses until ``count`` devices are known or the time is up."""
+        """Collect retained statuses until ``count`` devices of this line are known or the time is up."""
         end = time.monotonic() + timeout_s
-        while len(self.devices) < count and time.monotonic() < end:
+        while len(self.line_devices) < count and time.monotonic() < end:
             time.sleep(0.05)
-        return len(self.devices)
+        return len(self.line_devices)
 
     def _save(self) -> None:
         with self._lock:
@@ -197,8 +247,8 @@ class Publisher:
             return  # offline: the next step tells it (watching the rollout does not wait on the view)
         stamped = {**summary, "time": format_time(datetime.now(timezone.utc))}
         try:
-            self.mqtt.publish(rollout_topic(self.topics), json.dumps(stamped, sort_keys=True).encode(),
-                              retain=True)
+            self.mqtt.publish(rollout_topic(self.topics, self.model),
+                              json.dumps(stamped, sort_keys=True).encode(), retain=True)
         except TransportError as exc:
             log.warning("rollout state not published (told again at the next step): %s", exc)
             return
@@ -210,7 +260,8 @@ class Publisher:
                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, http_url: str = "") -> Rollout:
         """Chunks first (retained), then the stage-0 announcement; resumes an unfinished rollout of the
         same bundle instead of starting over. ``http_url`` (a static server, object store or CDN serving
-        this very file) is signed into the announcements; the retained chunks stay the fallback."""
+        this very file) is signed into the announcements; the retained chunks stay the fallback. On a model
+        line the bundle's signed name must be that model (devices would refuse it: ``WrongModel``)."""
         if http_url:
             try:
                 check_url(http_url, "--http-url")
@@ -224,6 +275,8 @@ class Publisher:
         if current and current.bundle_sha256 != sha:
             self._clear_chunks(current)
         manifest = Manifest.from_dict(read_header(io.BytesIO(data), OtaConfig())["signed"])
+        if self.model and manifest.name != self.model:
+            raise FleetError(f"{bundle} is model {manifest.name!r}, not model line {self.model!r}'s")
         pieces = split_chunks(data, chunk_bytes)
         for i, piece in enumerate(pieces):
             self.mqtt.publish(self.topics.chunk(sha, i), piece, retain=True,
@@ -231,7 +284,7 @@ class Publisher:
         rollout = Rollout(sha, manifest.name, manifest.release, manifest.version, chunk_bytes,
                           [sha256_hex(p) for p in pieces], len(data), list(stages or stages_for(canary)),
                           halt_on, rollback_on_halt, hardware_ids=list(manifest.hardware_ids),
-                          profiles=list(manifest.profiles), http_url=http_url)
+                          profiles=list(manifest.profiles), http_url=http_url, model=self.model)
         self._announce(rollout)
         return rollout
 
@@ -246,10 +299,10 @@ class Publisher:
             self.mqtt.publish(self.topics.chunk(rollout.bundle_sha256, i), b"", retain=True)
 
     def targeted(self, rollout: Rollout) -> list[str]:
-        """Known devices the release is for: their reported hardware id and profile pass the device's own
-        target rule (a status without them, from an older agent, counts as targeted)."""
+        """Known devices of this line the release is for: their reported hardware id and profile pass the
+        device's own target rule (a status without them, from an older agent, counts as targeted)."""
         out = []
-        for d, status in self.devices.items():
+        for d, status in self.line_devices.items():
             if "hardware_id" in status:
                 try:
                     check_target("release", rollout.hardware_ids, rollout.profiles, status["hardware_id"],
@@ -287,16 +340,17 @@ class Publisher:
                            rollout.version, rollout.chunk_bytes, tuple(rollout.chunks), rollout.select_below,
                            halted, tuple(rollout.hardware_ids), tuple(rollout.profiles), rollout.http_url)
         self._store(rollout)
-        self.mqtt.publish(self.topics.release, self.signed(ann.to_dict()), retain=True)
+        self.mqtt.publish(self.release_topic, self.signed(ann.to_dict()), retain=True)
 
     def signed(self, body: Mapping[str, Any]) -> bytes:
         return json.dumps(sign_envelope(body, self.keys), sort_keys=True).encode()
 
     def command(self, device: str, action: str, bundle_sha256: str = "") -> bytes:
-        """Sign a one-time command (fresh nonce, short expiry) and send it; returns the signed bytes."""
+        """Sign a one-time command (fresh nonce, short expiry) for this publisher's line and send it;
+        returns the signed bytes."""
         now = datetime.now(timezone.utc)
         cmd = Command(self.topics.fleet, device, action, secrets.token_hex(16), format_time(now),
-                      format_time(now + self.command_ttl), bundle_sha256)
+                      format_time(now + self.command_ttl), bundle_sha256, self.model)
         payload = self.signed(cmd.to_dict())
         self.mqtt.publish(self.topics.command(device), payload,
                           expiry_s=int(self.command_ttl.total_seconds()))
@@ -328,7 +382,7 @@ class Publisher:
         rollout = self.rollout
         if rollout is None or rollout.status != "rolling":
             raise FleetError("no rollout in progress")
-        devices = self.devices
+        devices = self.line_devices
         stage = self.stage_devices(rollout)
         for d in stage:
             outcome = self._outcome(rollout, devices.get(d))
@@ -362,7 +416,7 @@ class Publisher:
         """One pass over a halted stage: record where each device ended up and order a rollback from every
         device found on the withdrawn release (also one that finished installing after the halt). Returns
         the devices whose outcome is not final yet (still installing, or a rollback not yet confirmed)."""
-        devices = self.devices
+        devices = self.line_devices
         unsettled = []
         for d in self.stage_devices(rollout):
             outcome = rollout.outcomes.get(d)

@@ -18,11 +18,12 @@ from device_profiles import available_profiles, load_profile
 from runtime_wasm import InferenceInputError, ModelSpec, ModuleCache, RuntimeWasmError, WasmModel
 from runtime_wasm.errors import ProcessingError
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE, instantiate
-from runtime_wasm.processing import ProcessingConfig, Processor, Result
+from runtime_wasm.processing import AudioWindow, ProcessingConfig, Processor, Result
 from runtime_wasm.variants import probe_host, select_variant
 
 from .buildcache import BuildCache, build_key, data_digest
 from .codegen.emit import DEFAULT_THREADS
+from .codegen.memplan import graph_states, user_io
 from .codegen.toolchain import ALL_TARGETS, Target
 from .compiler import CompiledModel, compile_graph, index_bounds, optimize_graph
 from .errors import InputError, QuantizationError, TargetError, VocabularyMismatch
@@ -159,14 +160,17 @@ class CuvilModel:
         without shared memory); default: the most any of ``profiles`` runs (their ``threads``), else 4."""
         if precision not in PRECISIONS:
             raise QuantizationError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+        if precision != "fp32" and graph_states(self._graph):
+            raise QuantizationError("a stateful model builds at fp32 only: calibration cannot feed its state "
+                                    "(a quantized TFLite model keeps its own quantization)")
         if profiles and targets is not None:
             raise TargetError("give either targets or profiles: profiles choose the targets")
         chosen = (profile_targets(profiles) if profiles
                   else _resolve_targets("host" if targets is None else targets))
         if max_threads is None:
             max_threads = max((load_profile(p).threads for p in profiles), default=DEFAULT_THREADS)
-        if self.processor is not None and _raw_items(calibration):
-            calibration = self.processor.feeds(list(calibration))  # texts or images -> their feeds
+        if self.processor is not None and _raw_items(calibration, self.processor):
+            calibration = self.processor.feeds(list(calibration))  # texts, images or waveforms -> feeds
         self._close_instance()
         self._pending = None
         key = None
@@ -215,6 +219,8 @@ class CuvilModel:
             optimize_graph(graph, progress)
             self._optimized = True
         extra: dict[str, Any] = {"profiles": list(profiles)} if profiles else {}
+        if "source_quantization" in graph.meta:  # the source model's own (TFLite int8): ``inspect`` shows it
+            extra["source_quantization"] = graph.meta["source_quantization"]
         self._quantization = None
         if precision != "fp32":
             from .quant import quantize
@@ -247,20 +253,28 @@ class CuvilModel:
         assert self._artifact is not None
         return self._artifact
 
-    def predict(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray | str | os.PathLike[str]
-                ) -> dict[str, np.ndarray] | Result | list[Result]:
+    def predict(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray | str | os.PathLike[str] | bytes,
+                hop_s: float | None = None) -> (dict[str, np.ndarray] | Result | list[Result]
+                                                | list[AudioWindow] | list[list[AudioWindow]]):
         """Run in wasmtime. Inputs: dict by name, list in order, or one array for one input. With a
         ``processor`` (``from_pretrained``), anything but a dict is items: a string, an image (HWC uint8
-        array or a path) or a list of them, giving one typed result each (``Classification``, a list of
-        ``Span``, an embedding vector); a dict of tensors still runs raw."""
+        array or a path), a waveform (1-D samples, a .wav path or its bytes) or a list of them, giving one
+        typed result each (``Classification``, a list of ``Span``, an embedding vector); a dict of tensors
+        still runs raw. ``hop_s`` (audio): each clip is cut into the model's window every ``hop_s``
+        seconds, giving a list of ``AudioWindow`` (start, end, class) per clip."""
         if self.processor is not None and not isinstance(inputs, Mapping):
-            single = isinstance(inputs, (str, os.PathLike, np.ndarray))
+            single = isinstance(inputs, (str, os.PathLike, np.ndarray, bytes))
             items = [inputs] if single else list(inputs)
             try:
-                results = self.processor.run(items, self.instance.predict)
+                if hop_s is not None:
+                    results: list[Any] = self.processor.run_windows(items, self.instance.predict, hop_s)
+                else:
+                    results = self.processor.run(items, self.instance.predict)
             except (InferenceInputError, ProcessingError) as exc:
                 raise InputError(str(exc)) from exc
             return results[0] if single else results
+        if hop_s is not None:
+            raise InputError("hop_s cuts waveforms: it needs an audio model from from_pretrained")
         if isinstance(inputs, np.ndarray):
             inputs = [inputs]
         try:
@@ -268,11 +282,17 @@ class CuvilModel:
         except InferenceInputError as exc:
             raise InputError(str(exc)) from exc
 
+    def reset_state(self) -> None:
+        """Restore a stateful model's state (TFLite resource variables) to its initial values: each
+        ``predict`` carries it on from the one before. Stateless models have nothing to reset."""
+        if self._instance is not None:  # none yet: the next instance starts from the initial values
+            self._instance.reset_state()
+
     @property
     def input_names(self) -> list[str]:
         if self._artifact is not None:
             return [t.name for t in self._artifact.spec.inputs]
-        return [v.name for v in self.graph.inputs]
+        return [v.name for v in user_io(self.graph)[0]]
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -349,10 +369,13 @@ def _model_bytes(model: Any, tflite: bool = False) -> bytes | None:
     return None if b"location" in data and not tflite else data
 
 
-def _raw_items(calibration: Any) -> bool:
-    """Calibration given as texts or images (not tensors): a list of strings, paths or uint8 images."""
+def _raw_items(calibration: Any, processor: Processor) -> bool:
+    """Calibration given as the processor's items (not tensors): a list of strings or paths, uint8 images,
+    or for an audio model 1-D waveforms and .wav bytes."""
+    audio = processor.config.audio is not None
     return isinstance(calibration, (list, tuple)) and bool(calibration) and all(
         isinstance(x, (str, os.PathLike)) or isinstance(x, np.ndarray) and x.dtype == np.uint8
+        or audio and (isinstance(x, bytes) or isinstance(x, np.ndarray) and x.ndim == 1)
         for x in calibration)
 
 

@@ -3,7 +3,7 @@
 A local directory (or a hub id, fetched through ``huggingface_hub`` into its cache, or read from the
 cache when offline) holds ``config.json``, the ONNX export (``model.onnx`` or Optimum's
 ``onnx/model*.onnx``), a ``tokenizer.json`` for text tasks and a ``preprocessor_config.json`` for images
-and audio (a feature extractor's: raw waveforms, or log-mel / MFCC frames).
+and audio (a feature extractor's: raw waveforms, log-mel / MFCC frames, or Kaldi filter banks).
 This module reads them once, on the host, and writes what a device needs as one normalized
 ``runtime_wasm.processing.ProcessingConfig``: the device never parses Hugging Face configs.
 """
@@ -235,8 +235,10 @@ def _image_processing(directory: Path, input_name: str) -> dict[str, Any]:
             "std": [float(x) for x in pre.get("image_std", [0.5] * 3)] if normalize else [1.0] * 3}
 
 
-#: feature extractors computing Kaldi filter banks (povey window, pre-emphasis, DC removal): not here
-_KALDI_FBANK = ("ASTFeatureExtractor", "Speech2TextFeatureExtractor", "SeamlessM4TFeatureExtractor")
+#: feature extractors computing Kaldi filter banks with ``torchaudio.compliance.kaldi.fbank`` (25 ms frames
+#: every 10 ms, pre-emphasis 0.97, DC removal, dither off, mels from 20 Hz to Nyquist): the frame window and
+#: the scale of the samples each passes. SeamlessM4T (frames stacked in pairs) is not supported.
+_KALDI_FBANK = {"ASTFeatureExtractor": ("hanning", 1.0), "Speech2TextFeatureExtractor": ("povey", 32768.0)}
 #: ``log_mel`` of a feature extractor -> the log ``processing.json`` names
 _LOG_MEL = {"log": "ln", "log10": "log10"}
 
@@ -245,13 +247,13 @@ def _audio_processing(directory: Path, inputs: Sequence[tuple[str, list[int | No
                       ) -> tuple[dict[str, Any], list[int | None]]:
     """The audio settings of ``preprocessor_config.json`` (Hugging Face feature-extractor fields) and the
     model input's shape with its clip length filled in where the export leaves it open: one second of
-    samples, or Whisper's ``nb_max_frames`` / one second of frames."""
+    samples, or Whisper's ``nb_max_frames`` / AST's ``max_length`` / one second of frames."""
     pre = _json(directory / "preprocessor_config.json")
     kind = str(pre.get("feature_extractor_type", ""))
     what = f"preprocessor_config.json ({kind or 'no feature_extractor_type'})"
-    if kind in _KALDI_FBANK:
-        raise PretrainedError(f"{what}: Kaldi filter-bank features are not supported (only raw waveforms, "
-                              "log-mel and MFCC frames)")
+    if kind == "SeamlessM4TFeatureExtractor":
+        raise PretrainedError(f"{what}: stacked Kaldi filter-bank frames are not supported (raw waveforms, "
+                              "log-mel and MFCC frames, and AST / Speech2Text filter banks are)")
     floats = [(name, dims) for name, dims, is_float in inputs if is_float]
     if len(floats) != 1:
         raise PretrainedError(f"an audio model takes one float input, this one takes "
@@ -261,6 +263,8 @@ def _audio_processing(directory: Path, inputs: Sequence[tuple[str, list[int | No
     audio: dict[str, Any] = {"input": name, "sampling_rate": rate,
                              "normalize": bool(pre.get("do_normalize", False)),
                              "padding_value": float(pre.get("padding_value", 0.0))}
+    if kind in _KALDI_FBANK:
+        return _fbank_processing(pre, kind, audio, name, dims)
     n_fft = pre.get("n_fft")
     if n_fft is None and kind != "WhisperFeatureExtractor":
         audio["features"] = "waveform"
@@ -285,15 +289,46 @@ def _audio_processing(directory: Path, inputs: Sequence[tuple[str, list[int | No
         raise PretrainedError(f"{what}: log_mel {pre.get('log_mel')!r} is not one of {sorted(_LOG_MEL)}")
     if mfcc:
         audio["num_mfcc"] = n_feats
+    return audio, _frames_shape(audio, name, dims, n_feats, int(pre.get("nb_max_frames", 1 + rate // hop)))
+
+
+def _frames_shape(audio: dict[str, Any], name: str, dims: list[int | None], n_feats: int, frames: int
+                  ) -> list[int | None]:
+    """Set ``audio["frames_axis"]`` from where the input keeps its ``n_feats`` features; the input's shape
+    with an open frames dimension set to ``frames``."""
     if len(dims) < 3 or n_feats not in dims[-2:]:
         raise PretrainedError(f"an audio model taking {n_feats} features per frame has an input [batch, "
                               f"(1,) frames, features] or [batch, (1,) features, frames]; {name!r} is {dims}")
     audio["frames_axis"] = -1 if dims[-2] == n_feats else -2
-    frames = int(pre.get("nb_max_frames", 1 + rate // hop))
-    shape = [1, *(d if d is not None else 1 for d in dims[1:])]
+    shape: list[int | None] = [1, *(d if d is not None else 1 for d in dims[1:])]
     if dims[audio["frames_axis"]] is None:
         shape[audio["frames_axis"]] = frames
-    return audio, shape
+    return shape
+
+
+def _fbank_processing(pre: Mapping[str, Any], kind: str, audio: dict[str, Any], name: str,
+                      dims: list[int | None]) -> tuple[dict[str, Any], list[int | None]]:
+    """AST's and Speech2Text's Kaldi filter banks: frame sizes from the rate, AST's feature normalisation
+    ((x - mean) / (2 std) over every frame, padding included) or Speech2Text's utterance CMVN."""
+    what = f"preprocessor_config.json ({kind})"
+    rate = audio["sampling_rate"]
+    win, hop = int(rate * 0.025), int(rate * 0.010)
+    window, scale = _KALDI_FBANK[kind]
+    mels = int(pre.get("num_mel_bins", pre.get("feature_size", 128)))
+    ast = kind == "ASTFeatureExtractor"
+    normalize = bool(pre.get("do_normalize", True))
+    cmvn = not ast and bool(pre.get("do_ceptral_normalize", True))
+    if cmvn and not (pre.get("normalize_means", True) and pre.get("normalize_vars", True)):
+        raise PretrainedError(f"{what}: CMVN of means or variances alone is not supported (both or neither)")
+    audio.update({
+        "features": "fbank", "normalize": False, "win_length": win, "hop_length": hop,
+        "n_fft": 1 << (win - 1).bit_length(), "num_mel_bins": mels, "window": window, "preemphasis": 0.97,
+        "remove_dc_offset": True, "sample_scale": scale, "f_min": 20.0, "f_max": rate / 2, "cmvn": cmvn,
+        "feature_mean": float(pre.get("mean", -4.2677393)) if ast and normalize else 0.0,
+        "feature_std": 2.0 * float(pre.get("std", 4.5689974)) if ast and normalize else 1.0})
+    if ast:
+        audio["padding_value"] = 0.0  # AST pads its frames with zeros, whatever padding_value says
+    return audio, _frames_shape(audio, name, dims, mels, int(pre.get("max_length", 1 + (rate - win) // hop)))
 
 
 def load_source(path_or_id: str | os.PathLike[str], task: str | None = None,

@@ -3,7 +3,8 @@ chunks (over MQTT, or from the announcement's signed HTTP(S) URL with MQTT as th
 through ``Installer``, obeys signed commands, reports every state transition and keeps serving the
 active model to local apps throughout. A multi-model device (``[[models]]``) does all of that per model
 line (``ModelLine``: its own release topic, state directory, slots and release counter), and serves the
-lines together under one core budget and one admission controller (``runtime_wasm.admission``).
+lines together under one core budget, one admission controller (``runtime_wasm.admission``) and one
+root of trust (``installer.update_roots``).
 
 Threads: paho's network thread only queues messages; one worker thread handles them in order (so all
 agent state has one owner); the inference servers (the Unix-socket JSON one and, with ``[http]``, the HTTP
@@ -48,7 +49,7 @@ from .errors import (
 )
 from .http_api import HttpApiServer
 from .http_download import HttpDownload
-from .installer import ENVELOPE_FILE, Installer
+from .installer import ENVELOPE_FILE, Installer, align_roots, line_dirs, trusted_root
 from .metadata import parse_time
 from .protocol import (
     Announcement,
@@ -67,7 +68,6 @@ from .transport import MqttClient
 log = logging.getLogger(__name__)
 STORE_FILE = "agent.json"
 TRANSFER_DIR = "transfer"
-MODELS_DIR = "models"  # <state_dir>/models/<name>: one state directory per ``[[models]]`` line
 #: installer steps that start a reported state
 _STEP_STATES = {"verified": "installing", "reverified": "self-test"}
 
@@ -145,6 +145,8 @@ class Store:
 
 
 _LINE_STORE = {"announce_seq": 0, "announce_digest": "", "failed": {}}
+#: what a line's summary repeats from its last status (``ModelLine.summary``)
+_SUMMARY_FIELDS = ("bundle", "target_release", "error")
 
 
 class ModelLine:
@@ -170,6 +172,7 @@ class ModelLine:
         self._chunk_subs: set[str] = set()
         self._last_progress = 0.0
         self._update_state: str | None = None  # the last state sent as an ``update_state`` event
+        self._reported: dict[str, Any] = {}  # the release fields of this line's last status (see summary)
 
     @property
     def _state_dir(self) -> Path:
@@ -478,8 +481,10 @@ class ModelLine:
 
     # -- reporting ----------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
-        """This line in every status and telemetry summary of a multi-model device."""
-        return {"state": self.state, "release": self.host.release}
+        """This line in every status and telemetry summary of a multi-model device: its state and release,
+        and the bundle (and error) its last status named, so a publisher following this line reads its
+        outcome from whichever line's status arrives last."""
+        return {"state": self.state, "release": self.host.release, **self._reported}
 
     def status_fields(self) -> dict[str, Any]:
         """What a status says about this line: its release (and model), and why it is unhealthy."""
@@ -488,6 +493,7 @@ class ModelLine:
     def _report(self, state: str, **fields: Any) -> None:
         """Retained status (the last word on this device); dropped when offline and re-sent on connect."""
         self.state = state
+        self._reported = {k: fields[k] for k in _SUMMARY_FIELDS if k in fields}
         if state != self._update_state:
             self._update_state = state
             self.emit("update_state", **{"release": self.host.release, **fields, "state": state})
@@ -511,9 +517,12 @@ class Agent:
         self.topics.status(self.device)  # validates the device id as one topic level
         self.log = log_sink or JsonLog(self.device, config.log_file)
         state = Path(config.state_dir)
-        self._root = None
-        if config.trust_root and not all((d / "trust.json").exists() for d in self._line_dirs(state)):
-            self._root = parse_json(Path(config.trust_root).read_bytes(), f"trust root {config.trust_root}")
+        self._root = None  # provisions a line without trust state: the device's own root first
+        if not all((d / "trust.json").exists() for d in self._line_dirs(state)):
+            self._root = trusted_root(self._line_dirs(state))
+            if self._root is None and config.trust_root:
+                self._root = parse_json(Path(config.trust_root).read_bytes(),
+                                        f"trust root {config.trust_root}")
         self._user_step = on_step
         self.telemetry = Telemetry(self.device, config.telemetry.directory or state / "telemetry",
                                    config.telemetry, self.log)
@@ -533,7 +542,7 @@ class Agent:
                                on_connect=lambda: self._events.put(("", b"connected")))
 
     def _line_dirs(self, state: Path) -> list[Path]:
-        return [state / MODELS_DIR / m.name for m in self.cfg.models] or [state]
+        return list(line_dirs(state, [m.name for m in self.cfg.models]).values()) or [state]
 
     def _single_line(self) -> ModelLine:
         """Today's device: one model in ``state_dir``, served under ``serving_policy``."""
@@ -548,18 +557,22 @@ class Agent:
         return steps.line
 
     def _multi_lines(self, state: Path) -> list[ModelLine]:
-        """One line per ``[[models]]`` entry: threads from one core budget, one admission controller."""
+        """One line per ``[[models]]`` entry: threads from one core budget, one admission controller, one
+        root of trust (brought level across the lines before any model is served: ``align_roots``)."""
         cfg = self.cfg
         self.admission = DeviceAdmission(cfg.admission.max_pending, cfg.admission.reserve_per_level)
-        lines = []
+        lines, made = [], []
         for m, policy, where in zip(cfg.models, model_policies(cfg), self._line_dirs(state)):
             steps = _Steps(self)
-            installer = Installer(where, cfg.hardware_id or default_hardware_id(), cfg.profile or None,
-                                  root=self._root, config=cfg.ota, on_step=steps, policy=policy, model=m.name)
+            made.append((m, policy, steps, Installer(where, cfg.hardware_id or default_hardware_id(),
+                                                     cfg.profile or None, root=self._root, config=cfg.ota,
+                                                     on_step=steps, policy=policy, model=m.name)))
+        align_roots([installer for *_, installer in made])
+        for m, policy, steps, installer in made:
             host = ModelHost(installer, policy, m.name, self.admission.gate(m.priority))
             self.models.add(host, m.priority)
             steps.line = ModelLine(self, m.name, installer, host, self.topics.model_release(m.name),
-                                   Store(where / STORE_FILE, _LINE_STORE))
+                                   Store(installer.state_dir / STORE_FILE, _LINE_STORE))
             lines.append(steps.line)
         return lines
 

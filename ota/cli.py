@@ -17,18 +17,21 @@ import numpy as np
 from device_profiles.profile import DeviceProfilesError
 from runtime_wasm.errors import RuntimeWasmError
 
-from .config import default_hardware_id, load_agent_config
+from .config import default_hardware_id, load_agent_config, model_policies
 from .crypto import parse_json
-from .errors import InstallError, OtaError, VerificationError
-from .installer import Installer
+from .errors import InstallError, OtaError, UnknownModel, VerificationError
+from .installer import MODELS_DIR, Installer, line_dirs, trusted_root, update_roots
 
 
 def _read_roots(paths: Sequence[str]) -> list[dict[str, Any]]:
     return [parse_json(Path(p).read_bytes(), f"root metadata {p}") for p in paths]
 
 
-def _from_config(args: argparse.Namespace) -> None:
-    """``--config agent.toml`` supplies the state directory, hardware id, profile and trust root."""
+def _from_config(args: argparse.Namespace, need_model: bool = True) -> None:
+    """``--config agent.toml`` supplies the state directory, hardware id, profile and trust root; on a
+    multi-model device (``[[models]]``, or ``<state-dir>/models/*`` on disk) ``--model NAME`` picks the
+    line the command acts on (``need_model``: required; else absent means every line)."""
+    args.lines, model = {}, getattr(args, "model", None)
     if args.config:
         cfg = load_agent_config(args.config)
         args.state_dir, args.profile = cfg.state_dir, args.profile or cfg.profile or None
@@ -36,24 +39,51 @@ def _from_config(args: argparse.Namespace) -> None:
         args.root = args.root or ([cfg.trust_root] if cfg.trust_root else [])
         args.socket = getattr(args, "socket", None) or cfg.socket
         args.policy = cfg.policy  # an install self-tests under the limits the agent will serve with
+        args.lines = line_dirs(cfg.state_dir, [m.name for m in cfg.models])
+        for m, policy in zip(cfg.models, model_policies(cfg)):
+            if m.name == model:
+                args.socket, args.policy = getattr(args, "socket", None) or m.socket, policy
     elif not args.state_dir:
         raise SystemExit("give --state-dir DIR or --config agent.toml")
+    elif (Path(args.state_dir) / MODELS_DIR).is_dir():
+        found = sorted(p.name for p in (Path(args.state_dir) / MODELS_DIR).iterdir() if p.is_dir())
+        args.lines = line_dirs(args.state_dir, found)
+    known = ", ".join(args.lines)
+    if model and not args.lines:
+        raise UnknownModel(f"--model {model!r}: this device serves one model (no model lines)")
+    if model and model not in args.lines:
+        raise UnknownModel(f"no model line {model!r} on this device; its models: {known}")
+    if args.lines and not model and need_model:
+        raise UnknownModel(f"this device serves several models ({known}): give --model NAME")
+    if model:
+        args.state_dir = str(args.lines[model])
+
+
+def _installers(args: argparse.Namespace, need_model: bool = True) -> list[Installer]:
+    """Open the state (under its lock, as the agent does): the ``--model`` line's (or the only) state
+    first, then, when ``--root`` gives a newer root, every other line of the device too, since a device has
+    one root for all its lines (``update_roots``). The first ``--root`` provisions an empty state (a line
+    added to a provisioned device takes the device's root instead)."""
+    _from_config(args, need_model)
+    roots = _read_roots(args.root or [])
+    chosen = getattr(args, "model", None)
+    dirs = [Path(args.state_dir)] if chosen or not args.lines else []
+    dirs += [d for d in args.lines.values() if d not in dirs]
+    bootstrap = trusted_root(dirs) or (roots[0] if roots else None)
+    opened = [Installer(d, args.hardware_id, args.profile, root=bootstrap, model=chosen or "",
+                        policy=getattr(args, "policy", None)) for d in dirs[:1]]
+    if roots:
+        opened += [Installer(d, args.hardware_id, args.profile, root=bootstrap) for d in dirs[1:]]
+        before = min(inst.trust.root.version for inst in opened)
+        version = update_roots(opened, roots)
+        if version > before:
+            print(f"trust: root rotated to version {version}"
+                  + (f" on every model line ({', '.join(args.lines)})" if args.lines else ""))
+    return opened
 
 
 def _installer(args: argparse.Namespace) -> Installer:
-    """Open the state (under its lock, as the agent does); the first ``--root`` provisions an empty one,
-    newer ones rotate the trust."""
-    _from_config(args)
-    roots = _read_roots(args.root or [])
-    provisioned = (Path(args.state_dir) / "trust.json").exists()
-    bootstrap = roots[0] if roots and not provisioned else None
-    inst = Installer(args.state_dir, args.hardware_id, args.profile, root=bootstrap,
-                     policy=getattr(args, "policy", None))
-    newer = [r for r in roots if r.get("signed", {}).get("version", 0) > inst.trust.root.version]
-    if newer:
-        inst.update_root(newer)
-        print(f"trust: root rotated to version {inst.trust.root.version}")
-    return inst
+    return _installers(args)[0]
 
 
 def cmd_install(args: argparse.Namespace) -> int:
@@ -73,8 +103,9 @@ def cmd_trust(args: argparse.Namespace) -> int:
     """Provision or rotate the root of trust (``--root`` in version order), nothing else."""
     if not args.root:
         raise SystemExit("give --root ROOT_JSON (each new version, in order)")
-    inst = _installer(args)
-    print(f"trust: root v{inst.trust.root.version}, release counter {inst.trust.release_counter}")
+    for inst in _installers(args, need_model=False):
+        line = f"model {inst.state_dir.name}: " if args.lines else ""
+        print(f"{line}trust: root v{inst.trust.root.version}, release counter {inst.trust.release_counter}")
     return 0
 
 
@@ -82,8 +113,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Read only: no lock, no recovery, no writes, so it can run beside a running install."""
     if args.root:
         raise SystemExit("status only reads; rotate trust with: cuvil-agent trust --root ROOT_JSON")
-    _from_config(args)
-    d = Installer(args.state_dir, args.hardware_id, args.profile, read_only=True).describe()
+    _from_config(args, need_model=False)
+    if args.lines and not args.model:  # every line of a multi-model device
+        for name, where in args.lines.items():
+            print(f"model {name}:")
+            _show_state(args, where)
+        return 0
+    return _show_state(args, Path(args.state_dir))
+
+
+def _show_state(args: argparse.Namespace, state_dir: Path) -> int:
+    d = Installer(state_dir, args.hardware_id, args.profile, read_only=True).describe()
     print(f"trust: counter {d['release_counter']}; root v{d['root_version']}")
     if d["pointer_problem"]:
         print(f"active: UNKNOWN ({d['pointer_problem']})")
@@ -95,7 +135,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"{'active' if slot['active'] else 'other '}: slot {name}: {what}: {health}")
     from .agent import describe_state
 
-    d = describe_state(args.state_dir)
+    d = describe_state(state_dir)
     t = d["transfer"]
     print(f"last announcement: seq {d['announce_seq']}; transfer: "
           + (f"{t['have']} chunks of bundle {t['bundle_sha256'][:12]} verified" if t else "none"))
@@ -117,16 +157,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_infer(args: argparse.Namespace) -> int:
     """Ask the running agent over its Unix socket: NAME=FILE.npy inputs, outputs printed or saved; or
-    ``--text``/``--image`` items, run through the active model's signed processing, labels printed."""
+    ``--text``/``--image``/``--audio`` items, run through the active model's signed processing, labels
+    printed (audio: one line per window)."""
     from .serve import infer
 
     _from_config(args)
     if not args.socket:
         raise SystemExit("the agent serves no socket: set agent.socket in its config or give --socket")
-    if sum(map(bool, (args.inputs, args.text, args.image))) != 1:
-        raise SystemExit("give NAME=FILE.npy inputs, --text TEXT or --image PATH (one kind)")
-    if args.text or args.image:
-        return _infer_items(args, args.text or args.image)
+    if sum(map(bool, (args.inputs, args.text, args.image, args.audio))) != 1:
+        raise SystemExit("give NAME=FILE.npy inputs, --text TEXT, --image PATH or --audio FILE.wav "
+                         "(one kind)")
+    if args.hop is not None and not args.audio:
+        raise SystemExit("--hop cuts audio into windows: give it with --audio")
+    if args.text or args.image or args.audio:
+        return _infer_items(args, args.text or args.image or args.audio)
     inputs = {}
     for item in args.inputs:
         name, sep, path = item.partition("=")
@@ -143,14 +187,16 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 
 def _infer_items(args: argparse.Namespace, items: Sequence[str]) -> int:
-    """Texts or image files through the active model's signed processing: run by the agent when it can
-    (``serve.infer_items``), else here, from the active slot's verified files, sending the agent tensors."""
+    """Texts, image or WAV files through the active model's signed processing: run by the agent when it
+    can (``serve.infer_items``), else here, from the active slot's verified files, sending the agent
+    tensors."""
     import json
 
     from .serve import infer_items
 
     images = [Path(p).read_bytes() for p in args.image]
-    answered = infer_items(args.socket, texts=args.text, images=images)
+    clips = [Path(p).read_bytes() for p in args.audio]
+    answered = infer_items(args.socket, texts=args.text, images=images, audio=clips, hop_s=args.hop)
     if answered is None:
         answered = _process_here(args, items)
     release, results = answered
@@ -158,6 +204,10 @@ def _infer_items(args: argparse.Namespace, items: Sequence[str]) -> int:
     for item, r in zip(items, results):
         if "label" in r:
             print(f"{r['label']} {r['score']:.4f} (release {release}): {item}")
+        elif "windows" in r:
+            for w in r["windows"]:
+                print(f"{w['label']} {w['score']:.4f} [{w['start']:.3f}-{w['end']:.3f} s] "
+                      f"(release {release}): {item}")
         elif "spans" in r:
             print(f"{len(r['spans'])} span(s) (release {release}): {item}")
             for s in r["spans"]:
@@ -189,6 +239,8 @@ def _process_here(args: argparse.Namespace, items: Sequence[str]) -> tuple[int, 
                            "the active model changed; run again")
         return outputs
 
+    if processor.config.audio is not None:
+        return release, [result_record(r) for r in processor.run_windows(list(items), predict, args.hop)]
     return release, [result_record(r) for r in processor.run(list(items), predict)]
 
 
@@ -213,9 +265,17 @@ def build_parser() -> argparse.ArgumentParser:
                            help="a text for a text model (repeat for a batch): prints its label")
             p.add_argument("--image", action="append", default=[], metavar="PATH",
                            help="an image (.npy HWC uint8, .ppm/.pgm, others with Pillow) for an image model")
+            p.add_argument("--audio", action="append", default=[], metavar="FILE.wav",
+                           help="a WAV file (PCM or float, at the model's rate) for an audio model")
+            p.add_argument("--hop", type=float, metavar="SECONDS",
+                           help="with --audio: cut each clip into the model's window every SECONDS, a label "
+                                "per window")
             p.add_argument("--socket", help="the agent's Unix socket (default: from --config)")
             p.add_argument("-o", "--output", help="save the outputs to this .npz (items: results as JSON)")
         p.add_argument("--config", help="agent.toml: state directory, hardware id and trust root from there")
+        if name != "trust":  # one root for the whole device: trust rotates every model line
+            p.add_argument("--model", metavar="NAME",
+                           help="the model line to act on, on a multi-model device (status: default all)")
         p.add_argument("--state-dir")
         p.add_argument("--root", action="append", metavar="ROOT_JSON",
                        help="signed root metadata: provisions an empty state; newer versions rotate trust "

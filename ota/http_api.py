@@ -6,15 +6,16 @@ tensor data extension, plus Prometheus metrics at ``/metrics``.
     GET  /v2/models/{name}[/versions/{release}]        model metadata (+ release, version, variant)
     GET  /v2/models/{name}[/versions/{release}]/ready  200, or 400 while it is not loaded
     POST /v2/models/{name}[/versions/{release}]/infer  inference (``ota.oip``): tensors, or for a model
-                                                       with processing a BYTES text/image input and
-                                                       typed results (``ota.processed``)
+                                                       with processing a BYTES text/image/audio
+                                                       input and typed results (``ota.processed``)
     GET  /metrics                                      Prometheus text format (``ota.metrics``)
 
 Errors are ``{"error": "<Type>: <message>", "type": "<Type>"}``: 400 malformed request (or text that is not
-UTF-8, an unreadable image), 404 unknown model or path, 405 method, 408 too slow, 413 body too large (or
-``InputOverLimit``: too many texts/images, one too large), 422 ``StaleInput``, 431 headers too large, 503
-``Overloaded`` (queue full, load shed, connection limit), ``ModelChanged`` or no model loaded, with
-``Retry-After``; 504 deadline exceeded; 500 the model trapped or its worker crashed.
+UTF-8, an unreadable image or WAV file), 404 unknown model or path, 405 method, 408 too slow, 413 body too
+large (or ``InputOverLimit``: too many texts/images/clips or audio windows, one too large), 422
+``StaleInput``, 431 headers too large, 503 ``Overloaded`` (queue full, load shed, connection limit),
+``ModelChanged`` or no model loaded, with ``Retry-After``; 504 deadline exceeded; 500 the model trapped or
+its worker crashed.
 
 Why h11 and not a framework: h11 (python-hyper; pure Python, no dependencies, ~100 KB) parses HTTP/1.1
 and nothing else, so this module owns the socket and can put a total deadline on each phase of a
@@ -375,8 +376,8 @@ class HttpApiServer:
             "release": served.release, "version": served.version, "variant": served.variant})
 
     def _infer(self, host: ModelHost, version: str | None, headers: Mapping[str, str], body: bytes) -> Reply:
-        """Tensors in, tensors out; or, for a model with processing, one BYTES ``text``/``image`` input
-        through the served release's processing and its typed results out (``ota.processed``)."""
+        """Tensors in, tensors out; or, for a model with processing, one BYTES ``text``/``image``/``audio``
+        input through the served release's processing and its typed results out (``ota.processed``)."""
         served = self._check_version(host, version)
         signatures = [oip.Signature(served.spec.inputs, served.spec.outputs)]
         if served.processor is not None:
@@ -388,7 +389,7 @@ class HttpApiServer:
         if processor is not None and processed.input_name(processor) in request.inputs:
             elements = request.inputs[processed.input_name(processor)].ravel().tolist()
             items = processed.decode_items(processor, elements, s.max_items, s.max_item_bytes)
-            results = processed.run(host, served, items, request.captured_at)
+            results = processed.run(host, served, items, request.captured_at, request.hop_s, s.max_items)
             release, outputs = served.release, processed.result_tensors(results)
         else:
             release, outputs = host.predict(request.inputs, request.captured_at)

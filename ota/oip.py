@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from runtime_wasm.spec import TensorSpec
+from runtime_wasm.errors import InferenceInputError
+from runtime_wasm.spec import TensorSpec, check_index_bound
 
 from .errors import BadInferenceRequest, InputOverLimit
 
@@ -78,6 +79,7 @@ class InferRequest:
     #: (output name, as binary) in the order to return them
     outputs: list[tuple[str, bool]]
     captured_at: float | None  # ``parameters.captured_at``: unix seconds, for the freshness bound
+    hop_s: float | None = None  # ``parameters.hop_s``: audio cut into windows this many seconds apart
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:
@@ -239,11 +241,11 @@ def _tensor(item: Mapping[str, Any], t: TensorSpec, binary: memoryview, at: int,
 
 
 def _in_bounds(a: np.ndarray, t: TensorSpec, what: str) -> np.ndarray:
-    """Indices into a table (token ids) must lie in [0, index_bound): the compiled Gather does not refuse
-    others (ids 99 and -5 into a 10-row table came back as rows, no error), so answering would mislead."""
-    if t.index_bound is not None and a.size and (a.min() < 0 or a.max() >= t.index_bound):
-        raise BadInferenceRequest(f"{what} indexes a table of {t.index_bound}: values must be in "
-                                  f"[0, {t.index_bound})")
+    """Ids into a table are refused here already, before the request queues (the runtime's one rule)."""
+    try:
+        check_index_bound(t, a, what)
+    except InferenceInputError as exc:
+        raise BadInferenceRequest(str(exc)) from None
     return a
 
 
@@ -260,6 +262,8 @@ def parse_infer_request(body: bytes, header_length: str | None, signatures: Sequ
     params = _object(doc.get("parameters", {}), "parameters")
     captured = _param(params, "captured_at", (int, float), "request")
     captured_at = None if captured is None else float(captured)
+    hop = _param(params, "hop_s", (int, float), "request")
+    hop_s = None if hop is None else float(hop)
     binary_default = bool(_param(params, "binary_data_output", bool, "request"))
     items = doc.get("inputs")
     if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
@@ -285,7 +289,7 @@ def parse_infer_request(body: bytes, header_length: str | None, signatures: Sequ
     wanted = doc.get("outputs")
     names = [t.name for t in signature.outputs]
     if wanted is None:
-        return InferRequest(request_id, arrays, [(n, binary_default) for n in names], captured_at)
+        return InferRequest(request_id, arrays, [(n, binary_default) for n in names], captured_at, hop_s)
     if not isinstance(wanted, list) or not all(isinstance(x, dict) for x in wanted):
         raise BadInferenceRequest("outputs must be a list of objects")
     chosen = []
@@ -295,7 +299,7 @@ def parse_infer_request(body: bytes, header_length: str | None, signatures: Sequ
         what = f"output {item['name']!r}"
         flag = _param(_object(item.get("parameters", {}), f"{what}.parameters"), "binary_data", bool, what)
         chosen.append((item["name"], binary_default if flag is None else flag))
-    return InferRequest(request_id, arrays, chosen, captured_at)
+    return InferRequest(request_id, arrays, chosen, captured_at, hop_s)
 
 
 def _encode_bytes(a: np.ndarray, as_binary: bool, item: dict[str, Any]) -> bytes:

@@ -254,7 +254,7 @@ class _Handler(socketserver.BaseRequestHandler):
             request = json.loads(line)
             captured = request.get("captured_at")  # optional: when the app captured the input data
             captured_at = None if captured is None else float(captured)
-            if "text" in request or "image" in request:
+            if "text" in request or "image" in request or "audio" in request:
                 return self._answer_items(request, captured_at)
             inputs = {k: decode_tensor(v) for k, v in request["inputs"].items()}
             release, outputs = self.server.host.predict(inputs, captured_at)
@@ -264,9 +264,10 @@ class _Handler(socketserver.BaseRequestHandler):
             return _error(exc)
 
     def _answer_items(self, request: dict[str, Any], captured_at: float | None) -> dict[str, Any]:
-        """``{"text": [str, ...]}`` or ``{"image": [base64 of an encoded image, ...]}`` through the served
-        release's processing: ``{"release": n, "results": [{"label", "score", "top"} | {"spans"} |
-        {"embedding"}, ...]}``."""
+        """``{"text": [str, ...]}``, ``{"image": [base64 of an encoded image, ...]}`` or ``{"audio": [base64
+        of a WAV file, ...], "hop_s": seconds (optional)}`` through the served release's processing:
+        ``{"release": n, "results": [{"label", "score", "top"} | {"spans"} | {"embedding"} | {"windows":
+        [{"start", "end", "label", "score", "top"}, ...]}, ...]}``."""
         host, limits = self.server.host, self.server.limits
         served = host.served()
         processor = processed.processor_of(served)
@@ -274,13 +275,13 @@ class _Handler(socketserver.BaseRequestHandler):
         values = request.get(name)
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             raise BadInferenceRequest(f"this {processor.config.task} model takes {name!r}: a list of "
-                                      + ("base64 strings" if name == "image" else "strings"))
-        if name == "image":
+                                      + ("strings" if name == "text" else "base64 strings"))
+        if name != "text":
             elements = [base64.b64decode(v, validate=True) for v in values]
         else:
             elements = [v.encode("utf-8") for v in values]  # a lone surrogate: UnicodeEncodeError, refused
         items = processed.decode_items(processor, elements, limits.max_items, limits.max_item_bytes)
-        results = processed.run(host, served, items, captured_at)
+        results = processed.run(host, served, items, captured_at, request.get("hop_s"), limits.max_items)
         return {"release": served.release, "results": [processed.result_record(r) for r in results]}
 
 
@@ -371,11 +372,15 @@ def infer(path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray], timeou
 
 
 def infer_items(path: str | os.PathLike[str], texts: Sequence[str] = (), images: Sequence[bytes] = (),
-                timeout_s: float = 30.0) -> tuple[int, list[dict[str, Any]]] | None:
-    """Client side: texts, or encoded images, through the agent's own processing: (release, one result
-    record each). None when the agent does not process (the model has none, the agent cannot run it, or
-    an agent older than processed requests): the caller can process on its side and send tensors."""
-    body = {"text": list(texts)} if texts else {"image": [base64.b64encode(b).decode() for b in images]}
+                timeout_s: float = 30.0, audio: Sequence[bytes] = (), hop_s: float | None = None
+                ) -> tuple[int, list[dict[str, Any]]] | None:
+    """Client side: texts, encoded images or WAV files through the agent's own processing: (release, one
+    result record each; clips: their windows, every ``hop_s`` seconds if given). None when the agent does
+    not process (the model has none, the agent cannot run it, or an agent older than processed requests):
+    the caller can process on its side and send tensors."""
+    body: dict[str, Any] = ({"text": list(texts)} if texts else
+                            {"image": [base64.b64encode(b).decode() for b in images]} if images else
+                            {"audio": [base64.b64encode(b).decode() for b in audio], "hop_s": hop_s})
     reply = _exchange(path, body, timeout_s)
     if reply.get("type") in (NoProcessing.__name__, KeyError.__name__):  # KeyError: no "inputs", older agent
         return None

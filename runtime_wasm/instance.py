@@ -16,7 +16,7 @@ import wasmtime
 from wasmtime import _ffi as ffi  # private: the unchecked call path (wasmtime is pinned for this)
 
 from .errors import InferenceInputError, InferenceTrap, ModuleLoadError, SpecError
-from .spec import ModelSpec, TensorSpec
+from .spec import ModelSpec, StateSpec, TensorSpec, check_index_bound
 
 #: exports every cuvil-edge module has: its memory, the entry point and two address getters.
 REQUIRED_EXPORTS = ("memory", "run", "cuvil_weights", "cuvil_arena")
@@ -140,6 +140,8 @@ class WasmModel:
 
     Views stay valid for the life of the instance (the module never grows its memory after start).
     Use ``input_views`` / ``run()`` / ``output_views`` for zero-copy serving, or ``predict``.
+    A stateful model (``spec.states``) carries its state from one run to the next in linear memory,
+    starting from the initial values; ``reset_state`` restores them.
     ``weights`` given as a path are read in chunks straight into linear memory, so no copy of their size
     exists outside it; with ``weights_sha256`` they are hashed on the way in and a mismatch is a
     ``SpecError`` (one pass over the bytes, however they come).
@@ -192,9 +194,14 @@ class WasmModel:
         self._run = _FastCall(self._store, ex["run"])
         self.input_views = {t.name: self._tensor_view(arena_base, t) for t in spec.inputs}
         self.output_views = {t.name: self._tensor_view(arena_base, t) for t in spec.outputs}
+        #: each state's current value (read-only between runs: write it through ``reset_state``)
+        self.state_views = {t.name: self._tensor_view(arena_base, t) for t in spec.states}
+        self._state_init = [self._view(weights_base + t.init_offset, np.dtype(t.dtype), t.shape)
+                            for t in spec.states]
         self._workers: _Workers | None = None
         self._engine, self._module, self._epoch = engine, module, epoch_deadline is not None
         self._closed = False
+        self.reset_state()
         if shared is not None:
             self._start_threads(min(threads, spec.threads))
 
@@ -252,7 +259,7 @@ class WasmModel:
             buf = self._memory.get_buffer_ptr(self._store, n, offset)
         return np.frombuffer(buf, dtype=dtype, count=n // dtype.itemsize).reshape(shape)
 
-    def _tensor_view(self, base: int, t: TensorSpec) -> np.ndarray:
+    def _tensor_view(self, base: int, t: TensorSpec | StateSpec) -> np.ndarray:
         return self._view(base + t.offset, np.dtype(t.dtype), t.shape)
 
     def run(self) -> None:
@@ -271,6 +278,14 @@ class WasmModel:
             err = self._workers.error
             self._restart_threads()
             raise InferenceTrap(f"module trapped in a worker thread: {err}")
+
+    def reset_state(self) -> None:
+        """Put every state back to its initial value (copied from the weights, which hold it), as if no
+        run had happened; a stateless model has nothing to reset."""
+        if self._closed:
+            raise RuntimeError("model is closed")
+        for view, init in zip(self.state_views.values(), self._state_init):
+            np.copyto(view, init)
 
     def _restart_threads(self) -> None:
         assert self._workers is not None
@@ -304,6 +319,8 @@ class WasmModel:
                 self._workers = None
             self.input_views = {}
             self.output_views = {}
+            self.state_views = {}
+            self._state_init = []
             self._run = None  # type: ignore[assignment]
             self._exports = None
             self._store = None  # type: ignore[assignment]
@@ -325,7 +342,8 @@ def _read_exactly(f: Any, buf: np.ndarray) -> None:
 
 
 def check_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
-    """Inputs in spec order, checked against names, count, shape and dtype kind (not yet cast)."""
+    """Inputs in spec order, checked against names, count, shape, dtype kind (not yet cast) and, for ids
+    into a table, the table's bounds."""
     if isinstance(inputs, Mapping):
         unknown = set(inputs) - {t.name for t in specs}
         missing = [t.name for t in specs if t.name not in inputs]
@@ -346,5 +364,6 @@ def check_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequen
         if a.dtype != np.dtype(t.dtype) and a.dtype.kind != np.dtype(t.dtype).kind:
             # float64 -> float32 is a convenience; int/bool/complex for a float input is a bug
             raise InferenceInputError(f"input {t.name!r} must be {t.dtype}, got {a.dtype}")
+        check_index_bound(t, a, f"input {t.name!r}")
         checked.append(a)
     return checked

@@ -5,7 +5,8 @@ The host (``cuvil_edge.pretrained``) translates a Hugging Face directory's confi
 ``processing.json`` next to the model's spec; a device reads only that, with numpy and, for text models,
 the optional ``tokenizers`` wheel (``pip install 'cuvil-edge[text]'``). The compiled model has a fixed
 batch and sequence length, so items run in chunks of the batch (the last one padded), texts are
-truncated to the sequence length and waveforms padded or cut to the model's clip.
+truncated to the sequence length and waveforms padded or cut to the model's clip, or cut into windows of
+it with a hop (``run_windows``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import math
 import os
 import re
-import wave
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,22 +32,27 @@ TASKS = ("text-classification", "token-classification", "sentence-embeddings", "
          "audio-classification")
 TEXT_ROLES = ("input_ids", "attention_mask", "token_type_ids")
 RESAMPLE = ("nearest", "bilinear", "bicubic")
-#: what an audio model takes: the (normalised) waveform itself, log-mel frames, or MFCCs of them
-AUDIO_FEATURES = ("waveform", "log-mel", "mfcc")
+#: what an audio model takes: the (normalised) waveform itself, log-mel frames, MFCCs of them, or Kaldi
+#: filter banks (``compute-fbank-feats``, as ``torchaudio.compliance.kaldi.fbank``: AST, Speech2Text)
+AUDIO_FEATURES = ("waveform", "log-mel", "mfcc", "fbank")
 MEL_SCALES = ("htk", "slaney")
 WINDOWS = ("hann", "hamming")
+#: Kaldi's frame windows (symmetric; povey: hann to the power 0.85)
+KALDI_WINDOWS = ("povey", "hanning", "hamming", "rectangular")
 #: log of the mel energies: natural, log10, or Whisper's (log10, floored 8 below the clip's peak, (x+4)/4)
 AUDIO_LOGS = ("ln", "log10", "whisper")
 #: energies below this are floored before the log (Hugging Face's ``mel_floor``)
 MEL_FLOOR = 1e-10
+#: Kaldi's floor before the log of its filter-bank energies: float32's epsilon
+KALDI_FLOOR = float(np.finfo(np.float32).eps)
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 #: name -> (shape, dtype) of each model input, as in the model's spec
 InputShapes = Mapping[str, tuple[Sequence[int], str]]
 #: an image: HWC (or HW) uint8 array, or a path to a .npy, binary .ppm/.pgm or (with Pillow) any image file
 Image = np.ndarray | str | os.PathLike
-#: a waveform: 1-D float samples at the model's rate in [-1, 1], or a path to a PCM .wav file
-Audio = np.ndarray | str | os.PathLike
+#: a waveform: 1-D float samples at the model's rate in [-1, 1], or a .wav file's path or bytes
+Audio = np.ndarray | str | os.PathLike | bytes
 Predict = Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]
 
 
@@ -76,6 +82,17 @@ class Span:
     start: int
     end: int
     text: str
+
+
+@dataclass(frozen=True)
+class AudioWindow:
+    """One window of a clip cut into the model's window with a hop (VAD-style): where it lies, in seconds
+    from the clip's start (``end``: the window's last sample, or the clip's, when it ends first), and the
+    model's class for it."""
+
+    start: float
+    end: float
+    result: Classification
 
 
 Result = Classification | list[Span] | np.ndarray
@@ -168,7 +185,12 @@ class ProcessingConfig:
         elif self.audio is not None:
             au = self.audio
             how = f"audio: {au['sampling_rate']} Hz {au['features']}"
-            if au["features"] != "waveform":
+            if au["features"] == "fbank":
+                how += (f", {au['win_length']}-sample {au['window']} frames every {au['hop_length']}, "
+                        f"n_fft {au['n_fft']}, pre-emphasis {au['preemphasis']:g}, {au['num_mel_bins']} "
+                        f"Kaldi mels, features (x - {au['feature_mean']:g}) / {au['feature_std']:g}")
+                how += ", utterance CMVN" if au["cmvn"] else ""
+            elif au["features"] != "waveform":
                 how += (f", n_fft {au['n_fft']} hop {au['hop_length']}, {au['num_mel_bins']} "
                         f"{au['mel_scale']} mels, log {au['log']}")
                 how += f", {au['num_mfcc']} MFCCs" if au["features"] == "mfcc" else ""
@@ -221,8 +243,20 @@ def _check_audio(au: Mapping[str, Any]) -> Mapping[str, Any]:
         return au
     if au["win_length"] > au["n_fft"] or au["features"] == "mfcc" and au["num_mfcc"] > au["num_mel_bins"]:
         raise ProcessingError(f"{what}: win_length must not exceed n_fft, nor num_mfcc num_mel_bins")
-    for key, allowed in (("mel_scale", MEL_SCALES), ("mel_norm", (None, "slaney")), ("window", WINDOWS),
-                         ("log", AUDIO_LOGS), ("frames_axis", (-1, -2)), ("center", (True, False))):
+    if au["features"] == "fbank":
+        allowed_values: tuple[tuple[str, tuple[Any, ...]], ...] = (
+            ("window", KALDI_WINDOWS), ("frames_axis", (-1, -2)), ("remove_dc_offset", (True, False)),
+            ("cmvn", (True, False)))
+        if not 0 <= _field(au, "preemphasis", (int, float), what) <= 1:
+            raise ProcessingError(f"{what}: preemphasis must lie in [0, 1]")
+        _field(au, "feature_mean", (int, float), what)
+        for key in ("sample_scale", "feature_std"):
+            if not _field(au, key, (int, float), what) > 0:
+                raise ProcessingError(f"{what}: {key} must be positive")
+    else:
+        allowed_values = (("mel_scale", MEL_SCALES), ("mel_norm", (None, "slaney")), ("window", WINDOWS),
+                          ("log", AUDIO_LOGS), ("frames_axis", (-1, -2)), ("center", (True, False)))
+    for key, allowed in allowed_values:
         if au.get(key, "?") not in allowed:
             raise ProcessingError(f"{what}: {key} must be one of {allowed}, got {au.get(key)!r}")
     lo, hi = _field(au, "f_min", (int, float), what), _field(au, "f_max", (int, float), what)
@@ -349,29 +383,98 @@ class Processor:
         return y.transpose(2, 0, 1).astype(dtype)
 
     # -- audio ------------------------------------------------------------------------------------
-    def preprocess_audio(self, audio: Audio) -> np.ndarray:
-        """One waveform (or .wav file) -> the model's input for one clip: padded with ``padding_value`` or
-        cut to the clip, then normalised samples or log-mel / MFCC frames in the model's layout."""
-        au = self.config.audio
-        if au is None:
+    @property
+    def _audio(self) -> Mapping[str, Any]:
+        if self.config.audio is None:
             raise ProcessingError(f"a {self.config.task} model takes no audio")
-        x = (read_wav(audio, au["sampling_rate"]) if isinstance(audio, (str, os.PathLike))
-             else np.asarray(audio, np.float64))
+        return self.config.audio
+
+    def load_audio(self, audio: Audio) -> np.ndarray:
+        """A waveform, a .wav file or its bytes as float samples at the model's rate, checked."""
+        rate = self._audio["sampling_rate"]
+        if isinstance(audio, (bytes, bytearray)):
+            x = decode_wav(bytes(audio), rate)
+        elif isinstance(audio, (str, os.PathLike)):
+            x = read_wav(audio, rate)
+        else:
+            x = np.asarray(audio)
         if x.ndim != 1 or not x.size or not np.issubdtype(x.dtype, np.number):
             raise ProcessingError(f"a waveform is a non-empty 1-D array of samples, got shape {x.shape}")
+        if not np.isfinite(x).all():
+            raise ProcessingError("a waveform holds NaN or infinite samples")
+        return x.astype(np.float64)
+
+    @property
+    def clip_samples(self) -> int:
+        """How many samples one model input covers: the window a long clip is cut into."""
+        au = self._audio
+        item = self._inputs[au["input"]][0][1:]
+        if au["features"] == "waveform":
+            return math.prod(item)
+        frames = item[au["frames_axis"]]
+        if au["features"] == "fbank":
+            return (frames - 1) * au["hop_length"] + au["win_length"]
+        return frames * au["hop_length"] if au["center"] else (frames - 1) * au["hop_length"] + au["n_fft"]
+
+    def preprocess_audio(self, audio: Audio) -> np.ndarray:
+        """One waveform (or .wav file) -> the model's input for one clip: padded with ``padding_value`` or
+        cut to the clip, then normalised samples, log-mel / MFCC frames or Kaldi filter banks (padded or
+        cut as frames, as AST does) in the model's layout."""
+        au = self._audio
+        x = self.load_audio(audio)
         shape, dtype = self._inputs[au["input"]]
         item = shape[1:]
-        if au["normalize"] and au["features"] == "waveform":  # Wav2Vec2: the clip's own samples, unpadded
+        if au["normalize"] and au["features"] == "waveform":  # Wav2Vec2: the samples kept, before padding
+            x = x[:self.clip_samples]
             x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
         if au["features"] == "waveform":
             return fit_length(x, math.prod(item), au["padding_value"]).reshape(item).astype(dtype)
         frames = item[au["frames_axis"]]
-        hop, n_fft = au["hop_length"], au["n_fft"]
-        samples = frames * hop if au["center"] else (frames - 1) * hop + n_fft
-        feats = audio_features(fit_length(x, samples, au["padding_value"]), au)[:frames]
+        if au["features"] == "fbank":
+            feats = kaldi_fbank(x[:self.clip_samples], au)
+            if au["cmvn"] and len(feats):  # Speech2Text: over the clip's own frames, before padding
+                feats = (feats - feats.mean(axis=0)) / np.maximum(feats.std(axis=0), KALDI_FLOOR)
+            pad = np.full((frames - len(feats), au["num_mel_bins"]), float(au["padding_value"]))
+            feats = (np.concatenate([feats, pad]) - au["feature_mean"]) / au["feature_std"]
+        else:
+            feats = audio_features(fit_length(x, self.clip_samples, au["padding_value"]), au)[:frames]
         if au["frames_axis"] == -1:
             feats = feats.T
         return feats.reshape(item).astype(dtype)
+
+    def window_starts(self, n_samples: int, hop_s: float | None) -> range:
+        """The first sample of each window of a clip of ``n_samples``: the model's window every ``hop_s``
+        seconds from the start, until one reaches the clip's end (that one padded as a short clip is);
+        ``hop_s`` None: the one window the model sees of the clip (its start; the rest is cut)."""
+        if hop_s is None:
+            return range(1)
+        rate = self._audio["sampling_rate"]
+        if (not isinstance(hop_s, (int, float)) or isinstance(hop_s, bool) or not math.isfinite(hop_s)
+                or round(hop_s * rate) < 1):
+            raise ProcessingError(f"the hop between windows is a number of seconds of at least one sample, "
+                                  f"got {hop_s!r}")
+        hop = round(hop_s * rate)
+        count = 1 + -(-max(n_samples - self.clip_samples, 0) // hop)
+        return range(0, min(count * hop, n_samples), hop)
+
+    def windows(self, audio: Audio, hop_s: float | None) -> list[tuple[int, int, np.ndarray]]:
+        """(first sample, end sample, samples) of each of ``window_starts``."""
+        x = self.load_audio(audio)
+        n = self.clip_samples
+        return [(s, min(s + n, len(x)), x[s:s + n]) for s in self.window_starts(len(x), hop_s)]
+
+    def run_windows(self, items: Sequence[Audio], predict: Predict, hop_s: float | None
+                    ) -> list[list[AudioWindow]]:
+        """Each clip cut into ``windows`` and every window through the model, batched across clips: one
+        list of ``AudioWindow`` per clip, in time order."""
+        rate = self._audio["sampling_rate"]
+        cut = [(i, s, e, x) for i, item in enumerate(items) for s, e, x in self.windows(item, hop_s)]
+        results = self.run([x for *_, x in cut], predict)
+        out: list[list[AudioWindow]] = [[] for _ in items]
+        for (i, s, e, _), r in zip(cut, results):
+            assert isinstance(r, Classification)
+            out[i].append(AudioWindow(s / rate, e / rate, r))
+        return out
 
     # -- run --------------------------------------------------------------------------------------
     def encode(self, chunk: Sequence[Any]) -> tuple[dict[str, np.ndarray], list[Any]]:
@@ -590,25 +693,79 @@ def _netpbm(data: bytes, what: str) -> np.ndarray:
 
 # -- numpy audio operations (Hugging Face ``audio_utils`` semantics) ------------------------------------
 def read_wav(path: str | os.PathLike[str], sampling_rate: int) -> np.ndarray:
-    """A PCM .wav file (8/16/24/32-bit, channels averaged) as float samples in [-1, 1], with the stdlib
-    ``wave`` module. A file at another rate is refused: the device does not resample."""
+    """A .wav file as float samples (``decode_wav``)."""
     try:
-        with wave.open(os.fspath(path), "rb") as w:
-            rate, channels, width = w.getframerate(), w.getnchannels(), w.getsampwidth()
-            data = w.readframes(w.getnframes())
-    except (wave.Error, EOFError) as exc:
-        raise ProcessingError(f"{path}: not a PCM .wav file: {exc}") from None
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ProcessingError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return decode_wav(data, sampling_rate, os.fspath(path))
+
+
+#: WAVE format tags: integer PCM, IEEE float, and the extensible header naming one of them in its GUID
+_WAVE_PCM, _WAVE_FLOAT, _WAVE_EXTENSIBLE = 1, 3, 0xFFFE
+_CHUNK = struct.Struct("<4sI")
+
+
+def _wav_chunks(data: bytes, what: str) -> dict[bytes, bytes]:
+    """The chunks of a RIFF/WAVE file by id (the first of each)."""
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise ProcessingError(f"{what}: not a WAV file (no RIFF/WAVE header)")
+    chunks: dict[bytes, bytes] = {}
+    pos = 12
+    while pos + _CHUNK.size <= len(data):
+        cid, size = _CHUNK.unpack_from(data, pos)
+        pos += _CHUNK.size
+        if pos + size > len(data):
+            raise ProcessingError(f"{what}: truncated WAV file: chunk {cid!r} needs {size} bytes, "
+                                  f"{len(data) - pos} follow")
+        chunks.setdefault(cid, data[pos:pos + size])
+        pos += size + (size & 1)  # chunks are word-aligned
+    return chunks
+
+
+def decode_wav(data: bytes, sampling_rate: int, what: str = "audio") -> np.ndarray:
+    """WAV bytes as float samples in [-1, 1], channels averaged to mono: integer PCM of 8 (unsigned),
+    16, 24 or 32 bits (divided by 2**(bits-1)) or IEEE float of 32 or 64 bits (as stored), plain or
+    ``WAVE_FORMAT_EXTENSIBLE``. Audio at another rate than the model's is refused, not resampled: the
+    rate is the model's input contract, and a resampler's filter would change the features.
+
+    A RIFF reader of its own, not the stdlib ``wave`` module: ``wave`` reads integer PCM only."""
+    chunks = _wav_chunks(data, what)
+    if b"fmt " not in chunks or b"data" not in chunks:
+        raise ProcessingError(f"{what}: WAV file without a {'fmt' if b'fmt ' not in chunks else 'data'} "
+                              "chunk")
+    fmt = chunks[b"fmt "]
+    if len(fmt) < 16:
+        raise ProcessingError(f"{what}: WAV fmt chunk of {len(fmt)} bytes, at least 16 expected")
+    tag, channels, rate, _, block, bits = struct.unpack_from("<HHIIHH", fmt)
+    if tag == _WAVE_EXTENSIBLE and len(fmt) >= 26:
+        (tag,) = struct.unpack_from("<H", fmt, 24)  # the sub-format GUID starts with the format tag
+    kinds = {(_WAVE_PCM, 8): "u1", (_WAVE_PCM, 16): "<i2", (_WAVE_PCM, 24): "i3", (_WAVE_PCM, 32): "<i4",
+             (_WAVE_FLOAT, 32): "<f4", (_WAVE_FLOAT, 64): "<f8"}
+    kind = kinds.get((tag, bits))
+    if kind is None:
+        raise ProcessingError(f"{what}: WAV format {tag} with {bits}-bit samples is not supported (integer "
+                              "PCM of 8, 16, 24 or 32 bits, or float of 32 or 64 bits)")
+    if channels < 1 or block != channels * bits // 8:
+        raise ProcessingError(f"{what}: WAV header is inconsistent ({channels} channels, {block}-byte "
+                              f"frames of {bits}-bit samples)")
     if rate != sampling_rate:
-        raise ProcessingError(f"{path}: {rate} Hz audio, the model takes {sampling_rate} Hz "
+        raise ProcessingError(f"{what}: {rate} Hz audio, the model takes {sampling_rate} Hz "
                               "(resample it first)")
-    if width == 1:
-        x = np.frombuffer(data, np.uint8).astype(np.float64) - 128.0
-    elif width == 3:  # little-endian 24-bit: sign-extend through the top byte of an int32
-        b = np.frombuffer(data, np.uint8).reshape(-1, 3).astype(np.int32)
+    raw = chunks[b"data"]
+    raw = raw[:len(raw) - len(raw) % block]  # a partial last frame (a cut-off file) is dropped
+    if not raw:
+        raise ProcessingError(f"{what}: WAV file without samples")
+    if kind == "u1":
+        x = np.frombuffer(raw, np.uint8).astype(np.float64) - 128.0
+    elif kind == "i3":  # little-endian 24-bit: sign-extend through the top byte of an int32
+        b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
         x = ((b[:, 0] << 8 | b[:, 1] << 16 | b[:, 2] << 24) >> 8).astype(np.float64)
     else:
-        x = np.frombuffer(data, f"<i{width}").astype(np.float64)
-    return x.reshape(-1, channels).mean(axis=1) / float(1 << (8 * width - 1))
+        x = np.frombuffer(raw, kind).astype(np.float64)
+    if tag == _WAVE_PCM:
+        x /= float(1 << (bits - 1))
+    return x.reshape(-1, channels).mean(axis=1)
 
 
 def fit_length(x: np.ndarray, n: int, padding_value: float) -> np.ndarray:
@@ -684,3 +841,46 @@ def audio_features(x: np.ndarray, au: Mapping[str, Any]) -> np.ndarray:
     if au["features"] == "mfcc":
         out = out @ dct_matrix(au["num_mel_bins"], au["num_mfcc"])
     return out
+
+
+# -- Kaldi filter banks (``compute-fbank-feats``; ``torchaudio.compliance.kaldi.fbank``, dither off) ------
+def kaldi_window(kind: str, length: int) -> np.ndarray:
+    """Kaldi's symmetric frame windows: hanning, hamming, povey (hanning ** 0.85), rectangular."""
+    if kind == "rectangular":
+        return np.ones(length)
+    c = np.cos(2.0 * np.pi * np.arange(length) / (length - 1))
+    if kind == "hamming":
+        return 0.54 - 0.46 * c
+    hann = 0.5 - 0.5 * c
+    return hann ** 0.85 if kind == "povey" else hann
+
+
+def _kaldi_mel(f: np.ndarray | float) -> np.ndarray:
+    return 1127.0 * np.log(1.0 + np.asarray(f, np.float64) / 700.0)
+
+
+def kaldi_mel_banks(n_fft: int, n_mels: int, f_min: float, f_max: float, sampling_rate: int) -> np.ndarray:
+    """[n_fft // 2, n_mels] Kaldi filters: triangles evenly spaced and linear on the mel scale
+    (1127 ln(1 + f/700)), over the FFT bins below Nyquist (Kaldi leaves that bin out)."""
+    lo, hi = _kaldi_mel(f_min), _kaldi_mel(f_max)
+    delta = (hi - lo) / (n_mels + 1)
+    left = lo + delta * np.arange(n_mels)
+    mel = _kaldi_mel(np.arange(n_fft // 2) * sampling_rate / n_fft)[:, None]
+    return np.maximum(0.0, np.minimum((mel - left) / delta, (left + 2 * delta - mel) / delta))
+
+
+def kaldi_fbank(x: np.ndarray, au: Mapping[str, Any]) -> np.ndarray:
+    """[frames, mels] log filter-bank energies of a waveform as Kaldi computes them: whole frames of
+    ``win_length`` every ``hop_length`` (snip-edges: none without a whole frame), samples scaled by
+    ``sample_scale`` (Speech2Text: 16-bit integer range), DC offset removed per frame, pre-emphasis
+    (x[i] - k x[i-1], the first sample against itself), the window, the power spectrum of ``n_fft``
+    points, the mel filters, the log floored at float32's epsilon."""
+    win, hop = au["win_length"], au["hop_length"]
+    n = 1 + (len(x) - win) // hop if len(x) >= win else 0
+    frames = x[np.arange(win)[None, :] + hop * np.arange(n)[:, None]] * au["sample_scale"]
+    if au["remove_dc_offset"]:
+        frames = frames - frames.mean(axis=1, keepdims=True)
+    frames = frames - au["preemphasis"] * np.concatenate([frames[:, :1], frames[:, :-1]], axis=1)
+    power = np.abs(np.fft.rfft(frames * kaldi_window(au["window"], win), au["n_fft"])) ** 2
+    banks = kaldi_mel_banks(au["n_fft"], au["num_mel_bins"], au["f_min"], au["f_max"], au["sampling_rate"])
+    return np.log(np.maximum(power[:, :au["n_fft"] // 2] @ banks, KALDI_FLOOR))

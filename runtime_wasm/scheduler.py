@@ -148,6 +148,10 @@ class Scheduler:
         scheduler's own queue bounds the load)."""
         if fallback is not None and not same_signature(source.spec, fallback.spec):
             raise PolicyError("the fallback model must have the same inputs and outputs as the primary")
+        if fallback is not None and policy.degrade_action == "cheaper_variant" and source.spec.stateful:
+            raise PolicyError("a stateful model's state lives in its one worker: a cheaper_variant fallback "
+                              "would answer from a second, separate state (use degrade_action throttle or "
+                              "shed)")
         self.policy, self.spec, self._admission = policy, source.spec, admission
         self._temperature_c, self._clock, self._wall = temperature_c, clock, wall_clock
         self._workers: list[SupervisedModel] = []

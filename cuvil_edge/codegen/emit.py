@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from runtime_wasm.spec import MAX_THREADS
+from runtime_wasm.spec import MAX_THREADS, StateSpec
 
 from ..ir.graph import Graph, Node, Value
 from ..ops import get as get_op
+from ..ops.common import CTYPES
+from ..ops.registry import node_code
 from .kernels import kernel_source
-from .memplan import ALIGN, MemoryPlan, plan_memory
+from .memplan import ALIGN, MemoryPlan, graph_states, plan_memory
 
 #: bytes after each region that kernels may over-read with full-vector loads (never used as data)
 GUARD = 64
@@ -23,10 +25,6 @@ DEFAULT_THREADS = 4
 #: shadow-stack bytes per thread (the first thread's is the linker's ``-z stack-size``)
 STACK_BYTES = 1 << 20
 WASM_PAGE = 65536
-
-CTYPES = {"float32": "float", "int32": "int32_t", "int64": "int64_t", "int8": "int8_t",
-          "uint8": "uint8_t", "bool": "uint8_t", "float16": "uint16_t", "float64": "double"}
-
 
 @dataclass
 class EmitContext:
@@ -104,6 +102,7 @@ class CProgram:
     threads: int = 1  # most threads the module runs (1: a plain module with its own memory)
     parallel_nodes: list[str] = field(default_factory=list)
     thread_scratch: int = 0  # scratch bytes of each thread past the first (the parallel nodes' largest)
+    states: tuple[StateSpec, ...] = ()  # persistent tensors: where each lives and its initial value
 
     def link_flags(self) -> list[str]:
         """A threaded module imports a shared memory of a fixed size: data (weights, arena, per-thread
@@ -115,18 +114,6 @@ class CProgram:
         pages = -(-total // WASM_PAGE)
         return ["-matomics", "-mbulk-memory", "-Wl,--shared-memory", "-Wl,--import-memory",
                 f"-Wl,--max-memory={pages * WASM_PAGE}", "-Wl,--export=__stack_pointer"]
-
-
-def node_code(n: Node, ctx: EmitContext) -> str | None:
-    """One node's C code with ``ctx.node`` set to it (None: a view or elided concat needs none); shared
-    with the ``loop``/``if`` emitters, which lower their bodies' nodes through it."""
-    op = get_op(n.op)
-    if op.alias or id(n) in ctx.plan.elided:
-        return None
-    if op.emit is None:
-        raise NotImplementedError(f"op {n.op!r} has no code generator (node {n.name!r})")
-    ctx.node = n
-    return op.emit(n, ctx)
 
 
 def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile: bool = False,
@@ -181,6 +168,11 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile:
                          *("  " + line for line in lines), "  }"]
                 serial_since_barrier = True
             split_last = split
+    states, copies = _state_updates(graph, ctx)
+    if copies:  # the run's last step, on one thread once every node is done
+        body += ["  cuvil_barrier();"] if split_last else []
+        body += ["  /* state: the new values replace the old */",
+                 *(["  if (tid == 0) {", *("  " + c for c in copies), "  }"] if threads > 1 else copies)]
     ctx.node = None
     weights = b"".join(ctx.weights)
     arena = plan.arena_size
@@ -211,4 +203,18 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile:
         "",
     ]
     return CProgram("\n".join(parts), weights, arena, plan, ctx.kernels_used, profiled, threads,
-                    ctx.parallel_nodes, scratch_bytes)
+                    ctx.parallel_nodes, scratch_bytes, states)
+
+
+def _state_updates(graph: Graph, ctx: EmitContext) -> tuple[tuple[StateSpec, ...], list[str]]:
+    """Each state's spec (its initial value placed in the weights) and the copy of its new value over the
+    old. The copy runs after every node, so no node of this run reads a half-updated state."""
+    specs, copies = [], []
+    for s in graph_states(graph):
+        old, new = graph.inputs[s.input], graph.outputs[s.output]
+        init = np.ascontiguousarray(s.init, dtype=old.type.dtype).reshape(old.type.shape)
+        specs.append(StateSpec(s.name, old.type.dtype, old.type.shape, ctx.plan.offset(old),
+                               ctx.const_offset(init)))
+        copies.append(f"  memcpy(A + {ctx.plan.offset(old)}, {ctx.ptr(new, 'unsigned char')}, "
+                      f"{old.type.nbytes});")
+    return tuple(specs), copies

@@ -6,6 +6,9 @@ value that owns its buffer plus a byte offset:
 - in-place ops reuse an input that dies at that node (same size);
 - a concat whose inputs are contiguous slices of its output (all dims before the axis are 1) is
   elided: each producer writes straight into its slice of the output, nested concats included.
+Persistent state (``StateVar``, TFLite resource variables) needs no planning of its own: its read value is
+a graph input, pinned for the whole run like every input, so its buffer is never shared and nothing but
+the end of ``run()`` (which copies the new value in) and a host-side reset writes it.
 Loop/if bodies are planned on their own (recursively) and their whole arena is one region alive during
 their node only (branches of an ``if`` share it: one runs). Owners are placed greedy by size (largest
 first, lowest free offset not overlapping a live conflict), as TFLite's planner does.
@@ -33,6 +36,30 @@ class MemoryPlan:
 
     def offset(self, v: Value) -> int:
         return self.offsets[id(v)]
+
+
+@dataclass(frozen=True)
+class StateVar:
+    """A tensor that persists across runs: ``graph.inputs[input]`` is the value the previous run left
+    (``init`` before the first and after a reset), ``graph.outputs[output]`` the value this run leaves.
+    Held in ``graph.meta["states"]`` by index, so passes that replace an output value keep it."""
+
+    name: str
+    input: int
+    output: int
+    init: np.ndarray
+
+
+def graph_states(graph: Graph) -> list[StateVar]:
+    return list(graph.meta.get("states", ()))
+
+
+def user_io(graph: Graph) -> tuple[list[Value], list[Value]]:
+    """Graph inputs and outputs that the caller feeds and reads: all but the states'."""
+    states = graph_states(graph)
+    ins, outs = {s.input for s in states}, {s.output for s in states}
+    return ([v for i, v in enumerate(graph.inputs) if i not in ins],
+            [v for i, v in enumerate(graph.outputs) if i not in outs])
 
 
 def _align(n: int) -> int:
@@ -178,4 +205,4 @@ def _can_share(src: Value, node: Node, t: int, last_use: dict[int, int], owner, 
     return all(last_use.get(id(v), -1) <= t for v in graph.values() if owner(v)[0] is r)
 
 
-__all__ = ["ALIGN", "MemoryPlan", "plan_memory"]
+__all__ = ["ALIGN", "MemoryPlan", "StateVar", "graph_states", "plan_memory", "user_io"]

@@ -1,6 +1,5 @@
-"""The typed IR and its verifier."""
+"""The typed IR (its verifier, which checks nodes against the op registry, is ``passes.verify``)."""
 
 from .graph import DTYPES, Graph, Node, TensorType, Value
-from .verify import verify
 
-__all__ = ["DTYPES", "Graph", "Node", "TensorType", "Value", "verify"]
+__all__ = ["DTYPES", "Graph", "Node", "TensorType", "Value"]

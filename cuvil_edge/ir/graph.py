@@ -6,6 +6,7 @@ Every value has a static shape and dtype once imported. Runtime nodes carry norm
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -102,6 +103,15 @@ class Graph:
         taken.add(name)
         return name
 
+    def clone(self) -> Graph:
+        """Same values (constants shared, never mutated), fresh nodes and name sets: a rewrite of the
+        clone leaves this graph as it was."""
+        g = copy.copy(self)
+        g.nodes = [Node(n.op, n.name, list(n.inputs), list(n.outputs), dict(n.attrs)) for n in self.nodes]
+        g.inputs, g.outputs, g.meta = list(self.inputs), list(self.outputs), dict(self.meta)
+        g._names, g._node_names = set(self._names), set(self._node_names)
+        return g
+
     def value(self, name: str, ttype: TensorType, const: np.ndarray | None = None) -> Value:
         return Value(self.unique(name), ttype, const)
 
@@ -123,6 +133,14 @@ class Graph:
             for v in n.inputs:
                 uses.setdefault(id(v), []).append(n)
         return uses
+
+    def sole_consumer(self, v: Value, uses: dict[int, list[Node]]) -> Node | None:
+        """The one node reading ``v`` (``uses``: this graph's ``consumers()``), None when more or none do
+        or ``v`` is also a graph output: the node a fusion may fold ``v``'s producer into."""
+        users = uses.get(id(v), [])
+        if len(users) != 1 or any(o is v for o in self.outputs):
+            return None
+        return users[0]
 
     def producers(self) -> dict[int, Node]:
         return {id(v): n for n in self.nodes for v in n.outputs}

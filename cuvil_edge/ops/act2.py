@@ -3,13 +3,17 @@ Softplus, Elu, Celu, Selu, Softsign, ThresholdedRelu, Shrink). One vector pass e
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import same_type, split_rows
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:

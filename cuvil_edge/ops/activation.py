@@ -5,12 +5,16 @@ Standalone it runs ``f32_act`` in place; the fusion pass folds it into its produ
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..ir.graph import Node
 from .common import act_c, act_numpy, same_type, split_rows
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 
 def _fold(node: Node, args) -> list[np.ndarray]:

@@ -8,13 +8,17 @@ tensors exist at run time only at the graph's edges.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import same_type
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 #: dtype -> kernel name part; bool reads as uint8 (0/1) and writes through its own "!= 0" kernels
 _CODES = {"float32": "f32", "int32": "i32", "int64": "i64", "int8": "i8", "uint8": "u8", "bool": "b"}

@@ -20,11 +20,14 @@ values, scan outputs ``[max_trips, ...]`` (rows past the trips run are zero) and
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ..codegen.emit import EmitContext, node_code
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node, TensorType, Value
-from .registry import OpDef, register
+from .registry import OpDef, node_code, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 
 def _same_types(what: str, have: Sequence[Value], want: Sequence[Value]) -> None:

@@ -13,14 +13,18 @@ pixels) into a column buffer, scatter-added into the output (col2im).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import act_c
 from .gemm import pack_a_panels
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 SCRATCH_FLOATS = 131072  # 512 KiB of packed im2col panels per chunk of output pixels
 SUBSAMPLE_MIN_PIXELS = 400  # fp32 strided 1x1 convs subsample from this many output pixels
@@ -59,7 +63,8 @@ def conv_geometry(node: Node) -> dict[str, int]:
     return g
 
 
-def _infer(node: Node) -> list[TensorType]:
+def conv_infer(node: Node) -> list[TensorType]:
+    """Output type of a conv (shared with the integer ``qconv``, whose geometry is the same)."""
     x, w = node.inputs[0].type, node.inputs[1].type
     if len(x.shape) not in (3, 4, 5) or len(w.shape) != len(x.shape):
         raise ShapeError(f"{node.name}: conv needs NCL, NCHW or NCDHW input, got {x.shape} "
@@ -304,7 +309,7 @@ def _emit(node: Node, ctx: EmitContext) -> str:
             f"{act_c(node)}, tid, nt);")
 
 
-register(OpDef("conv", _infer, None, _emit, kernels=("f32-gemm", "f32-conv", "f32-dwconv"),
+register(OpDef("conv", conv_infer, None, _emit, kernels=("f32-gemm", "f32-conv", "f32-dwconv"),
                scratch=_scratch))
 
 

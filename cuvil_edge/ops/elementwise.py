@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError, UnsupportedOperator
 from ..ir.graph import Node, TensorType
 from .common import act_c, act_numpy, broadcast_shape, same_type, split_rows
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 BINARY_KINDS = ("add", "sub", "mul", "div", "pow", "max", "min")
 

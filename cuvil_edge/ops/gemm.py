@@ -6,13 +6,17 @@ all batches in one C loop (``f32-bmm``), with a constant B packed at build time.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import act_c, act_numpy
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 NR = 8  # panel width of the f32 GEMM microkernels
 

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType, Value
 from .common import broadcast_shape
 from .elementwise import binary_numpy, collapse_broadcast, outer_loops
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 COMPARE = {"eq": ("==", np.equal), "lt": ("<", np.less), "gt": (">", np.greater),
            "le": ("<=", np.less_equal), "ge": (">=", np.greater_equal)}

@@ -7,14 +7,18 @@ ONNX requires before opset 28). Emitted as the broadcast C loops of the ``logic`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import broadcast_shape
 from .logic import broadcast_loop
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 #: dtype -> helper prefix in the f32-mod template
 CODES = {"float32": "f32", "float64": "f64", "int8": "i8", "uint8": "u8", "int32": "i32", "int64": "i64"}

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError, UnsupportedOperator
 from ..ir.graph import Node, TensorType, Value
 from .common import broadcast_shape, cint_list
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 KERNELS = ("x32-movement",)
 MAX_RANK = 8  # idx[] in the C kernels

@@ -6,12 +6,16 @@ conv/gemm, and what remains runs as one pass over the data.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..ir.graph import Node
 from .common import act_c, act_numpy, same_type, split_rows
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 
 def _bn_fold(node: Node, args) -> list[np.ndarray]:

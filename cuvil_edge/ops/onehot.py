@@ -8,13 +8,16 @@ ONNX specifies. Emitted as one C loop: a decoder's one-hot row is small, so it r
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 
 def _infer(node: Node) -> list[TensorType]:

@@ -7,11 +7,15 @@ packed constant as IEEE half and returns a scratch buffer that ``f16_f32_vcvt`` 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..ir.graph import Node, TensorType
 from .registry import OpDef, get, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 MIN_ELEMENTS = 64  # smaller constants (bias, scales) stay f32
 

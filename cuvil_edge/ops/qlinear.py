@@ -36,16 +36,18 @@ thread count gives the same bits.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import act_c
-from .conv import _infer as conv_infer
-from .conv import conv_geometry, is_depthwise, is_pointwise, is_pointwise_strided, kernel_tile
+from .conv import conv_geometry, conv_infer, is_depthwise, is_pointwise, is_pointwise_strided, kernel_tile
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 COL_BYTES = 262144  # im2col rows per chunk: about 256 KiB of uint8 patches
 

@@ -7,13 +7,16 @@ each reduced run is one [outer][r][inner] kernel pass, innermost first, through 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 #: kind -> (first-pass kernel, later-pass kernel, numpy reference)
 KINDS = {

@@ -69,3 +69,15 @@ def registered() -> dict[str, OpDef]:
     from . import _load_all  # noqa: F401
 
     return dict(_OPS)
+
+
+def node_code(n: Node, ctx: EmitContext) -> str | None:
+    """One node's C code with ``ctx.node`` set to it (None: a view or elided concat needs none); the
+    emitter lowers every node through it, the ``loop``/``if`` emitters their bodies' nodes."""
+    op = get(n.op)
+    if op.alias or id(n) in ctx.plan.elided:
+        return None
+    if op.emit is None:
+        raise NotImplementedError(f"op {n.op!r} has no code generator (node {n.name!r})")
+    ctx.node = n
+    return op.emit(n, ctx)

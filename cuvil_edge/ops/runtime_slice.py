@@ -11,13 +11,17 @@ differs, e.g. a start too close to the end, instead of returning a wrong-sized t
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..codegen.emit import CTYPES, EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
+from .common import CTYPES
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 
 def _single_values(node: Node, count: int) -> None:

@@ -9,13 +9,18 @@ module (onnxruntime rejects it too). One C loop on thread 0: decoders scatter on
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..codegen.emit import CTYPES, EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
+from .common import CTYPES
 from .movement import strides_of
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 #: reduction -> (C statement combining ``u`` into ``*p``, numpy ufunc for folding)
 REDUCTIONS = {"none": ("*p = u;", None), "add": ("*p += u;", np.add), "mul": ("*p *= u;", np.multiply),

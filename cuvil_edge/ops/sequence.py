@@ -9,13 +9,17 @@ at build time; each direction is one kernel call whose time loop runs in wasm.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .gemm import NR, pack_b_panels, pad_to
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 GATES = {"lstm": 4, "gru": 3}
 

@@ -7,14 +7,17 @@ contiguous rows when the axis is innermost and 4 columns at a time otherwise (ch
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import split_rows
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 
 def _infer(node: Node) -> list[TensorType]:

@@ -9,16 +9,19 @@ scores at a time and never materialises the [S, L] score matrix.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..codegen.emit import EmitContext
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType, Value
 from .common import cint_list, same_type, split_rows
 from .elementwise import UNARY_NUMPY
 from .movement import strides_of
 from .registry import OpDef, register
+
+if TYPE_CHECKING:
+    from ..codegen.emit import EmitContext
 
 ATTN_ROWS = 32  # query rows per score block (ATTN_ROWS in f32-transformer.c.in)
 KERNELS = ("f32-unary", "f32-gemm", "f32-bmm", "f32-transformer")

@@ -36,10 +36,7 @@ class _Matcher:
         return n
 
     def sole_use(self, v: Value) -> Node | None:
-        users = self.uses.get(id(v), [])
-        if len(users) != 1 or any(o is v for o in self.graph.outputs):
-            return None
-        return users[0]
+        return self.graph.sole_consumer(v, self.uses)
 
 
 def scalar(v: Value) -> float | None:
@@ -265,11 +262,11 @@ def _fuse_attention(m: _Matcher, sm: Node) -> bool:
 def _fold_gemm_bias(m: _Matcher, add: Node) -> bool:
     """gemm(x, w) + c with c a constant row vector [N]: the gemm's bias (MatMul + Add of exporters)."""
     y, c = add.inputs
-    p = m.node(y, "gemm")
-    n = y.type.shape[-1]
+    p = m.node(y, "gemm")  # first: a scalar ``y`` (no gemm made it) has no last axis to read
     if p is None or len(p.inputs) > 2 or m.sole_use(y) is not add or not c.is_const or \
-            add.outputs[0].type.shape != y.type.shape or not is_row_bias(c.type.shape, n):
+            add.outputs[0].type.shape != y.type.shape or not is_row_bias(c.type.shape, y.type.shape[-1]):
         return False
+    n = y.type.shape[-1]
     bias = np.broadcast_to(c.const.astype(np.float32).reshape(-1), (n,)).copy()
     p.inputs = [*p.inputs, m.graph.constant(f"{p.name}/bias", bias)]
     p.outputs = [add.outputs[0]]

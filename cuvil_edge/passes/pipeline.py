@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..ir.graph import Graph
-from ..ir.verify import verify
 from . import fuse_patterns, layout, simplify
+from .verify import verify
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,6 @@ def fold_constants(graph: Graph) -> bool:
     return changed
 
 
-def _sole_consumer(graph: Graph, v: Value, uses: dict[int, list[Node]]) -> Node | None:
-    users = uses.get(id(v), [])
-    if len(users) != 1 or any(o is v for o in graph.outputs):
-        return None
-    return users[0]
-
-
 def _per_channel(c: Value, x: Value) -> np.ndarray | None:
     """c's values as one number per channel (axis 1 of x), if c broadcasts that way onto x."""
     rank = len(x.type.shape)
@@ -73,7 +66,7 @@ def fold_batchnorm(graph: Graph) -> bool:
         x, a, b = bn.inputs
         p = producers.get(id(x))
         if p is not None and p.op == "batchnorm" and not p.attrs.get("act") and \
-                _sole_consumer(graph, x, uses) is bn:
+                graph.sole_consumer(x, uses) is bn:
             # affine after affine: one pass over the data
             pa, pb = p.inputs[1].const, p.inputs[2].const
             av, bv = a.const, b.const
@@ -85,7 +78,7 @@ def fold_batchnorm(graph: Graph) -> bool:
             changed = True
             continue
         if p is None or p.op not in ("conv", "gemm") or p.attrs.get("act") or \
-                _sole_consumer(graph, x, uses) is not bn or not p.inputs[1].is_const:
+                graph.sole_consumer(x, uses) is not bn or not p.inputs[1].is_const:
             continue
         if p.op == "gemm" and len(x.type.shape) != 2:
             continue
@@ -110,7 +103,7 @@ def fuse_activations(graph: Graph) -> bool:
         x = act.inputs[0]
         p = producers.get(id(x))
         if p is None or p.op not in FUSABLE or p.attrs.get("act") or len(p.outputs) != 1 or \
-                _sole_consumer(graph, x, uses) is not act:
+                graph.sole_consumer(x, uses) is not act:
             continue
         p.attrs["act"] = act.attrs["act"]
         p.outputs = [act.outputs[0]]

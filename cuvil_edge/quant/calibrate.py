@@ -135,10 +135,9 @@ def _mse_range(v: np.ndarray, lo: float, hi: float) -> ActRange:
 def probe_values(graph: Graph, values: Sequence[Value], samples: Sequence[Sample],
                  progress: Progress | None = None) -> Iterable[dict[str, np.ndarray]]:
     """Run the float graph with ``values`` as extra outputs; yields {value name: array} per sample."""
-    from .rewrite import clone
     from .runner import Runner
 
-    probe = clone(graph)
+    probe = graph.clone()
     inputs = {id(v) for v in graph.inputs}
     extra = [v for v in dict.fromkeys(values) if id(v) not in inputs]
     probe.outputs = list(probe.outputs) + extra

@@ -11,7 +11,6 @@ ranges or dynamic (per row for gemm, per tensor for conv) at run time.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 
 import numpy as np
@@ -23,15 +22,6 @@ from .calibrate import ActRange
 #: per-layer choices, cheapest first (the order the mixed planner tries them)
 CHOICES = ("int4", "int8", "fp16", "fp32")
 QMAX = 127
-
-
-def clone(graph: Graph) -> Graph:
-    """Same values (constants shared, never mutated), fresh nodes: rewrites leave ``graph`` as it was."""
-    g = copy.copy(graph)
-    g.nodes = [Node(n.op, n.name, list(n.inputs), list(n.outputs), dict(n.attrs)) for n in graph.nodes]
-    g.inputs, g.outputs, g.meta = list(graph.inputs), list(graph.outputs), dict(graph.meta)
-    g._names, g._node_names = set(graph._names), set(graph._node_names)
-    return g
 
 
 def weight_rows(node: Node) -> np.ndarray:
@@ -111,7 +101,7 @@ def rewrite_layer(graph: Graph, node: Node, choice: str, ranges: Mapping[str, Ac
 def quantize_graph(graph: Graph, plan: Mapping[str, str], ranges: Mapping[str, ActRange] | None = None,
                    group: int = 32, dynamic: bool = False, log=None) -> Graph:
     """A quantized clone of ``graph`` per ``plan`` (node name -> choice), verified like any pass."""
-    q = clone(graph)
+    q = graph.clone()
 
     def run(g: Graph) -> bool:
         layers = [n for n in g.nodes if n.name in plan and quantizable(n)]

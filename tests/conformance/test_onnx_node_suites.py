@@ -25,7 +25,6 @@ RTOL, ATOL = 1e-3, 1e-5
 
 #: case-name prefix -> why cuvil-edge does not compile it (out of scope by design, not a bug)
 KNOWN_GAPS = {
-    "simple/test_gradient_of_": "Gradient (ai.onnx.preview.training) is a training op; inference only",
     "simple/test_strnorm_model_": "StringNormalizer needs string tensors, which wasm kernels do not carry",
 }
 

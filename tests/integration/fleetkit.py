@@ -153,3 +153,13 @@ class AgentThreads:
 
 def with_limits(cfg: AgentConfig, **changes: Any) -> AgentConfig:
     return replace(cfg, limits=replace(cfg.limits, **changes))
+
+
+def wait_until(pred: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
+    """Poll ``pred`` until it returns something true (returned) or ``timeout_s`` (a hang guard) passes."""
+    end = time.monotonic() + timeout_s
+    while not (got := pred()):
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+    return got

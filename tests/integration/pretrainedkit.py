@@ -1,10 +1,12 @@
 """Shared builders of Hugging Face-layout model directories for the ``from_pretrained`` tests and the
 serving tests of processed models: a ``tokenizers`` WordPiece trained on a small corpus, DistilBERT-shaped
-encoders with seeded heads, and a ResNet image classifier with its preprocessor config. No network."""
+encoders with seeded heads, a ResNet image classifier with its preprocessor config, and seeded keyword
+spotters with a feature extractor's config, test clips and WAV files. No network."""
 
 from __future__ import annotations
 
 import json
+import wave
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
-from cuvil_edge.zoo import resnet
+from cuvil_edge.zoo import NetBuilder, audio, resnet
 from cuvil_edge.zoo_transformers import bert_encoder
 
 SEQ = 16
@@ -109,3 +111,61 @@ def image_dir(path: Path) -> Path:
                                                   "id2label": IMAGE_LABELS}))
     onnx.save(resnet(batch=2, size=IMAGE_CROP), str(path / "model.onnx"))
     return path
+
+
+KEYWORDS = ["yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go", "silence", "unknown"]
+ID2LABEL = {str(i): k for i, k in enumerate(KEYWORDS)}
+
+
+def audio_dir(path: Path, model: onnx.ModelProto, preprocessor: dict, architecture: str) -> Path:
+    """A keyword spotter's directory: config.json with the keywords as id2label, the feature extractor's
+    preprocessor_config.json, the model."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"architectures": [architecture], "id2label": ID2LABEL}))
+    (path / "preprocessor_config.json").write_text(json.dumps(preprocessor))
+    onnx.save(model, str(path / "model.onnx"))
+    return path
+
+
+def feature_net(shape: list[int], features_first: bool) -> onnx.ModelProto:
+    """A seeded conv classifier over [1, feats, frames] (Conv1d) or [1, 1, frames, feats] (Conv2d)."""
+    b = NetBuilder("kws", seed=3)
+    if features_first:
+        y = b.conv_bn(b.conv_bn("x", shape[1], 24, (3,)), 24, 24, (3,), dilation=2)
+    else:
+        y = b.conv_bn(b.conv_bn("x", 1, 8, 3, stride=2), 8, 24, 3, stride=2)
+    return b.build([("x", shape)], b.head(y, 24, len(KEYWORDS)), [shape[0], len(KEYWORDS)])
+
+
+def clips(rate: int, seconds: list[float], seed: int = 0) -> list[np.ndarray]:
+    """Tones with noise, one per length (shorter and longer than a model's clip: padded / cut)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k, s in enumerate(seconds):
+        t = np.arange(int(rate * s)) / rate
+        out.append(0.3 * np.sin(2 * np.pi * (300 + 500 * k) * t) + 0.05 * rng.standard_normal(t.size))
+    return out
+
+
+def write_wav(path: Path, x: np.ndarray, rate: int) -> np.ndarray:
+    """16-bit mono PCM with the stdlib ``wave`` module; returns the samples as the file holds them."""
+    pcm = np.clip(np.round(x * 32767), -32768, 32767).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.tobytes())
+    return pcm / 32768.0
+
+
+#: the waveform keyword spotter's rate and clip (half a second), batch 2
+WAVE_RATE, WAVE_CLIP = 8000, 4000
+
+
+def wave_dir(path: Path) -> Path:
+    """A Wav2Vec2-style keyword spotter on raw waveforms: each clip normalised to zero mean and unit
+    variance, then padded or cut to ``WAVE_CLIP`` samples."""
+    return audio_dir(path, audio(batch=2, length=WAVE_CLIP), {
+        "feature_extractor_type": "Wav2Vec2FeatureExtractor", "feature_size": 1, "sampling_rate": WAVE_RATE,
+        "padding_value": 0.0, "do_normalize": True, "return_attention_mask": False},
+        "Wav2Vec2ForSequenceClassification")

@@ -18,9 +18,9 @@ from test_multi_model import HIGH, HW, LOW, MultiWorld
 
 from cuvil_edge.fleet import LocalBroker
 from cuvil_edge.signing import sign_envelope
-from ota.agent import MODELS_DIR
 from ota.config import AdmissionSettings, AgentConfig, HttpSettings, ModelConfig, load_agent_config
 from ota.http_client import InferenceClient
+from ota.installer import MODELS_DIR
 from ota.protocol import Announcement, Topics, format_time, sha256_hex, split_chunks
 from ota.transport import MqttClient
 from runtime_wasm import RuntimePolicy

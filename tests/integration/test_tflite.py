@@ -314,7 +314,11 @@ def test_op_zoo_matches_litert_with_no_interior_transposes() -> None:
 
 def test_every_builtin_converter_is_checked_against_litert() -> None:
     """A converter joins the table only with a model above that runs it (a list that only grows)."""
-    used = {op.op for data in (cnn(), cnn(fp16_weights=True), matmul_slices(), op_zoo(), int8_cnn())
+    from test_tflite_stateful import streaming
+    from test_tflite_third_party import sparse_depth_space
+
+    used = {op.op for data in (cnn(), cnn(fp16_weights=True), matmul_slices(), op_zoo(), int8_cnn(),
+                               streaming(), sparse_depth_space())
             for op in read_tflite(data).subgraphs[0].operators}
     assert set(BUILTINS) - used == set()
 
@@ -396,6 +400,23 @@ def test_int8_per_channel_cnn_within_one_step_of_litert() -> None:
     assert interior_transposes(model) == []  # the flatten before the FC re-lays the FC weights instead
     concat = next(n for n in model.graph.nodes if n.op == "concat")
     assert concat.outputs[0].type.dtype == "uint8"  # data movement moves the quantized bytes as they are
+
+
+def test_inspect_shows_the_models_quantization(tmp_path, capsys) -> None:
+    path = tmp_path / "int8.tflite"
+    path.write_bytes(int8_cnn())
+    assert main(["inspect", str(path)]) == 0
+    report = capsys.readouterr().out
+    # conv, depthwise and FC weights (int8) and biases (int32): all per-channel
+    assert "9 quantized activations; 6 quantized constants (int32 x3, int8 x3), 6 per-channel, 0 per-tensor" \
+        in report
+    assert f"  input  image: int8 scale {np.float32(4 / 255):.6g} zero point 0" in report
+    assert "  output probs: uint8 scale 0.00390625 zero point 0" in report
+    assert f"  output d1: int8 scale {np.float32(8 / 255):.6g} zero point 3" in report
+    float_path = tmp_path / "float.tflite"
+    float_path.write_bytes(matmul_slices())
+    assert main(["inspect", str(float_path)]) == 0
+    assert "source quantization" not in capsys.readouterr().out  # a float model has none
 
 
 def test_format_is_told_by_the_identifier_whatever_the_suffix(tmp_path) -> None:

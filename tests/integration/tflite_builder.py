@@ -13,7 +13,7 @@ from tflite.BuiltinOptions import BuiltinOptions
 from tflite.utils import BUILTIN_OPCODE2NAME
 
 CODES = {name: code for code, name in BUILTIN_OPCODE2NAME.items()}
-TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int8": 9}
+TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int8": 9, "resource": 13}
 
 
 #: (scales, zero points, quantized dimension)
@@ -27,6 +27,7 @@ class _Tensor:
     dtype: str
     buffer: int
     quant: Quant | None = None
+    csr: tuple[np.ndarray, np.ndarray] | None = None  # sparse: (segments, indices) of the last dim
 
 
 @dataclass
@@ -58,13 +59,33 @@ class TfliteBuilder:
         self.tensors.append(_Tensor(name, array.shape, str(array.dtype), len(self.buffers) - 1, quant))
         return len(self.tensors) - 1
 
+    def sparse_const(self, name: str, array: np.ndarray) -> int:
+        """A constant stored sparse, as pruned models ship weights: leading dims dense, the last CSR
+        (its non-zeros in row-major order); LiteRT's DENSIFY expands it."""
+        array = np.ascontiguousarray(array)
+        rows = array.reshape(-1, array.shape[-1])
+        nz = [np.flatnonzero(r) for r in rows]
+        segments = np.concatenate([[0], np.cumsum([len(i) for i in nz])]).astype(np.int32)
+        indices = np.concatenate(nz).astype(np.int32)
+        self.buffers.append(rows[rows != 0].tobytes())
+        self.tensors.append(_Tensor(name, array.shape, str(array.dtype), len(self.buffers) - 1,
+                                    csr=(segments, indices)))
+        return len(self.tensors) - 1
+
     def op(self, code: str, inputs: list[int], outputs: list[int],
            options: tuple[str, dict[str, Any]] | None = None, custom: str | None = None) -> None:
         """``options``: (options table name, {field: value}), e.g.
         ("AddOptions", {"FusedActivationFunction": 1})."""
         self.ops.append(_Op(code, custom, inputs, outputs, options))
 
-    def build(self, inputs: list[int], outputs: list[int]) -> bytes:
+    def subgraph(self) -> TfliteBuilder:
+        """Another subgraph of the same model (e.g. a CALL_ONCE initializer): its own tensors and
+        operators, the model's buffers."""
+        return TfliteBuilder(buffers=self.buffers)
+
+    def build(self, inputs: list[int], outputs: list[int],
+              subgraphs: tuple[tuple[TfliteBuilder, list[int], list[int]], ...] = ()) -> bytes:
+        """``subgraphs``: (builder from ``subgraph()``, inputs, outputs) of subgraphs 1, 2, ..."""
         b = flatbuffers.Builder(1024)
         buffers = []
         for data in self.buffers:
@@ -73,19 +94,9 @@ class TfliteBuilder:
             if vec is not None:
                 tflite.BufferAddData(b, vec)
             buffers.append(tflite.BufferEnd(b))
-        tensors = []
-        for t in self.tensors:
-            name, shape = b.CreateString(t.name), b.CreateNumpyVector(np.asarray(t.shape, np.int32))
-            quant = _quant(b, t.quant) if t.quant else None
-            tflite.TensorStart(b)
-            if quant is not None:
-                tflite.TensorAddQuantization(b, quant)
-            tflite.TensorAddShape(b, shape)
-            tflite.TensorAddType(b, TYPES[t.dtype])
-            tflite.TensorAddBuffer(b, t.buffer)
-            tflite.TensorAddName(b, name)
-            tensors.append(tflite.TensorEnd(b))
-        kinds = list(dict.fromkeys((o.code, o.custom) for o in self.ops))
+        graphs = [(self, inputs, outputs, "main"), *((g, i, o, f"sub{k}") for k, (g, i, o) in
+                                                      enumerate(subgraphs, 1))]
+        kinds = list(dict.fromkeys((o.code, o.custom) for g, *_ in graphs for o in g.ops))
         codes = []
         for code, custom in kinds:
             cname = b.CreateString(custom) if custom else None
@@ -96,6 +107,38 @@ class TfliteBuilder:
             if cname is not None:
                 tflite.OperatorCodeAddCustomCode(b, cname)
             codes.append(tflite.OperatorCodeEnd(b))
+        sgs = [g._subgraph(b, i, o, name, kinds) for g, i, o, name in graphs]
+        sig = _signature(b, [(self.tensors[i].name, i) for i in inputs],
+                         [(self.tensors[i].name, i) for i in outputs])
+        code_vec, sg_vec, buf_vec, sig_vec = (_table_vector(b, x) for x in (codes, sgs, buffers, [sig]))
+        desc = b.CreateString("cuvil-edge test model")
+        tflite.ModelStart(b)
+        tflite.ModelAddVersion(b, 3)
+        tflite.ModelAddOperatorCodes(b, code_vec)
+        tflite.ModelAddSubgraphs(b, sg_vec)
+        tflite.ModelAddDescription(b, desc)
+        tflite.ModelAddBuffers(b, buf_vec)
+        tflite.ModelAddSignatureDefs(b, sig_vec)
+        b.Finish(tflite.ModelEnd(b), file_identifier=b"TFL3")
+        return bytes(b.Output())
+
+    def _subgraph(self, b: flatbuffers.Builder, inputs: list[int], outputs: list[int], name: str,
+                  kinds: list[tuple[str, str | None]]) -> int:
+        tensors = []
+        for t in self.tensors:
+            tname, shape = b.CreateString(t.name), b.CreateNumpyVector(np.asarray(t.shape, np.int32))
+            quant = _quant(b, t.quant) if t.quant else None
+            sparsity = _sparsity(b, t.shape, *t.csr) if t.csr else None
+            tflite.TensorStart(b)
+            if quant is not None:
+                tflite.TensorAddQuantization(b, quant)
+            if sparsity is not None:
+                tflite.TensorAddSparsity(b, sparsity)
+            tflite.TensorAddShape(b, shape)
+            tflite.TensorAddType(b, TYPES[t.dtype])
+            tflite.TensorAddBuffer(b, t.buffer)
+            tflite.TensorAddName(b, tname)
+            tensors.append(tflite.TensorEnd(b))
         ops = []
         for o in self.ops:
             opts = _options(b, *o.options) if o.options else None
@@ -111,27 +154,14 @@ class TfliteBuilder:
             ops.append(tflite.OperatorEnd(b))
         sg_in, sg_out = (b.CreateNumpyVector(np.asarray(x, np.int32)) for x in (inputs, outputs))
         tvec, ovec = _table_vector(b, tensors), _table_vector(b, ops)
-        sg_name = b.CreateString("main")
+        sg_name = b.CreateString(name)
         tflite.SubGraphStart(b)
         tflite.SubGraphAddTensors(b, tvec)
         tflite.SubGraphAddOperators(b, ovec)
         tflite.SubGraphAddInputs(b, sg_in)
         tflite.SubGraphAddOutputs(b, sg_out)
         tflite.SubGraphAddName(b, sg_name)
-        sg = tflite.SubGraphEnd(b)
-        sig = _signature(b, [(self.tensors[i].name, i) for i in inputs],
-                         [(self.tensors[i].name, i) for i in outputs])
-        code_vec, sg_vec, buf_vec, sig_vec = (_table_vector(b, x) for x in (codes, [sg], buffers, [sig]))
-        desc = b.CreateString("cuvil-edge test model")
-        tflite.ModelStart(b)
-        tflite.ModelAddVersion(b, 3)
-        tflite.ModelAddOperatorCodes(b, code_vec)
-        tflite.ModelAddSubgraphs(b, sg_vec)
-        tflite.ModelAddDescription(b, desc)
-        tflite.ModelAddBuffers(b, buf_vec)
-        tflite.ModelAddSignatureDefs(b, sig_vec)
-        b.Finish(tflite.ModelEnd(b), file_identifier=b"TFL3")
-        return bytes(b.Output())
+        return tflite.SubGraphEnd(b)
 
 
 def _quant(b: flatbuffers.Builder, quant: Quant) -> int:
@@ -145,6 +175,35 @@ def _quant(b: flatbuffers.Builder, quant: Quant) -> int:
     return tflite.QuantizationParametersEnd(b)
 
 
+def _sparsity(b: flatbuffers.Builder, shape: tuple[int, ...], segments: np.ndarray,
+              indices: np.ndarray) -> int:
+    """Traversal in order, every dim DENSE but the last, which is CSR (int32 segments and indices)."""
+    vectors = []
+    for arr in (segments, indices):
+        values = b.CreateNumpyVector(arr)
+        tflite.Int32VectorStart(b)
+        tflite.Int32VectorAddValues(b, values)
+        vectors.append(tflite.Int32VectorEnd(b))
+    dims = []
+    for d, size in enumerate(shape):
+        tflite.DimensionMetadataStart(b)
+        if d < len(shape) - 1:
+            tflite.DimensionMetadataAddFormat(b, 0)
+            tflite.DimensionMetadataAddDenseSize(b, size)
+        else:
+            tflite.DimensionMetadataAddFormat(b, 1)
+            tflite.DimensionMetadataAddArraySegmentsType(b, 1)  # SparseIndexVector.Int32Vector
+            tflite.DimensionMetadataAddArraySegments(b, vectors[0])
+            tflite.DimensionMetadataAddArrayIndicesType(b, 1)
+            tflite.DimensionMetadataAddArrayIndices(b, vectors[1])
+        dims.append(tflite.DimensionMetadataEnd(b))
+    order, dim_vec = b.CreateNumpyVector(np.arange(len(shape), dtype=np.int32)), _table_vector(b, dims)
+    tflite.SparsityParametersStart(b)
+    tflite.SparsityParametersAddTraversalOrder(b, order)
+    tflite.SparsityParametersAddDimMetadata(b, dim_vec)
+    return tflite.SparsityParametersEnd(b)
+
+
 def _table_vector(b: flatbuffers.Builder, offsets: list[int]) -> int:
     b.StartVector(4, len(offsets), 4)
     for off in reversed(offsets):
@@ -153,9 +212,10 @@ def _table_vector(b: flatbuffers.Builder, offsets: list[int]) -> int:
 
 
 def _options(b: flatbuffers.Builder, table: str, fields: dict[str, Any]) -> int:
-    """One builtin options table; list values become int32 vectors (SqueezeDims, NewShape)."""
-    vectors = {k: b.CreateNumpyVector(np.asarray(v, np.int32)) for k, v in fields.items()
-               if isinstance(v, (list, tuple))}
+    """One builtin options table; list values become int32 vectors (SqueezeDims, NewShape), strings
+    strings (VarHandleOptions' SharedName)."""
+    vectors = {k: b.CreateString(v) if isinstance(v, str) else b.CreateNumpyVector(np.asarray(v, np.int32))
+               for k, v in fields.items() if isinstance(v, (list, tuple, str))}
     getattr(tflite, f"{table}Start")(b)
     for k, v in fields.items():
         getattr(tflite, f"{table}Add{k}")(b, vectors.get(k, v))

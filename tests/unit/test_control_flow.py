@@ -12,8 +12,9 @@ from onnx import TensorProto, helper
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import GraphVerificationError, UnsupportedOperator
 from cuvil_edge.frontend.onnx import import_onnx
-from cuvil_edge.ir import TensorType, Value, verify
+from cuvil_edge.ir import TensorType, Value
 from cuvil_edge.oracle import ort_session
+from cuvil_edge.passes import verify
 from runtime_wasm.errors import InferenceTrap
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL

@@ -8,9 +8,9 @@ import pytest
 from cuvil_edge.codegen.kernels import generate
 from cuvil_edge.codegen.memplan import plan_memory
 from cuvil_edge.errors import GraphVerificationError
-from cuvil_edge.ir import Graph, TensorType, verify
+from cuvil_edge.ir import Graph, TensorType
 from cuvil_edge.ops import get as get_op
-from cuvil_edge.passes import run_passes
+from cuvil_edge.passes import run_passes, verify
 
 
 def _chain(n_layers: int = 6) -> Graph:

@@ -15,17 +15,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx import shape_inference as si
 from ort_quantized import check_ort_quantized
+from qs8_cases import TIERS, RunResult, dynamic_qparams, quantize_cases, run_cases
 
-from cuvil_edge import CuvilModel, Target
-from cuvil_edge.compiler import optimize_graph
-from cuvil_edge.ir.graph import Graph
 from cuvil_edge.ops import qlinear
-from cuvil_edge.quant.calibrate import ActRange
-from cuvil_edge.quant.rewrite import act_qparams, quantize_graph, quantize_int8_rows
-from cuvil_edge.quant.runner import Runner
-from runtime_wasm.variants import probe_host
-
-TIERS = ("simd128", "relaxed") if probe_host().relaxed_simd else ("simd128",)
+from cuvil_edge.quant.rewrite import act_qparams, quantize_int8_rows
 
 #: name -> (input shape, output channels, groups, clip bounds after (None: no activation), kernel).
 #: Channels off multiples of 4 and 8, pixel counts off whole 16-pixel packing steps and 4-token blocks,
@@ -69,10 +62,6 @@ def _weights(name: str, cin: int, m: int, groups: int) -> tuple[np.ndarray, np.n
             rng.standard_normal(m).astype(np.float32))
 
 
-def _input(name: str, shape: list[int]) -> np.ndarray:
-    return np.random.default_rng(len(name)).standard_normal(shape).astype(np.float32)
-
-
 def conv_model(cases: dict[str, tuple], im2col_cases: dict[str, tuple]) -> onnx.ModelProto:
     """One 1x1 Conv (bias) per case on input ``x_<name>``, then Clip(lo, hi) when the case has bounds;
     the im2col cases (padding) follow with 6 output channels."""
@@ -114,21 +103,9 @@ def reference(name: str, x: np.ndarray, s: float, z: int) -> np.ndarray:
     return y.reshape(n, m, *shape[2:])
 
 
-def _quantized(dynamic: bool = False) -> tuple[Graph, dict[str, np.ndarray], dict[str, ActRange]]:
-    """Every case quantized to int8: activations static (calibrated on the test input itself) or dynamic."""
-    graph = CuvilModel.load(conv_model(CASES, IM2COL_CASES)).graph
-    optimize_graph(graph)
+def _quantized(dynamic: bool = False):
     shapes = {k: v[0] for k, v in CASES.items()} | {k: v[0] for k, v in IM2COL_CASES.items()}
-    xs = {name: _input(name, shape) for name, shape in shapes.items()}
-    ranges = {name: ActRange(float(x.min()), float(x.max())) for name, x in xs.items()}
-    plan = {n.name: "int8" for n in graph.nodes if n.op == "conv"}
-    q = quantize_graph(graph, plan, {f"x_{k}": r for k, r in ranges.items()}, dynamic=dynamic)
-    return q, xs, ranges
-
-
-def _run(graph: Graph, xs: dict[str, np.ndarray], tier: str) -> tuple[dict[str, str], dict[str, np.ndarray]]:
-    with Runner(graph, Target(tier, probe_host().family)) as run:
-        return dict(run.compiled.kernels), run({f"x_{k}": x for k, x in xs.items()})
+    return quantize_cases(conv_model(CASES, IM2COL_CASES), shapes, dynamic)
 
 
 @pytest.fixture(scope="module")
@@ -137,9 +114,9 @@ def quantized():
 
 
 @pytest.fixture(scope="module")
-def results(quantized) -> dict[str, tuple[dict[str, str], dict[str, np.ndarray]]]:
+def results(quantized) -> dict[str, RunResult]:
     q, xs, _ = quantized
-    return {tier: _run(q, xs, tier) for tier in TIERS}
+    return {tier: run_cases(q, xs, tier) for tier in TIERS}
 
 
 @pytest.mark.parametrize("name", sorted(CASES) + sorted(IM2COL_CASES))
@@ -163,13 +140,10 @@ def test_matches_integer_reference_bit_for_bit(quantized, results, name: str, ti
 def test_dynamic_activations_bit_for_bit() -> None:
     """int8-dynamic: scale and zero point from the input's range at run time, then the same exact answer."""
     q, xs, _ = _quantized(dynamic=True)
-    _, outs = _run(q, xs, TIERS[-1])
+    _, outs = run_cases(q, xs, TIERS[-1])
     for name in CASES:
-        x = xs[name]
-        lo, hi = min(x.min(), np.float32(0)), max(x.max(), np.float32(0))
-        s = (hi - lo) / np.float32(127)
-        z = int(np.clip(np.rint(-lo / s), 0, 127))
-        np.testing.assert_array_equal(outs[f"y_{name}"], reference(name, x, s, z), err_msg=name)
+        want = reference(name, xs[name], *dynamic_qparams(xs[name]))
+        np.testing.assert_array_equal(outs[f"y_{name}"], want, err_msg=name)
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -179,7 +153,7 @@ def test_equals_the_im2col_path(quantized, results, tier: str) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(qlinear, "is_pointwise", lambda g: False)
         mp.setattr(qlinear, "is_pointwise_strided", lambda g: False)
-        kernels, old = _run(q, xs, tier)
+        kernels, old = run_cases(q, xs, tier)
     assert {kernels[f"pw_{name}"] for name in CASES} == {f"qs8-conv-im2col-gemm-8x{t}" for t in (1, 4)}
     _, new = results[tier]
     for name in [*CASES, *IM2COL_CASES]:

@@ -15,19 +15,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx import shape_inference as si
 from ort_quantized import check_ort_quantized
+from qs8_cases import TIERS, RunResult, dynamic_qparams, quantize_cases, run_cases
 
 from cuvil_edge import CuvilModel, Target
-from cuvil_edge.compiler import optimize_graph
-from cuvil_edge.ir.graph import Graph
 from cuvil_edge.ops import qlinear
-from cuvil_edge.quant.calibrate import ActRange
-from cuvil_edge.quant.rewrite import act_qparams, quantize_graph, quantize_int8_rows
-from cuvil_edge.quant.runner import Runner
+from cuvil_edge.quant.rewrite import act_qparams, quantize_int8_rows
 from cuvil_edge.zoo import mobilenet
-from runtime_wasm.variants import probe_host
-
-TIERS = ("simd128", "relaxed") if probe_host().relaxed_simd else ("simd128",)
-
 
 #: name -> (input shape, filter, strides, pads (begins, ends), dilations, ReLU6 after, expected kernel);
 #: widths cover whole 8-pixel steps, a partial last step and rows narrower than 4 outputs
@@ -55,10 +48,6 @@ def _weights(name: str, shape: Sequence[int], kernel: Sequence[int]) -> tuple[np
     c = shape[1]
     return ((rng.standard_normal((c, 1, *kernel)) * 0.5).astype(np.float32),
             rng.standard_normal(c).astype(np.float32))
-
-
-def _input(name: str, shape: Sequence[int]) -> np.ndarray:
-    return np.random.default_rng(len(name)).standard_normal(shape).astype(np.float32)
 
 
 def dw_model(cases: dict[str, tuple]) -> onnx.ModelProto:
@@ -104,20 +93,8 @@ def reference(name: str, x: np.ndarray, s: float, z: int) -> np.ndarray:
     return y.reshape(shape[0], c, *([ow] if len(shape) == 3 else [oh, ow]))
 
 
-def _quantized(dynamic: bool = False) -> tuple[Graph, dict[str, np.ndarray], dict[str, ActRange]]:
-    """Every case quantized to int8: activations static (calibrated on the test input itself) or dynamic."""
-    graph = CuvilModel.load(dw_model(CASES)).graph
-    optimize_graph(graph)
-    xs = {name: _input(name, shape) for name, (shape, *_) in CASES.items()}
-    ranges = {name: ActRange(float(x.min()), float(x.max())) for name, x in xs.items()}
-    plan = {n.name: "int8" for n in graph.nodes if n.op == "conv"}
-    q = quantize_graph(graph, plan, {f"x_{k}": r for k, r in ranges.items()}, dynamic=dynamic)
-    return q, xs, ranges
-
-
-def _run(graph: Graph, xs: dict[str, np.ndarray], tier: str) -> tuple[dict[str, str], dict[str, np.ndarray]]:
-    with Runner(graph, Target(tier, probe_host().family)) as run:
-        return dict(run.compiled.kernels), run({f"x_{k}": x for k, x in xs.items()})
+def _quantized(dynamic: bool = False):
+    return quantize_cases(dw_model(CASES), {name: shape for name, (shape, *_) in CASES.items()}, dynamic)
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +103,9 @@ def quantized():
 
 
 @pytest.fixture(scope="module")
-def results(quantized) -> dict[str, tuple[dict[str, str], dict[str, np.ndarray]]]:
+def results(quantized) -> dict[str, RunResult]:
     q, xs, _ = quantized
-    return {tier: _run(q, xs, tier) for tier in TIERS}
+    return {tier: run_cases(q, xs, tier) for tier in TIERS}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -153,12 +130,10 @@ def test_dynamic_activations_bit_for_bit() -> None:
     """int8-dynamic: scale and zero point come from the input's range at run time (qu8_quantize_dyn, f32
     arithmetic), then the same kernels and the same exact answer."""
     q, xs, _ = _quantized(dynamic=True)
-    _, outs = _run(q, xs, TIERS[-1])
+    _, outs = run_cases(q, xs, TIERS[-1])
     for name, x in xs.items():
-        lo, hi = min(x.min(), np.float32(0)), max(x.max(), np.float32(0))
-        s = (hi - lo) / np.float32(127)
-        z = int(np.clip(np.rint(-lo / s), 0, 127))
-        np.testing.assert_array_equal(outs[f"y_{name}"], reference(name, x, s, z), err_msg=name)
+        want = reference(name, x, *dynamic_qparams(x))
+        np.testing.assert_array_equal(outs[f"y_{name}"], want, err_msg=name)
 
 
 def test_equals_the_im2col_path(quantized, results) -> None:
@@ -167,7 +142,7 @@ def test_equals_the_im2col_path(quantized, results) -> None:
     q, xs, _ = quantized
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(qlinear, "is_depthwise", lambda g: False)
-        kernels, old = _run(q, xs, TIERS[-1])
+        kernels, old = run_cases(q, xs, TIERS[-1])
     assert {k for n, k in kernels.items() if n.startswith("dw_")} == {"qs8-conv-im2col-gemm-8x4"}
     _, new = results[TIERS[-1]]
     for name in CASES:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from ...ops.common import is_row_bias
+from ..padding import same_pads
 from .registry import ConvertContext, converter
 
 
-def _conv_pads(ctx: ConvertContext, spatial: list[int], kernel: list[int], strides: list[int],
-               dilations: list[int]) -> list[int]:
-    """Explicit [begins..., ends...] pads for every auto_pad mode."""
+def conv_pads(ctx: ConvertContext, spatial: list[int], kernel: list[int], strides: list[int],
+              dilations: list[int]) -> list[int]:
+    """Explicit [begins..., ends...] pads for every auto_pad mode (conv, pooling and their integer forms)."""
     n = len(spatial)
     auto = ctx.attr("auto_pad", "NOTSET")
     if auto in ("NOTSET", ""):
@@ -21,14 +22,7 @@ def _conv_pads(ctx: ConvertContext, spatial: list[int], kernel: list[int], strid
     if auto == "VALID":
         return [0] * 2 * n
     if auto in ("SAME_UPPER", "SAME_LOWER"):
-        begins, ends = [], []
-        for size, k, s, d in zip(spatial, kernel, strides, dilations):
-            out = -(-size // s)
-            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-            small, big = total // 2, total - total // 2
-            begins.append(small if auto == "SAME_UPPER" else big)
-            ends.append(big if auto == "SAME_UPPER" else small)
-        return begins + ends
+        return same_pads(spatial, kernel, strides, dilations, odd_at_end=auto == "SAME_UPPER")
     raise ctx.unsupported(f"auto_pad={auto!r}")
 
 
@@ -51,7 +45,7 @@ def _conv_common(ctx: ConvertContext) -> tuple[list, int, list[int], list[int], 
 @converter("Conv")
 def conv(ctx: ConvertContext) -> None:
     ins, _, kernel, strides, dilations = _conv_common(ctx)
-    pads = _conv_pads(ctx, list(ins[0].type.shape[2:]), kernel, strides, dilations)
+    pads = conv_pads(ctx, list(ins[0].type.shape[2:]), kernel, strides, dilations)
     ctx.set_outputs(ctx.emit1("conv", ins, dict(strides=strides, dilations=dilations, pads=pads,
                                                 group=int(ctx.attr("group", 1)))))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .convert_nn import _conv_pads
+from .convert_nn import conv_pads
 from .registry import ConvertContext, converter
 
 
@@ -16,7 +16,7 @@ def _pool(ctx: ConvertContext, kind: str) -> None:
         raise ctx.unsupported(f"kernel_shape {kernel} does not match {n} spatial dims")
     strides = list(ctx.attr("strides", [1] * n))
     dilations = list(ctx.attr("dilations", [1] * n))
-    pads = _conv_pads(ctx, list(x.type.shape[2:]), list(kernel), strides, dilations)
+    pads = conv_pads(ctx, list(x.type.shape[2:]), list(kernel), strides, dilations)
     ctx.set_outputs(ctx.emit1("pool", [x], dict(
         kind=kind, kernel=list(kernel), strides=strides, dilations=dilations, pads=pads,
         ceil_mode=int(ctx.attr("ceil_mode", 0)), count_include_pad=int(ctx.attr("count_include_pad", 0)))))

@@ -15,7 +15,7 @@ import numpy as np
 from ...ir.graph import Value
 from ...ops.qlinear import broadcast_param
 from ...quant.qdq import remember
-from .convert_nn import _conv_pads
+from .convert_nn import conv_pads
 from .registry import ConvertContext, converter
 
 
@@ -72,7 +72,7 @@ def _conv(ctx: ConvertContext, x: Value, w: Value, bias: list[Value]) -> Value:
     kernel = list(ctx.attr("kernel_shape", w.type.shape[2:]))
     n = len(kernel)
     strides, dilations = list(ctx.attr("strides", [1] * n)), list(ctx.attr("dilations", [1] * n))
-    pads = _conv_pads(ctx, list(x.type.shape[2:]), kernel, strides, dilations)
+    pads = conv_pads(ctx, list(x.type.shape[2:]), kernel, strides, dilations)
     return ctx.emit1("conv", [x, w, *bias], dict(strides=strides, dilations=dilations, pads=pads,
                                                   group=int(ctx.attr("group", 1))), name=f"{ctx.name}/conv")
 

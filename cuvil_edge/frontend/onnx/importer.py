@@ -12,34 +12,35 @@ from ...errors import ModelFormatError, ShapeError, UnsupportedOperator
 from ...ir.graph import Graph, TensorType, Value
 from ...quant.qdq import fuse_qdq
 from .float16 import HalfFloats
-from .registry import ConvertContext, converters
+from .registry import CONVERTERS, ConvertContext
 
 MIN_OPSET, MAX_OPSET = 7, 21
 #: non-default-domain operators with a converter (registered under their op_type)
-CONTRIB_OPS = frozenset({("com.microsoft", "MatMulNBits")})
+CONTRIB_OPS = frozenset({("com.microsoft", "MatMulNBits"), ("ai.onnx.preview.training", "Gradient")})
 
 
 def load_onnx(model: str | os.PathLike[str] | bytes | Any):
     """Read and check an ONNX model; every failure is a ``ModelFormatError``."""
     import onnx
 
+    raw = bytes(model) if isinstance(model, (bytes, bytearray)) else None
     try:
         if isinstance(model, onnx.ModelProto):
             proto = model
-        elif isinstance(model, (bytes, bytearray)):
-            proto = onnx.load_from_string(bytes(model))
+        elif raw is not None:
+            proto = onnx.load_from_string(raw)
         else:
             proto = onnx.load(os.fspath(model))
     except FileNotFoundError:
         raise
     except Exception as exc:  # onnx raises DecodeError, ValueError, ... for corrupt files
         raise ModelFormatError(f"not a readable ONNX model: {exc}") from exc
-    proto = _topologically_sorted(proto)
-    try:
-        onnx.checker.check_model(proto)
+    ordered = _topologically_sorted(proto)
+    try:  # a ModelProto is serialized again for the checker (0.25 s per 170 MB): give it the bytes read
+        onnx.checker.check_model(raw if raw is not None and ordered is proto else ordered)
     except Exception as exc:
         raise ModelFormatError(f"ONNX model fails the checker: {str(exc).splitlines()[0]}") from exc
-    return proto
+    return ordered
 
 
 def _reads(node: Any) -> list[str]:
@@ -155,7 +156,6 @@ def _declared_shapes(graph_proto: Any) -> dict[str, tuple[int, ...]]:
 
 def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], opset: int,
                    scope: _ImportScope) -> None:
-    table = converters()
     for node in nodes:
         if node.domain not in ("", "ai.onnx") and (node.domain, node.op_type) not in CONTRIB_OPS:
             raise UnsupportedOperator(f"{node.domain}.{node.op_type}", node.name or node.output[0], opset,
@@ -163,7 +163,7 @@ def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], op
         if node.op_type == "If" and node.input[0] in env and env[node.input[0]].is_const:
             _inline_if(graph, env, node, opset, scope)
             continue
-        fn = table.get(node.op_type)
+        fn = CONVERTERS.get(node.op_type)
         if fn is None:
             raise UnsupportedOperator(node.op_type, node.name or node.output[0], opset)
         ctx = ConvertContext(graph, env, node, opset, scope.declared)

@@ -1,40 +1,26 @@
-"""ONNX converter registry and the per-node conversion context."""
+"""ONNX converter table (the shared ``ConverterTable``: each public module of this package is one op
+family, loaded on first lookup) and the per-node conversion context."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import ShapeError, UnsupportedOperator
-from ...ir.graph import Graph, TensorType, Value
-from ..registry import IRBuilder
+from ...ir.graph import Graph, Value
+from ..registry import ConverterTable, IRBuilder
 
 if TYPE_CHECKING:
     import onnx
 
 Converter = Callable[["ConvertContext"], None]
-_CONVERTERS: dict[str, Converter] = {}
-
-
-def converter(*op_types: str) -> Callable[[Converter], Converter]:
-    """Register ``fn`` as the converter for ONNX ``op_types`` (default domain)."""
-
-    def deco(fn: Converter) -> Converter:
-        for t in op_types:
-            if t in _CONVERTERS:
-                raise ValueError(f"ONNX op {t!r} has two converters")
-            _CONVERTERS[t] = fn
-        return fn
-
-    return deco
-
-
-def converters() -> dict[str, Converter]:
-    from . import _load_all  # noqa: F401
-
-    return _CONVERTERS
+#: ONNX op type (default domain) -> converter
+CONVERTERS: ConverterTable[Converter] = ConverterTable("ONNX", __package__,
+                                                       skip=("float16", "importer", "registry"))
+#: ``@converter("OnnxOp", ...)``: register the decorated function as the converter for those op types
+converter = CONVERTERS.register
 
 
 class ConvertContext(IRBuilder):
@@ -98,7 +84,3 @@ class ConvertContext(IRBuilder):
             if out_name:
                 self.env[out_name] = v
 
-
-
-def tensor_type_of(shape: Sequence[int], dtype: np.dtype | str) -> TensorType:
-    return TensorType(tuple(int(d) for d in shape), str(np.dtype(dtype)))

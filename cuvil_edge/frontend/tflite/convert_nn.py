@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..padding import same_pads
 from .layout import NCHW, flat_order
 from .registry import TflContext, converter
 
@@ -16,19 +17,16 @@ SAME, VALID = 0, 1
 
 
 def _pads(ctx: TflContext, spatial: tuple[int, ...], kernel: list[int], strides: list[int],
-          dilations: list[int]) -> list[int]:
-    """Explicit [begins..., ends...]: TFLite SAME puts the odd unit at the end."""
-    padding = int(ctx.options.get("Padding", VALID))
+          dilations: list[int], padding: int | None = None) -> list[int]:
+    """Explicit [begins..., ends...]: TFLite SAME puts the odd unit at the end. ``padding`` defaults to
+    the operator's ``Padding`` option."""
+    if padding is None:
+        padding = int(ctx.options.get("Padding", VALID))
     if padding == VALID:
         return [0] * 2 * len(spatial)
     if padding != SAME:
         raise ctx.unsupported(f"padding {padding}")
-    begins, ends = [], []
-    for size, k, s, d in zip(spatial, kernel, strides, dilations):
-        total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
-        begins.append(total // 2)
-        ends.append(total - total // 2)
-    return begins + ends
+    return same_pads(spatial, kernel, strides, dilations)
 
 
 def _strides(ctx: TflContext) -> list[int]:
@@ -71,21 +69,27 @@ def depthwise_conv(ctx: TflContext) -> None:
 
 @converter("TRANSPOSE_CONV")
 def transpose_conv(ctx: TflContext) -> None:
-    """Inputs: output shape, weights [O, KH, KW, I], x, optional bias; SAME pads split as in _pads."""
-    out_shape = [int(d) for d in ctx.const(0).reshape(-1)]
-    w = ctx.const(1)
-    x = ctx.nchw(2)
-    strides = _strides(ctx)
-    kernel = list(w.shape[1:3])
-    pads = _pads(ctx, tuple(out_shape[1:3]), kernel, strides, [1, 1])
+    """Inputs: output shape, weights [O, KH, KW, I], x, optional bias."""
+    deconv(ctx, x=2, w=1, bias=3, out_shape=[int(d) for d in ctx.const(0).reshape(-1)], strides=_strides(ctx),
+           padding=int(ctx.options.get("Padding", VALID)))
+
+
+def deconv(ctx: TflContext, x: int, w: int, bias: int, out_shape: list[int], strides: list[int],
+           padding: int) -> None:
+    """A TFLite-style deconvolution (inputs ``x``, weights [O, KH, KW, I] and an optional ``bias`` by
+    index) to NHWC ``out_shape``; SAME pads split as in _pads. Shared with custom ops of the same
+    meaning (MediaPipe's ``Convolution2DTransposeBias``)."""
+    kernel = list(ctx.const(w).shape[1:3])
+    xv = ctx.nchw(x)
+    pads = _pads(ctx, tuple(out_shape[1:3]), kernel, strides, [1, 1], padding)
     # output_padding makes the deconvolution reach exactly the declared output size
     extra = [o - ((i - 1) * s + k - p0 - p1) for o, i, s, k, p0, p1 in
-             zip(out_shape[1:3], x.type.shape[2:], strides, kernel, pads[:2], pads[2:])]
+             zip(out_shape[1:3], xv.type.shape[2:], strides, kernel, pads[:2], pads[2:])]
     if any(e < 0 for e in extra):
         raise ctx.unsupported(f"output shape {out_shape} is smaller than the deconvolution gives")
-    ins = [x, ctx.weight(1, lambda a: a.transpose(3, 0, 1, 2), "w")]
-    if ctx.has_input(3):
-        ins.append(ctx.input(3))
+    ins = [xv, ctx.weight(w, lambda a: a.transpose(3, 0, 1, 2), "w")]
+    if ctx.has_input(bias):
+        ins.append(ctx.input(bias))
     y = ctx.emit1("conv_transpose", ins, dict(strides=strides, dilations=[1, 1], pads=pads,
                                               output_padding=extra, group=1))
     ctx.set_output(ctx.fused(y), NCHW)

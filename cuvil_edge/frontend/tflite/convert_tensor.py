@@ -1,5 +1,6 @@
 """Converters for data movement: reshapes (TFLite order), and concat / pad / slice / gather / split /
-transpose, which keep the layout they are given with their axes remapped (TRANSPOSE only relabels it)."""
+transpose, which keep the layout they are given with their axes remapped (TRANSPOSE only relabels it);
+depth-to-space and back on NCHW."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 import numpy as np
 
-from .layout import Laid, compose, dropped, identity, inverse, keeps_order_flat
+from .layout import NCHW, Laid, compose, dropped, identity, inverse, keeps_order_flat
 from .registry import TflContext, converter
 
 
@@ -196,9 +197,27 @@ def unpack(ctx: TflContext) -> None:
         ctx.set_output(y, dropped(x.perm, [axis]), i)
 
 
-@converter("DEQUANTIZE", "QUANTIZE")
+@converter("DEQUANTIZE", "QUANTIZE", "DENSIFY")
 def requantize(ctx: TflContext) -> None:
     """Real value in, real value out: the context dequantizes the input (constants were made real at
-    import: fp16 widened, int8 scaled) and quantizes the output when it is a quantized tensor."""
+    import: fp16 widened, int8 scaled, sparse ones made dense) and quantizes the output when it is a
+    quantized tensor."""
     x = ctx.laid(0)
     ctx.set_output(x.value, x.perm)
+
+
+@converter("DEPTH_TO_SPACE", "SPACE_TO_DEPTH")
+def depth_space(ctx: TflContext) -> None:
+    """On NCHW: TF's NHWC depth index (i * k + j) * C + c is ONNX's DCR order, one 6D transpose."""
+    x = ctx.nchw(0)
+    n, c, h, w = x.type.shape
+    k = int(ctx.options.get("BlockSize", 0))
+    if k < 1 or (c % (k * k) if ctx.op.op == "DEPTH_TO_SPACE" else h % k or w % k):
+        raise ctx.unsupported(f"block size {k} for shape {ctx.laid(0).shape}")
+    if ctx.op.op == "DEPTH_TO_SPACE":
+        six, perm, out = [n, k, k, c // (k * k), h, w], [0, 3, 4, 1, 5, 2], [n, c // (k * k), h * k, w * k]
+    else:
+        six, perm, out = [n, c, h // k, k, w // k, k], [0, 3, 5, 1, 2, 4], [n, c * k * k, h // k, w // k]
+    y = ctx.emit1("reshape", [x], {"shape": six}, f"{ctx.name}/6d")
+    y = ctx.emit1("transpose", [y], {"perm": perm}, f"{ctx.name}/perm")
+    ctx.set_output(ctx.emit1("reshape", [y], {"shape": out}), NCHW)

@@ -9,13 +9,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ...codegen.memplan import StateVar
 from ...errors import ModelFormatError, ShapeError, UnsupportedOperator
 from ...ir.graph import Graph, TensorType, Value
 from ...quant.qdq import fuse_qdq
 from ..registry import emit_node
 from .layout import Laid, identity
 from .reader import TflModel, TflOperator, TflSubgraph, TflTensor, read_tflite
-from .registry import BUILTINS, CUSTOM, ImportState, TflContext
+from .registry import BUILTINS, CUSTOM, ImportState, TflContext, Variables, variable_name
 
 #: TFLite dtypes a graph input may have
 INPUT_DTYPES = ("float32", "int32", "int64", "int8", "uint8", "bool")
@@ -31,12 +32,8 @@ def import_tflite(model: str | os.PathLike[str] | bytes | TflModel,
     sg = tm.subgraphs[sg_index]
     graph = Graph(name or sg.name or "model")
     graph.meta.update(source="tflite", tflite_version=tm.version)
-    state = ImportState()
-    for t in sg.tensors:
-        if t.data is not None:
-            state.env[t.index] = Laid(_constant(graph, state, t), identity(len(t.shape)))
-        elif t.quant is not None and t.dtype in ("int8", "uint8", "int16"):
-            state.held_quant[t.index] = _held_params(t)
+    state = ImportState(Variables(tm, _assigned_variables(sg)))
+    _constants(graph, state, sg)
     shapes = dict(input_shapes or {})
     for idx in sg.inputs:
         t = sg.tensors[idx]
@@ -61,8 +58,74 @@ def import_tflite(model: str | os.PathLike[str] | bytes | TflModel,
                              idx in state.held_quant else v)
         names.append(out_names.get(idx, sg.tensors[idx].name))
     graph.meta["output_names"] = names
+    record = _quant_record(sg, [in_names.get(i, sg.tensors[i].name) for i in sg.inputs], names)
+    if record is not None:
+        graph.meta["source_quantization"] = record
+    _keep_states(graph, state)
     fuse_qdq(graph)  # quantized layers onto the integer kernels while their weights' integers are known
     return graph
+
+
+def convert_subgraph(graph: Graph, state: ImportState, sg: TflSubgraph) -> None:
+    """A subgraph without inputs (a CALL_ONCE initializer) converted into ``graph``."""
+    _constants(graph, state, sg)
+    for op in sg.operators:
+        _convert(graph, state, sg, op)
+
+
+def _constants(graph: Graph, state: ImportState, sg: TflSubgraph) -> None:
+    for t in sg.tensors:
+        if t.data is not None:
+            state.env[t.index] = Laid(_constant(graph, state, t), identity(len(t.shape)))
+        elif t.quant is not None and t.dtype in ("int8", "uint8", "int16"):
+            state.held_quant[t.index] = _held_params(t)
+
+
+def _keep_states(graph: Graph, state: ImportState) -> None:
+    """Each variable the run reads and then assigns: its last value an extra graph output, recorded with
+    the extra input that read it (``StateVar``)."""
+    states = []
+    for name, read in state.variables.reads.items():
+        graph.outputs.append(state.current[name])
+        states.append(StateVar(name, graph.inputs.index(read), len(graph.outputs) - 1,
+                               state.variables.init[name]))
+    if states:
+        graph.meta["states"] = states
+
+
+def _assigned_variables(sg: TflSubgraph) -> set[str]:
+    """Variables some ASSIGN_VARIABLE of ``sg`` writes (the others are constants there)."""
+    handles = {op.outputs[0]: variable_name(op.options) for op in sg.operators
+               if op.op == "VAR_HANDLE" and op.outputs}
+    return {handles[op.inputs[0]] for op in sg.operators
+            if op.op == "ASSIGN_VARIABLE" and op.inputs and op.inputs[0] in handles}
+
+
+def _quant_record(sg: TflSubgraph, in_names: list[str], out_names: list[str]) -> dict | None:
+    """The model's own quantization, for ``inspect`` (None when it has none): each quantized graph
+    input's and output's scales and zero points, and the quantized constants summarised (how many,
+    their types, how many per-channel, the scale range)."""
+    def params(t: TflTensor, name: str) -> dict:
+        return {"name": name, "dtype": t.dtype, "axis": t.quant.axis, "scale": t.quant.scale.tolist(),
+                "zero_point": t.quant.zero_point.tolist()}
+
+    quantized = [t for t in sg.tensors if t.quant is not None]
+    if not quantized:
+        return None
+    weights = [t for t in quantized if t.data is not None]
+    scales = np.concatenate([t.quant.scale for t in weights]) if weights else np.zeros(0, np.float32)
+    dtypes: dict[str, int] = {}
+    for t in weights:
+        dtypes[t.dtype] = dtypes.get(t.dtype, 0) + 1
+    return {
+        "format": "tflite",
+        "inputs": [params(sg.tensors[i], n) for i, n in zip(sg.inputs, in_names) if sg.tensors[i].quant],
+        "outputs": [params(sg.tensors[i], n) for i, n in zip(sg.outputs, out_names) if sg.tensors[i].quant],
+        "activations": len(quantized) - len(weights),
+        "weights": {"tensors": len(weights), "per_channel": sum(t.quant.scale.size > 1 for t in weights),
+                    "dtypes": dtypes, "scale_min": float(scales.min()) if scales.size else None,
+                    "scale_max": float(scales.max()) if scales.size else None},
+    }
 
 
 def _constant(graph: Graph, state: ImportState, t: TflTensor) -> Value:
@@ -149,7 +212,8 @@ def _convert(graph: Graph, state: ImportState, sg: TflSubgraph, op: TflOperator)
         if fn is None:
             raise ctx.unsupported()
     fn(ctx)
-    missing = [sg.tensors[o].name for o in op.outputs if o >= 0 and o not in state.env]
+    missing = [sg.tensors[o].name for o in op.outputs
+               if o >= 0 and o not in state.env and o not in state.handles]  # a handle has no value
     if missing:
         raise ctx.unsupported(f"outputs {missing} were not produced")
 

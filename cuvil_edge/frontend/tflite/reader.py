@@ -13,10 +13,13 @@ import numpy as np
 
 from ...errors import ModelFormatError
 from .. import TFLITE_MAGIC
+from ._sparse import densify
 
 #: TFLite TensorType -> numpy dtype (the types the importer can hold)
 DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8",
           10: "float64"}
+#: TensorType RESOURCE: a resource variable's handle (VAR_HANDLE's output), no data of its own
+RESOURCE = 13
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ def _subgraph(sg: Any, buffers: list[bytes], codes: list[tuple[int, str, str | N
 
 def _tensor(index: int, t: Any, buffers: list[bytes]) -> TflTensor:
     name = (t.Name() or b"").decode(errors="replace") or f"tensor_{index}"
-    dtype = DTYPES.get(t.Type(), f"tflite_type_{t.Type()}")
+    dtype = "resource" if t.Type() == RESOURCE else DTYPES.get(t.Type(), f"tflite_type_{t.Type()}")
     shape = () if t.ShapeIsNone() else tuple(int(d) for d in t.ShapeAsNumpy())
     raw = buffers[t.Buffer()] if 0 < t.Buffer() < len(buffers) else b""
     data = None
@@ -162,6 +165,8 @@ def _tensor(index: int, t: Any, buffers: list[bytes]) -> TflTensor:
         if dtype not in DTYPES.values():
             raise ModelFormatError(f"tensor {name!r} holds data of unsupported type {dtype}")
         data = np.frombuffer(raw, dtype=dtype)
+        if t.Sparsity() is not None:  # pruned weights: made dense here, as LiteRT's DEQUANTIZE does
+            data = densify(data, shape, t.Sparsity(), name)
         if data.size != int(np.prod(shape, dtype=np.int64)):
             raise ModelFormatError(f"tensor {name!r}: buffer holds {data.size} values for shape {shape}")
         data = data.reshape(shape)
@@ -193,8 +198,8 @@ def _options(op: Any) -> dict[str, Any]:
     obj.Init(table.Bytes, table.Pos)
     out: dict[str, Any] = {}
     for name, fn in inspect.getmembers(cls, inspect.isfunction):
-        if name.startswith(("_", "Init", "GetRootAs")) or name.endswith(("Length", "IsNone", "AsNumpy",
-                                                                         "BufferHasIdentifier")):
+        if name == "Init" or name.startswith(("_", "GetRootAs")) or name.endswith((
+                "Length", "IsNone", "AsNumpy", "BufferHasIdentifier")):  # not InitSubgraphIndex
             continue
         if hasattr(cls, name + "AsNumpy"):
             out[name] = [] if getattr(obj, name + "IsNone")() else getattr(obj, name + "AsNumpy")().tolist()

@@ -14,7 +14,7 @@ from ...ir.graph import Graph, Value
 from ...quant.qdq import remember
 from ..registry import ConverterTable, IRBuilder
 from .layout import NCHW, Laid, Perm, compose, identity, inverse, is_reshape
-from .reader import TflOperator, TflSubgraph
+from .reader import TflModel, TflOperator, TflSubgraph
 
 Converter = Callable[["TflContext"], None]
 _NOT_FAMILIES = ("importer", "layout", "reader", "registry")
@@ -28,18 +28,44 @@ custom_converter = CUSTOM.register
 FUSED_ACT = {1: ("relu", 0.0, 0.0), 2: ("clip", -1.0, 1.0), 3: ("clip", 0.0, 6.0), 4: ("tanh", 0.0, 0.0)}
 
 
+def variable_name(options: dict[str, Any]) -> str:
+    """A variable's identity across subgraphs: its container and shared name (VarHandleOptions)."""
+    container, shared = (options.get(k) or b"" for k in ("Container", "SharedName"))
+    name = shared.decode(errors="replace")
+    return f"{container.decode(errors='replace')}/{name}" if container else name
+
+
+@dataclass
+class Variables:
+    """The model's resource variables, shared by its subgraphs: each one's initial value (what a CALL_ONCE
+    initializer, run at build time, assigned) and, for the entry subgraph, the graph input that reads the
+    value a run starts from (made on the first read)."""
+
+    model: TflModel
+    assigned: set[str] = field(default_factory=set)  # those the entry subgraph writes: its states
+    init: dict[str, np.ndarray] = field(default_factory=dict)
+    ran: set[int] = field(default_factory=set)  # initializer subgraphs already run (CALL_ONCE: once)
+    reads: dict[str, Value] = field(default_factory=dict)
+
+
 @dataclass
 class ImportState:
     """What the operators of one subgraph share. ``env``: tensor index -> ``Laid``; quantized run-time
     tensors are held as uint8 (int8 ones shifted by +128), ``held_quant`` giving their (scale, held zero
     point); quantized constants are already real, ``int_weights`` keeping their integers and scales
     (broadcast, TFLite order) for the integer kernels; ``cache`` holds each layout change and dequantize
-    emitted, so none is emitted twice."""
+    emitted, so none is emitted twice. ``handles``: resource tensor -> variable name (VAR_HANDLE),
+    ``current``: each variable's value as this subgraph's operators have left it so far; ``persistent``:
+    the entry subgraph, where variables live on between runs (an initializer's only start from init)."""
 
+    variables: Variables
+    persistent: bool = True
     env: dict[int, Laid] = field(default_factory=dict)
     held_quant: dict[int, tuple[float, int]] = field(default_factory=dict)
     int_weights: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     cache: dict[tuple[Any, ...], Value] = field(default_factory=dict)
+    handles: dict[int, str] = field(default_factory=dict)
+    current: dict[str, Value] = field(default_factory=dict)
 
 
 class TflContext(IRBuilder):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..errors import GraphVerificationError
+from ..ir.graph import Graph
 from ..ops import get as get_op
-from .graph import Graph
 
 
 def verify(graph: Graph, after: str = "import") -> None:

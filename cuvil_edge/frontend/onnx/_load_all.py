@@ -1,9 +1,0 @@
-"""Registers every built-in family: each public module of this package is one family."""
-
-import importlib
-import pkgutil
-from pathlib import Path
-
-for _mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
-    if not _mod.name.startswith("_") and _mod.name not in ("registry", "importer"):
-        importlib.import_module(f"{__package__}.{_mod.name}")

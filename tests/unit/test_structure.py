@@ -1,0 +1,376 @@
+"""The import structure of our packages, read statically (``ast`` over the source files, nothing imported):
+no import cycle among modules at module level, no private name (``_x``) reached across modules, and the
+device packages free of the host compiler.
+
+Imports are listed in three kinds: ``module`` (run when the module loads, class bodies and ``try``
+included), ``function`` (inside a def: run on first call) and ``typing`` (under ``if TYPE_CHECKING:``,
+never run). Importing ``a.b.c`` runs the packages ``a`` and ``a.b`` first, so it is an import of them too
+(unless the importer is inside them). A registry that loads a package's families by name
+(``importlib.import_module(f"{__package__}.{name}")``, ``ConverterTable(what, package)``) imports every
+public module of that package.
+
+Only ``module`` imports can fail at load time, but a ``function`` import that closes a cycle is a cycle
+hidden rather than removed (move the shared piece to a lower module instead), so the host's graph of both
+kinds is checked too: its only cycles are the plug-in ones, each inside the package of the registry that
+loads it (a family registers itself in its registry; the registry loads the families on first lookup).
+
+Private names: ``from m import _x``, ``m._x`` through an imported module, a private submodule imported from
+outside its package, and ``obj._x`` where this module defines no ``_x`` but another of ours does (the
+static guess that ``obj`` is that module's object, e.g. a pass writing ``graph._names``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = ("cuvil_edge",)
+DEVICE = ("runtime_wasm", "ota", "device_profiles")
+PACKAGES = HOST + DEVICE
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    target: str  #: the module imported (a package's ``__init__`` under the package's name)
+    name: str  #: the name taken from ``target`` ("" for ``import target``)
+    kind: str  #: "module", "function" or "typing"
+    line: int
+    plugin: bool = False  #: a registry loading ``target`` as one of its package's families
+
+    def __str__(self) -> str:
+        what = f"from {self.target} import {self.name}" if self.name else f"import {self.target}"
+        return f"{self.importer}:{self.line} ({self.kind}{', plug-in' if self.plugin else ''}) {what}"
+
+
+@dataclass(frozen=True)
+class ReachIn:
+    importer: str
+    target: str
+    name: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.importer}:{self.line} uses {self.target}.{self.name}"
+
+
+@cache
+def modules() -> dict[str, Path]:
+    """Every module of our packages by dotted name (``pkg/__init__.py`` as ``pkg``)."""
+    found: dict[str, Path] = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _is_package_name(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "__package__"
+
+
+class _Collector(ast.NodeVisitor):
+    """Imports of our modules and attribute reads of their private names, from one module's tree."""
+
+    def __init__(self, module: str, is_package: bool) -> None:
+        self.module = module
+        self.package = module if is_package else module.rpartition(".")[0]
+        self.imports: list[Import] = []
+        self.reach_ins: list[ReachIn] = []
+        #: private names this module defines (defs, classes, assignments, ``self._x``, keywords) and the
+        #: private attributes it reads on other objects (``graph._names``): (name, line)
+        self.defines: set[str] = set()
+        self.foreign: list[tuple[str, int]] = []
+        self._bound: dict[str, str] = {}  # local name -> our module it names
+        self._constants: dict[str, ast.expr] = {}  # module-level NAME = (tuple, ...)
+        self._kind = "module"
+
+    def _resolve(self, node: ast.ImportFrom) -> str:
+        if not node.level:
+            return node.module or ""
+        base = self.package.split(".")
+        base = base[: len(base) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+
+    def _add(self, target: str, name: str, line: int, plugin: bool = False, kind: str | None = None) -> None:
+        if target.split(".")[0] in PACKAGES:
+            self.imports.append(Import(self.module, target, name, kind or self._kind, line, plugin))
+
+    def _add_families(self, package: str, skip: set[str], line: int, kind: str | None = None) -> None:
+        for mod in modules():
+            head, _, last = mod.rpartition(".")
+            if head == package and not last.startswith("_") and last not in skip:
+                self._add(mod, "", line, plugin=True, kind=kind)
+
+    def _visit_scoped(self, node: ast.AST, kind: str) -> None:
+        outer, self._kind = self._kind, kind if self._kind == "module" else self._kind
+        self.generic_visit(node)
+        self._kind = outer
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.defines.add(node.name)
+        self._visit_scoped(node, "function")
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._visit_scoped(node, "function")
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.defines.add(node.name)
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Store):
+            self.defines.add(node.id)
+
+    def visit_keyword(self, node: ast.keyword) -> None:
+        self.defines.add(node.arg or "")
+        self.generic_visit(node)
+
+    def visit_If(self, node: ast.If) -> None:
+        if not _is_type_checking(node.test):
+            self.generic_visit(node)
+            return
+        self._visit_scoped(ast.Module(body=node.body, type_ignores=[]), "typing")
+        for child in node.orelse:
+            self.visit(child)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(alias.name, "", node.lineno)
+            bound = alias.name if alias.asname else alias.name.split(".")[0]
+            if bound.split(".")[0] in PACKAGES:
+                self._bound[alias.asname or bound] = bound
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = self._resolve(node)
+        for alias in node.names:
+            sub = f"{base}.{alias.name}"
+            if sub in modules():
+                self._add(sub, "", node.lineno)
+                self._bound[alias.asname or alias.name] = sub
+            else:
+                self._add(base, alias.name, node.lineno)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        """The two ways a registry loads its package's families by name."""
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "import_module" and node.args and \
+                isinstance(node.args[0], ast.JoinedStr) and node.args[0].values and \
+                isinstance(node.args[0].values[0], ast.FormattedValue) and \
+                _is_package_name(node.args[0].values[0].value):
+            self._add_families(self.package, set(), node.lineno)
+        if isinstance(func, ast.Name) and func.id == "ConverterTable" and len(node.args) > 1:
+            package = node.args[1]
+            name = self.package if _is_package_name(package) else getattr(package, "value", None)
+            skip = next((kw.value for kw in node.keywords if kw.arg == "skip"), None)
+            if isinstance(skip, ast.Name):  # a module-level tuple of names
+                skip = self._constants.get(skip.id)
+            names = {e.value for e in getattr(skip, "elts", ())}
+            if isinstance(name, str):  # loaded on the table's first lookup
+                self._add_families(name, names, node.lineno, kind="function")
+        self.generic_visit(node)
+
+    def visit_Module(self, node: ast.Module) -> None:
+        self._constants = {t.id: a.value for a in node.body if isinstance(a, (ast.Assign, ast.AnnAssign))
+                           for t in (a.targets if isinstance(a, ast.Assign) else [a.target])
+                           if isinstance(t, ast.Name) and isinstance(a.value, ast.Tuple)}
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        chain: list[str] = []
+        value: ast.expr = node
+        while isinstance(value, ast.Attribute):
+            chain.append(value.attr)
+            value = value.value
+        if isinstance(node.value, ast.Name) and _is_private(node.attr):
+            if node.value.id in ("self", "cls"):
+                self.defines.add(node.attr)
+            elif node.value.id not in self._bound:
+                self.foreign.append((node.attr, node.lineno))
+        if isinstance(value, ast.Name) and value.id in self._bound:
+            target = self._bound[value.id]
+            for attr in reversed(chain):
+                if f"{target}.{attr}" not in modules():
+                    if _is_private(attr) and target != self.module:
+                        self.reach_ins.append(ReachIn(self.module, target, attr, node.lineno))
+                    break
+                target = f"{target}.{attr}"
+            return  # the whole chain is read; its inner Attribute nodes add nothing
+        self.generic_visit(node)
+
+
+@cache
+def scan() -> tuple[tuple[Import, ...], tuple[ReachIn, ...]]:
+    imports: list[Import] = []
+    reach_ins: list[ReachIn] = []
+    collectors = []
+    for name, path in modules().items():
+        collector = _Collector(name, path.name == "__init__.py")
+        collector.visit(ast.parse(path.read_text(), filename=str(path)))
+        imports += collector.imports
+        reach_ins += collector.reach_ins
+        collectors.append(collector)
+    # ``obj._x`` where this module defines no ``_x`` but another of ours does: another module's private
+    # state (the static guess at an object's type: the module that defines the name)
+    for c in collectors:
+        for attr, line in c.foreign:
+            owners = [o.module for o in collectors if o is not c and attr in o.defines]
+            if attr not in c.defines and owners:
+                reach_ins.append(ReachIn(c.module, "/".join(owners), attr, line))
+    return tuple(imports), tuple(reach_ins)
+
+
+def _edges(imp: Import) -> Iterator[str]:
+    """What ``imp`` runs: its target and the target's packages that are not already the importer's."""
+    parts = imp.target.split(".")
+    for i in range(1, len(parts) + 1):
+        mod = ".".join(parts[:i])
+        if mod in modules() and mod != imp.importer and not _within(imp.importer, mod):
+            yield mod
+
+
+def _graph(kinds: set[str], plugins: bool, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for imp in scan()[0]:
+        if imp.kind in kinds and (plugins or not imp.plugin) and imp.importer.split(".")[0] in packages:
+            edges[imp.importer].update(_edges(imp))
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _describe(cycles: list[list[str]], kinds: set[str]) -> str:
+    out = []
+    for cycle in cycles:
+        members = set(cycle)
+        lines = [str(i) for i in scan()[0]
+                 if i.kind in kinds and i.importer in members and members & set(_edges(i))]
+        out.append(" <-> ".join(cycle) + "\n    " + "\n    ".join(lines))
+    return "\n".join(out)
+
+
+def test_the_scan_sees_every_kind_of_import() -> None:
+    """The walk itself works: known imports of each kind are found (a broken walker passes nothing)."""
+    assert len(modules()) > 100 and "cuvil_edge.ops.registry" in modules()
+    found = {(i.importer, i.target, i.kind, i.plugin) for i in scan()[0]}
+    assert ("cuvil_edge.ops.conv", "cuvil_edge.ops.registry", "module", False) in found
+    assert ("cuvil_edge.ops.registry", "cuvil_edge.ops._load_all", "function", False) in found
+    assert ("cuvil_edge.ops.registry", "cuvil_edge.codegen.emit", "typing", False) in found
+    assert ("cuvil_edge.ops._load_all", "cuvil_edge.ops.conv", "module", True) in found
+    assert ("cuvil_edge.frontend.tflite.registry", "cuvil_edge.frontend.tflite.convert_nn", "function",
+            True) in found
+    assert not any(i.target == "cuvil_edge.frontend.tflite.reader" and i.plugin for i in scan()[0])
+
+
+def test_each_violation_is_caught() -> None:
+    """The detectors on a made-up module: a private import, a reach-in through a module, another module's
+    private state, a type-only import; and a cycle found as one component."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from .conv import _infer\n"
+        "from . import conv\n"
+        "if TYPE_CHECKING:\n"
+        "    from ..codegen.emit import EmitContext\n"
+        "def f(g):\n"
+        "    from ..ir import graph\n"
+        "    return conv._pad(g), g._names\n")
+    c = _Collector("cuvil_edge.ops.made_up", False)
+    c.visit(ast.parse(source))
+    kinds = {(i.target, i.name): i.kind for i in c.imports}
+    assert kinds == {("cuvil_edge.ops.conv", "_infer"): "module", ("cuvil_edge.ops.conv", ""): "module",
+                     ("cuvil_edge.codegen.emit", "EmitContext"): "typing",
+                     ("cuvil_edge.ir.graph", ""): "function"}
+    assert [(r.target, r.name) for r in c.reach_ins] == [("cuvil_edge.ops.conv", "_pad")]
+    assert ("_names", 8) in c.foreign and "_names" not in c.defines
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}) == [["a", "b", "c"]]
+
+
+def test_no_module_level_import_cycle() -> None:
+    cycles = _cycles(_graph({"module"}, plugins=True))
+    assert not cycles, "import cycles at module level:\n" + _describe(cycles, {"module"})
+
+
+def test_no_cycle_hidden_in_a_function_level_import() -> None:
+    kinds = {"module", "function"}
+    cycles = _cycles(_graph(kinds, plugins=False, packages=HOST))
+    assert not cycles, "cycles through function-level imports:\n" + _describe(cycles, kinds)
+
+
+def test_plug_in_cycles_stay_inside_their_package() -> None:
+    """A family registers itself in its registry, which loads the families: that cycle is the design,
+    but nothing outside the package may sit on it (``ops`` importing the emitter that looks ops up)."""
+    plugged = {i.target.rpartition(".")[0] for i in scan()[0] if i.plugin}
+    kinds = {"module", "function"}
+    bad = [c for c in _cycles(_graph(kinds, plugins=True, packages=HOST))
+           if not any(all(_within(m, p) for m in c) for p in plugged)]
+    assert not bad, "cycles through a plug-in registry that leave its package:\n" + _describe(bad, kinds)
+
+
+def test_no_private_name_imported_across_modules() -> None:
+    imports, reach_ins = scan()
+    bad = [str(i) for i in imports if _is_private(i.name)]
+    # a private submodule is the business of its own package only
+    for i in imports:
+        package, _, last = i.target.rpartition(".")
+        if not i.name and not i.plugin and _is_private(last) and not _within(i.importer, package):
+            bad.append(str(i))
+    bad += [str(r) for r in reach_ins]
+    assert not bad, "private names used outside their module:\n" + "\n".join(bad)
+
+
+def test_device_packages_never_import_the_host_compiler() -> None:
+    bad = [str(i) for i in scan()[0] if i.importer.split(".")[0] in DEVICE and i.target.split(".")[0] in HOST]
+    assert not bad, "device packages importing cuvil_edge:\n" + "\n".join(bad)
