@@ -122,8 +122,8 @@ class Rollout:
             counts[outcome] = counts.get(outcome, 0) + 1
         return {"type": ROLLOUT_TYPE, "format": 1, "fleet": fleet, "bundle_sha256": self.bundle_sha256,
                 "model": self.model, "name": self.name, "release": self.release, "version": self.version,
-                "stages": self.stages,
-                "stage": self.stage, "status": self.status, "reason": self.reason, "halt_on": self.halt_on,
+                "stages": self.stages, "stage": self.stage, "status": self.status, "reason": self.reason,
+                "halt_on": self.halt_on,
                 "stage_devices": stage_devices, "outcomes": counts,
                 "failed": sorted(d for d, o in self.outcomes.items() if o in ("failed", "timeout"))}
 
@@ -269,14 +269,14 @@ class Publisher:
                 raise FleetError(str(exc)) from None
         data = Path(bundle).read_bytes()
         sha = sha256_hex(data)
+        manifest = Manifest.from_dict(read_header(io.BytesIO(data), OtaConfig())["signed"])
+        if self.model and manifest.name != self.model:  # refused before anything of the rollout changes
+            raise FleetError(f"{bundle} is model {manifest.name!r}, not model line {self.model!r}'s")
         current = self.rollout
         if current and current.bundle_sha256 == sha and current.status == "rolling":
             return current
         if current and current.bundle_sha256 != sha:
             self._clear_chunks(current)
-        manifest = Manifest.from_dict(read_header(io.BytesIO(data), OtaConfig())["signed"])
-        if self.model and manifest.name != self.model:
-            raise FleetError(f"{bundle} is model {manifest.name!r}, not model line {self.model!r}'s")
         pieces = split_chunks(data, chunk_bytes)
         for i, piece in enumerate(pieces):
             self.mqtt.publish(self.topics.chunk(sha, i), piece, retain=True,

@@ -163,7 +163,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
     _from_config(args)
     if not args.socket:
-        raise SystemExit("the agent serves no socket: set agent.socket in its config or give --socket")
+        raise SystemExit("the agent serves no socket: set agent.socket (with [[models]]: the model's "
+                         "socket) in its config or give --socket")
     if sum(map(bool, (args.inputs, args.text, args.image, args.audio))) != 1:
         raise SystemExit("give NAME=FILE.npy inputs, --text TEXT, --image PATH or --audio FILE.wav "
                          "(one kind)")

@@ -126,9 +126,6 @@ def test_rollouts_on_two_model_lines_at_once(world, broker, tmp_path, capsys):
         for pub in (pub_a, pub_b):
             pub.start()
             assert pub.wait_for_devices(3, HANG_S) == 3
-        with pytest.raises(FleetError, match="not model line"):  # B's bundle is refused on A's line
-            pub_a.publish(world.bundles[B, 2], canary=100.0, halt_on=0.0)
-
         pub_a.publish(world.bundles[A, 2], canary=34.0, halt_on=0.0, stages=[34.0, 100.0])
         rollout = pub_a.watch(timeout_s=HANG_S * 3, stage_timeout_s=HANG_S * 2)
         assert rollout.status == "complete" and rollout.model == A and rollout.stage == 1, rollout
@@ -136,6 +133,10 @@ def test_rollouts_on_two_model_lines_at_once(world, broker, tmp_path, capsys):
         assert all(releases(by_name[d]) == {A: 2, B: 1} for d in devices)
         for d in devices:  # B's line saw no announcement at all
             assert not [e for e in log_events(tmp_path / f"{d}.log", "announcement") if e.get("model") == B]
+        seq = pub_a.state["seq"]
+        with pytest.raises(FleetError, match="not model line"):  # B's bundle is refused on A's line
+            pub_a.publish(world.bundles[B, 2], canary=100.0, halt_on=0.0)
+        assert pub_a.rollout == rollout and pub_a.state["seq"] == seq  # and A's rollout is untouched
 
         # both lines at once: A's release 3 halts and rolls back (A only); B's release 2 completes
         pub_a.publish(world.bundles[A, 3], canary=100.0, halt_on=10.0, rollback_on_halt=True)
@@ -148,6 +149,7 @@ def test_rollouts_on_two_model_lines_at_once(world, broker, tmp_path, capsys):
             t.start()
         for t in threads:
             t.join(HANG_S * 4)
+        assert results.keys() == {A, B}, "a rollout did not finish"
         halted, done = results[A], results[B]
         assert halted.status == "halted" and "1 of 3 devices failed" in halted.reason, halted
         assert halted.outcomes == {"d0": "rolled_back", "d1": "rolled_back", failing: "failed"}
