@@ -31,8 +31,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cuvil_edge.fleet import LocalBroker, Publisher, Rollout, tiny_release
+from cuvil_edge.fleet import Publisher, Rollout
 from cuvil_edge.signing import Keyring
+from cuvil_edge.testing.broker import LocalBroker
+from cuvil_edge.testing.release import tiny_release
 from ota import Agent, AgentConfig, BrokerSettings, Installer, TransferLimits
 from ota.agent import JsonLog
 from ota.errors import OtaError

@@ -72,7 +72,7 @@ def main() -> None:
             for p in PRECISIONS:
                 times[p] += timings_ms(insts[p].run, 2, args.repeat)
         med = {p: statistics.median(t) for p, t in times.items()}
-        kernels = ", ".join(sorted(set(built["int4"].compiled.kernels.values())))
+        kernels = ", ".join(sorted(set(built["int4"].compiled.program.kernels_used.values())))
         ratio = med["int8-dynamic"] / med["int4"]
         print(f"{name:10s} {med['int8-dynamic']:12.3f} {med['int4']:9.3f} {ratio:10.2f}  {kernels}")
         for m in built.values():

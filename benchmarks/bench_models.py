@@ -29,7 +29,7 @@ from _peers import ort_web
 from cuvil_edge import CuvilError, CuvilModel, Target
 from cuvil_edge.bench import host_target, median_p95, timings_ms
 from cuvil_edge.oracle import ort_session, random_inputs
-from cuvil_edge.zoo import NETS, NetBuilder
+from cuvil_edge.testing.zoo import NETS, NetBuilder
 
 
 def light_resnet50() -> onnx.ModelProto:

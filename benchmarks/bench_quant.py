@@ -1,8 +1,8 @@
 """Quantized DistilBERT-shaped encoder at one thread: cuvil int8 / int4 (wasm) next to onnxruntime fp32
 and int8-dynamic (native) and onnxruntime-web int8 (WASM under Node): latency, peak RSS, size, fidelity.
 
-The model is ``cuvil_edge.zoo_transformers.bert_encoder`` (6 layers x 768, 12 heads, FFN 3072, seq 128,
-attention mask; random weights). Builds happen in this process; every engine then runs in its own
+The model is ``cuvil_edge.testing.zoo_transformers.bert_encoder`` (6 layers x 768, 12 heads, FFN 3072,
+seq 128, attention mask; random weights). Builds happen in this process; every engine then runs in its own
 process so its peak RSS (VmHWM) is its own: ours load a saved model directory with
 ``runtime_wasm.loader.load_model_dir`` (the device side, no compiler). Size is the model directory
 (spec + one module variant + weights) or the .onnx file. Fidelity is the cosine similarity of the
@@ -26,7 +26,7 @@ import onnx
 from _peers import ort_web
 
 from cuvil_edge.bench import host_target, median_p95, timings_ms
-from cuvil_edge.zoo_transformers import bert_encoder, bert_feeds
+from cuvil_edge.testing.zoo_transformers import bert_encoder, bert_feeds
 
 #: engine -> cuvil precision (ours) or None (onnxruntime); static int8 calibrates on random ids
 OURS = {"cuvil-int8-dynamic": "int8-dynamic", "cuvil-int8": "int8", "cuvil-int4": "int4"}

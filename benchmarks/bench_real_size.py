@@ -34,7 +34,7 @@ from cuvil_edge.bench import host_target, timings_ms
 from cuvil_edge.ops.conv import conv_geometry, is_depthwise
 from cuvil_edge.oracle import ort_session
 from cuvil_edge.profile import profile_model
-from cuvil_edge.zoo import DW_PREFIX, NetBuilder
+from cuvil_edge.testing.zoo import DW_PREFIX, NetBuilder
 
 #: torchvision.models.mobilenet_v2: (expansion t, output channels c, repeats n, first stride s)
 MOBILENET_V2 = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),

@@ -40,7 +40,7 @@ KERNELS = {"XNNPACK": OpResolverType.AUTO, "builtin": OpResolverType.BUILTIN_WIT
 BUILDER_MODELS: dict[str, Callable[[], bytes]] = {
     "t:cnn": built.cnn, "t:cnn-fp16": lambda: built.cnn(fp16_weights=True), "t:matmul": built.matmul_slices,
     "t:int8-cnn": built.int8_cnn, "t:op-zoo": built.op_zoo}
-HEADER = (f"{'model':<40} {'ours ms':>9} {'XNNPACK':>9} {'builtin':>9} {'ref':>9} {'/XNNPACK':>9} "
+HEADER = (f"{'model':<46} {'ours ms':>9} {'XNNPACK':>9} {'builtin':>9} {'ref':>9} {'/XNNPACK':>9} "
           f"{'/ref':>7}")
 
 
@@ -72,7 +72,7 @@ def row(name: str, data: bytes, case: Case, warmup: int, repeat: int) -> str:
     def ratio(v: float | None, width: int) -> str:
         return f"{ours / v:>{width}.2f}" if v else f"{'n/a':>{width}}"
 
-    return (f"{name:<40} {ours:>9.3f} {ms(peers['XNNPACK'])} {ms(peers['builtin'])} {ms(peers['ref'])} "
+    return (f"{name:<46} {ours:>9.3f} {ms(peers['XNNPACK'])} {ms(peers['builtin'])} {ms(peers['ref'])} "
             f"{ratio(peers['XNNPACK'], 9)} {ratio(peers['ref'], 7)}")
 
 
@@ -106,7 +106,7 @@ def main() -> None:
             print(row(name, load(), case, args.warmup, args.repeat), flush=True)
         except CuvilError as exc:  # one model that does not compile must not hide the other rows
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
-            print(f"{name:<40} not compiled: {reason}", flush=True)
+            print(f"{name:<46} not compiled: {reason}", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@ checked against onnxruntime's. Our thread counts all run one module (built for u
 outputs are compared bit for bit.
 
     python benchmarks/bench_threads.py [--repeat 20] [--nets mobilenet_v2,resnet50,yolov8n,encoder]
-        [--precision fp32|int8] [--no-web]
+        [--precision fp32|int8] [--no-web] [--barriers]
+
+``--barriers`` also runs a copy of each module with counters patched into its barrier (no timing): the
+barriers a run passes and how many waits outlasted the spin and slept (a wake-up of tens of microseconds
+each; many of them mean the spin, CUVIL_SPINS in kernels/templates/common.c.in, is short for the host).
 
 onnxruntime-web needs ``npm install`` in benchmarks/node/ (the table says so when it is missing).
 """
@@ -15,6 +19,8 @@ onnxruntime-web needs ``npm install`` in benchmarks/node/ (the table says so whe
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import os
 import sys
 import tempfile
@@ -30,8 +36,9 @@ from bench_real_size import interleaved, mobilenet_v2, resnet50, yolov8n  # noqa
 
 from cuvil_edge import CuvilModel  # noqa: E402
 from cuvil_edge.bench import host_target  # noqa: E402
+from cuvil_edge.codegen.toolchain import compile_c  # noqa: E402
 from cuvil_edge.oracle import ort_session  # noqa: E402
-from cuvil_edge.zoo_transformers import bert_encoder, bert_feeds  # noqa: E402
+from cuvil_edge.testing.zoo_transformers import bert_encoder, bert_feeds  # noqa: E402
 from runtime_wasm.instance import WasmModel, available_cores  # noqa: E402
 from runtime_wasm.loader import instantiate  # noqa: E402
 
@@ -53,6 +60,46 @@ def build(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], precision: str) 
     return CuvilModel.load(proto).optimize(precision, targets=[host_target()], calibration=calib)
 
 
+#: (text, replacement) in the generated C: counters of barrier passes (by every thread) and of waits that
+#: slept, read through two extra exports
+_COUNTERS = (
+    ("static int cuvil_wait_change(",
+     "static int32_t cuvil_passes, cuvil_sleeps;\n"
+     'EXPORT("cuvil_passes") int cuvil_passes_get(void) { return cuvil_passes; }\n'
+     'EXPORT("cuvil_sleeps") int cuvil_sleeps_get(void) { return cuvil_sleeps; }\n'
+     "static int cuvil_wait_change("),
+    ("if (spin >= CUVIL_SPINS) __builtin_wasm_memory_atomic_wait32((int*)p, old, -1);",
+     "if (spin >= CUVIL_SPINS) { __atomic_add_fetch(&cuvil_sleeps, 1, __ATOMIC_RELAXED); "
+     "__builtin_wasm_memory_atomic_wait32((int*)p, old, -1); }"),
+    ("void cuvil_barrier_n(int32_t nt) {\n  if (nt == 1) return;\n",
+     "void cuvil_barrier_n(int32_t nt) {\n  if (nt == 1) return;\n"
+     "  __atomic_add_fetch(&cuvil_passes, 1, __ATOMIC_RELAXED);\n"),
+)
+
+
+def barrier_counts(model: CuvilModel, feeds: dict[str, np.ndarray], threads: int,
+                   runs: int = 5) -> tuple[float, float]:
+    """(barriers passed, waits that slept) per run on ``threads`` threads, from a counting copy of the
+    module (same spec and weights: the module finds them through its exports)."""
+    program, spec, target = model.compiled.program, model.spec, host_target()
+    source = program.source
+    for old, new in _COUNTERS:
+        if old not in source:
+            raise SystemExit(f"--barriers: the generated C no longer has {old!r}; update _COUNTERS")
+        source = source.replace(old, new)
+    wasm = compile_c(source, target, extra_flags=program.link_flags())
+    variant = dataclasses.replace(next(v for v in spec.variants if v.name == target.name),
+                                  sha256=hashlib.sha256(wasm).hexdigest())
+    with instantiate(spec, wasm, model._built().weights, variant, threads=threads) as m:
+        m.predict(feeds)  # the first run starts the threads
+        read = [m._exports[f"cuvil_{k}"] for k in ("passes", "sleeps")]
+        before = [f(m._store) for f in read]
+        for _ in range(runs):
+            m.predict(feeds)
+        passes, sleeps = (f(m._store) - b for f, b in zip(read, before))
+    return passes / threads / runs, sleeps / runs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20, help="timed calls per engine and thread count")
@@ -60,6 +107,7 @@ def main() -> None:
     ap.add_argument("--nets", default=",".join(NETS))
     ap.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
     ap.add_argument("--no-web", action="store_true", help="leave out onnxruntime-web")
+    ap.add_argument("--barriers", action="store_true", help="count barrier passes and sleeping waits")
     args = ap.parse_args()
     os.environ.setdefault("CUVIL_CACHE_DIR", tempfile.mkdtemp(prefix="cuvil-bench-"))
     cores = available_cores()
@@ -96,6 +144,11 @@ def main() -> None:
             web[n] = "skipped (--no-web)" if args.no_web else ort_web(proto, feeds, args.repeat, args.warmup,
                                                                       threads=n)
         rows.append((name, med, web, same, err))
+        if args.barriers:
+            for n in counts[1:]:
+                passes, sleeps = barrier_counts(model, feeds, n)
+                print(f"{name}: {n} threads pass {passes:.0f} barriers per run; {sleeps:.0f} waits slept "
+                      f"(a parked thread's wait for the next run included)")
         print(f"\n{'net':13s}{head}  threads bit-identical, max |ours - ORT|")
         for r_name, r_med, r_web, r_same, r_err in rows[-1:]:
             cells = ""

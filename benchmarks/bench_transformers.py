@@ -20,7 +20,7 @@ from _peers import ort_web
 from cuvil_edge import CuvilModel
 from cuvil_edge.bench import host_target, median_p95, timings_ms
 from cuvil_edge.oracle import ort_session
-from cuvil_edge.zoo_transformers import bert_encoder, bert_feeds
+from cuvil_edge.testing.zoo_transformers import bert_encoder, bert_feeds
 
 
 def times_ms(fn, warmup: int, repeat: int) -> tuple[float, float]:

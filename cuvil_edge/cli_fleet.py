@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from ota.config import BrokerSettings
@@ -20,7 +18,7 @@ from ota.protocol import TelemetryRecord
 
 from .cli_ota import signing_keys
 from .dashboard import Dashboard, FleetView
-from .fleet import FleetError, LocalBroker, Publisher, Rollout, parse_percent, stages_for, tiny_release
+from .fleet import FleetError, Publisher, Rollout, format_rollout, parse_percent, stages_for
 from .fleet_telemetry import TelemetryCollector, format_record
 
 
@@ -57,13 +55,7 @@ def _publisher(args: argparse.Namespace, signing: bool = True) -> Publisher:
 
 
 def _print_rollout(r: Rollout) -> None:
-    counts: dict[str, int] = {}
-    for outcome in r.outcomes.values():
-        counts[outcome] = counts.get(outcome, 0) + 1
-    done = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no outcomes yet"
-    reason = f" - {r.reason}" if r.reason else ""
-    print(f"  release {r.release} ({r.version}) stage {r.stage + 1}/{len(r.stages)} "
-          f"({r.stages[r.stage]:g}%): {r.status}; {done}{reason}", flush=True)
+    print(format_rollout(r), flush=True)
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -162,58 +154,10 @@ def cmd_fleet_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def demo(workdir: str | os.PathLike[str] | None = None, backend: str | None = None,
-         model_dirs: Sequence[str | os.PathLike[str]] = ()) -> int:
-    """Broker, publisher and one agent on this machine: release 1 active, release 2 rolled out over MQTT,
-    then inference through the agent's socket. Mosquitto when installed, else the embedded amqtt."""
-    import numpy as np
-
-    from ota.agent import Agent
-    from ota.config import AgentConfig
-    from ota.golden import decode_vector
-    from ota.serve import infer
-
-    from .signing import Keyring, build_bundle
-
-    with tempfile.TemporaryDirectory(prefix="cuvil-fleet-demo-", dir=workdir) as tmp:
-        base = Path(tmp)
-        ring = Keyring.init(base / "keys", 1, 1, 1, 1)
-        if model_dirs:  # ship these built models as releases 1, 2, ...
-            bundles = [base / f"release-{i}.cvb" for i in range(1, len(model_dirs) + 1)]
-            for i, (d, b) in enumerate(zip(model_dirs, bundles), 1):
-                build_bundle(d, b, ring.release_keys(), version=f"1.0.{i}", release=i, hardware_ids=["demo"])
-        else:
-            bundles = [tiny_release(base, ring, release, "demo") for release in (1, 2)]
-        with LocalBroker(base / "broker", backend=backend) as broker:
-            print(f"broker: {broker.backend} on 127.0.0.1:{broker.port}")
-            cfg = AgentConfig(device_id="demo-device", fleet="demo", state_dir=str(base / "device"),
-                              trust_root=str(ring.directory / "root.json"), hardware_id="demo",
-                              socket=str(base / "device" / "infer.sock"), log_file=str(base / "agent.log"),
-                              broker=broker.settings())
-            agent, stop = Agent(cfg), threading.Event()
-            thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
-            thread.start()
-            pub = Publisher(broker.settings(), "demo", ring.release_keys(), base / "fleet.json").start()
-            try:
-                for bundle in bundles:
-                    pub.wait_for_devices(1, 10)
-                    pub.publish(bundle, canary=100.0, halt_on=0.0)
-                    rollout = pub.watch(timeout_s=60, stage_timeout_s=60)
-                    _print_rollout(rollout)
-                    inputs, want = decode_vector(agent.installer.active_manifest().golden[0])
-                    release, got = infer(cfg.socket, inputs)
-                    ok = all(np.allclose(got[k], want[k], rtol=1e-5, atol=1e-5) for k in want)
-                    print(f"  inference via {cfg.socket}: release {release}, golden output "
-                          f"{'matches' if ok else 'DIFFERS'}")
-            finally:
-                pub.close()
-                stop.set()
-                thread.join(15)
-    return 0 if rollout.status == "complete" and ok else 1
-
-
 def cmd_fleet_demo(args: argparse.Namespace) -> int:
-    return demo(args.workdir)
+    from .demo import run_fleet_demo  # as ``cuvil-edge demo``: the compiler and agent load only for it
+
+    return run_fleet_demo(args.workdir)
 
 
 def _broker_args(p: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from runtime_wasm.spec import ModelSpec, TensorSpec, VariantSpec
 
@@ -19,14 +19,14 @@ Progress = Callable[[str], None]
 
 @dataclass
 class CompiledModel:
-    """Everything a device needs (spec, modules, weights) plus the host's view (graph, C, kernels)."""
+    """Everything a device needs (spec, modules, weights) plus the host's view (graph, C and the kernel
+    each node runs: ``program.kernels_used``)."""
 
     spec: ModelSpec
     modules: dict[str, bytes]  # variant name -> wasm bytes
     weights: bytes
     graph: Graph
     program: CProgram
-    kernels: dict[str, str] = field(default_factory=dict)
 
 
 def node_table(graph: Graph, program: CProgram) -> list[dict[str, object]]:
@@ -108,4 +108,4 @@ def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
         states=program.states,
     )
     spec.check()
-    return CompiledModel(spec, modules, program.weights, graph, program, program.kernels_used)
+    return CompiledModel(spec, modules, program.weights, graph, program)

@@ -7,23 +7,17 @@ so rollouts on several model lines of one fleet run side by side without touchin
 
 The wire format is ``ota.protocol``'s; this module adds the private keys, the rollout policy and a
 state file (written atomically) so a restarted publisher carries on where it stopped, with its
-announcement counter intact. ``LocalBroker`` runs a throwaway Mosquitto for demos and tests.
+announcement counter intact.
 """
 
 from __future__ import annotations
 
-import getpass
 import io
 import json
 import logging
 import math
 import os
 import secrets
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,7 +29,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ota.bundle import read_header
-from ota.config import BrokerSettings, OtaConfig, TransferLimits
+from ota.config import BrokerSettings, OtaConfig, TransferLimits, check_name
 from ota.errors import FormatError, TransportError, WrongTarget
 from ota.metadata import Manifest
 from ota.protocol import (
@@ -44,7 +38,6 @@ from ota.protocol import (
     Command,
     Topics,
     bucket,
-    check_name,
     check_url,
     format_time,
     sha256_hex,
@@ -55,7 +48,7 @@ from ota.transport import MqttClient
 from ota.trust import check_target
 
 from .errors import CuvilError
-from .signing import Keyring, build_bundle, sign_envelope
+from .signing import sign_envelope
 
 log = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 32 << 10
@@ -132,6 +125,17 @@ def rollout_topic(topics: Topics, model: str = "") -> str:
     """Where the publisher tells the rollout's state (unsigned, like status: only it may write there); a
     model line's rollout has its own topic below it, so two lines' rollouts never overwrite each other."""
     return f"{topics.base}/rollout" + (f"/{check_name(model, 'model name')}" if model else "")
+
+
+def format_rollout(r: Rollout) -> str:
+    """One line for people: release, stage, status, devices per outcome and why it halted."""
+    counts: dict[str, int] = {}
+    for outcome in r.outcomes.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    done = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no outcomes yet"
+    reason = f" - {r.reason}" if r.reason else ""
+    return (f"  release {r.release} ({r.version}) stage {r.stage + 1}/{len(r.stages)} "
+            f"({r.stages[r.stage]:g}%): {r.status}; {done}{reason}")
 
 
 #: device fields every line's view of a status keeps
@@ -466,110 +470,3 @@ class Publisher:
         if rollout.status == "halted":
             rollout = self.wait_settled(min(settle_s, max(end - time.monotonic(), 0.0)))
         return rollout
-
-
-# -- demo and benchmark fixtures: a tiny model release and a broker on this machine -------------------------
-def tiny_release(workdir: Path, ring: Keyring, release: int, hardware_id: str) -> Path:
-    """A signed bundle of a seeded 16->8 MatMul+Relu compiled for this host; ``release`` seeds the weights."""
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
-    from .model import CuvilModel
-
-    w = np.random.default_rng(release).standard_normal((16, 8)).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [numpy_helper.from_array(w, "w")])
-    model = CuvilModel.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
-    out = model.optimize(targets="host").save(workdir / f"tiny{release}")
-    bundle = workdir / f"tiny-r{release}.cvb"
-    build_bundle(out, bundle, ring.release_keys(), version=f"1.0.{release}", release=release,
-                 hardware_ids=[hardware_id])
-    return bundle
-
-
-# -- a broker on this machine, for the demo and the tests ---------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LocalBroker:
-    """A broker on 127.0.0.1 for tests and the demo. Mosquitto when it is installed (generated config:
-    persistence, so retained chunks survive a restart; optional password file and ACL); otherwise the
-    embedded default, amqtt (pure Python, MQTT 3.1.1, no users or ACL). ``stop`` is a clean shutdown."""
-
-    def __init__(self, workdir: str | os.PathLike[str], port: int | None = None,
-                 users: Mapping[str, str] | None = None, acl: Sequence[str] | None = None,
-                 backend: str | None = None) -> None:
-        self.backend = backend or ("mosquitto" if shutil.which("mosquitto") else "amqtt")
-        self.dir = Path(workdir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        if self.backend == "amqtt":
-            if users or acl:
-                raise FleetError("the embedded broker has no users or ACL: install mosquitto for those")
-            (self.dir / "amqtt.yaml").write_text(
-                f"listeners:\n  default:\n    type: tcp\n    bind: 127.0.0.1:{self.port}\n"
-                "plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n    allow_anonymous: true\n")
-            return
-        if self.backend != "mosquitto" or not shutil.which("mosquitto"):
-            raise FleetError("mosquitto is not on PATH (apt-get install mosquitto)")
-        lines = [f"listener {self.port} 127.0.0.1", "persistence true",
-                 f"persistence_location {self.dir}/", "autosave_interval 1", f"user {getpass.getuser()}",
-                 "max_queued_messages 10000", "log_dest stderr", "log_type error", "log_type warning"]
-        if users:
-            passwd = self.dir / "passwd"
-            passwd.write_text("".join(f"{u}:{p}\n" for u, p in users.items()))
-            os.chmod(passwd, 0o600)
-            subprocess.run(["mosquitto_passwd", "-U", str(passwd)], check=True, capture_output=True)
-            lines += ["allow_anonymous false", f"password_file {passwd}"]
-        else:
-            lines.append("allow_anonymous true")
-        if acl:
-            (self.dir / "acl").write_text("\n".join(acl) + "\n")
-            os.chmod(self.dir / "acl", 0o600)
-            lines.append(f"acl_file {self.dir / 'acl'}")
-        (self.dir / "mosquitto.conf").write_text("\n".join(lines) + "\n")
-
-    def settings(self, username: str = "", password: str = "", **kw: Any) -> BrokerSettings:
-        if self.backend == "amqtt":
-            kw.setdefault("protocol", 4)
-        return BrokerSettings(host="127.0.0.1", port=self.port, username=username, password=password, **kw)
-
-    def start(self, timeout_s: float = 10.0) -> LocalBroker:
-        log = open(self.dir / f"{self.backend}.log", "ab")
-        cmd = ["mosquitto", "-c", str(self.dir / "mosquitto.conf")] if self.backend == "mosquitto" else [
-            sys.executable, "-m", "amqtt.scripts.broker_script", "-c", str(self.dir / "amqtt.yaml")]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
-        log.close()
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise FleetError(f"{self.backend} exited: "
-                                 f"{(self.dir / f'{self.backend}.log').read_text()[-500:]}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        raise FleetError(f"{self.backend} did not listen on port {self.port} within {timeout_s}s")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(10)
-        self.proc = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def __enter__(self) -> LocalBroker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -105,6 +105,6 @@ def profile_model(model: CuvilModel, target: Target = RELAXED, repeat: int = 20,
     out = []
     for name, times in zip(compiled.program.profiled_nodes, samples):
         n = nodes[name]
-        out.append(NodeTiming(name, n.op, compiled.kernels.get(name, "-"), str(n.outputs[0].type),
-                              float(np.median(times[1:])) * 1e6, node_ops(n)))
+        out.append(NodeTiming(name, n.op, compiled.program.kernels_used.get(name, "-"),
+                              str(n.outputs[0].type), float(np.median(times[1:])) * 1e6, node_ops(n)))
     return out

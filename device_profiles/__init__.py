@@ -2,7 +2,6 @@
 
 from .detect import DetectedHost, HostInputs, closest_profile, describe, detect, gather
 from .profile import (
-    ARCH_FAMILY,
     SIMD_FEATURES,
     Caches,
     Cores,
@@ -16,7 +15,7 @@ from .profile import (
 )
 
 __all__ = [
-    "ARCH_FAMILY", "SIMD_FEATURES", "Caches", "Cores", "DetectedHost", "DeviceProfile", "HostInputs",
+    "SIMD_FEATURES", "Caches", "Cores", "DetectedHost", "DeviceProfile", "HostInputs",
     "ProfileError", "Thermal", "available_profiles", "closest_profile", "describe", "detect", "gather",
     "load_profile", "load_profiles", "profile_from_dict",
 ]

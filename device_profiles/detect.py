@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from runtime_wasm.variants import family_of
+
 from .profile import Caches, Cores, DeviceProfile, Thermal, load_profiles
 
 # auxiliary vector entry types (<linux/auxvec.h>)
@@ -240,17 +242,6 @@ def parse_thermal(zones: Mapping[str, Mapping[str, str]]) -> Thermal:
                     trips[kind].append(int(temp) / 1000.0)
     limit = min(trips["passive"] or trips["critical"] or [0.0])
     return Thermal(sensors, limit)
-
-
-def family_of(machine: str, flags: Iterable[str]) -> tuple[str, str]:
-    """(arch, family) from ``platform.machine()``; an unknown machine is judged by its cpuinfo flags."""
-    m = machine.lower()
-    if m in ("aarch64", "arm64"):
-        return "aarch64", "arm"
-    if m in ("x86_64", "amd64"):
-        return "x86_64", "x86"
-    is_arm = m.startswith("arm") or bool({"asimd", "neon"} & set(flags))
-    return machine, "arm" if is_arm else "x86"
 
 
 def describe(inputs: HostInputs, profiles: Sequence[DeviceProfile] = ()) -> DetectedHost:

@@ -13,13 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from runtime_wasm.policy import RuntimePolicy
+from runtime_wasm.errors import PolicyError
+from runtime_wasm.policy import RuntimePolicy
+from runtime_wasm.variants import ARCH_FAMILY
 
-#: the kernel-variant family of each CPU architecture wasmtime compiles for
-ARCH_FAMILY = {"x86_64": "x86", "aarch64": "arm"}
 #: SIMD features a profile may name, per family: canonical names (detection maps the kernel's onto these)
 SIMD_FEATURES = {
     "arm": frozenset({"neon", "dotprod", "i8mm", "fp16"}),
@@ -29,8 +28,7 @@ SIMD_FEATURES = {
 
 class DeviceProfilesError(Exception):
     """Base class of every error this package raises, as ``OtaError`` and ``RuntimeWasmError`` are of theirs:
-    profiles drive the host build and the device alike, so their errors belong to neither of those (and
-    this package may not import ``runtime_wasm`` at load time: that one imports it while initialising)."""
+    profiles drive the host build and the device alike, so their errors belong to neither of those."""
 
 
 class ProfileError(DeviceProfilesError):
@@ -144,9 +142,6 @@ def load_profiles() -> list[DeviceProfile]:
 
 def profile_from_dict(table: Mapping[str, Any], what: str = "profile") -> DeviceProfile:
     """Typed load of one profile table (``what`` prefixes error messages)."""
-    # imported here, not at the top: runtime_wasm imports this package while it initialises
-    from runtime_wasm.errors import PolicyError
-    from runtime_wasm.policy import RuntimePolicy
 
     def convert(kind: Any, value: Any, field: str) -> Any:
         if kind is RuntimePolicy:
@@ -181,7 +176,7 @@ def profile_from_dict(table: Mapping[str, Any], what: str = "profile") -> Device
             raise ProfileError(f"{what}: unknown field(s) {[prefix + k for k in unknown]}")
         if missing:
             raise ProfileError(f"{what}: missing field(s) {[prefix + k for k in missing]}")
-        hints = typing.get_type_hints(cls, localns={"RuntimePolicy": RuntimePolicy})
+        hints = typing.get_type_hints(cls)
         return cls(**{n: convert(hints[n], value[n], prefix + n) for n in names})
 
     return build(DeviceProfile, table, "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -31,6 +32,18 @@ except ModuleNotFoundError:  # Python 3.10
 def default_hardware_id() -> str:
     """Set per device class at provisioning (``CUVIL_HARDWARE_ID``); a generic id otherwise."""
     return os.environ.get("CUVIL_HARDWARE_ID") or f"generic-{platform.machine()}"
+
+
+#: a fleet, device, model or topic prefix name: one MQTT topic level (no '/', '+', '#')
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def check_name(value: str, what: str) -> str:
+    """Fleet, device, model and prefix names are single topic levels, so they cannot widen an ACL match
+    (here, below the protocol, because a model line's config names its topic)."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ValueError(f"{what} {value!r} must be 1-64 of [A-Za-z0-9._-] (one MQTT topic level)")
+    return value
 
 
 def _check_numbers(obj: object) -> None:
@@ -240,8 +253,6 @@ class ModelConfig:
     socket: str = ""  # Unix socket for this model's JSON inference; empty: not served there
 
     def __post_init__(self) -> None:
-        from .protocol import check_name  # protocol imports this module
-
         check_name(self.name, "model name")
 
 

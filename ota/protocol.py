@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
-from .config import TransferLimits
+from .config import TransferLimits, check_name
 from .crypto import parse_json
 from .errors import ExpiredMetadata, FormatError, LengthMismatch, UnauthorizedMessage
 from .metadata import parse_envelope, parse_time
@@ -38,7 +38,6 @@ TELEMETRY_EVENTS = ("summary", "install_started", "install_finished", "install_f
                     "update_state", "serving_error", "deadline_kill", "worker_restart", "thermal")
 MAX_TELEMETRY_BYTES = 256 << 10  # one record, as published; receivers refuse larger ones
 BUCKETS = 1 << 32  # a device's rollout bucket is in [0, BUCKETS)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # no '/', '+', '#': one topic level
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NONCE = re.compile(r"^[0-9a-f]{16,64}$")
 URL_SCHEMES = ("http", "https")
@@ -60,13 +59,6 @@ def check_url(url: str, what: str = "bundle URL") -> str:
     if parts.scheme not in URL_SCHEMES or not parts.hostname:
         raise FormatError(f"{what} {url!r}: only http and https URLs with a host are accepted")
     return url
-
-
-def check_name(value: str, what: str) -> str:
-    """Fleet, device and prefix names are single topic levels, so they cannot widen an ACL match."""
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(f"{what} {value!r} must be 1-64 of [A-Za-z0-9._-] (one MQTT topic level)")
-    return value
 
 
 @dataclass(frozen=True)

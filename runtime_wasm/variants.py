@@ -1,30 +1,48 @@
 """Variant selection: a pure function from (host or profile, engine probes, variants) to one variant.
 
 The host side (a ``DeviceProfile``, or ``HostProbes`` measured here) says which family suits the CPU and
-whether the runtime build accepts relaxed SIMD; the engine side (``EngineProbes``) says whether the
-wasmtime engine in this process validates relaxed-SIMD modules. A relaxed variant is chosen only when
+whether the runtime build accepts relaxed SIMD (a profile is only read here: ``device_profiles`` builds on
+this package, for its ``RuntimePolicy`` and ``ARCH_FAMILY``); the engine side (``EngineProbes``) says whether
+the wasmtime engine in this process validates relaxed-SIMD modules. A relaxed variant is chosen only when
 both allow it, because a module the engine cannot validate does not load at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import platform
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import wasmtime
-
-from device_profiles import DeviceProfile, describe, gather
 
 from .engine import EngineConfig, engine_for
 from .errors import NoUsableVariant
 from .spec import VariantSpec
 
+if TYPE_CHECKING:
+    from device_profiles import DeviceProfile
+
+#: the kernel-variant family of each CPU architecture wasmtime compiles for
+ARCH_FAMILY = {"x86_64": "x86", "aarch64": "arm"}
+#: the names ``platform.machine()`` gives those architectures (lower-cased)
+_MACHINE_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 #: preference order: the faster tier first; a host family mismatch still runs (it is only slower).
 TIER_ORDER = ("relaxed", "simd128")
 
 _RELAXED_PROBE_WAT = ("(module (func (result v128) v128.const i64x2 0 0 v128.const i64x2 0 0 "
                       "v128.const i64x2 0 0 f32x4.relaxed_madd))")
+
+
+def family_of(machine: str, flags: Iterable[str] = ()) -> tuple[str, str]:
+    """(arch, family) from ``platform.machine()``; an unknown machine is judged by its cpuinfo flags (every
+    machine wasmtime runs on has a known name, so the runtime's own probe needs none)."""
+    m = machine.lower()
+    if m in _MACHINE_ARCH:
+        return _MACHINE_ARCH[m], ARCH_FAMILY[_MACHINE_ARCH[m]]
+    is_arm = m.startswith("arm") or bool({"asimd", "neon"} & set(flags))
+    return machine, "arm" if is_arm else "x86"
 
 
 @dataclass(frozen=True)
@@ -58,8 +76,8 @@ def probe_engine() -> EngineProbes:
 
 @lru_cache(maxsize=1)
 def probe_host() -> HostProbes:
-    """This machine's family (detected) and whether this engine validates relaxed SIMD."""
-    return HostProbes(family=describe(gather()).family, relaxed_simd=probe_engine().relaxed_simd)
+    """This machine's family and whether this engine validates relaxed SIMD."""
+    return HostProbes(family=family_of(platform.machine())[1], relaxed_simd=probe_engine().relaxed_simd)
 
 
 #: determinism mode runs the same module on every host: this family's when the model ships it
@@ -83,8 +101,8 @@ def select_variant(variants: Sequence[VariantSpec], probes: HostProbes | DeviceP
     host = probes if isinstance(probes, HostProbes) else HostProbes.from_profile(probes)
     no_relaxed = []  # why the relaxed tier cannot run here
     if not host.relaxed_simd:
-        no_relaxed.append(f"profile {probes.name!r} says its runtime build lacks relaxed SIMD"
-                          if isinstance(probes, DeviceProfile) else "the host probes report no relaxed SIMD")
+        no_relaxed.append("the host probes report no relaxed SIMD" if isinstance(probes, HostProbes)
+                          else f"profile {probes.name!r} says its runtime build lacks relaxed SIMD")
     if engine is not None and not engine.relaxed_simd:
         no_relaxed.append("the engine does not validate relaxed-SIMD modules")
     if not allow_relaxed:

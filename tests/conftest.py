@@ -1,6 +1,6 @@
 """Shared test helpers: the onnxruntime reference and the "same numbers as ORT" check.
 
-The nets live in ``cuvil_edge.zoo`` and the onnxruntime helpers in ``cuvil_edge.oracle``.
+The nets live in ``cuvil_edge.testing.zoo`` and the onnxruntime helpers in ``cuvil_edge.oracle``.
 """
 
 from __future__ import annotations
@@ -15,12 +15,6 @@ from cuvil_edge.oracle import ort_session, random_inputs
 
 #: elementwise tolerance against onnxruntime (both fp32; only summation order differs)
 RTOL = ATOL = 1e-4
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    for line in ("conformance: compares compiled models with shipped reference outputs (slow)",
-                 "integration: compiles whole nets and runs them in wasmtime"):
-        config.addinivalue_line("markers", line)
 
 
 def assert_outputs_close(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray],

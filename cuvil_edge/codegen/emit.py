@@ -12,9 +12,10 @@ from runtime_wasm.spec import MAX_THREADS, StateSpec
 
 from ..ir.graph import Graph, Node, Value
 from ..ops import get as get_op
-from ..ops.common import CTYPES
+from ..ops.common import CTYPES, RowSplit
 from ..ops.registry import node_code
 from .kernels import kernel_source
+from .kernels.table import family_order, resolve
 from .memplan import ALIGN, MemoryPlan, graph_states, plan_memory
 
 #: bytes after each region that kernels may over-read with full-vector loads (never used as data)
@@ -34,13 +35,17 @@ class EmitContext:
     plan: MemoryPlan
     weights: list[bytes] = field(default_factory=list)
     weights_size: int = 0
-    _wkeys: dict[object, int] = field(default_factory=dict)
+    _wkeys: dict[bytes, int] = field(default_factory=dict)
     kernels_used: dict[str, str] = field(default_factory=dict)  # node name -> kernel name
     node: Node | None = None
     threads: int = 1
     #: nodes whose code every thread runs (each its share, by ``tid`` of ``nt``): see ``parallel``
     parallel_nodes: list[str] = field(default_factory=list)
+    #: how each split node shares its rows, when it says (``split_rows``); None: unknown, any bytes
+    row_splits: dict[str, RowSplit | None] = field(default_factory=dict)
     private_scratch: set[str] = field(default_factory=set)  # nodes with a scratch region per thread
+    #: while set, where ``weight`` puts packed constants instead (``f16w``: the blob holds them as fp16)
+    weight_store: Callable[[np.ndarray, str], str] | None = None
 
     def ptr(self, v: Value, ctype: str | None = None) -> str:
         """C pointer expression to ``v``'s data (arena or weights)."""
@@ -49,10 +54,10 @@ class EmitContext:
             return f"(({ct}*)(W + {self.const_offset(v.const)}))"
         return f"(({ct}*)(A + {self.plan.offset(v)}))"
 
-    def const_offset(self, array: np.ndarray, key: object = None) -> int:
+    def const_offset(self, array: np.ndarray) -> int:
         """Place an array in the weights blob (once per distinct content) and return its offset."""
         data = np.ascontiguousarray(array).tobytes()
-        k = key if key is not None else hashlib.sha256(data).digest() + str(array.dtype).encode()
+        k = hashlib.sha256(data).digest() + str(array.dtype).encode()
         off = self._wkeys.get(k)
         if off is None:
             off = self.weights_size
@@ -64,6 +69,8 @@ class EmitContext:
 
     def weight(self, array: np.ndarray, ctype: str = "float") -> str:
         """Pointer expression to a packed constant made by the emitter (e.g. transposed weights)."""
+        if self.weight_store is not None:
+            return self.weight_store(array, ctype)
         return f"(({ctype}*)(W + {self.const_offset(array)}))"
 
     def scratch(self, ctype: str = "float", shared: bool = False) -> str:
@@ -76,18 +83,28 @@ class EmitContext:
         self.private_scratch.add(self.node.name)
         return f"(({ctype}*)(tid ? TS + (size_t)(tid - 1) * TS_BYTES : A + {off}))"
 
-    def parallel(self) -> None:
+    def parallel(self, rows: RowSplit | None = None) -> None:
         """The current node's code splits its work by ``tid`` (0 .. ``nt`` - 1, C locals in scope): every
-        thread runs it, with a barrier before and after. Each output element must be computed by the same
-        code whatever ``nt`` is (split on whole kernel tiles), so threaded outputs are bit-identical.
-        Nodes that never call this run on thread 0 alone."""
+        thread runs it, with a barrier before and after wherever another thread's bytes meet it (see
+        ``_Epoch``; ``rows`` says which bytes each thread touches, None: any). Each output
+        element must be computed by the same code whatever ``nt`` is (split on whole kernel tiles), so
+        threaded outputs are bit-identical. Nodes that never call this run on thread 0 alone."""
         assert self.node is not None
-        if self.threads > 1 and self.node.name not in self.parallel_nodes:
-            self.parallel_nodes.append(self.node.name)
+        if self.threads == 1:
+            return
+        name = self.node.name
+        if name not in self.parallel_nodes:
+            self.parallel_nodes.append(name)
+            self.row_splits[name] = rows
+        else:
+            old = self.row_splits[name]
+            self.row_splits[name] = old.merge(rows) if old is not None else None
 
     def use_kernel(self, name: str) -> None:
-        """Record the kernel (by grammar name) the current node runs, for ``inspect`` and tests."""
+        """Record the kernel (by grammar name) the current node runs, for ``inspect`` and tests; a name
+        outside ``kernels/table.py`` is refused here, where the op that chose it is on the stack."""
         assert self.node is not None
+        resolve(name)
         self.kernels_used[self.node.name] = name
 
 
@@ -127,16 +144,13 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile:
     threads = 1 if profile else threads
     plan = plan_memory(graph)
     ctx = EmitContext(graph, plan, threads=threads)
-    families: list[str] = ["common"]
     body: list[str] = []
     node_funcs: list[str] = []
     profiled: list[str] = []
     scratch_bytes = 0
-    split_last = serial_since_barrier = False
-    for n in graph.walk():  # loop/if bodies' nodes need their kernel families too
-        for fam in get_op(n.op).kernels:
-            if fam not in families:
-                families.append(fam)
+    epoch = _Epoch()
+    # loop/if bodies' nodes need their kernel families too
+    families = family_order(fam for n in graph.walk() for fam in get_op(n.op).kernels)
     for n in graph.nodes:
         op = get_op(n.op)
         code = node_code(n, ctx)
@@ -154,10 +168,7 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile:
             body += [comment, *lines]
         else:
             split = n.name in ctx.parallel_nodes
-            # a barrier wherever a split node meets another node: thread 0 runs serial nodes back to back
-            if split_last or (split and serial_since_barrier):
-                body.append("  cuvil_barrier();")
-                serial_since_barrier = False
+            body += epoch.enter(_accesses(n, ctx, split))
             if split:
                 body += [comment, *lines]
                 if n.name in ctx.private_scratch:
@@ -166,11 +177,12 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile:
                 # one thread: nt is 1 inside, so kernels that split or wait do neither
                 body += [comment, "  if (tid == 0) {", "    const int nt = 1; (void)nt;",
                          *("  " + line for line in lines), "  }"]
-                serial_since_barrier = True
-            split_last = split
     states, copies = _state_updates(graph, ctx)
-    if copies:  # the run's last step, on one thread once every node is done
-        body += ["  cuvil_barrier();"] if split_last else []
+    if copies:  # the run's last step, on one thread once every node is done with the states' bytes
+        if threads > 1:
+            body += epoch.enter([_access(ctx, graph.inputs[s.input], True, True) for s in graph_states(graph)]
+                                + [_access(ctx, graph.outputs[s.output], False, True)
+                                   for s in graph_states(graph)])
         body += ["  /* state: the new values replace the old */",
                  *(["  if (tid == 0) {", *("  " + c for c in copies), "  }"] if threads > 1 else copies)]
     ctx.node = None
@@ -204,6 +216,68 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile:
     ]
     return CProgram("\n".join(parts), weights, arena, plan, ctx.kernels_used, profiled, threads,
                     ctx.parallel_nodes, scratch_bytes, states)
+
+
+@dataclass(frozen=True)
+class _Access:
+    """Arena bytes [lo, hi) a node reads or writes, on thread 0 alone (``serial``) or on every thread.
+    With ``rows`` (rows, unit, stride) each thread touches only its share of the rows (``cuvil_split``),
+    row r being bytes [lo + r * stride, lo + (r + 1) * stride)."""
+
+    lo: int
+    hi: int
+    write: bool
+    serial: bool
+    rows: tuple[int, int, int] | None = None
+
+    def races(self, other: _Access) -> bool:
+        """Whether, with no barrier between, two threads may touch one byte of both, one of them writing.
+        Equal row partitions of the same bytes give each thread the same rows: it meets only itself."""
+        if not (self.write or other.write) or self.hi <= other.lo or other.hi <= self.lo:
+            return False
+        if self.serial and other.serial:
+            return False
+        return self.rows is None or (self.rows, self.lo) != (other.rows, other.lo)
+
+
+@dataclass
+class _Epoch:
+    """What the threads touched since the last barrier: a node gets a barrier before it only when one of
+    its accesses races with one of these (serial ones kept apart: they never race each other)."""
+
+    serial: list[_Access] = field(default_factory=list)
+    split: list[_Access] = field(default_factory=list)
+
+    def enter(self, accesses: list[_Access]) -> list[str]:
+        """The barrier a node with these accesses needs before it (none or one), then its accesses."""
+        barrier = any(a.races(e) for a in accesses
+                      for e in (self.split if a.serial else self.split + self.serial))
+        if barrier:
+            self.serial, self.split = [], []
+        for a in accesses:
+            (self.serial if a.serial else self.split).append(a)
+        return ["  cuvil_barrier();"] if barrier else []
+
+
+def _access(ctx: EmitContext, v: Value, write: bool, serial: bool, rows: RowSplit | None = None) -> _Access:
+    lo = ctx.plan.offset(v)
+    by_row = rows is not None and id(v) in rows.by_row and v.type.nbytes % rows.rows == 0
+    return _Access(lo, lo + v.type.nbytes, write, serial,
+                   (rows.rows, rows.unit, v.type.nbytes // rows.rows) if by_row else None)
+
+
+def _accesses(n: Node, ctx: EmitContext, split: bool) -> list[_Access]:
+    """The arena bytes a node touches: its inputs, outputs and scratch (its row split's share for the
+    values it names), or the whole arena for a node with bodies (their values live in its own part)."""
+    if n.subgraphs:
+        return [_Access(0, ctx.plan.arena_size, True, not split)]
+    rows = ctx.row_splits.get(n.name) if split else None
+    out = [_access(ctx, v, w, not split, rows) for vs, w in ((n.inputs, False), (n.outputs, True))
+           for v in vs if not v.is_const and v.type.nbytes]
+    if id(n) in ctx.plan.scratch:
+        lo = ctx.plan.scratch[id(n)]
+        out.append(_Access(lo, lo + get_op(n.op).scratch(n), True, not split))
+    return out
 
 
 def _state_updates(graph: Graph, ctx: EmitContext) -> tuple[tuple[StateSpec, ...], list[str]]:

@@ -8,23 +8,22 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-#: dtypes the IR knows; quantized types add to this with their params on ``TensorType.quant``.
+#: dtypes the IR knows (a quantized tensor's integers are one of them; its parameters: ``QuantParams``)
 DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool", "float64")
 
 
 @dataclass(frozen=True)
 class TensorType:
-    """A static shape and dtype (``quant`` holds scale/zero-point for quantized tensors later)."""
+    """A static shape and dtype."""
 
     shape: tuple[int, ...]
     dtype: str = "float32"
-    quant: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -49,13 +48,82 @@ class TensorType:
         return f"{self.dtype}[{','.join(map(str, self.shape))}]"
 
 
+@dataclass(frozen=True, eq=False)
+class QuantParams:
+    """A source model's affine quantization of one tensor: ``real = scale * (q - zero_point)`` for its
+    ``dtype`` integers q, per tensor (``axis`` None, one scale) or per channel along ``axis``.
+
+    On a ``Value`` (``Value.quant``, set by the frontends): a constant holds the real (float32) values,
+    exactly ``real_of`` its integers, so ``steps`` gets them back for the integer kernels; a run-time
+    value holds the integers as uint8, an int8 tensor shifted by +128 (``held_zero_point``). A value a
+    converter or pass makes anew has none: the record goes only where the numbers stay the same.
+    """
+
+    scale: np.ndarray  #: float32 [1] or [channels]
+    zero_point: np.ndarray  #: int64, as many as ``scale``
+    axis: int | None = None
+    dtype: str = "int8"
+
+    def __post_init__(self) -> None:
+        scale, zp = np.asarray(self.scale, np.float32).reshape(-1), np.asarray(self.zero_point).reshape(-1)
+        scale, zp = np.broadcast_arrays(scale, zp.astype(np.int64))
+        if scale.size == 0 or (scale.size > 1 and self.axis is None):
+            raise ValueError(f"{scale.size} scales need an axis (one scale is per tensor)")
+        object.__setattr__(self, "scale", np.array(scale))
+        object.__setattr__(self, "zero_point", np.array(zp))
+        object.__setattr__(self, "axis", None if scale.size == 1 else int(self.axis))
+
+    @property
+    def per_channel(self) -> bool:
+        return self.axis is not None
+
+    @property
+    def held_zero_point(self) -> np.ndarray:
+        """The zero point of the tensor as held at run time (uint8: an int8 one shifted by +128)."""
+        return self.zero_point + (128 if self.dtype == "int8" else 0)
+
+    def along(self, p: np.ndarray, rank: int) -> np.ndarray:
+        """Per-channel ``p`` (scale, zero point) shaped to broadcast against a rank-``rank`` tensor."""
+        return p.reshape([-1 if d == self.axis else 1 for d in range(rank)] if self.axis is not None else ())
+
+    def real_of(self, steps: np.ndarray) -> np.ndarray:
+        """float32 ``scale * steps`` (steps: integers less their zero point), the exact product rounded
+        once (as ONNX's f32 product of steps below 2^24, 8-bit ones certainly)."""
+        return (steps * self.along(self.scale, steps.ndim).astype(np.float64)).astype(np.float32)
+
+    def steps(self, real: np.ndarray) -> np.ndarray | None:
+        """``q - zero_point`` of a constant's real values (int64), None when they are not exactly that
+        (the constant is not the tensor this record describes)."""
+        scale = self.along(self.scale, real.ndim).astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            steps = np.where(scale != 0, np.rint(real / np.where(scale != 0, scale, 1)), 0).astype(np.int64)
+        return steps if np.array_equal(self.real_of(steps), real) else None
+
+    def relaid(self, shape: tuple[int, ...], relayout: Callable[[np.ndarray], np.ndarray]
+               ) -> QuantParams | None:
+        """This record for the tensor ``relayout`` makes of one of ``shape`` (a transpose, a gather of
+        non-channel positions, ...): per tensor as it is, per channel along the axis its channels land on;
+        None when they no longer lie along one axis."""
+        if self.axis is None:
+            return self
+        n = self.scale.size
+        moved = relayout(np.broadcast_to(self.along(np.arange(n), len(shape)), shape))
+        for axis, size in enumerate(moved.shape):
+            along = np.arange(n).reshape([-1 if d == axis else 1 for d in range(moved.ndim)])
+            if size == n and np.array_equal(moved, np.broadcast_to(along, moved.shape)):
+                return replace(self, axis=axis)
+        return None
+
+
 @dataclass(eq=False)
 class Value:
-    """An SSA value. ``const`` is set for weights and folded tensors."""
+    """An SSA value. ``const`` is set for weights and folded tensors; ``quant`` for a quantized tensor
+    of the source model (see ``QuantParams``)."""
 
     name: str
     type: TensorType
     const: np.ndarray | None = None
+    quant: QuantParams | None = None
 
     @property
     def is_const(self) -> bool:

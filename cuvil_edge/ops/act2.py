@@ -50,7 +50,7 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     ctx.use_kernel(f"f32-v{kind}-4")
     a, b = (float(np.float32(node.attrs[k])) for k in "ab")
     return split_rows(ctx, x.type.size, x.type.size, lambda c, i: (
-        f"f32_v{kind}({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {a!r}f, {b!r}f);"), unit=16)
+        f"f32_v{kind}({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {a!r}f, {b!r}f);"), unit=16, by_row=(x, y))
 
 
 register(OpDef("act2", _infer, _fold, _emit, kernels=("f32-unary", "f32-act2"), inplace=True))

@@ -23,11 +23,11 @@ def _fold(node: Node, args) -> list[np.ndarray]:
 
 def _emit(node: Node, ctx: EmitContext) -> str:
     x, y = node.inputs[0], node.outputs[0]
-    ctx.use_kernel(f"f32-act-{node.attrs['act'][0]}-4")
+    ctx.use_kernel(f"f32-v{node.attrs['act'][0]}-4")
     in_place = ctx.plan.offset(x) == ctx.plan.offset(y) or x.is_const
     return split_rows(ctx, x.type.size, x.type.size, lambda c, i: (
         ("" if in_place else f"copy_f32({ctx.ptr(y)} + {i}, {ctx.ptr(x)} + {i}, {c}); ")
-        + f"f32_act({ctx.ptr(y)} + {i}, {c}, {act_c(node)});"), unit=16)
+        + f"f32_act({ctx.ptr(y)} + {i}, {c}, {act_c(node)});"), unit=16, by_row=(x, y))
 
 
 register(OpDef("act", same_type, _fold, _emit, inplace=True))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ShapeError
-from ..ir.graph import Node, TensorType
+from ..ir.graph import Node, TensorType, Value
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -28,16 +29,38 @@ ACTS = {"none": "ACT_NONE", "relu": "ACT_RELU", "clip": "ACT_CLIP", "hardsigmoid
 PARALLEL_MIN_WORK = 16384
 
 
-def split_rows(ctx: EmitContext, rows: int, work: int, call: Callable[[str, str], str], unit: int = 1) -> str:
+@dataclass(frozen=True)
+class RowSplit:
+    """How a node split by ``split_rows`` shares its work, so the emitter can tell when the next node
+    needs no barrier: thread t gets the same rows of ``rows`` in ``unit``s as in every node with equal
+    (rows, unit) (``cuvil_split``), and for each value in ``by_row`` (ids) row r touches only the r-th of
+    ``rows`` equal contiguous slices of its bytes. Values not listed may be touched anywhere."""
+
+    rows: int
+    unit: int
+    by_row: frozenset[int]
+
+    def merge(self, other: RowSplit | None) -> RowSplit | None:
+        """The description of a node that splits twice (e.g. a two-pass pool): None unless alike."""
+        if other is None or (other.rows, other.unit) != (self.rows, self.unit):
+            return None
+        return RowSplit(self.rows, self.unit, self.by_row | other.by_row)
+
+
+def split_rows(ctx: EmitContext, rows: int, work: int, call: Callable[[str, str], str], unit: int = 1,
+               by_row: Sequence[Value] = ()) -> str:
     """C code running ``call(count, first)`` (C expressions) over ``rows`` independent rows or elements,
     split between threads in whole ``unit``s when the node touches at least ``PARALLEL_MIN_WORK``
     elements (``work``), or when the node is split already (every thread runs its code). A unit of 16
     keeps vector loops' scalar tails where single-threaded runs have them, so every element is computed by
-    the same code."""
+    the same code. ``by_row``: the values whose row r is the r-th of ``rows`` equal slices, all that row r
+    reads or writes of them (see ``RowSplit``); an unsplit call in a threaded build runs on thread 0 only,
+    as the node's later calls may split it."""
     split = ctx.node is not None and ctx.node.name in ctx.parallel_nodes
     if ctx.threads == 1 or not split and (work < PARALLEL_MIN_WORK or rows < 2 * unit):
-        return call(str(rows), "0")
-    ctx.parallel()
+        code = call(str(rows), "0")
+        return code if ctx.threads == 1 else f"if (tid == 0) {{ {code} }}"
+    ctx.parallel(RowSplit(rows, unit, frozenset(id(v) for v in by_row)))
     return (f"{{ int lo, hi; cuvil_split({rows}, {unit}, tid, nt, &lo, &hi);\n"
             f"  if (lo < hi) {call('(hi - lo)', 'lo')} }}")
 

@@ -81,7 +81,7 @@ def _loop_emit(node: Node, ctx: EmitContext) -> str:
     trips, cond = node.inputs[0], node.inputs[1]
     carried_in, carried_out = body.inputs[2:2 + n], body.outputs[1:1 + n]
     scans, done = body.outputs[1 + n:], node.outputs[-1]
-    ctx.use_kernel("c-loop")
+    ctx.use_kernel("i64-loop")
     limit = str(bound) if trips.is_const else f"*{ctx.ptr(trips)} < {bound} ? *{ctx.ptr(trips)} : {bound}"
     step = [f"memcpy({ctx.ptr(y, 'unsigned char')} + cuvil_i * {s.type.nbytes}, "
             f"{ctx.ptr(s, 'unsigned char')}, {s.type.nbytes});"
@@ -129,7 +129,7 @@ def _if_infer(node: Node) -> list[TensorType]:
 
 
 def _if_emit(node: Node, ctx: EmitContext) -> str:
-    ctx.use_kernel("c-if")
+    ctx.use_kernel("b-if")
     arms = []
     for body, caps in _branches(node):
         code = [*_copies(ctx, caps, body.inputs, body), *_body_code(body, ctx),

@@ -111,21 +111,27 @@ def _binary_emit(node: Node, ctx: EmitContext) -> str:
     if fast is not None:
         ctx.use_kernel(f"f32-v{fast}-4")
         return split_rows(ctx, y.type.size, y.type.size, lambda c, i: (
-            f"f32_v{fast}({c}, {ctx.ptr(a)} + {i}, {ctx.ptr(y)} + {i}, {act_c(node)});"), unit=16)
+            f"f32_v{fast}({c}, {ctx.ptr(a)} + {i}, {ctx.ptr(y)} + {i}, {act_c(node)});"), unit=16,
+            by_row=(a, y))
     dims = collapse_broadcast(y.type.shape, [a.type.shape, b.type.shape])
     n, (ia, ib) = dims[-1]
     m, (sa, sb) = dims[-2] if len(dims) > 1 else (1, (0, 0))
     fn = {(1, 1): f"f32_v{kind}", (1, 0): f"f32_v{kind}c", (0, 1): f"f32_vr{kind}c"}[(ia, ib)]
     ctx.use_kernel(fn.replace("_", "-") + "-4")
     heads, (pa, pb), py = outer_loops(dims[:-2], m * n, [ctx.ptr(a), ctx.ptr(b)])
+    # with no outer loops, row r of the result and of each operand that varies along the rows (a row of
+    # n, or one element when broadcast along them) are their r-th slices
+    per_row = [] if heads else [y, *(v for v, i, s in ((a, ia, sa), (b, ib, sb))
+                                     if s and v.type.size == m * (n if i else 1))]
     if m > 1:  # threads split the rows
         call = split_rows(ctx, m, y.type.size, lambda c, i: (
             f"{fn}({c}, {n}, {pa} + (size_t){i} * {sa}, {sa}, {pb} + (size_t){i} * {sb}, {sb}, "
-            f"{ctx.ptr(y)}{py} + (size_t){i} * {n}, {act_c(node)});"))
+            f"{ctx.ptr(y)}{py} + (size_t){i} * {n}, {act_c(node)});"), by_row=per_row)
     else:  # or the elements of the one row (a broadcast operand stays put)
         call = split_rows(ctx, n, y.type.size, lambda c, i: (
             f"{fn}(1, {c}, {pa} + {i if ia else 0}, {sa}, {pb} + {i if ib else 0}, {sb}, "
-            f"{ctx.ptr(y)}{py} + {i}, {act_c(node)});"), unit=16)
+            f"{ctx.ptr(y)}{py} + {i}, {act_c(node)});"), unit=16,
+            by_row=[] if heads else [y, *(v for v, i in ((a, ia), (b, ib)) if i and v.type.size == n)])
     return "\n".join([*heads, call, "}" * len(heads)])
 
 
@@ -162,7 +168,7 @@ def _unary_emit(node: Node, ctx: EmitContext) -> str:
         raise UnsupportedOperator(kind, node.name, detail=f"runs on float32 only, not {y.type.dtype}")
     ctx.use_kernel(f"f32-v{kind}-4")
     return split_rows(ctx, x.type.size, x.type.size, lambda c, i: (
-        f"f32_v{kind}({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {act_c(node)});"), unit=16)
+        f"f32_v{kind}({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {act_c(node)});"), unit=16, by_row=(x, y))
 
 
 register(OpDef("unary", _unary_infer, _unary_fold, _unary_emit, kernels=("f32-unary",), inplace=True))

@@ -45,7 +45,7 @@ def pad_to(v: np.ndarray, multiple: int) -> np.ndarray:
     return out
 
 
-def gemm_kernel_name(ctx: EmitContext, m: int) -> str:
+def gemm_kernel_name(m: int) -> str:
     """1-2 rows run the wider GEMV tiles (more FMA chains per broadcast), 3 rows 3x8, more rows 4x8."""
     return {1: "f32-gemm-1x24", 2: "f32-gemm-2x16"}.get(m, f"f32-gemm-{min(m, 4)}x8")
 
@@ -69,7 +69,7 @@ def _gemm_emit(node: Node, ctx: EmitContext) -> str:
     m = x.type.size // k
     bp = ctx.weight(pack_b_panels(w.const.astype(np.float32)))
     bias = ctx.weight(pad_to(node.inputs[2].const.astype(np.float32), NR)) if len(node.inputs) > 2 else "0"
-    ctx.use_kernel(gemm_kernel_name(ctx, m))
+    ctx.use_kernel(gemm_kernel_name(m))
     ctx.parallel()  # threads split the output columns
     return (f"f32_gemm_part({m}, {n}, {k}, {ctx.ptr(x)}, {k}, {bp}, {ctx.ptr(node.outputs[0])}, {n}, "
             f"0, {bias}, {act_c(node)}, tid, nt);")
@@ -126,7 +126,7 @@ def _matmul_emit(node: Node, ctx: EmitContext) -> str:
     aoff = batch_offsets(a.type.shape[:-2], batch, m * k)
     boff = batch_offsets(b.type.shape[:-2], batch, k * n)
     sk, sn = (1, k) if node.attrs.get("trans_b") else (n, 1)
-    ctx.use_kernel(gemm_kernel_name(ctx, m))
+    ctx.use_kernel(gemm_kernel_name(m))
     if b.is_const:  # pack every distinct B matrix at build time
         mats = b.const.astype(np.float32).reshape(-1, *b.type.shape[-2:])
         mats = np.swapaxes(mats, -1, -2) if node.attrs.get("trans_b") else mats

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..codegen.kernels.table import dtype_code
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType, Value
 from .common import broadcast_shape
@@ -51,7 +52,7 @@ def _bool_infer(node: Node) -> list[TensorType]:
 
 # -- compare ---------------------------------------------------------------------------------------
 def _compare_emit(node: Node, ctx: EmitContext) -> str:
-    ctx.use_kernel(f"c-{node.attrs['kind']}")
+    ctx.use_kernel(f"{dtype_code(node.inputs[0].type.dtype)}-{node.attrs['kind']}")
     return broadcast_loop(ctx, node.outputs[0], node.inputs, f"{{0}} {COMPARE[node.attrs['kind']][0]} {{1}}")
 
 
@@ -67,7 +68,7 @@ def _logic_fold(node: Node, args) -> list[np.ndarray]:
 
 def _logic_emit(node: Node, ctx: EmitContext) -> str:
     kind = node.attrs["kind"]
-    ctx.use_kernel(f"c-{kind}")
+    ctx.use_kernel(f"b-{kind}")
     expr = "!{0}" if kind == "not" else f"({{0}} != 0) {LOGIC[kind][0]} ({{1}} != 0)"
     return broadcast_loop(ctx, node.outputs[0], node.inputs, expr)
 
@@ -85,7 +86,7 @@ def _arith_infer(node: Node) -> list[TensorType]:
 
 def _arith_emit(node: Node, ctx: EmitContext) -> str:
     kind = node.attrs["kind"]
-    ctx.use_kernel(f"c-{kind}")
+    ctx.use_kernel(f"{dtype_code(node.outputs[0].type.dtype)}-{kind}")
     return broadcast_loop(ctx, node.outputs[0], node.inputs, ARITH[kind])
 
 
@@ -101,7 +102,7 @@ def _where_infer(node: Node) -> list[TensorType]:
 
 
 def _where_emit(node: Node, ctx: EmitContext) -> str:
-    ctx.use_kernel("c-where")
+    ctx.use_kernel(f"{dtype_code(node.outputs[0].type.dtype)}-where")
     return broadcast_loop(ctx, node.outputs[0], node.inputs, "{0} ? {1} : {2}")
 
 
@@ -136,7 +137,7 @@ def _arg_emit(node: Node, ctx: EmitContext) -> str:
     x, y = node.inputs[0], node.outputs[0]
     outer, n, inner = _outer_inner(x.type.shape, node.attrs["axis"])
     better = (">" if node.attrs["kind"] == "max" else "<") + ("=" if node.attrs["last"] else "")
-    ctx.use_kernel(f"c-arg{node.attrs['kind']}")
+    ctx.use_kernel(f"{dtype_code(x.type.dtype)}-arg{node.attrs['kind']}")
     return (f"for (int o = 0; o < {outer}; o++)\n"
             f"  for (int i = 0; i < {inner}; i++) {{\n"
             f"    const __typeof__({ctx.ptr(x)}[0])* p = {ctx.ptr(x)} + (size_t)o * {n * inner} + i;\n"
@@ -164,7 +165,7 @@ def _cumsum_fold(node: Node, args) -> list[np.ndarray]:
 def _cumsum_emit(node: Node, ctx: EmitContext) -> str:
     x, y = node.inputs[0], node.outputs[0]
     outer, n, inner = _outer_inner(x.type.shape, node.attrs["axis"])
-    ctx.use_kernel("c-cumsum")
+    ctx.use_kernel(f"{dtype_code(x.type.dtype)}-cumsum")
     step = -inner if node.attrs["reverse"] else inner
     first = (n - 1) * inner if node.attrs["reverse"] else 0
     ct = f"{ctx.ptr(x)}[0]"
@@ -205,7 +206,7 @@ def _topk_emit(node: Node, ctx: EmitContext) -> str:
     if k == 0:
         return ""
     beats = ">" if node.attrs["largest"] else "<"
-    ctx.use_kernel("c-topk")
+    ctx.use_kernel(f"{dtype_code(x.type.dtype)}-topk")
     xp, vp, ip = ctx.ptr(x), ctx.ptr(vals), ctx.ptr(idxs)
     return (f"for (int o = 0; o < {outer}; o++)\n"
             f"  for (int i = 0; i < {inner}; i++) {{\n"

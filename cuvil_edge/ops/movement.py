@@ -11,14 +11,14 @@ at import; they need build-time inputs and never run.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedOperator
 from ..ir.graph import Node, TensorType, Value
-from .common import broadcast_shape, cint_list
+from .common import broadcast_shape, cint_list, split_rows
 from .registry import OpDef, register
 
 if TYPE_CHECKING:
@@ -74,8 +74,9 @@ def _ptr(ctx: EmitContext, v: Value, offset: int = 0) -> str:
 
 
 def copy_nd(ctx: EmitContext, x: Value, y: Value, shape: Sequence[int], xs: Sequence[int],
-            ys: Sequence[int], x_off: int = 0, y_off: int = 0) -> str:
-    """One strided box copy (element strides, may be 0 or negative), dims merged first."""
+            ys: Sequence[int], x_off: int = 0, y_off: int = 0, split: bool = False) -> str:
+    """One strided box copy (element strides, may be 0 or negative), dims merged first. ``split``: big
+    copies are shared by the threads along the outer dim (only for nodes whose code is such copies)."""
     if 0 in shape:
         return ""
     prefix, k = _unit(x)
@@ -84,18 +85,36 @@ def copy_nd(ctx: EmitContext, x: Value, y: Value, shape: Sequence[int], xs: Sequ
     dims, (xs2, ys2) = merge_dims(shape, xs, ys)
     if len(dims) > MAX_RANK:
         raise ShapeError(f"{ctx.node.name if ctx.node else '?'}: copy of rank {len(dims)} > {MAX_RANK}")
-    return (f"{prefix}_copy_nd({_ptr(ctx, x, x_off)}, {_ptr(ctx, y, y_off)}, {len(dims)}, "
-            f"(const int[]){{{cint_list(dims)}}}, (const int[]){{{cint_list(xs2)}}}, "
-            f"(const int[]){{{cint_list(ys2)}}});")
+    def call(count: str, first: str) -> str:
+        return (f"{prefix}_copy_nd({_ptr(ctx, x, x_off)}{_rows_on(first, xs2[0])}, "
+                f"{_ptr(ctx, y, y_off)}{_rows_on(first, ys2[0])}, {len(dims)}, "
+                f"(const int[]){{{', '.join([count, *map(str, dims[1:])])}}}, "
+                f"(const int[]){{{cint_list(xs2)}}}, (const int[]){{{cint_list(ys2)}}});")
+
+    return _outer_split(ctx, dims, call, split)
 
 
-def gather_nd(ctx: EmitContext, x: Value, y: Value, index: Sequence[np.ndarray | None]) -> str:
+def _rows_on(first: str, stride: int) -> str:
+    """Pointer advance to row ``first`` (a C expression) of an outer dim of ``stride`` elements."""
+    return "" if first == "0" else f" + (ptrdiff_t){first} * {stride}"
+
+
+def _outer_split(ctx: EmitContext, dims: Sequence[int], call: Callable[[str, str], str], split: bool) -> str:
+    """``call(count, first)`` over the outer dim, shared by the threads when ``split`` and big enough (a
+    lone dim in 16-element units). Copies write each element once, so any split gives the same bits."""
+    if not split:
+        return call(str(dims[0]), "0")
+    return split_rows(ctx, dims[0], math.prod(dims), call, unit=16 if len(dims) == 1 else 1)
+
+
+def gather_nd(ctx: EmitContext, x: Value, y: Value, index: Sequence[np.ndarray | None],
+              split: bool = False) -> str:
     """y[i0, .., ik] = x[index0[i0], .., indexk[ik]]; ``None`` = identity along a dim of equal size.
 
     ``y`` is read as contiguous with dim d of size len(index[d]) (or x's size for None), so callers
     may index a reshaped view. Identity neighbours are merged, size-1 output dims fold into the base
     offset, and each remaining dim becomes a table of element offsets in the weights blob (a
-    contiguous last dim needs none).
+    contiguous last dim needs none). ``split`` as for ``copy_nd``.
     """
     prefix, k = _unit(x)
     xshape = list(x.type.shape) + ([k] if k > 1 else [])
@@ -131,8 +150,15 @@ def gather_nd(ctx: EmitContext, x: Value, y: Value, index: Sequence[np.ndarray |
         else:
             t = np.arange(n, dtype=np.int64) * s if t is None else t
             ptrs.append(ctx.weight(t.astype(np.int32), "int32_t"))
-    return (f"{prefix}_gather_nd({_ptr(ctx, x, base // k)}, {_ptr(ctx, y)}, {len(dims)}, "
-            f"(const int[]){{{cint_list(dims)}}}, (const int32_t* const[]){{{', '.join(ptrs)}}});")
+
+    def call(count: str, first: str) -> str:  # rows of y are contiguous; x's row offsets come from tab 0
+        xp, tab0 = (_rows_on(first, 1), "0") if ptrs[0] == "0" else ("", ptrs[0] + _rows_on(first, 1))
+        return (f"{prefix}_gather_nd({_ptr(ctx, x, base // k)}{xp}, {_ptr(ctx, y)}"
+                f"{_rows_on(first, math.prod(dims[1:]))}, {len(dims)}, "
+                f"(const int[]){{{', '.join([count, *map(str, dims[1:])])}}}, "
+                f"(const int32_t* const[]){{{', '.join([tab0, *ptrs[1:]])}}});")
+
+    return _outer_split(ctx, dims, call, split)
 
 
 def fill(ctx: EmitContext, y: Value, value: float) -> str:
@@ -175,7 +201,7 @@ def _transpose_emit(node: Node, ctx: EmitContext) -> str:
         b = dims[0] if len(dims) == 3 else 1
         return f"x32_transpose({_ptr(ctx, x)}, {_ptr(ctx, y)}, {b}, {dims[-1]}, {dims[-2]});"
     ctx.use_kernel(f"{_unit(x)[0]}-copynd" + ("" if mxs[-1] == 1 else "-strided"))
-    return copy_nd(ctx, x, y, shape, xs, strides_of(shape))
+    return copy_nd(ctx, x, y, shape, xs, strides_of(shape), split=True)
 
 
 register(OpDef("transpose", _transpose_infer, lambda n, a: [np.transpose(a[0], n.attrs["perm"])],
@@ -202,7 +228,8 @@ def _concat_emit(node: Node, ctx: EmitContext) -> str:
     ys = strides_of(y.type.shape)
     lines, off = [], 0
     for x in node.inputs:
-        lines.append(copy_nd(ctx, x, y, x.type.shape, strides_of(x.type.shape), ys, y_off=off * ys[ax]))
+        lines.append(copy_nd(ctx, x, y, x.type.shape, strides_of(x.type.shape), ys, y_off=off * ys[ax],
+                             split=True))
         off += x.type.shape[ax]
     ctx.use_kernel("x32-copynd")
     return "\n".join(lines)
@@ -231,7 +258,8 @@ def _split_emit(node: Node, ctx: EmitContext) -> str:
     xs = strides_of(x.type.shape)
     lines, off = [], 0
     for y in node.outputs:
-        lines.append(copy_nd(ctx, x, y, y.type.shape, xs, strides_of(y.type.shape), x_off=off * xs[ax]))
+        lines.append(copy_nd(ctx, x, y, y.type.shape, xs, strides_of(y.type.shape), x_off=off * xs[ax],
+                             split=True))
         off += y.type.shape[ax]
     ctx.use_kernel("x32-copynd")
     return "\n".join(lines)
@@ -263,7 +291,7 @@ def _slice_emit(node: Node, ctx: EmitContext) -> str:
     starts, steps = node.attrs["starts"], node.attrs["steps"]
     ctx.use_kernel("x32-copynd")
     return copy_nd(ctx, x, y, y.type.shape, [s * st for s, st in zip(xst, steps)], strides_of(y.type.shape),
-                   x_off=sum(s * b for s, b in zip(xst, starts)))
+                   x_off=sum(s * b for s, b in zip(xst, starts)), split=True)
 
 
 register(OpDef("slice", _slice_infer, _slice_fold, _slice_emit, kernels=KERNELS))

@@ -35,7 +35,8 @@ def _bn_emit(node: Node, ctx: EmitContext) -> str:
     y = ctx.ptr(node.outputs[0])
     return split_rows(ctx, s[1], x.type.size, lambda c, i: (  # one image: threads split the channels
         f"f32_channel_affine({ctx.ptr(x)} + (size_t){i} * {inner}, {y} + (size_t){i} * {inner}, 1, {c}, "
-        f"{inner}, {ctx.ptr(a)} + {i}, {ctx.ptr(b)} + {i}, {act_c(node)});"))
+        f"{inner}, {ctx.ptr(a)} + {i}, {ctx.ptr(b)} + {i}, {act_c(node)});"),
+        by_row=(x, node.outputs[0], *(v for v in (a, b) if v.type.size == s[1])))
 
 
 register(OpDef("batchnorm", same_type, _bn_fold, _bn_emit, kernels=("f32-norm",), inplace=True))

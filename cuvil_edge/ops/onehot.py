@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..codegen.kernels.table import dtype_code
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .registry import OpDef, register
@@ -42,7 +43,7 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     ind, values, y = node.inputs[0], node.inputs[1], node.outputs[0]
     axis, depth = node.attrs["axis"], node.attrs["depth"]
     outer, inner = math.prod(ind.type.shape[:axis]), math.prod(ind.type.shape[axis:])
-    ctx.use_kernel("c-onehot")
+    ctx.use_kernel(f"{dtype_code(y.type.dtype)}-onehot")
     v = ctx.ptr(values)
     return "\n".join([
         f"for (int o = 0; o < {outer}; o++)",

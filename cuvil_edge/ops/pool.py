@@ -126,9 +126,10 @@ def _scratch(node: Node) -> int:
     return 0 if len(passes) == 1 else passes[0]["planes"] * passes[0]["OH"] * passes[0]["OW"] * 4
 
 
-def _emit_pass(node: Node, ctx: EmitContext, g: dict[str, int], x: str, y: str, work: int) -> str:
+def _emit_pass(node: Node, ctx: EmitContext, g: dict[str, int], x: str, y: str, work: int, unit: int) -> str:
     """One pass over every plane; threads split the planes (a two-pass pool's middle buffer is shared:
-    each thread reads back only the planes it wrote)."""
+    each thread reads back only the planes it wrote, as the first pass splits its D planes per channel
+    in ``unit``s of D)."""
     kind = node.attrs["kind"]
     # output columns whose every tap is inside the row: ow * sw - pl >= 0, ... + (kw-1)*dw <= W-1
     ow0 = min(-(-g["pl"] // g["sw"]), g["OW"])
@@ -140,7 +141,8 @@ def _emit_pass(node: Node, ctx: EmitContext, g: dict[str, int], x: str, y: str, 
     return split_rows(ctx, g["planes"], work, lambda c, i: (
         f"f32_{kind}pool2d({x} + (size_t){i} * {g['H'] * g['W']}, {y} + (size_t){i} * {g['OH'] * g['OW']}, "
         f"{c}, {g['H']}, {g['W']}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, {g['sw']}, "
-        f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {ow0}, {ow1}, {tables});"))
+        f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {ow0}, {ow1}, {tables});"), unit=unit,
+        by_row=(node.inputs[0], node.outputs[0]))  # planes of the input and the output
 
 
 def _emit(node: Node, ctx: EmitContext) -> str:
@@ -150,8 +152,10 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     x, y = ctx.ptr(node.inputs[0]), ctx.ptr(node.outputs[0])
     mid = [ctx.scratch(shared=True)] if len(passes) > 1 else []
     ins, outs = [x, *mid], [*mid, y]
-    work = passes[0]["planes"] * passes[0]["H"] * passes[0]["W"]  # every pass splits alike, or none
-    return "\n".join(_emit_pass(node, ctx, g, i, o, work) for g, i, o in zip(passes, ins, outs))
+    g0 = passes[0]  # the taps read; every pass splits alike, or none
+    work = g0["planes"] * g0["OH"] * g0["OW"] * g0["kh"] * g0["kw"]
+    return "\n".join(_emit_pass(node, ctx, g, i, o, work, g["planes"] // passes[-1]["planes"])
+                     for g, i, o in zip(passes, ins, outs))
 
 
 register(OpDef("pool", _infer, _fold, _emit, kernels=("f32-pool",), scratch=_scratch))
@@ -178,7 +182,8 @@ def _global_emit(node: Node, ctx: EmitContext) -> str:
     ctx.use_kernel(f"f32-global{kind}pool-4")
     plane = int(np.prod(s[2:]))
     return split_rows(ctx, s[0] * s[1], x.type.size, lambda c, i: (
-        f"f32_global_{kind}pool({ctx.ptr(x)} + (size_t){i} * {plane}, {ctx.ptr(y)} + {i}, {c}, {plane});"))
+        f"f32_global_{kind}pool({ctx.ptr(x)} + (size_t){i} * {plane}, {ctx.ptr(y)} + {i}, {c}, {plane});"),
+        by_row=(x, y))
 
 
 register(OpDef("global_pool", _global_infer, _global_fold, _global_emit, kernels=("f32-pool",)))

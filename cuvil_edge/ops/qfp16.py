@@ -1,8 +1,9 @@
 """``f16w``: a float op (conv, gemm, ...) whose packed weights are stored as fp16.
 
-The wrapped op's own emitter runs unchanged against a context whose ``weight()`` stores each large
-packed constant as IEEE half and returns a scratch buffer that ``f16_f32_vcvt`` fills first: the blob
-(and the bundle) halves, the math stays f32. Attrs: the inner op's attrs plus ``inner`` (its name).
+The wrapped op's own emitter runs unchanged while the context's ``weight()`` (``weight_store``) stores each
+large packed constant as IEEE half and returns a scratch buffer that ``f16_f32_vcvt`` fills first: the blob
+(and the bundle) halves, the math stays f32. Attrs: the inner op's (conv or gemm) plus ``inner`` (its
+name), checked by the schema below.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..ir.graph import Node, TensorType
+from .attrs import Attr, declare
+from .qlinear import CONV_ATTRS, GEMM_ATTRS
 from .registry import OpDef, get, register
 
 if TYPE_CHECKING:
@@ -46,37 +49,35 @@ def _scratch(node: Node) -> int:
 
 
 class _HalfWeights:
-    """EmitContext stand-in: float weights go to the blob as fp16 and come back widened in scratch."""
+    """The context's weight store while the inner op emits: float weights go to the blob as fp16 and come
+    back widened in scratch (from ``base`` on)."""
 
     def __init__(self, ctx: EmitContext, base: int) -> None:
         self._ctx, self._next = ctx, base
         self.prologue: list[tuple[int, str, str]] = []  # (count, fp16 source, f32 destination)
 
-    def weight(self, array: np.ndarray, ctype: str = "float") -> str:
+    def __call__(self, array: np.ndarray, ctype: str) -> str:
         if ctype != "float" or array.size < MIN_ELEMENTS:
-            return self._ctx.weight(array, ctype)
-        half = self._ctx.weight(np.asarray(array, np.float16), "uint16_t")
+            return f"(({ctype}*)(W + {self._ctx.const_offset(array)}))"
+        half = f"((uint16_t*)(W + {self._ctx.const_offset(np.asarray(array, np.float16))}))"
         dst = f"((float*)(A + {self._next}))"
         self._next += _ceil(array.size * 4, 64)
         self.prologue.append((array.size, half, dst))
         return dst
-
-    def __getattr__(self, name: str):
-        return getattr(self._ctx, name)
 
 
 def _emit(node: Node, ctx: EmitContext) -> str:
     inner = _inner(node)
     base = ctx.plan.scratch[id(node)]
     half = _HalfWeights(ctx, base + _inner_scratch(node))
-    ctx.node = inner
+    ctx.node, ctx.weight_store = inner, half
     ctx.plan.scratch[id(inner)] = base
     try:
-        code = get(inner.op).emit(inner, half)  # type: ignore[arg-type]
+        code = get(inner.op).emit(inner, ctx)
         kernel = ctx.kernels_used.pop(inner.name, inner.op)
     finally:
         ctx.plan.scratch.pop(id(inner), None)
-        ctx.node = node
+        ctx.node, ctx.weight_store = node, None
     ctx.use_kernel(f"f16-cvt+{kernel}")
     if inner.name not in ctx.parallel_nodes:
         return "\n".join([*(f"f16_f32_vcvt({n}, {src}, {dst});" for n, src, dst in half.prologue), code])
@@ -89,3 +90,10 @@ def _emit(node: Node, ctx: EmitContext) -> str:
 
 register(OpDef("f16w", _infer, None, _emit, kernels=("qf16-cvt", "f32-gemm", "f32-conv", "f32-dwconv"),
                scratch=_scratch))
+
+
+def _attrs(node: Node) -> dict[str, Attr]:
+    return {"inner": Attr(str), **(CONV_ATTRS if node.attrs.get("inner") == "conv" else GEMM_ATTRS)}
+
+
+declare("f16w", _attrs)

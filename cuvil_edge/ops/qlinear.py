@@ -5,13 +5,8 @@ writes f32: it quantizes its input into scratch (statically, or dynamically at r
 int32-accumulating kernel and dequantizes in the epilogue with bias and fused activation. So a
 quantized layer drops in for a float one anywhere in the graph, and layers mix freely.
 
-``xq`` attr (activation quantization):
-    ("static", scale, zero_point, qmax)   scale/zero point from calibration or an imported QDQ pair
-    ("dynamic", qmax, per_row)           computed at run time (per row, or per tensor as ONNX does)
-    ("input",)                           input 0 is already uint8 (imported QDQ / QLinear* / *Integer ops);
-                                         its scale (f32) and zero point (uint8) are the node's last two
-                                         inputs, constants or run-time values (DynamicQuantizeLinear)
-qmax 127 (our quantizer: 7-bit activations, the exact relaxed-dot path) or 255 (imported uint8).
+``xq`` attr: how the op gets its quantized activations, an ``ActQuant`` (static, dynamic or input).
+Every op here has an attribute schema (``ops/attrs.py``) the verifier checks.
 
 Ops:  qgemm   [x, w int8 [K,N], w_scale [N], bias?]             int8 per-channel symmetric weights
       qconv   [x, w int8 [M,C/G,kh,kw], w_scale [M], bias?]     + conv attrs (depthwise: qs8-dwconv)
@@ -36,12 +31,14 @@ thread count gives the same bits.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
+from .attrs import ACT, INT, Attr, declare
 from .common import act_c
 from .conv import conv_geometry, conv_infer, is_depthwise, is_pointwise, is_pointwise_strided, kernel_tile
 from .registry import OpDef, register
@@ -50,6 +47,56 @@ if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
 
 COL_BYTES = 262144  # im2col rows per chunk: about 256 KiB of uint8 patches
+#: the ``ActQuant`` modes
+STATIC, DYNAMIC, INPUT = "static", "dynamic", "input"
+
+
+@dataclass(frozen=True)
+class ActQuant:
+    """A quantized op's activation quantization (its ``xq`` attr), in one of three modes:
+
+    static   quantized with ``scale`` and ``zero_point`` (from calibration)
+    dynamic  range measured at run time, per row (``per_row``) or per tensor (as ONNX does)
+    input    input 0 is already uint8 (imported QDQ / QLinear* / *Integer ops); its scale (f32) and zero
+             point (uint8) are the node's last two inputs, constants or run-time values
+    ``qmax``: 127 (our quantizer: 7-bit activations, the exact relaxed-dot path) or 255 (8-bit).
+    """
+
+    mode: str
+    qmax: int = 255
+    scale: float = 1.0
+    zero_point: int = 0
+    per_row: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in (STATIC, DYNAMIC, INPUT) or self.qmax not in (127, 255) or \
+                (self.mode == INPUT and self.qmax != 255):
+            raise ValueError(f"not an activation quantization: {self}")
+
+    @classmethod
+    def static(cls, scale: float, zero_point: int, qmax: int) -> ActQuant:
+        return cls(STATIC, qmax, float(scale), int(zero_point))
+
+    @classmethod
+    def dynamic(cls, qmax: int, per_row: bool) -> ActQuant:
+        return cls(DYNAMIC, qmax, per_row=per_row)
+
+    @classmethod
+    def input(cls) -> ActQuant:
+        return cls(INPUT)
+
+    @property
+    def extra_inputs(self) -> int:
+        """Inputs after the op's own: the activation's scale and zero point in "input" mode."""
+        return 2 if self.mode == INPUT else 0
+
+
+#: the attrs of a conv (``ops/conv.py``), which qconv and qb4conv share
+CONV_ATTRS = {"strides": Attr((list, tuple), items=INT), "dilations": Attr((list, tuple), items=INT),
+              "pads": Attr((list, tuple), items=INT), "group": Attr(INT, required=False), "act": ACT}
+#: the attrs of a float gemm
+GEMM_ATTRS = {"act": ACT}
+XQ = {"xq": Attr(ActQuant)}
 
 
 def _ceil(n: int, m: int) -> int:
@@ -134,7 +181,7 @@ def pack_b4(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, bias: np.ndarray |
 
 def _bias(node: Node, index: int) -> np.ndarray | None:
     """The optional bias; in "input" mode the activation's scale and zero point follow it."""
-    n = len(node.inputs) - (2 if node.attrs["xq"][0] == "input" else 0)
+    n = len(node.inputs) - node.attrs["xq"].extra_inputs
     return node.inputs[index].const if n > index else None
 
 
@@ -142,14 +189,13 @@ class _Act:
     """Where the kernel finds its quantized activations: scratch layout and the C to fill it."""
 
     def __init__(self, node: Node, rows: int, k: int) -> None:
-        self.mode = node.attrs["xq"]
+        self.xq: ActQuant = node.attrs["xq"]
         self.rows, self.k = rows, k
         self.n = rows * k
 
     @property
     def qmax(self) -> int:
-        mode = self.mode
-        return {"static": lambda: mode[3], "dynamic": lambda: mode[1], "input": lambda: 255}[mode[0]]()
+        return self.xq.qmax
 
     @property
     def xbits(self) -> int:
@@ -157,7 +203,7 @@ class _Act:
 
     @property
     def xstep(self) -> int:
-        return int(self.mode[0] == "dynamic" and self.mode[2])
+        return int(self.xq.mode == DYNAMIC and self.xq.per_row)
 
     def scratch_bytes(self) -> int:
         return _ceil(self.n, 64) + 8 * self.rows + 64
@@ -168,8 +214,8 @@ class _Act:
         return f"const int32_t xz = {ctx.ptr(z)}[0];", ctx.ptr(s), "&xz"
 
     def _static(self, ctx: EmitContext) -> tuple[str, str]:
-        return (ctx.weight(np.array([self.mode[1]], np.float32)),
-                ctx.weight(np.array([self.mode[2]], np.int32), "int32_t"))
+        return (ctx.weight(np.array([self.xq.scale], np.float32)),
+                ctx.weight(np.array([self.xq.zero_point], np.int32), "int32_t"))
 
     def emit(self, node: Node, ctx: EmitContext, mem: str, threads: str, own: bool = False
              ) -> tuple[str, str, str, str, int]:
@@ -178,12 +224,12 @@ class _Act:
         part, then they meet; in ``own`` scratch (each thread's: a GEMV's few rows) each quantizes all of
         x, waiting for no one. The C declares locals: the caller puts the node's code in braces."""
         x = ctx.ptr(node.inputs[0])
-        if self.mode[0] == "input":
+        if self.xq.mode == INPUT:
             pre, s, z = self._input_zp(node, ctx)
             return pre, x, s, z, 0
         threads = ONE if own else threads
         meet = "" if threads == ONE else "\ncuvil_barrier();"
-        if self.mode[0] == "static":
+        if self.xq.mode == STATIC:
             s, z = self._static(ctx)
             call = f"qu8_quantize_part({self.n}, {x}, {mem}, {s}, {z}, {self.qmax}, {threads});"
             return call + meet, mem, s, z, _ceil(self.n, 64)
@@ -197,10 +243,10 @@ class _Act:
         """For kernels that quantize as they go (qs8-dwconv): (C that sets up the parameters, f32 input or
         0, uint8 input or 0, scale pointer, zero-point pointer); the C declares locals as ``emit``'s."""
         x = ctx.ptr(node.inputs[0])
-        if self.mode[0] == "input":
+        if self.xq.mode == INPUT:
             pre, s, z = self._input_zp(node, ctx)
             return pre, "0", x, s, z
-        if self.mode[0] == "static":
+        if self.xq.mode == STATIC:
             return "", x, "0", *self._static(ctx)
         pre = f"float xs;\nint32_t xz;\nqu8_dyn_tensor({self.n}, {x}, {self.qmax}, &xs, &xz, {threads});"
         return pre, x, "0", "&xs", "&xz"
@@ -272,6 +318,7 @@ def _qgemm_emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("qgemm", _qgemm_infer, None, _qgemm_emit, kernels=("qs8-gemm",), scratch=_qgemm_scratch))
+declare("qgemm", {**GEMM_ATTRS, **XQ})
 
 
 def _qb4gemm_infer(node: Node) -> list[TensorType]:
@@ -304,6 +351,7 @@ def _qb4gemm_emit(node: Node, ctx: EmitContext) -> str:
 
 register(OpDef("qb4gemm", _qb4gemm_infer, None, _qb4gemm_emit, kernels=("qs8-gemm", "qb4-gemm"),
                scratch=_qb4gemm_scratch))
+declare("qb4gemm", {**GEMM_ATTRS, **XQ})
 
 
 # -- qconv, depthwise: the qs8-dwconv kernels over zero-point-bordered planes (see their template) ------
@@ -384,7 +432,7 @@ def _col_bytes(g: dict[str, int]) -> int:
 def _qconv_scratch(node: Node) -> int:
     g = conv_geometry(node)
     if is_depthwise(g):
-        return dw_scratch_bytes(g, node.attrs["xq"][0] != "input")
+        return dw_scratch_bytes(g, node.attrs["xq"].mode != INPUT)
     act = _Act(node, 1, node.inputs[0].type.size).scratch_bytes()
     return act + _col_bytes(g) + xpack_bytes(_pchunk(g), _conv_k(g)) + 64
 
@@ -444,6 +492,7 @@ def _qconv_emit(node: Node, ctx: EmitContext) -> str:
 
 register(OpDef("qconv", conv_infer, None, _qconv_emit, kernels=("qs8-gemm", "qs8-dwconv"),
                scratch=_qconv_scratch))
+declare("qconv", {**CONV_ATTRS, **XQ})
 
 
 def _qb4conv_emit(node: Node, ctx: EmitContext) -> str:
@@ -475,6 +524,7 @@ def _qb4conv_scratch(node: Node) -> int:
 
 register(OpDef("qb4conv", conv_infer, None, _qb4conv_emit, kernels=("qs8-gemm", "qb4-gemm"),
                scratch=_qb4conv_scratch))
+declare("qb4conv", {**CONV_ATTRS, **XQ})
 
 
 # -- quantize / dequantize / quantize_dyn: ONNX QuantizeLinear and friends at run time ------------------
@@ -547,6 +597,8 @@ def _dequantize_emit(node: Node, ctx: EmitContext) -> str:
 register(OpDef("quantize", _same_shape("uint8"), _quantize_fold, _quantize_emit, kernels=("qs8-gemm",)))
 register(OpDef("dequantize", _same_shape("float32"), _dequantize_fold, _dequantize_emit,
                kernels=("qs8-gemm",)))
+declare("quantize", {"axis": Attr(INT, required=False)})
+declare("dequantize", {"axis": Attr(INT, required=False)})
 
 
 def _quantize_dyn_infer(node: Node) -> list[TensorType]:
@@ -573,3 +625,4 @@ def _quantize_dyn_emit(node: Node, ctx: EmitContext) -> str:
 
 register(OpDef("quantize_dyn", _quantize_dyn_infer, _quantize_dyn_fold, _quantize_dyn_emit,
                kernels=("qs8-gemm",)))
+declare("quantize_dyn", {})

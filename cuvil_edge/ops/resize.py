@@ -194,7 +194,7 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     x, y = node.inputs[0], node.outputs[0]
     if node.attrs["mode"] == "nearest":
         ctx.use_kernel("x32-gathernd")
-        return gather_nd(ctx, x, y, _nearest_tables(node))
+        return gather_nd(ctx, x, y, _nearest_tables(node), split=True)
     H, W = _hw(node)
     planes = x.type.size // max(H * W, 1)
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..codegen.kernels.table import dtype_code
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import CTYPES
@@ -63,7 +64,7 @@ def _slice_emit(node: Node, ctx: EmitContext) -> str:
     axis, step, n = node.attrs["axis"], node.attrs["step"], node.attrs["length"]
     s = x.type.shape
     outer, dim, inner = math.prod(s[:axis]), s[axis], math.prod(s[axis + 1:]) * x.type.itemsize
-    ctx.use_kernel("c-slice-rt")
+    ctx.use_kernel("x8-slice-rt")
     xp, yp = ctx.ptr(x, "uint8_t"), ctx.ptr(y, "uint8_t")
     return "\n".join([
         "{",
@@ -103,7 +104,7 @@ def _range_emit(node: Node, ctx: EmitContext) -> str:
     start, limit, delta = (f"*{ctx.ptr(v)}" for v in node.inputs)
     y, n = node.outputs[0], node.attrs["length"]
     ct = CTYPES[y.type.dtype]
-    ctx.use_kernel("c-range-rt")
+    ctx.use_kernel(f"{dtype_code(y.type.dtype)}-range-rt")
     count = (f"(({limit}) - ({start}) + ({delta}) + (({delta}) > 0 ? -1 : 1)) / ({delta})"
              if ct.startswith("int") else f"__builtin_ceil((double)(({limit}) - ({start})) / ({delta}))")
     return "\n".join([

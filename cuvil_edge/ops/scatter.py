@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..codegen.kernels.table import dtype_code
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import CTYPES
@@ -56,7 +57,7 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     y = node.outputs[0]
     axis = node.attrs["axis"]
     dim = data.type.shape[axis]
-    ctx.use_kernel(f"c-scatter-{node.attrs['reduction']}")
+    ctx.use_kernel(f"{dtype_code(y.type.dtype)}-scatter-{node.attrs['reduction']}")
     ystr, dims = strides_of(y.type.shape), ind.type.shape
     # flat update index -> output offset: every coordinate but the axis one comes from the position
     terms = [f"(size_t)j * {ystr[axis]}"] + [

@@ -27,7 +27,7 @@ register(OpDef("reshape", _reshape_infer, lambda n, a: [a[0].reshape(n.attrs["sh
 
 def _copy_emit(node: Node, ctx: EmitContext) -> str:
     x, y = node.inputs[0], node.outputs[0]
-    ctx.use_kernel("x8-copy")
+    ctx.use_kernel("x8-memmove")
     return (f"memmove({ctx.ptr(y, 'unsigned char')}, {ctx.ptr(x, 'unsigned char')}, "
             f"{x.type.nbytes});")
 

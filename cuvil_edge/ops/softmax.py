@@ -45,7 +45,8 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     row = n * inner  # threads split the outer rows
     fn = f"f32_softmax_rows({{}}, {n}, " if inner == 1 else f"f32_softmax_cols({{}}, {n}, {inner}, "
     return split_rows(ctx, outer, outer * row, lambda c, i: (
-        fn.format(c) + f"{ctx.ptr(x)} + (size_t){i} * {row}, {ctx.ptr(y)} + (size_t){i} * {row}, {log});"))
+        fn.format(c) + f"{ctx.ptr(x)} + (size_t){i} * {row}, {ctx.ptr(y)} + (size_t){i} * {row}, {log});"),
+        by_row=(x, y))
 
 
 register(OpDef("softmax", _infer, _fold, _emit, kernels=("f32-unary", "f32-softmax"), inplace=True))

@@ -58,7 +58,8 @@ def _ln_emit(node: Node, ctx: EmitContext) -> str:
     ctx.use_kernel("f32-layernorm")
     return split_rows(ctx, rows, rows * n, lambda c, i: (
         f"f32_layernorm({c}, {n}, {ctx.ptr(x)} + (size_t){i} * {n}, {ctx.ptr(g)}, {ctx.ptr(b)}, "
-        f"{float(np.float32(node.attrs['eps']))!r}f, {ctx.ptr(node.outputs[0])} + (size_t){i} * {n});"))
+        f"{float(np.float32(node.attrs['eps']))!r}f, {ctx.ptr(node.outputs[0])} + (size_t){i} * {n});"),
+        by_row=(x, node.outputs[0]))
 
 
 register(OpDef("layernorm", _ln_infer, _ln_fold, _ln_emit, kernels=KERNELS, inplace=True))
@@ -79,7 +80,7 @@ def _gelu_emit(node: Node, ctx: EmitContext) -> str:
     tanh = int(node.attrs["approximate"] == "tanh")
     ctx.use_kernel("f32-gelu-tanh" if tanh else "f32-gelu")
     return split_rows(ctx, x.type.size, x.type.size, lambda c, i: (
-        f"f32_gelu({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {tanh});"), unit=16)
+        f"f32_gelu({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {tanh});"), unit=16, by_row=(x, y))
 
 
 register(OpDef("gelu", same_type, lambda n, a: [gelu_numpy(a[0], n.attrs["approximate"])], _gelu_emit,
@@ -163,7 +164,7 @@ def _attn_emit(node: Node, ctx: EmitContext) -> str:
     else:
         st += [0, 0, 0]
     st += yst[:3]
-    ctx.use_kernel(f"f32-attention-{ATTN_ROWS}rows")
+    ctx.use_kernel(f"f32-attention-{ATTN_ROWS}")
     ctx.parallel()  # threads split the (batch, head) pairs, each with its own scratch
     return (f"f32_attention({bh[0]}, {bh[1]}, {qs[2]}, {ks[2]}, {qs[3]}, {vs[3]}, "
             f"{', '.join(ctx.ptr(x) for x in node.inputs[:3])}, {mask}, (const int[]){{{cint_list(st)}}}, "

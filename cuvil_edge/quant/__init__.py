@@ -160,7 +160,7 @@ def quantize(graph: Graph, precision: str, calibration: Any = None, accuracy_bud
 def _act_mode(graph: Graph, name: str) -> str:
     node = next(n for n in graph.nodes if n.name == name)
     xq = node.attrs.get("xq")
-    return "f32" if xq is None else xq[0]
+    return "f32" if xq is None else xq.mode
 
 
 def report(fp32_graph: Graph, result: QuantResult, calibration: Any, weights: int,

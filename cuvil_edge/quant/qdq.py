@@ -1,15 +1,15 @@
-"""Pre-quantized ONNX onto the integer kernels: fuse dequantize -> conv/gemm into qconv/qgemm.
+"""Pre-quantized models onto the integer kernels (``fuse_qdq``), and the summary of their quantization
+that ``inspect`` shows (``source_record``).
 
-The ONNX converters (``frontend/onnx/convert_quant.py``) give every quantized format its exact float
-meaning: QDQ stays DequantizeLinear -> Conv/MatMul/Gemm -> QuantizeLinear, and QLinearConv,
-QLinearMatMul, ConvInteger and MatMulInteger become the same dequantize -> float op (-> quantize)
-shape. Constant DequantizeLinear (weights) folds to f32 so the float converters accept it, and
-``remember`` notes the integers behind each such array. ``fuse_qdq`` runs at the end of import, while
-those notes exist, and turns each float conv/gemm whose input comes from a per-tensor ``dequantize``
-and whose weights are a remembered int8 tensor (per-output-channel scale) into ``qconv``/``qgemm`` in
-"input" mode: the uint8 activations and their scale/zero point go straight to the kernel. Weights are
-matched by value (bit-equal f32, or its transpose for Gemm's transB), so converters that copy or
-transpose weights still fuse, and anything that changed them (alpha, folded BN) stays float.
+The frontends give every quantized format its exact float meaning: QDQ stays DequantizeLinear ->
+Conv/MatMul/Gemm -> QuantizeLinear, and QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger (ONNX,
+``frontend/onnx/convert_quant.py``) and TFLite's quantized operators become the same dequantize -> float
+op (-> quantize) shape. A quantized constant is folded to its real (f32) values, its ``Value.quant``
+(``QuantParams``) recording the integers behind them; converters that re-lay such a constant carry the
+record over (``QuantParams.relaid``), those that change its numbers (alpha, folded BN) do not.
+``fuse_qdq`` runs at the end of import and turns each float conv/gemm whose input comes from a per-tensor
+``dequantize`` and whose weights carry an int8 record (per-output-channel scale) into ``qconv``/``qgemm``
+in "input" mode: the uint8 activations and their scale/zero point go straight to the kernel.
 
 Also dropped: the f32 -> int32 -> f32 cast pair behind a fused ``*Integer`` op (its output is already
 the exact integer sum as f32, which is what ONNX's Cast(int32 -> float) would give).
@@ -17,36 +17,30 @@ the exact integer sum as f32, which is what ONNX's Cast(int32 -> float) would gi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
-from ..ir.graph import Graph, Node, Value
+from ..ir.graph import Graph, Node, QuantParams, Value
+from ..ops.qlinear import ActQuant
 from ..passes.simplify import eliminate_dead
 
-_NOTES = "dequantized_weights"
 
-
-def remember(graph: Graph, value: Value, q: np.ndarray, scale: np.ndarray) -> None:
-    """Note that constant ``value`` is exactly ``q * scale`` (q = quantized - zero point, both already
-    broadcast to the value's shape)."""
-    graph.meta.setdefault(_NOTES, []).append((value.const, q.astype(np.int32), scale.astype(np.float32)))
-
-
-def _int8_weights(graph: Graph, w: Value, out_axis: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _int8_weights(w: Value, out_axis: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(int8 weights, per-output-channel scale) behind f32 constant ``w``, or None when it has none."""
-    for f32, q, scale in graph.meta.get(_NOTES, []):
-        if f32.size != w.const.size:
-            continue
-        for flip in (False, True):
-            if flip and f32.ndim != 2:
-                continue
-            a, qq, ss = (f32.T, q.T, scale.T) if flip else (f32, q, scale)
-            if a.shape != w.type.shape or not np.array_equal(a, w.const):
-                continue
-            s = np.moveaxis(ss, out_axis, 0).reshape(ss.shape[out_axis], -1)
-            if qq.min() < -128 or qq.max() > 127 or not (s == s[:, :1]).all():
-                return None
-            return qq.astype(np.int8), np.ascontiguousarray(s[:, 0])
-    return None
+    q = w.quant
+    steps = q.steps(w.const) if q is not None else None
+    if steps is None or steps.min() < -128 or steps.max() > 127:
+        return None
+    n = w.type.shape[out_axis]
+    if q.axis == out_axis:
+        scale = q.scale
+    elif (q.scale == q.scale[0]).all():  # per tensor, or the same scale in every channel
+        scale = np.full(n, q.scale[0], np.float32)
+    else:
+        return None
+    return steps.astype(np.int8), np.ascontiguousarray(scale, np.float32)
 
 
 def _fuse_layer(graph: Graph, node: Node, producers: dict[int, Node]) -> bool:
@@ -56,14 +50,14 @@ def _fuse_layer(graph: Graph, node: Node, producers: dict[int, Node]) -> bool:
     if node.op == "conv" and len(node.inputs[0].type.shape) != 4:
         return False
     w = node.inputs[1]
-    found = _int8_weights(graph, w, 0 if node.op == "conv" else 1) if w.is_const else None
+    found = _int8_weights(w, 0 if node.op == "conv" else 1) if w.is_const else None
     if found is None:
         return False
     q, scale = found
     xq, s, z = dq.inputs
     node.inputs = [xq, graph.constant(f"{w.name}/q8", q), graph.constant(f"{w.name}/s8", scale),
                    *node.inputs[2:], s, z]
-    node.op, node.attrs["xq"] = "q" + node.op, ("input",)
+    node.op, node.attrs["xq"] = "q" + node.op, ActQuant.input()
     return True
 
 
@@ -87,7 +81,49 @@ def fuse_qdq(graph: Graph) -> bool:
                 and inner.attrs["to"] == "int32" and _integral(producers.get(id(inner.inputs[0]))):
             graph.replace_uses(node.outputs[0], inner.inputs[0])
             changed = True
-    graph.meta.pop(_NOTES, None)
     if changed:
         eliminate_dead(graph)
     return changed
+
+
+Named = tuple[str, QuantParams]
+
+
+def source_record(fmt: str, constants: Sequence[QuantParams], activations: int, inputs: Sequence[Named],
+                  outputs: Sequence[Named]) -> dict[str, Any] | None:
+    """A source model's own quantization for ``inspect`` (``spec.extra["source_quantization"]``; None
+    when it has none): each quantized graph input's and output's parameters, how many quantized
+    activations, and the quantized constants summarised (how many, their types, how many per channel, the
+    scale range). Both frontends describe their tensors by ``QuantParams`` and call this."""
+    if not constants and not activations:
+        return None
+
+    def params(name: str, q: QuantParams) -> dict[str, Any]:
+        return {"name": name, "dtype": q.dtype, "axis": q.axis, "scale": q.scale.tolist(),
+                "zero_point": q.zero_point.tolist()}
+
+    scales = np.concatenate([q.scale for q in constants]) if constants else np.zeros(0, np.float32)
+    dtypes: dict[str, int] = {}
+    for q in constants:
+        dtypes[q.dtype] = dtypes.get(q.dtype, 0) + 1
+    return {
+        "format": fmt,
+        "inputs": [params(n, q) for n, q in inputs],
+        "outputs": [params(n, q) for n, q in outputs],
+        "activations": activations,
+        "weights": {"tensors": len(constants), "per_channel": sum(q.per_channel for q in constants),
+                    "dtypes": dtypes, "scale_min": float(scales.min()) if scales.size else None,
+                    "scale_max": float(scales.max()) if scales.size else None},
+    }
+
+
+def graph_record(graph: Graph, fmt: str) -> dict[str, Any] | None:
+    """``source_record`` of an imported graph whose frontend put its records on the values
+    (``Value.quant``): before fusion, where each quantized tensor is still one value."""
+    quantized = [v for v in graph.values() if v.quant is not None]
+    names = dict(zip(map(id, graph.outputs),
+                     graph.meta.get("output_names") or [v.name for v in graph.outputs]))
+    return source_record(fmt, [v.quant for v in quantized if v.is_const],
+                         sum(not v.is_const for v in quantized),
+                         [(v.name, v.quant) for v in graph.inputs if v.quant is not None],
+                         [(names[id(v)], v.quant) for v in graph.outputs if v.quant is not None])

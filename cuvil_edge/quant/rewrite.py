@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..ir.graph import Graph, Node
+from ..ops.qlinear import ActQuant
 from ..passes.pipeline import Pass, run_passes
 from .calibrate import ActRange
 
@@ -80,9 +81,9 @@ def rewrite_layer(graph: Graph, node: Node, choice: str, ranges: Mapping[str, Ac
     x, bias = node.inputs[0], node.inputs[2:]
     rng = ranges.get(x.name)
     if choice == "int8" and rng is not None and not dynamic:
-        node.attrs["xq"] = ("static", *act_qparams(rng), QMAX)
+        node.attrs["xq"] = ActQuant.static(*act_qparams(rng), QMAX)
     else:
-        node.attrs["xq"] = ("dynamic", QMAX, True)
+        node.attrs["xq"] = ActQuant.dynamic(QMAX, per_row=True)
     rows = weight_rows(node)
     w = node.inputs[1]
     if choice == "int8":

@@ -24,8 +24,8 @@ import pytest
 
 from cuvil_edge import ALL_TARGETS, CuvilModel, Target
 from cuvil_edge.oracle import random_inputs
-from cuvil_edge.zoo import mlp, mobilenet, resnet
-from cuvil_edge.zoo_transformers import bert_encoder, gru_kws
+from cuvil_edge.testing.zoo import mlp, mobilenet, resnet
+from cuvil_edge.testing.zoo_transformers import bert_encoder, gru_kws
 from runtime_wasm.loader import load_model_dir, read_model_dir
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
-from cuvil_edge.zoo import NetBuilder, audio, resnet
-from cuvil_edge.zoo_transformers import bert_encoder
+from cuvil_edge.testing.zoo import NetBuilder, audio, resnet
+from cuvil_edge.testing.zoo_transformers import bert_encoder
 
 SEQ = 16
 HIDDEN = 64

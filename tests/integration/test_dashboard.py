@@ -26,7 +26,8 @@ import pytest
 from fleetkit import AgentThreads, FleetWorld
 
 from cuvil_edge.dashboard import Dashboard, DashboardError, FleetView
-from cuvil_edge.fleet import LocalBroker, Publisher
+from cuvil_edge.fleet import Publisher
+from cuvil_edge.testing.broker import LocalBroker
 from ota import SelfTestFailed
 from ota.golden import decode_vector
 from ota.protocol import bucket

@@ -1,5 +1,5 @@
-"""The models people deploy, built with ``cuvil_edge.zoo_transformers`` (onnx.helper, no torch), compiled
-to wasm and compared with onnxruntime (1 thread) within 1e-4 on random inputs."""
+"""The models people deploy, built with ``cuvil_edge.testing.zoo_transformers`` (onnx.helper, no torch),
+compiled to wasm and compared with onnxruntime (1 thread) within 1e-4 on random inputs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ import pytest
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.oracle import ort_session, random_inputs
-from cuvil_edge.zoo_transformers import bert_encoder, bert_feeds, crnn, gru_kws, vit_encoder, yolo_head
+from cuvil_edge.testing.zoo_transformers import (
+    bert_encoder,
+    bert_feeds,
+    crnn,
+    gru_kws,
+    vit_encoder,
+    yolo_head,
+)
 
 pytestmark = pytest.mark.integration
 TOL = 1e-4

@@ -13,8 +13,8 @@ import wasmtime
 
 from cuvil_edge import ALL_TARGETS, CuvilModel, Target
 from cuvil_edge.oracle import random_feeds, random_inputs
-from cuvil_edge.zoo import mlp, mobilenet, resnet
-from cuvil_edge.zoo_transformers import gru_kws
+from cuvil_edge.testing.zoo import mlp, mobilenet, resnet
+from cuvil_edge.testing.zoo_transformers import gru_kws
 from runtime_wasm import EngineConfig, ModelSource, NoUsableVariant, RuntimePolicy, SupervisedModel, WasmModel
 from runtime_wasm.loader import load_model_dir, read_model_dir
 from runtime_wasm.spec import VariantSpec

@@ -24,8 +24,9 @@ from fleetkit import HW as FLEET_HW
 from fleetkit import AgentThreads, FleetWorld, Watcher, log_events, write_toml
 from test_install import HW, ROOT, World, assert_serving, only_active_slot
 
-from cuvil_edge.fleet import LocalBroker, Publisher
+from cuvil_edge.fleet import Publisher
 from cuvil_edge.signing import Keyring, build_bundle
+from cuvil_edge.testing.broker import LocalBroker
 from ota import CorruptSlot, Installer, RollbackError, UntrustedKey
 from ota.agent import TRANSFER_DIR, Agent, JsonLog, describe_state
 from ota.chunks import PART_FILE, PROGRESS_FILE

@@ -14,9 +14,17 @@ import numpy as np
 import onnx
 import pytest
 
-from cuvil_edge import CuvilModel, Target, zoo
+from cuvil_edge import CuvilModel, Target
 from cuvil_edge.oracle import ort_session, random_inputs
-from cuvil_edge.zoo_transformers import bert_encoder, bert_feeds, crnn, gru_kws, vit_encoder, yolo_head
+from cuvil_edge.testing import zoo
+from cuvil_edge.testing.zoo_transformers import (
+    bert_encoder,
+    bert_feeds,
+    crnn,
+    gru_kws,
+    vit_encoder,
+    yolo_head,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -27,8 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_serving_hardening import SENTINEL, SpinWorld
 
 from cuvil_edge import CuvilModel
-from cuvil_edge.fleet import LocalBroker
 from cuvil_edge.signing import Keyring, build_bundle
+from cuvil_edge.testing.broker import LocalBroker
 from ota import Installer
 from ota.agent import Agent, JsonLog
 from ota.config import AgentConfig, HttpSettings, load_agent_config

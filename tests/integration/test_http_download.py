@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 from fleetkit import AgentThreads, FleetWorld, Watcher, log_events, with_limits
 
-from cuvil_edge.fleet import FleetError, LocalBroker, Publisher, free_port
+from cuvil_edge.fleet import FleetError, Publisher
+from cuvil_edge.testing.broker import LocalBroker, free_port
 from ota.config import AgentConfig, HttpDownloadLimits
 from ota.golden import decode_vector
 from ota.installer import Installer

@@ -23,8 +23,9 @@ from test_multi_model import HW, mlp
 from cuvil_edge import CuvilModel
 from cuvil_edge.cli import main as edge_cli
 from cuvil_edge.dashboard import FleetView
-from cuvil_edge.fleet import FleetError, LocalBroker, Publisher, line_status
+from cuvil_edge.fleet import FleetError, Publisher, line_status
 from cuvil_edge.signing import Keyring, build_bundle
+from cuvil_edge.testing.broker import LocalBroker
 from ota import Installer
 from ota.agent import Agent
 from ota.cli import main as agent_cli

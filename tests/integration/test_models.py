@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from cuvil_edge import CuvilModel, Target
-from cuvil_edge.zoo import DW_PREFIX, NETS, WEIGHTS_AS
+from cuvil_edge.testing.zoo import DW_PREFIX, NETS, WEIGHTS_AS
 
 pytestmark = pytest.mark.integration
 
@@ -71,8 +71,8 @@ def test_mobilenet_depthwise_uses_direct_kernel() -> None:
     """IR nodes keep their ONNX names, so the depthwise convs are the kernel-table entries ``dw*``."""
     _, model = compiled("mobilenet")
     assert model.compiled is not None
-    dw = {name: k for name, k in model.compiled.kernels.items() if name.startswith(DW_PREFIX)}
-    assert len(dw) == 4, model.compiled.kernels
+    dw = {name: k for name, k in model.compiled.program.kernels_used.items() if name.startswith(DW_PREFIX)}
+    assert len(dw) == 4, model.compiled.program.kernels_used
     assert all("dwconv" in k for k in dw.values()), dw
 
 

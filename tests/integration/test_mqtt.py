@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 from fleetkit import AgentThreads, FleetWorld, Watcher, log_events, with_limits, write_toml
 
-from cuvil_edge.fleet import LocalBroker, Publisher
+from cuvil_edge.fleet import Publisher
+from cuvil_edge.testing.broker import LocalBroker
 from ota import SelfTestFailed
 from ota.cli import main as agent_cli
 from ota.errors import NotAuthorized

@@ -16,8 +16,8 @@ import pytest
 from fleetkit import AgentThreads, Watcher, log_events, write_toml
 from test_multi_model import HIGH, HW, LOW, MultiWorld
 
-from cuvil_edge.fleet import LocalBroker
 from cuvil_edge.signing import sign_envelope
+from cuvil_edge.testing.broker import LocalBroker
 from ota.config import AdmissionSettings, AgentConfig, HttpSettings, ModelConfig, load_agent_config
 from ota.http_client import InferenceClient
 from ota.installer import MODELS_DIR

@@ -21,7 +21,7 @@ from pretrainedkit import KEYWORDS, WAVE_CLIP, WAVE_RATE, audio_dir, clips, feat
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import InputError, PretrainedError
 from cuvil_edge.oracle import ort_session
-from cuvil_edge.zoo import audio
+from cuvil_edge.testing.zoo import audio
 from runtime_wasm.errors import ProcessingError
 from runtime_wasm.processing import ProcessingConfig, Processor, decode_wav, kaldi_fbank, read_wav
 

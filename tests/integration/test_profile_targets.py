@@ -20,9 +20,10 @@ from test_install import compile_matmul
 
 from cuvil_edge import ALL_TARGETS, CuvilError, CuvilModel, Target, TargetError
 from cuvil_edge.cli import main
-from cuvil_edge.fleet import LocalBroker, Publisher, Rollout
+from cuvil_edge.fleet import Publisher, Rollout
 from cuvil_edge.model import profile_targets
 from cuvil_edge.signing import Keyring, build_bundle, sign_envelope
+from cuvil_edge.testing.broker import LocalBroker
 from device_profiles import load_profile
 from ota import TrustState, WrongTarget
 from ota.bundle import read_header

@@ -24,8 +24,8 @@ import pytest
 from fleetkit import log_events, write_toml
 from test_install import wat_model
 
-from cuvil_edge.fleet import LocalBroker
 from cuvil_edge.signing import Keyring, build_bundle
+from cuvil_edge.testing.broker import LocalBroker
 from ota import Installer
 from ota.agent import Agent, JsonLog
 from ota.config import AgentConfig, BrokerSettings, ServeLimits, TransferLimits, load_agent_config

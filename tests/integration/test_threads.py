@@ -10,9 +10,10 @@ import threading
 import numpy as np
 import pytest
 
-from cuvil_edge import zoo, zoo_transformers
 from cuvil_edge.codegen.toolchain import Target
 from cuvil_edge.model import CuvilModel
+from cuvil_edge.testing import zoo, zoo_transformers
+from cuvil_edge.testing.zoo import NetBuilder
 from runtime_wasm.cache import ModuleCache
 from runtime_wasm.engine import EngineConfig, engine_for
 from runtime_wasm.errors import InferenceTrap, ModuleLoadError, SpecError
@@ -104,6 +105,97 @@ def test_im2col_convs_whose_last_pixel_chunk_is_smaller(shape):
         with _open(model, n) as m:
             for _ in range(4):
                 assert all(np.array_equal(v, ref[k]) for k, v in m.predict(xs).items()), (shape, n)
+
+
+def _body(model: CuvilModel) -> str:
+    """The generated C of ``run``'s nodes (the kernels' own code left out)."""
+    src = model.compiled.program.source
+    return src.split("cuvil_body(const int tid) {")[1].split("CUVIL_ENTRY_POINTS")[0]
+
+
+def _body_nodes(model: CuvilModel) -> list[tuple[str, bool]]:
+    """(node name, barrier before it) in the order ``run`` executes them, from the generated C."""
+    out, barrier = [], False
+    for line in _body(model).splitlines():
+        if line == "  cuvil_barrier();":
+            barrier = True
+        elif line.startswith("  /* "):
+            out.append((line[5:].split(":")[0], barrier))
+            barrier = False
+    return out
+
+
+def _assert_threads_match_one(model: CuvilModel, counts=(2, 3, 4), runs: int = 3) -> None:
+    xs = _inputs(model.spec)
+    with _open(model, 1) as one:
+        ref = one.predict(xs)
+    for n in counts:
+        with _open(model, n) as m:
+            for _ in range(runs):
+                out = m.predict(xs)
+                assert all(np.array_equal(out[k], ref[k]) for k in ref), n
+
+
+def _chain():
+    """Four elementwise nodes split alike over [64, 512], then nodes that read across their partition:
+    a softmax by rows (split by rows), two transposes (thread 0 alone) and a softmax by rows again."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Exp", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+             helper.make_node("Mul", ["b", "x"], ["c"]), helper.make_node("Abs", ["c"], ["d"]),
+             helper.make_node("Softmax", ["d"], ["s"], axis=-1),
+             helper.make_node("Transpose", ["s"], ["t"], perm=[1, 0]),
+             helper.make_node("Reshape", ["t", "shape"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["u"], perm=[1, 0]),
+             helper.make_node("Softmax", ["u"], ["y"], axis=-1)]
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", f32, [64, 512])],
+                              [helper.make_tensor_value_info("y", f32, [128, 256])],
+                              [helper.make_tensor("shape", TensorProto.INT64, [2], [256, 128])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_nodes_split_alike_share_no_barrier_and_give_the_same_bits():
+    """A barrier only where a node may touch bytes another thread wrote (or reads what it overwrites):
+    none inside the same-partition chain or between serial nodes, one before each node that reads across."""
+    model = _build(_chain())
+    order = _body_nodes(model)
+    ops = {n.name: n.op for n in model.graph.nodes}
+    kinds = [ops[name] for name, _ in order]
+    assert kinds == ["unary"] * 2 + ["binary", "unary", "softmax"] + ["transpose"] * 2 + ["softmax"], kinds
+    split = set(model.compiled.program.parallel_nodes)
+    assert {name for name, _ in order[:5]} <= split and order[5][0] not in split and order[6][0] not in split
+    assert [b for _, b in order] == [False, False, False, False, True, True, False, True]
+    assert _body(model).count("cuvil_barrier();") == 3  # and none after the last node
+    _assert_threads_match_one(model)
+
+
+def _neck():
+    """A YOLO-style neck at sizes where its data movement splits: channel slices, an add, a concat of
+    views, chained 5x5 max pools, a nearest 2x upsample, a 3-D max pool and a concat along the pixels."""
+    b = NetBuilder("neck")
+    y = b.conv("x", 32, 64, 1)
+    halves = [b.op("Slice", [y, *(b.const(np.array([v], np.int64), "s") for v in (lo, lo + 32, 1))])
+              for lo in (0, 32)]
+    z = b.op("Concat", [*halves, b.op("Add", halves)], axis=1)
+    pools = [z]
+    for _ in range(2):
+        pools.append(b.op("MaxPool", [pools[-1]], kernel_shape=[5, 5], strides=[1, 1], pads=[2] * 4))
+    scales = b.const(np.array([1, 1, 2, 2], np.float32), "sc")
+    up = b.op("Resize", [b.op("Concat", pools, axis=1), "", scales], mode="nearest")
+    vol = b.op("Reshape", [up, b.const(np.array([1, 9, 32, 80, 80], np.int64), "shape")])
+    pooled = b.op("MaxPool", [vol], kernel_shape=[3, 3, 3], strides=[1, 2, 2], pads=[1] * 6)
+    flat = b.op("Reshape", [pooled, b.const(np.array([1, 288, 1600], np.int64), "flat")])
+    head = b.op("Reshape", [b.conv(y, 64, 288, 1), b.const(np.array([1, 288, 1600], np.int64), "head")])
+    return b.build([("x", [1, 32, 40, 40])], b.op("Concat", [flat, head], axis=2), [1, 288, 3200])
+
+
+def test_neck_data_movement_splits_and_gives_the_same_bits():
+    model = _build(_neck())
+    ops = {n.name: n.op for n in model.graph.nodes}
+    split_ops = {ops[n] for n in model.compiled.program.parallel_nodes}
+    assert {"slice", "pool", "resize", "concat", "binary", "conv"} <= split_ops, split_ops
+    _assert_threads_match_one(model)
 
 
 def test_fp16_weights_threaded_equal_one_thread():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from test_threads import _build, _inputs, _open
 
-from cuvil_edge import zoo, zoo_transformers
-from cuvil_edge.zoo import NetBuilder
+from cuvil_edge.testing import zoo, zoo_transformers
+from cuvil_edge.testing.zoo import NetBuilder
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ def test_quantized_threaded_outputs_equal_one_thread_bit_for_bit(case):
     proto = make()
     options = {"calibration": _calibration(proto)} if precision == "int8" else {}
     model = _build(proto, precision, **options)
-    kernels = model.compiled.kernels
+    kernels = model.compiled.program.kernels_used
     assert any(kernels.get(n, "").startswith(("qs8", "qb4")) for n in model.compiled.program.parallel_nodes)
     xs = _inputs(model.spec)
     with _open(model, 1) as one:

@@ -37,6 +37,7 @@ class _Op:
     inputs: list[int]
     outputs: list[int]
     options: tuple[str, dict[str, Any]] | None
+    custom_options: bytes = b""
 
 
 @dataclass
@@ -73,10 +74,11 @@ class TfliteBuilder:
         return len(self.tensors) - 1
 
     def op(self, code: str, inputs: list[int], outputs: list[int],
-           options: tuple[str, dict[str, Any]] | None = None, custom: str | None = None) -> None:
+           options: tuple[str, dict[str, Any]] | None = None, custom: str | None = None,
+           custom_options: bytes = b"") -> None:
         """``options``: (options table name, {field: value}), e.g.
-        ("AddOptions", {"FusedActivationFunction": 1})."""
-        self.ops.append(_Op(code, custom, inputs, outputs, options))
+        ("AddOptions", {"FusedActivationFunction": 1}); ``custom_options``: a custom op's raw bytes."""
+        self.ops.append(_Op(code, custom, inputs, outputs, options, custom_options))
 
     def subgraph(self) -> TfliteBuilder:
         """Another subgraph of the same model (e.g. a CALL_ONCE initializer): its own tensors and
@@ -144,6 +146,7 @@ class TfliteBuilder:
             opts = _options(b, *o.options) if o.options else None
             ins = b.CreateNumpyVector(np.asarray(o.inputs, np.int32))
             outs = b.CreateNumpyVector(np.asarray(o.outputs, np.int32))
+            raw = b.CreateNumpyVector(np.frombuffer(o.custom_options, np.uint8)) if o.custom_options else None
             tflite.OperatorStart(b)
             tflite.OperatorAddOpcodeIndex(b, kinds.index((o.code, o.custom)))
             tflite.OperatorAddInputs(b, ins)
@@ -151,6 +154,8 @@ class TfliteBuilder:
             if opts is not None:
                 tflite.OperatorAddBuiltinOptionsType(b, getattr(BuiltinOptions, o.options[0]))
                 tflite.OperatorAddBuiltinOptions(b, opts)
+            if raw is not None:
+                tflite.OperatorAddCustomOptions(b, raw)
             ops.append(tflite.OperatorEnd(b))
         sg_in, sg_out = (b.CreateNumpyVector(np.asarray(x, np.int32)) for x in (inputs, outputs))
         tvec, ovec = _table_vector(b, tensors), _table_vector(b, ops)

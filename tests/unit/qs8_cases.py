@@ -41,7 +41,7 @@ def quantize_cases(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], 
 
 def run_cases(graph: Graph, xs: Mapping[str, np.ndarray], tier: str) -> RunResult:
     with Runner(graph, Target(tier, probe_host().family)) as run:
-        return dict(run.compiled.kernels), run({f"x_{k}": x for k, x in xs.items()})
+        return dict(run.compiled.program.kernels_used), run({f"x_{k}": x for k, x in xs.items()})
 
 
 def dynamic_qparams(x: np.ndarray) -> tuple[float, int]:

@@ -7,7 +7,7 @@ import onnx
 import pytest
 
 from cuvil_edge.cli import main
-from cuvil_edge.zoo import NetBuilder
+from cuvil_edge.testing.zoo import NetBuilder
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import pytest
 
 from cuvil_edge import cli as host
 from cuvil_edge.signing import Keyring
-from cuvil_edge.zoo import NetBuilder
+from cuvil_edge.testing.zoo import NetBuilder
 from ota import cli as agent
 
 ROOT = Path(__file__).resolve().parents[2]

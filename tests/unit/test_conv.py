@@ -125,7 +125,7 @@ def test_conv(case: str, bias: bool) -> None:
     x, w, attrs, expected = CONV_CASES[case]
     m = compile_and_check(conv_model("Conv", x, w, bias=bias, **attrs))
     assert m.compiled is not None
-    assert list(m.compiled.kernels.values()) == [expected]
+    assert list(m.compiled.program.kernels_used.values()) == [expected]
 
 
 STRIDED_1X1 = [c for c, v in CONV_CASES.items() if v[3] == SUBSAMPLE]
@@ -143,9 +143,9 @@ def test_strided_1x1_equals_the_im2col_path(tier: str) -> None:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(conv_op, "is_pointwise_strided", lambda g: False)
             old = CuvilModel.load(model).optimize(targets=[target])
-            assert list(old.compiled.kernels.values()) == [IM2COL], case
+            assert list(old.compiled.program.kernels_used.values()) == [IM2COL], case
             want = old.predict(feeds)["y"]
-        assert list(new.compiled.kernels.values()) == [SUBSAMPLE], case
+        assert list(new.compiled.program.kernels_used.values()) == [SUBSAMPLE], case
         np.testing.assert_array_equal(new.predict(feeds)["y"], want, err_msg=case)
 
 
@@ -241,7 +241,7 @@ def test_depthwise(case: str) -> None:
     c = x[1]
     w = [c, 1, k, k] if len(x) == 4 else [c, 1, k]
     cm = compile_and_check(conv_model("Conv", x, w, group=c, **attrs))
-    assert list(cm.compiled.kernels.values()) == [kernel]
+    assert list(cm.compiled.program.kernels_used.values()) == [kernel]
 
 
 @pytest.mark.parametrize("act", [("Relu", {}), ("Clip", {})], ids=["relu", "clip"])
@@ -255,7 +255,7 @@ def test_conv_fused_activation(c: int, w: list[int], group: int, kernel: str, ac
                        pads=[1, 1, 1, 1], strides=[stride, stride])
     cm = compile_and_check(model)
     assert [n.op for n in cm.graph.nodes] == ["conv"], "the activation should be fused into the conv"
-    assert list(cm.compiled.kernels.values()) == [kernel]
+    assert list(cm.compiled.program.kernels_used.values()) == [kernel]
 
 
 DECONV_CASES = {
@@ -277,7 +277,7 @@ DECONV_CASES = {
 def test_conv_transpose(case: str) -> None:
     x, w, attrs = DECONV_CASES[case]
     cm = compile_and_check(conv_model("ConvTranspose", x, w, bias=case != "2d-s1", **attrs))
-    assert all(k.startswith("f32-deconv-") for k in cm.compiled.kernels.values())
+    assert all(k.startswith("f32-deconv-") for k in cm.compiled.program.kernels_used.values())
 
 
 def test_conv_transpose_relu() -> None:
@@ -334,4 +334,4 @@ def test_silu_after_a_conv_runs_in_its_epilogue(winograd: bool):
     assert cm.graph.op_counts() == {"conv": 1}
     (node,) = cm.graph.nodes
     assert node.attrs["act"][0] == "silu"
-    assert ("winograd" in cm.compiled.kernels[node.name]) == winograd
+    assert ("winograd" in cm.compiled.program.kernels_used[node.name]) == winograd

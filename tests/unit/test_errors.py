@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from cuvil_edge import CuvilModel, InputError, ModelFormatError, ShapeError, Target, UnsupportedOperator
-from cuvil_edge.zoo import NetBuilder
+from cuvil_edge.testing.zoo import NetBuilder
 
 
 def _relu_model(shape: list[int | str]) -> onnx.ModelProto:

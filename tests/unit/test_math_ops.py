@@ -40,7 +40,7 @@ def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> CuvilModel:
 
 def _kernels(cm: CuvilModel) -> dict[str, str]:
     """Kernel per output value name (node names may be uniquified)."""
-    k = cm.compiled.kernels
+    k = cm.compiled.program.kernels_used
     return {n.outputs[0].name: k[n.name] for n in cm.graph.nodes if n.name in k}
 
 

@@ -41,7 +41,7 @@ def _run(graph, feeds: Arrays, group: int) -> tuple[list[Arrays], dict[str, str]
     outs = []
     for tier in TIERS:
         with Runner(q, Target(tier, probe_host().family)) as run:
-            kernels = dict(run.compiled.kernels)
+            kernels = dict(run.compiled.program.kernels_used)
             outs.append(run(feeds))
     return outs, kernels
 

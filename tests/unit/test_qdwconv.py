@@ -20,7 +20,7 @@ from qs8_cases import TIERS, RunResult, dynamic_qparams, quantize_cases, run_cas
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.ops import qlinear
 from cuvil_edge.quant.rewrite import act_qparams, quantize_int8_rows
-from cuvil_edge.zoo import mobilenet
+from cuvil_edge.testing.zoo import mobilenet
 
 #: name -> (input shape, filter, strides, pads (begins, ends), dilations, ReLU6 after, expected kernel);
 #: widths cover whole 8-pixel steps, a partial last step and rows narrower than 4 outputs
@@ -178,8 +178,9 @@ def test_mobilenet_grouped_and_1x1_convs_skip_im2col(precision: str) -> None:
         m.optimize(precision, targets=[Target()], calibration=calib if precision == "int8" else None)
         assert m.compiled is not None
         convs = [n for n in m.compiled.graph.nodes if n.op in ("conv", "qconv")]
-        grouped = {n.name: m.compiled.kernels[n.name] for n in convs if n.attrs.get("group", 1) > 1}
-        pointwise = {n.name: m.compiled.kernels[n.name] for n in convs
+        used = m.compiled.program.kernels_used
+        grouped = {n.name: used[n.name] for n in convs if n.attrs.get("group", 1) > 1}
+        pointwise = {n.name: used[n.name] for n in convs
                      if n.attrs.get("group", 1) == 1 and n.inputs[1].type.shape[2:] == (1, 1)}
     prefix = "f32-dwconv-" if precision == "fp32" else "qs8-dwconv-"
     assert len(grouped) == 4 and all(k.startswith(prefix) for k in grouped.values()), grouped

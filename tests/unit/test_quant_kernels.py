@@ -90,7 +90,7 @@ def test_qgemm_matches_integer_reference(m):
     outs = []
     for tier in tiers:
         with Runner(q, Target(tier, probe_host().family)) as run:
-            assert list(run.compiled.kernels.values()) == [f"qs8-gemm-8x{4 if m >= 4 else 1}"]
+            assert list(run.compiled.program.kernels_used.values()) == [f"qs8-gemm-8x{4 if m >= 4 else 1}"]
             outs.append(run({"x": x})["y"])
     np.testing.assert_allclose(outs[0], want, rtol=1e-6, atol=1e-5)
     for other in outs[1:]:
@@ -144,7 +144,7 @@ def test_qb4_tiles_match_reference_and_agree(qb4_case):
     outs = []
     for tier in tiers:
         with Runner(q, Target(tier, probe_host().family)) as run:
-            kernels = run.compiled.kernels
+            kernels = run.compiled.program.kernels_used
             outs.append(run(xs))
     assert sorted(kernels.values()) == sorted(f"qb4-gemm-8x{4 if m >= 4 else 1}" for m in QB4_ROWS)
     for m in QB4_ROWS:

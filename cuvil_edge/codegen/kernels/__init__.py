@@ -1,7 +1,7 @@
 """Kernel families: C templates in ``templates/`` expanded by ``generate.py`` into checked-in ``gen/``.
 
 Regenerate with ``python -m cuvil_edge.codegen.kernels.generate`` (CI checks ``gen/`` is fresh).
-Kernel names follow the grammar in ``NAMING.md``.
+Kernel names follow the grammar in ``NAMING.md``; ``table.py`` lists every name, its family and C symbols.
 """
 
 from __future__ import annotations
@@ -19,8 +19,3 @@ def kernel_source(family: str) -> str:
     if not path.exists():
         raise FileNotFoundError(f"kernel family {family!r} has no generated source ({path})")
     return path.read_text()
-
-
-def kernel_name(dtype: str, op: str, tile: str, tier: str, family: str) -> str:
-    """Kernel name per NAMING.md: ``<dtype>-<op>[-<tile>]-<tier>-<host family>``."""
-    return "-".join(p for p in (dtype, op, tile, tier, family) if p)

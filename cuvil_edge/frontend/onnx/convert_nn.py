@@ -98,9 +98,11 @@ def gemm(ctx: ConvertContext) -> None:
     if ctx.attr("transA", 0):
         a = ctx.emit1("transpose", [a], {"perm": [1, 0]}, name=f"{ctx.name}/transA")
     if b.is_const:
-        w = b.const.astype(np.float32)
-        w = np.ascontiguousarray((w.T if ctx.attr("transB", 0) else w) * np.float32(alpha))
-        ins, post_alpha = [a, ctx.constant(w, "w")], 1.0
+        lay = np.transpose if ctx.attr("transB", 0) else np.asarray
+        w = ctx.constant(np.ascontiguousarray(lay(b.const.astype(np.float32)) * np.float32(alpha)), "w")
+        if b.quant is not None and alpha == 1.0:  # the same numbers re-laid: still quantized weights
+            w.quant = b.quant.relaid(b.type.shape, lay)
+        ins, post_alpha = [a, w], 1.0
     else:
         if ctx.attr("transB", 0):
             b = ctx.emit1("transpose", [b], {"perm": [1, 0]}, name=f"{ctx.name}/transB")
@@ -128,7 +130,9 @@ def matmul(ctx: ConvertContext) -> None:
     if squeeze_back:
         b = ctx.emit1("reshape", [b], {"shape": [b.type.shape[0], 1]}, name=f"{ctx.name}/b2d")
     if b.is_const and len(b.type.shape) == 2:
-        y = ctx.emit1("gemm", [a, ctx.constant(b.const.astype(np.float32), "w")])
+        w = ctx.constant(b.const.astype(np.float32), "w")
+        w.quant = b.quant  # quantized weights stay quantized (``quant/qdq.py`` fuses them)
+        y = ctx.emit1("gemm", [a, w])
     else:
         y = ctx.emit1("matmul", [a, b])
     shape = list(y.type.shape)

@@ -2,19 +2,20 @@
 QLinearMatMul, ConvInteger, MatMulInteger, DynamicQuantizeLinear and com.microsoft MatMulNBits.
 
 Each op becomes its exact float meaning over run-time quantize/dequantize ops (``ops/qlinear.py``):
-dequantize -> conv/gemm (-> quantize), weights dequantized at build time. ``quant/qdq.py`` then fuses
-those into qconv/qgemm at the end of import, so they run on the integer kernels; what does not fuse
-still computes the right answer in f32. Quantized run-time tensors are held as uint8 (ONNX int8 ones
-shifted by +128 together with their zero points). MatMulNBits goes straight to qb4gemm.
+dequantize -> conv/gemm (-> quantize), weights dequantized at build time. Each quantized tensor whose
+scale and zero point are constants gets its ``QuantParams`` (``Value.quant``): a weight's says which
+integers its real values are, so ``quant/qdq.py`` can fuse dequantize -> conv/gemm into qconv/qgemm at
+the end of import (what does not fuse still computes the right answer in f32), and all of them are what
+``inspect`` shows of the model's quantization. Quantized run-time tensors are held as uint8 (ONNX int8
+ones shifted by +128 together with their zero points). MatMulNBits goes straight to qb4gemm.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...ir.graph import Value
-from ...ops.qlinear import broadcast_param
-from ...quant.qdq import remember
+from ...ir.graph import QuantParams, Value
+from ...ops.qlinear import ActQuant
 from .convert_nn import conv_pads
 from .registry import ConvertContext, converter
 
@@ -40,30 +41,51 @@ def _zero_point(ctx: ConvertContext, i: int, uint8_domain: bool) -> Value:
     return ctx.constant((z.const.astype(np.int16) + 128).astype(np.uint8), f"zero_point{i}")
 
 
-def _dequant(ctx: ConvertContext, x: Value, s: Value, z: Value, axis: int, name: str) -> Value:
-    """x's float value: a folded constant (noted for the qdq fusion) or a run-time dequantize."""
+def _params(ctx: ConvertContext, s: Value, zp: int, axis: int, rank: int, dtype: str | None = None
+            ) -> QuantParams | None:
+    """A quantized tensor's record from its scale ``s`` and zero point input ``zp`` (absent: 0), None when
+    either is computed at run time. ``dtype``: its integers' type where known (a constant's), else the
+    zero point's (ONNX's rule; uint8 without one)."""
+    z = ctx.input(zp) if ctx.has_input(zp) else None
+    if not s.is_const or (z is not None and not z.is_const):
+        return None
+    kind = dtype or (z.type.dtype if z is not None else "uint8")
+    return QuantParams(s.const, np.zeros(1, np.int64) if z is None else z.const, axis % max(rank, 1), kind)
+
+
+def _quantize(ctx: ConvertContext, x: Value, scale: int, zp: int, axis: int) -> Value:
+    """x quantized with the scale and zero point at those inputs: a run-time value holding uint8."""
+    s = _scale(ctx, scale)
+    y = ctx.emit1("quantize", [x, s, _zero_point(ctx, zp, True)], {"axis": axis})
+    if not y.is_const:
+        y.quant = _params(ctx, s, zp, axis, len(x.type.shape))
+    return y
+
+
+def _dequant(ctx: ConvertContext, x: Value, s: Value, zp: int, axis: int, name: str) -> Value:
+    """x's float value: a folded constant or a run-time dequantize, with the scale ``s`` and the zero
+    point at input ``zp`` (absent: 0). The constant, or the run-time x, gets its ``QuantParams``."""
     if not x.is_const and x.type.dtype != "uint8":
         raise ctx.unsupported(f"run-time {x.type.dtype} quantized tensor (uint8 or QuantizeLinear output)")
+    z = _zero_point(ctx, zp, x.type.dtype == "uint8")
     y = ctx.emit1("dequantize", [x, s, z], {"axis": axis}, name=name)
+    rank = len(x.type.shape)
     if y.is_const:
-        rank = len(x.type.shape)
-        q = x.const.astype(np.int32) - broadcast_param(z.const, rank, axis).astype(np.int32)
-        remember(ctx.graph, y, np.broadcast_to(q, y.type.shape),
-                 np.broadcast_to(broadcast_param(s.const, rank, axis), y.type.shape))
+        y.quant = _params(ctx, s, zp, axis, rank, x.type.dtype)
+    elif not x.is_const:
+        x.quant = _params(ctx, s, zp, axis, rank)
     return y
 
 
 def _dequant_input(ctx: ConvertContext, i: int, scale: Value | int, zp: int | None, axis: int) -> Value:
     """Dequantize input ``i`` with the scale at input ``scale`` (or the given Value) and the zero point
     at input ``zp`` (None: 0)."""
-    x = ctx.input(i)
     s = scale if isinstance(scale, Value) else _scale(ctx, scale)
-    z = _zero_point(ctx, ctx.n_inputs if zp is None else zp, x.type.dtype == "uint8")
-    return _dequant(ctx, x, s, z, axis, f"{ctx.name}/dq{i}")
+    return _dequant(ctx, ctx.input(i), s, ctx.n_inputs if zp is None else zp, axis, f"{ctx.name}/dq{i}")
 
 
 def _requant(ctx: ConvertContext, y: Value, scale: int, zp: int) -> None:
-    ctx.set_outputs(ctx.emit1("quantize", [y, _scale(ctx, scale), _zero_point(ctx, zp, True)], {"axis": 1}))
+    ctx.set_outputs(_quantize(ctx, y, scale, zp, 1))
 
 
 def _conv(ctx: ConvertContext, x: Value, w: Value, bias: list[Value]) -> Value:
@@ -93,17 +115,14 @@ def quantize_linear(ctx: ConvertContext) -> None:
     x = ctx.input(0)
     if x.type.dtype != "float32" or ctx.attr("block_size", 0):
         raise ctx.unsupported(f"{x.type.dtype} input" if x.type.dtype != "float32" else "blocked scales")
-    ctx.set_outputs(ctx.emit1("quantize", [x, _scale(ctx, 1), _zero_point(ctx, 2, True)],
-                              {"axis": int(ctx.attr("axis", 1))}))
+    ctx.set_outputs(_quantize(ctx, x, 1, 2, int(ctx.attr("axis", 1))))
 
 
 @converter("DequantizeLinear")
 def dequantize_linear(ctx: ConvertContext) -> None:
     if ctx.attr("block_size", 0):
         raise ctx.unsupported("blocked scales")
-    x = ctx.input(0)
-    ctx.set_outputs(_dequant(ctx, x, _scale(ctx, 1), _zero_point(ctx, 2, x.type.dtype == "uint8"),
-                             int(ctx.attr("axis", 1)), ctx.name))
+    ctx.set_outputs(_dequant(ctx, ctx.input(0), _scale(ctx, 1), 2, int(ctx.attr("axis", 1)), ctx.name))
 
 
 @converter("DynamicQuantizeLinear")
@@ -167,4 +186,4 @@ def matmul_nbits(ctx: ConvertContext) -> None:
            ctx.constant(zp.astype(np.int32), "zero_point")]
     if ctx.has_input(5):
         ins.append(ctx.input(5))
-    ctx.set_outputs(ctx.emit1("qb4gemm", ins, {"xq": ("dynamic", 127, True)}))
+    ctx.set_outputs(ctx.emit1("qb4gemm", ins, {"xq": ActQuant.dynamic(127, per_row=True)}))

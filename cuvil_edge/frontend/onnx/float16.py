@@ -93,6 +93,8 @@ class HalfFloats:
     def _rounded(self, v: Value, producer: Node | None) -> Value:
         if v.is_const:
             out = self.constant(f"{v.name}/f16", v.const.astype(np.float16))
+            if np.array_equal(out.const, v.const):  # already on the fp16 grid: still the quantized weights
+                out.quant = v.quant
         elif producer is not None and producer.op in EXACT_OPS and all(
                 i in self.half or i.type.dtype != "float32" for i in producer.inputs):
             out = v

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import ModelFormatError, ShapeError, UnsupportedOperator
 from ...ir.graph import Graph, TensorType, Value
-from ...quant.qdq import fuse_qdq
+from ...quant.qdq import fuse_qdq, graph_record
 from .float16 import HalfFloats
 from .registry import CONVERTERS, ConvertContext
 
@@ -132,6 +132,9 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         graph.outputs.append(scope.half.graph_output(env[out.name]))
     graph.meta["output_names"] = [o.name for o in g.output]
     _add_length_outputs(graph)
+    record = graph_record(graph, "onnx")  # the model's own quantization (QDQ, QLinear*): ``inspect`` shows it
+    if record is not None:
+        graph.meta["source_quantization"] = record
     fuse_qdq(graph)  # pre-quantized layers onto the integer kernels while their weights are known
     return graph
 

@@ -11,8 +11,8 @@ import numpy as np
 
 from ...codegen.memplan import StateVar
 from ...errors import ModelFormatError, ShapeError, UnsupportedOperator
-from ...ir.graph import Graph, TensorType, Value
-from ...quant.qdq import fuse_qdq
+from ...ir.graph import Graph, QuantParams, TensorType, Value
+from ...quant.qdq import fuse_qdq, source_record
 from ..registry import emit_node
 from .layout import Laid, identity
 from .reader import TflModel, TflOperator, TflSubgraph, TflTensor, read_tflite
@@ -101,47 +101,35 @@ def _assigned_variables(sg: TflSubgraph) -> set[str]:
             if op.op == "ASSIGN_VARIABLE" and op.inputs and op.inputs[0] in handles}
 
 
-def _quant_record(sg: TflSubgraph, in_names: list[str], out_names: list[str]) -> dict | None:
-    """The model's own quantization, for ``inspect`` (None when it has none): each quantized graph
-    input's and output's scales and zero points, and the quantized constants summarised (how many,
-    their types, how many per-channel, the scale range)."""
-    def params(t: TflTensor, name: str) -> dict:
-        return {"name": name, "dtype": t.dtype, "axis": t.quant.axis, "scale": t.quant.scale.tolist(),
-                "zero_point": t.quant.zero_point.tolist()}
+def _params(t: TflTensor) -> QuantParams:
+    return QuantParams(t.quant.scale, t.quant.zero_point, t.quant.axis, t.dtype)
 
+
+def _quant_record(sg: TflSubgraph, in_names: list[str], out_names: list[str]) -> dict | None:
+    """The model's own quantization, for ``inspect`` (None when it has none): its quantized tensors'
+    ``QuantParams`` summarised by ``source_record``."""
     quantized = [t for t in sg.tensors if t.quant is not None]
-    if not quantized:
-        return None
-    weights = [t for t in quantized if t.data is not None]
-    scales = np.concatenate([t.quant.scale for t in weights]) if weights else np.zeros(0, np.float32)
-    dtypes: dict[str, int] = {}
-    for t in weights:
-        dtypes[t.dtype] = dtypes.get(t.dtype, 0) + 1
-    return {
-        "format": "tflite",
-        "inputs": [params(sg.tensors[i], n) for i, n in zip(sg.inputs, in_names) if sg.tensors[i].quant],
-        "outputs": [params(sg.tensors[i], n) for i, n in zip(sg.outputs, out_names) if sg.tensors[i].quant],
-        "activations": len(quantized) - len(weights),
-        "weights": {"tensors": len(weights), "per_channel": sum(t.quant.scale.size > 1 for t in weights),
-                    "dtypes": dtypes, "scale_min": float(scales.min()) if scales.size else None,
-                    "scale_max": float(scales.max()) if scales.size else None},
-    }
+
+    def named(indices: list[int], names: list[str]) -> list[tuple[str, QuantParams]]:
+        return [(n, _params(sg.tensors[i])) for i, n in zip(indices, names) if sg.tensors[i].quant]
+
+    return source_record("tflite", [_params(t) for t in quantized if t.data is not None],
+                         sum(t.data is None for t in quantized), named(sg.inputs, in_names),
+                         named(sg.outputs, out_names))
 
 
 def _constant(graph: Graph, state: ImportState, t: TflTensor) -> Value:
-    """A constant's real value: fp16 widened, quantized integers dequantized (their integers noted)."""
+    """A constant's real value: fp16 widened, quantized integers dequantized (an int8 one's record kept
+    for the converters that hand it to a conv or gemm: ``TflContext.weight``)."""
     if t.dtype == "float16":
         return graph.constant(t.name, t.data.astype(np.float32))
     if t.quant is None or t.dtype not in ("int8", "uint8", "int32"):
         return graph.constant(t.name, t.data)
-    shape = [1] * t.data.ndim
-    if t.quant.scale.size > 1:
-        shape[t.quant.axis] = -1
-    q = t.data.astype(np.int64) - t.quant.zero_point.reshape(shape)
-    scale = np.broadcast_to(t.quant.scale.reshape(shape), t.data.shape)
+    params = _params(t)
     if t.dtype == "int8":
-        state.int_weights[t.index] = (q.astype(np.int32), scale.astype(np.float32))
-    return graph.constant(t.name, (q * scale.astype(np.float64)).astype(np.float32))
+        state.int_weights[t.index] = params
+    return graph.constant(t.name, params.real_of(t.data.astype(np.int64) - params.along(params.zero_point,
+                                                                                       t.data.ndim)))
 
 
 def _held_params(t: TflTensor) -> tuple[float, int]:
@@ -150,7 +138,7 @@ def _held_params(t: TflTensor) -> tuple[float, int]:
         raise UnsupportedOperator("TENSOR", t.name, None, "int16 (16x8) quantized activations")
     if t.quant.scale.size != 1:
         raise UnsupportedOperator("TENSOR", t.name, None, "per-channel quantized activations")
-    return float(t.quant.scale[0]), int(t.quant.zero_point[0]) + (128 if t.dtype == "int8" else 0)
+    return float(t.quant.scale[0]), int(_params(t).held_zero_point[0])
 
 
 def _shift(graph: Graph, v: Value) -> tuple[Value, Value]:

@@ -161,6 +161,8 @@ def _tensor(index: int, t: Any, buffers: list[bytes]) -> TflTensor:
     shape = () if t.ShapeIsNone() else tuple(int(d) for d in t.ShapeAsNumpy())
     raw = buffers[t.Buffer()] if 0 < t.Buffer() < len(buffers) else b""
     data = None
+    if not raw and 0 < t.Buffer() < len(buffers) and 0 in shape and dtype in DTYPES.values():
+        data = np.zeros(shape, dtype)  # an empty constant (RESHAPE to a scalar: shape [])
     if raw:
         if dtype not in DTYPES.values():
             raise ModelFormatError(f"tensor {name!r} holds data of unsupported type {dtype}")

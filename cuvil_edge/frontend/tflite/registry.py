@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import UnsupportedOperator
-from ...ir.graph import Graph, Value
-from ...quant.qdq import remember
+from ...ir.graph import Graph, QuantParams, Value
 from ..registry import ConverterTable, IRBuilder
 from .layout import NCHW, Laid, Perm, compose, identity, inverse, is_reshape
 from .reader import TflModel, TflOperator, TflSubgraph
@@ -52,8 +51,8 @@ class Variables:
 class ImportState:
     """What the operators of one subgraph share. ``env``: tensor index -> ``Laid``; quantized run-time
     tensors are held as uint8 (int8 ones shifted by +128), ``held_quant`` giving their (scale, held zero
-    point); quantized constants are already real, ``int_weights`` keeping their integers and scales
-    (broadcast, TFLite order) for the integer kernels; ``cache`` holds each layout change and dequantize
+    point); quantized constants are already real, ``int_weights`` keeping the int8 ones' ``QuantParams``
+    (TFLite order) for the integer kernels; ``cache`` holds each layout change and dequantize
     emitted, so none is emitted twice. ``handles``: resource tensor -> variable name (VAR_HANDLE),
     ``current``: each variable's value as this subgraph's operators have left it so far; ``persistent``:
     the entry subgraph, where variables live on between runs (an initializer's only start from init)."""
@@ -62,7 +61,7 @@ class ImportState:
     persistent: bool = True
     env: dict[int, Laid] = field(default_factory=dict)
     held_quant: dict[int, tuple[float, int]] = field(default_factory=dict)
-    int_weights: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    int_weights: dict[int, QuantParams] = field(default_factory=dict)
     cache: dict[tuple[Any, ...], Value] = field(default_factory=dict)
     handles: dict[int, str] = field(default_factory=dict)
     current: dict[str, Value] = field(default_factory=dict)
@@ -193,12 +192,13 @@ class TflContext(IRBuilder):
         return self.emit1("act", [v], {"act": FUSED_ACT[code]}, name=f"{self.name}/act")
 
     def weight(self, i: int, relayout: Callable[[np.ndarray], np.ndarray], name: str) -> Value:
-        """Constant input i re-laid for its IR op (``relayout`` of the TFLite-order array); int8 weights
-        are noted with their integers re-laid the same way, for the integer kernels."""
-        v = self.constant(np.ascontiguousarray(relayout(self.const(i)), np.float32), name)
-        ints = self.state.int_weights.get(self.op.inputs[i])
-        if ints is not None:
-            remember(self.graph, v, relayout(ints[0]), relayout(ints[1]))
+        """Constant input i re-laid for its IR op (``relayout`` of the TFLite-order array); an int8 one
+        keeps its ``QuantParams`` (re-laid the same way), for the integer kernels."""
+        real = self.const(i)
+        v = self.constant(np.ascontiguousarray(relayout(real), np.float32), name)
+        params = self.state.int_weights.get(self.op.inputs[i])
+        if params is not None:
+            v.quant = params.relaid(real.shape, relayout)
         return v
 
     def set_held(self, x: Laid, i: int = 0) -> None:
