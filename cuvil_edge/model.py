@@ -219,7 +219,7 @@ class CuvilModel:
             optimize_graph(graph, progress)
             self._optimized = True
         extra: dict[str, Any] = {"profiles": list(profiles)} if profiles else {}
-        if "source_quantization" in graph.meta:  # the source model's own (TFLite int8): ``inspect`` shows it
+        if "source_quantization" in graph.meta:  # the source's own (TFLite, ONNX QDQ), for inspect
             extra["source_quantization"] = graph.meta["source_quantization"]
         self._quantization = None
         if precision != "fp32":

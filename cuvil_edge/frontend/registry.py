@@ -56,6 +56,10 @@ class ConverterTable(Generic[F]):
         return iter(sorted(self._table))
 
 
+#: ops whose fold only moves a constant's numbers, so its quantization record (``Value.quant``) follows
+MOVES_NUMBERS = frozenset({"reshape", "transpose"})
+
+
 def emit_node(graph: Graph, op: str, inputs: list[Value], attrs: dict[str, Any], name: str,
               n_outputs: int = 1) -> list[Value]:
     """Shared by importers and passes: infer types, fold constant nodes eagerly, else append."""
@@ -64,8 +68,12 @@ def emit_node(graph: Graph, op: str, inputs: list[Value], attrs: dict[str, Any],
     types = list(opdef.infer(probe))
     if all(v.is_const for v in inputs) and opdef.fold is not None:
         arrays = opdef.fold(probe, [v.const for v in inputs])
-        return [graph.constant(f"{name}:{i}", np.asarray(a, dtype=t.dtype).reshape(t.shape))
+        outs = [graph.constant(f"{name}:{i}", np.asarray(a, dtype=t.dtype).reshape(t.shape))
                 for i, (a, t) in enumerate(zip(arrays, types))]
+        src = inputs[0].quant if op in MOVES_NUMBERS else None
+        if src is not None:  # a quantized weight re-laid (QDQ: DequantizeLinear -> Transpose -> MatMul)
+            outs[0].quant = src.relaid(inputs[0].type.shape, lambda a: opdef.fold(probe, [a])[0])
+        return outs
     outs = [graph.value(f"{name}:{i}" if n_outputs > 1 else name, t) for i, t in enumerate(types)]
     graph.add_node(op, name, inputs, outs, attrs)
     return outs

@@ -35,8 +35,10 @@ from tflite_builder import TfliteBuilder
 from thirdpartykit import installed
 
 from cuvil_edge import CuvilModel
+from cuvil_edge.compiler import optimize_graph
 from cuvil_edge.errors import CuvilError, UnsupportedOperator
-from cuvil_edge.frontend.tflite import read_tflite
+from cuvil_edge.frontend.tflite import import_tflite, read_tflite
+from cuvil_edge.ir.graph import Graph, Node
 
 pytestmark = pytest.mark.integration
 PASSING_FILE = Path(__file__).parents[1] / "conformance" / "tflite_passing.txt"
@@ -201,6 +203,51 @@ def model_bytes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 def test_real_model_matches_litert(case: Case, request: pytest.FixtureRequest,
                                    tmp_path_factory: pytest.TempPathFactory) -> None:
     run_case(model_bytes(request, tmp_path_factory, case), case)
+
+
+#: ops that change no element's place or only its type: a transpose reached through them from a graph
+#: input (or reaching a graph output) is that input's (output's) one layout change
+_EDGE_OPS = ("reshape", "cast", "quantize", "dequantize")
+
+#: interior transposes left in the optimized graph, per model (file stem; every other listed model has
+#: none): the detectors' output heads, where a conv output [1, A*K, H, W] (NCHW) is reshaped to
+#: [1, H*W*A, K] (anchors innermost, in NHWC order) and heads of different H, W are concatenated into one
+#: output, so each head needs its own transpose between its conv and the concatenation (4 in BlazeFace
+#: and the palm detectors, 6 in pose_detection); DEPTH_TO_SPACE, which is itself a 6-D transpose (1 in
+#: face_detection_full_range_sparse, 3 in pose_detection); melspectrogram's BATCH_MATMUL over the
+#: channels of a conv output (the matmul wants them innermost, the conv writes them planar)
+INTERIOR_TRANSPOSES = {"face_detection_back": 4, "face_detection_front": 4, "face_detection_short_range": 4,
+                       "palm_detection_full": 4, "palm_detection_lite": 4, "pose_detection": 9,
+                       "face_detection_full_range_sparse": 1, "melspectrogram": 1}
+
+
+def interior_transposes(graph: Graph) -> list[Node]:
+    """Transposes other than one per graph input or output: those whose input is not a graph input and
+    whose output is not a graph output, looking through ``_EDGE_OPS``."""
+    producers, consumers = graph.producers(), graph.consumers()
+    ins, outs = {id(v) for v in graph.inputs}, {id(v) for v in graph.outputs}
+    found = []
+    for n in (n for n in graph.nodes if n.op == "transpose"):
+        v = n.inputs[0]
+        while id(v) in producers and producers[id(v)].op in _EDGE_OPS:
+            v = producers[id(v)].inputs[0]
+        w = n.outputs[0]
+        while id(w) not in outs and [c.op for c in consumers.get(id(w), [])] == ["reshape"]:
+            w = consumers[id(w)][0].outputs[0]
+        if id(v) not in ins and id(w) not in outs:
+            found.append(n)
+    return found
+
+
+@pytest.mark.parametrize("case", passing_cases(), ids=lambda c: c.id)
+def test_no_interior_transposes_but_the_listed(case: Case, request: pytest.FixtureRequest,
+                                               tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The layout pass leaves a transpose only at graph inputs and outputs, and the listed ones: the
+    streaming wake words' frame windows (state kept NCHW), a conv's explicit PAD (run NCHW) and squeeze /
+    expand / slice chains carry the layout through."""
+    graph = optimize_graph(import_tflite(model_bytes(request, tmp_path_factory, case), case.shapes or None))
+    left = interior_transposes(graph)
+    assert len(left) == INTERIOR_TRANSPOSES.get(Path(case.file).stem, 0), [n.name for n in left]
 
 
 def test_custom_op_converted_by_the_registered_converter(request: pytest.FixtureRequest,

@@ -101,6 +101,27 @@ def test_relaid_weights_keep_their_record_changed_ones_lose_it(tmp_path, alpha, 
     assert (counts.get("qgemm") == 1) is fused and (counts.get("gemm") == 1) is not fused
 
 
+def test_a_weight_transposed_between_dequantize_and_matmul_keeps_its_record(tmp_path) -> None:
+    """DequantizeLinear -> Transpose -> MatMul (exporters that store weights [out, in]): the folded
+    transpose carries the record to the new channel axis, so the MatMul still runs on the integer GEMM."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(6)
+    nodes, inits = _qdq_input([2, 8])
+    wn, wi = _weights("w", rng.integers(-127, 128, (4, 8)).astype(np.int8),
+                      (rng.uniform(0.5, 2, 4) / 127).astype(np.float32), 0)
+    nodes += wn + [helper.make_node("Transpose", ["w_d"], ["w_t"], perm=[1, 0]),
+                   helper.make_node("MatMul", ["xd", "w_t"], ["y"])]
+    path = tmp_path / "t.onnx"
+    onnx.save(_model(nodes, inits + wi, [2, 8], [2, 4]), path)
+    counts = import_onnx(path).op_counts()
+    assert counts.get("qgemm") == 1 and "gemm" not in counts
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with CuvilModel.load(path) as m:
+        got = m.predict({"x": x})["y"]
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
 def test_params_relaid_and_steps() -> None:
     q = QuantParams(np.array([0.5, 0.25, 2.0], np.float32), np.zeros(3), axis=3)
     assert q.relaid((1, 2, 2, 3), lambda a: a.transpose(3, 0, 1, 2)).axis == 0

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from ...ir.graph import Value
+from ...ops.prelu import channel_slope
 from .registry import ConvertContext, converter
 
 
@@ -63,12 +64,19 @@ def group_norm(ctx: ConvertContext) -> None:
 
 @converter("PRelu")
 def prelu(ctx: ConvertContext) -> None:
-    """max(x, 0) + slope * min(x, 0)."""
+    """One ``prelu`` node when the slope is a float constant per channel (or one for all); else
+    max(x, 0) + slope * min(x, 0)."""
     x, slope = ctx.input(0), ctx.input(1)
     r = len(x.type.shape)
     if slope.is_const and r > 2 and slope.type.shape == (x.type.shape[1],) != (x.type.shape[-1],):
         # a [C] slope that cannot broadcast from the right is per channel (PRelu before opset 7)
         slope = ctx.constant(slope.const.reshape([-1] + [1] * (r - 2)), "slope")
+    per_channel = channel_slope(x.type.shape, slope.const) if slope.is_const and \
+        x.type.dtype == "float32" else None
+    if per_channel is not None:
+        axis, flat = per_channel
+        ctx.set_outputs(ctx.emit1("prelu", [x, ctx.constant(flat, "slope")], {"axis": axis}))
+        return
     zero = ctx.constant(np.zeros((), x.type.dtype), "zero")
     pos = ctx.emit1("binary", [x, zero], {"kind": "max"}, name=f"{ctx.name}/pos")
     neg = ctx.emit1("binary", [x, zero], {"kind": "min"}, name=f"{ctx.name}/neg")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops.prelu import channel_slope
 from .layout import dropped
 from .registry import TflContext, converter
 
@@ -42,7 +43,15 @@ def elu(ctx: TflContext) -> None:
 
 @converter("PRELU")
 def prelu(ctx: TflContext) -> None:
-    """max(x, 0) + alpha * min(x, 0), alpha broadcast like a binary operand."""
+    """One ``prelu`` node in x's layout when alpha is a constant per channel (or one for all); else
+    max(x, 0) + alpha * min(x, 0), alpha broadcast like a binary operand."""
+    src = ctx.laid(0)
+    per_channel = channel_slope(src.shape, ctx.const(1)) if ctx.laid(1).value.is_const else None
+    if per_channel is not None:
+        axis, slope = per_channel
+        y = ctx.emit1("prelu", [src.value, ctx.constant(slope, "slope")], {"axis": src.ir_axis(axis)})
+        ctx.set_output(y, src.perm)
+        return
     (x, alpha), perm = ctx.aligned([0, 1])
     pos = ctx.emit1("act", [x], {"act": ("relu", 0.0, 0.0)}, f"{ctx.name}/pos")
     neg = ctx.emit1("binary", [x, ctx.constant(np.float32(0), "zero")], {"kind": "min"}, f"{ctx.name}/neg")

@@ -5,11 +5,14 @@ at build time: the values it assigns must be constants and become the states' in
 entry subgraph a variable it both reads and assigns becomes a ``StateVar`` (``codegen/memplan.py``): its
 first read is a graph input, its last value a graph output, which the module copies over the input at the
 end of ``run``. One it only reads never changes, so its reads are the initial value, a constant. Values
-are kept real (float for a quantized variable) and in TFLite order."""
+are kept real (float for a quantized variable); a 4-D one (a streaming conv's frames, NHWC) is kept NCHW,
+so the concatenation that appends a frame and the conv that reads the window need no transpose (the
+state's layout is the module's own: ``variables.init`` holds the initial value laid the same way)."""
 
 from __future__ import annotations
 
 from ...ir.graph import Graph, TensorType
+from .layout import NCHW, Perm, identity
 from .registry import ImportState, TflContext, converter, variable_name
 
 
@@ -25,6 +28,11 @@ def _variable(ctx: TflContext) -> str:
     if idx not in ctx.state.handles:
         raise ctx.unsupported("input 0 must be a resource made by VAR_HANDLE in the same subgraph")
     return ctx.state.handles[idx]
+
+
+def _layout(rank: int) -> Perm:
+    """How a variable of ``rank`` is held (``variables.init`` holds it that way)."""
+    return NCHW if rank == 4 else identity(rank)
 
 
 @converter("READ_VARIABLE")
@@ -43,12 +51,13 @@ def read_variable(ctx: TflContext) -> None:
         else:
             value = ctx.constant(init, name)
         state.current[name] = value
-    ctx.set_output(value)
+    ctx.set_output(value, _layout(len(value.type.shape)))
 
 
 @converter("ASSIGN_VARIABLE")
 def assign_variable(ctx: TflContext) -> None:
-    name, value = _variable(ctx), ctx.input(1)
+    name, rank = _variable(ctx), len(ctx.laid(1).perm)
+    value = ctx.input(1, _layout(rank))
     init = ctx.state.variables.init.get(name)
     if init is not None and (tuple(init.shape), str(init.dtype)) != (value.type.shape, value.type.dtype):
         raise ctx.unsupported(f"variable {name!r} holds {TensorType(init.shape, str(init.dtype))}, "
@@ -78,5 +87,5 @@ def call_once(ctx: TflContext) -> None:
         if not value.is_const:
             raise ctx.unsupported(f"initializer subgraph {index} assigns variable {name!r} a value that is "
                                   "not known at build time")
-        variables.init[name] = value.const
+        variables.init[name] = value.const  # as ASSIGN_VARIABLE laid it
 

@@ -74,8 +74,12 @@ def concatenation(ctx: TflContext) -> None:
 
 @converter("PAD", "PADV2")
 def pad(ctx: TflContext) -> None:
+    """Keeps its input's layout, except that a 4-D pad of H and W only (a conv's explicit padding) is a
+    spatial op and runs NCHW: the input's transpose then sits before it (on a graph input: at the edge)."""
     x = ctx.laid(0)
     widths = ctx.const(1).reshape(-1, 2)  # [rank, (before, after)] in TFLite order
+    if len(x.perm) == 4 and x.perm != NCHW and not widths[[0, 3]].any():
+        x = Laid(ctx.nchw(0), NCHW)
     value = float(ctx.const(2).reshape(-1)[0]) if ctx.has_input(2) else 0.0
     pads = [int(widths[p, 0]) for p in x.perm] + [int(widths[p, 1]) for p in x.perm]
     ctx.set_output(ctx.emit1("pad", [x.value], {"pads": pads, "mode": "constant", "value": value}), x.perm)
