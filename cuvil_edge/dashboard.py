@@ -3,8 +3,9 @@
 ``FleetView`` subscribes (read-only) to the fleet's retained device statuses, the publisher's retained
 rollout summaries (``cuvil_edge.fleet.rollout_topic``: the fleet's line and each model line's) and the
 devices' telemetry (through
-``TelemetryCollector``), and folds them into one JSON snapshot: devices with their release, variant and
-health, the rollout's stages with progress and halt reason, and latency per release from the latest
+``TelemetryCollector``), and folds them into one JSON snapshot: devices with, per release line (the
+fleet's, or each model line of a multi-model device), its state, release, variant and health; every
+line's rollout with its stages, progress and halt reason; and latency per release from the latest
 summaries. ``Dashboard`` serves that snapshot at ``/api/state`` and a static page (``assets/
 dashboard.html``, plain DOM code, no framework) that polls it once a second.
 
@@ -21,6 +22,7 @@ import logging
 import secrets
 import statistics
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
 from http import HTTPStatus
@@ -33,23 +35,24 @@ from ota.protocol import TelemetryRecord, Topics, format_time
 from ota.transport import MqttClient
 
 from .errors import CuvilError
-from .fleet import ROLLOUT_TYPE, rollout_topic
+from .fleet import ROLLOUT_TYPE, line_status, rollout_topic
 from .fleet_telemetry import TelemetryCollector
 
 log = logging.getLogger(__name__)
 #: a dashboard's MQTT sessions outlive it only briefly: nothing needs to wait for a closed page
 SESSION_EXPIRY_S = 60
 UPDATING = frozenset({"downloading", "verifying", "installing", "self-test"})
-_PROBLEMS = frozenset({"install_failed", "rolled_back"})  # telemetry events that say why a device is not new
+#: health words from best to worst: a multi-model device is as healthy as its worst line
+HEALTH = ("ok", "degraded", "updating", "failed", "offline")
 
 
 class DashboardError(CuvilError):
     """The dashboard cannot serve (port taken, broker unreachable)."""
 
 
-def health(status: dict[str, Any], summary: dict[str, Any] | None) -> str:
-    """One word per device: offline, failed (last update or the served model), updating, degraded
-    (thermal, deadline kills or worker restarts in its latest summary) or ok."""
+def health(status: Mapping[str, Any], serving: Iterable[Mapping[str, Any]]) -> str:
+    """One word per release line: offline, failed (last update or the served model), updating, degraded
+    (thermal, deadline kills or worker restarts in the latest summary of what it serves) or ok."""
     state = status.get("state", "")
     if state == "offline":
         return "offline"
@@ -57,11 +60,43 @@ def health(status: dict[str, Any], summary: dict[str, Any] | None) -> str:
         return "failed"
     if state in UPDATING:
         return "updating"
-    for model in (summary or {}).get("models", {}).values():
+    for model in serving:
         if model.get("thermal", {}).get("degraded") or model.get("deadline_kills") \
                 or model.get("worker_restarts"):
             return "degraded"
     return "ok"
+
+
+def _why(status: Mapping[str, Any]) -> str:
+    """A status's error and its detail (or reason) as one text, the error named once."""
+    error, detail = str(status.get("error") or ""), str(status.get("detail") or status.get("reason") or "")
+    return detail if detail.startswith(error) else ": ".join(filter(None, (error, detail)))
+
+
+def device_lines(status: Mapping[str, Any], summary: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """A device's release lines as the page shows them: the fleet's line ("") of a single-model device, or
+    each model line of a multi-model one (``fleet.line_status``: the line its status is about in full, the
+    others from the state, release, bundle and error every status carries), each with its health and what
+    it serves (variant, p95) from the device's latest summary."""
+    told = status.get("models") if isinstance(status.get("models"), Mapping) else (summary or {}).get("lines")
+    names = sorted(told) if isinstance(told, Mapping) else [""]
+    served = (summary or {}).get("models", {})
+    offline = status.get("state") == "offline"  # its lines' last words are older than its will
+    rows = []
+    for name in names:
+        line = line_status(status, name)
+        if line is None:  # known from telemetry only
+            line = dict(told[name]) if isinstance(told[name], Mapping) else {}
+        serving = list(served.values()) if not name else [served[name]] if name in served else []
+        rows.append({
+            "model": name, "state": "offline" if offline else line.get("state", "unknown"),
+            "release": line.get("release"), "target_release": line.get("target_release"),
+            "have": line.get("have"), "total": line.get("total"),
+            "health": "offline" if offline else health(line, serving), "detail": _why(line),
+            "variants": sorted({m.get("variant") for m in serving if m.get("variant")}),
+            "p95_ms": max((m.get("latency_ms", {}).get("p95") for m in serving
+                           if m.get("latency_ms", {}).get("p95") is not None), default=None)})
+    return rows
 
 
 def release_latency(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -100,8 +135,6 @@ class FleetView:
         self.statuses: dict[str, dict[str, Any]] = {}
         self.summaries: dict[str, dict[str, Any]] = {}  # device -> data of its latest summary
         self.heard: dict[str, str] = {}  # device -> time of its latest telemetry record
-        #: device -> its latest failed install or rollback (telemetry keeps it; a re-sent status may not)
-        self.problems: dict[str, str] = {}
         self.rollouts: dict[str, dict[str, Any]] = {}  # release line ("": the fleet's) -> its rollout
         name = f"cuvil-dashboard-{fleet}-{secrets.token_hex(3)}"
         self.mqtt = MqttClient(settings, name, self._on, limits)
@@ -147,45 +180,25 @@ class FleetView:
             self.heard[record.device] = record.time
             if record.event == "summary":
                 self.summaries[record.device] = dict(record.data)
-            elif record.event in _PROBLEMS:
-                error, reason = str(record.data.get("error") or ""), str(record.data.get("reason") or "")
-                self.problems[record.device] = reason if reason.startswith(error) else f"{error}: {reason}"
-            elif record.event == "install_finished":
-                self.problems.pop(record.device, None)
-
-    @property
-    def rollout(self) -> dict[str, Any] | None:
-        """The rollout the page shows first: the fleet line's, else the model line's last told."""
-        with self._lock:  # "time" is format_time's fixed-width UTC text: it sorts as it reads
-            told = self.rollouts.get("") or max(self.rollouts.values(), key=lambda r: str(r.get("time", "")),
-                                                default=None)
-            return dict(told) if told else None
 
     def snapshot(self) -> dict[str, Any]:
-        """Everything the page shows, as JSON-ready data."""
-        rollout = self.rollout
+        """Everything the page shows, as JSON-ready data: ``rollouts`` by release line ("": the fleet's),
+        ``devices`` each with its ``lines`` and, over them, its worst health."""
         with self._lock:
             statuses = {d: dict(s) for d, s in self.statuses.items()}
             rollouts = {line: dict(r) for line, r in sorted(self.rollouts.items())}
-            summaries, seen, problems = dict(self.summaries), dict(self.heard), dict(self.problems)
+            summaries, seen = dict(self.summaries), dict(self.heard)
         devices = []
         for d in sorted(statuses.keys() | summaries.keys()):
-            status, summary = statuses.get(d, {}), summaries.get(d)
-            models = (summary or {}).get("models", {})
+            status = statuses.get(d, {})
+            lines = device_lines(status, summaries.get(d))
             devices.append({
-                "device": d, "state": status.get("state", "unknown"), "release": status.get("release"),
-                "target_release": status.get("target_release"), "have": status.get("have"),
-                "total": status.get("total"), "health": health(status, summary),
-                "error": status.get("error", ""), "detail": status.get("detail") or status.get("reason", ""),
-                "last_problem": problems.get(d, ""),
-                "variants": sorted({m.get("variant") for m in models.values() if m.get("variant")}),
-                "p95_ms": max((m.get("latency_ms", {}).get("p95") for m in models.values()
-                               if m.get("latency_ms", {}).get("p95") is not None), default=None),
-                "seen": max(filter(None, (status.get("time"), seen.get(d))), default=None),
-                "models": status.get("models") if isinstance(status.get("models"), dict) else {}})
+                "device": d, "state": status.get("state", "unknown"), "lines": lines,
+                "health": max((line["health"] for line in lines), key=HEALTH.index),
+                "seen": max(filter(None, (status.get("time"), seen.get(d))), default=None)})
         return {"fleet": self.topics.fleet, "time": format_time(datetime.now(timezone.utc)),
-                "connected": self.mqtt.connected, "devices": devices, "rollout": rollout,
-                "rollouts": rollouts, "releases": release_latency(summaries)}
+                "connected": self.mqtt.connected, "devices": devices, "rollouts": rollouts,
+                "releases": release_latency(summaries)}
 
 
 def page() -> bytes:

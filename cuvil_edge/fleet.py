@@ -399,8 +399,9 @@ class Publisher:
             pending = []
         bad = sum(rollout.outcomes.get(d) in ("failed", "timeout") for d in stage)
         if stage and bad / len(stage) * 100 > rollout.halt_on:
-            self.halt(rollout, f"{bad} of {len(stage)} devices failed in stage {rollout.stage} "
-                               f"({rollout.stages[rollout.stage]}%), over the {rollout.halt_on}% threshold")
+            self.halt(rollout, f"{bad} of {len(stage)} devices failed in stage {rollout.stage + 1} of "
+                               f"{len(rollout.stages)} ({rollout.stages[rollout.stage]:g}%), over the "
+                               f"{rollout.halt_on:g}% threshold")  # counted from 1, as format_rollout does
         elif not pending and (stage or rollout.stages[rollout.stage] >= 100):
             if rollout.stage + 1 < len(rollout.stages):
                 rollout.stage += 1

@@ -173,6 +173,7 @@ class ModelLine:
         self._last_progress = 0.0
         self._update_state: str | None = None  # the last state sent as an ``update_state`` event
         self._reported: dict[str, Any] = {}  # the release fields of this line's last status (see summary)
+        self._last: dict[str, Any] = {}  # every field of this line's last status but its event (see resend)
 
     @property
     def _state_dir(self) -> Path:
@@ -207,7 +208,7 @@ class ModelLine:
             self.transfer.resume()
             self.log("transfer_resume", bundle=self.transfer.ann.bundle_sha256, from_chunk=self.transfer.have,
                      total=self.transfer.total)
-        self._report(self.state)
+        self.resend()
 
     # -- announcements ------------------------------------------------------------------------
     def on_announcement(self, payload: bytes) -> None:
@@ -415,7 +416,7 @@ class ModelLine:
         self._report("rolled_back", version=manifest.version)
 
     def cmd_report(self, cmd: Command) -> None:
-        self._report(self.state, event="report")
+        self.resend(event="report")
 
     # -- serving what the state directory says ------------------------------------------------
     def _disk_key(self) -> tuple[str, int, int] | None:
@@ -494,11 +495,18 @@ class ModelLine:
         """Retained status (the last word on this device); dropped when offline and re-sent on connect."""
         self.state = state
         self._reported = {k: fields[k] for k in _SUMMARY_FIELDS if k in fields}
+        self._last = {k: v for k, v in fields.items() if k != "event"}
         if state != self._update_state:
             self._update_state = state
             self.emit("update_state", **{"release": self.host.release, **fields, "state": state})
         self.log("status", state=state, release=self.host.release, detail=fields)
         self.agent.publish_status(state, self, **fields)
+
+    def resend(self, **event: Any) -> None:
+        """The last status again (on connect: one sent offline was dropped; on a ``report`` command), with
+        its bundle, error and reason: a re-sent status says what the one it repeats said, so a failed
+        device still names why and a publisher still reads the outcome."""
+        self._report(self.state, **self._last, **event)
 
     def _refuse(self, exc: Exception, what: str, **fields: Any) -> None:
         """An input refused: logged and reported; the state (and the model served) do not change."""

@@ -23,6 +23,8 @@ from device_profiles.profile import DeviceProfilesError
 from runtime_wasm.admission import divide_threads
 from runtime_wasm.policy import RuntimePolicy
 
+from .errors import BadName
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -42,7 +44,7 @@ def check_name(value: str, what: str) -> str:
     """Fleet, device, model and prefix names are single topic levels, so they cannot widen an ACL match
     (here, below the protocol, because a model line's config names its topic)."""
     if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(f"{what} {value!r} must be 1-64 of [A-Za-z0-9._-] (one MQTT topic level)")
+        raise BadName(f"{what} {value!r} must be 1-64 of [A-Za-z0-9._-] (one MQTT topic level)")
     return value
 
 

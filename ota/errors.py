@@ -172,3 +172,9 @@ class ServerUnreachable(ServingError):
 class WrongModel(WrongTarget):
     """The bundle is signed for another model line than the one it would be installed as (a release of
     model A offered on model B's line)."""
+
+
+class BadName(OtaError, ValueError):
+    """A fleet, device, model or topic-prefix name that is not exactly one MQTT topic level (a ``/``, ``+``
+    or ``#`` in it would widen a subscription or an ACL match). A ``ValueError`` too, like the other
+    settings a config file gets wrong."""

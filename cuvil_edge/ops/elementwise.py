@@ -1,6 +1,8 @@
-"""Elementwise ops: ``binary`` (numpy broadcasting, fused act) and ``unary`` (exp, log, sqrt, erf, ...).
+"""Elementwise float32 ops on vector kernels: ``binary_f32`` (numpy broadcasting, fused act) and ``unary``
+(exp, log, sqrt, erf, ...). Binary math on int32, int64 and float64 is ``binary_loop`` (``ops/logic.py``);
+``binary_f32`` folds any element type at build time.
 
-``binary`` collapses its broadcast at build time into outer C loops around an (m rows x n) kernel whose
+``binary_f32`` collapses its broadcast at build time into outer C loops around an (m rows x n) kernel whose
 innermost operands each have stride 1 or 0, so per-channel scales ([1,C,H,W] * [C,1,1]) run as one
 vector-scalar pass per channel. Pow by a constant 2, 0.5, 1, 3 or -1 runs as a unary kernel instead.
 """
@@ -68,7 +70,7 @@ def outer_loops(dims: Sequence[tuple[int, tuple[int, ...]]], inner: int, ptrs: S
     return heads, ["".join(o) for o in offs], "".join(yoff)
 
 
-# -- binary ---------------------------------------------------------------------------------------
+# -- binary_f32 -----------------------------------------------------------------------------------
 def _binary_infer(node: Node) -> list[TensorType]:
     a, b = node.inputs[0].type, node.inputs[1].type
     if node.attrs["kind"] not in BINARY_KINDS:
@@ -135,8 +137,8 @@ def _binary_emit(node: Node, ctx: EmitContext) -> str:
     return "\n".join([*heads, call, "}" * len(heads)])
 
 
-register(OpDef("binary", _binary_infer, _binary_fold, _binary_emit, kernels=("f32-unary", "f32-binary"),
-               inplace=True))
+register(OpDef("binary_f32", _binary_infer, _binary_fold, _binary_emit,
+               kernels=("f32-unary", "f32-binary"), inplace=True))
 
 
 # -- unary ----------------------------------------------------------------------------------------

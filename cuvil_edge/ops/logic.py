@@ -1,10 +1,10 @@
 """Comparison, boolean and selection ops on any element type: ``compare`` (eq/lt/gt/le/ge -> bool),
-``logic`` (and/or/xor/not on bool), ``where`` (cond ? a : b), ``arith`` (add/sub/mul/div/max/min on
-int32, int64 and float64: ``binary`` is float32 only), plus ``argreduce`` (ArgMax/ArgMin), ``cumsum``
-and ``topk``.
+``logic`` (and/or/xor/not on bool), ``where`` (cond ? a : b), ``binary_loop`` (add/sub/mul/div/max/min
+on int32, int64 and float64: ``binary_f32`` runs float32 on vector kernels), plus ``argreduce``
+(ArgMax/ArgMin), ``cumsum`` and ``topk``.
 
 These carry masks and ids rather than bulk math, so they are emitted as C loops with every shape and
-stride a build-time constant (broadcasting collapsed as in ``binary``): clang vectorises the
+stride a build-time constant (broadcasting collapsed as in ``binary_f32``): clang vectorises the
 contiguous inner loops, and no per-type kernel family is needed.
 """
 
@@ -29,10 +29,10 @@ if TYPE_CHECKING:
 COMPARE = {"eq": ("==", np.equal), "lt": ("<", np.less), "gt": (">", np.greater),
            "le": ("<=", np.less_equal), "ge": (">=", np.greater_equal)}
 LOGIC = {"and": ("&&", np.logical_and), "or": ("||", np.logical_or), "xor": ("!=", np.logical_xor)}
-#: arith kinds as C expressions over operands {0}, {1}; C integer division truncates like ONNX Div
-ARITH = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
-         "max": "({0} > {1} ? {0} : {1})", "min": "({0} < {1} ? {0} : {1})"}
-ARITH_DTYPES = ("int32", "int64", "float64")
+#: binary_loop kinds as C expressions over operands {0}, {1}; C integer division truncates like ONNX Div
+BINARY_LOOP_C = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
+                 "max": "({0} > {1} ? {0} : {1})", "min": "({0} < {1} ? {0} : {1})"}
+BINARY_LOOP_DTYPES = ("int32", "int64", "float64")
 
 
 def broadcast_loop(ctx: EmitContext, y: Value, inputs: Sequence[Value], expr: str) -> str:
@@ -76,21 +76,22 @@ def _logic_emit(node: Node, ctx: EmitContext) -> str:
 register(OpDef("logic", _bool_infer, _logic_fold, _logic_emit))
 
 
-# -- arith: typed binary math (ids, counters, float64 tensors) -----------------------------------------
-def _arith_infer(node: Node) -> list[TensorType]:
+# -- binary_loop: binary math on ids, counters, float64 tensors ----------------------------------------
+def _binary_loop_infer(node: Node) -> list[TensorType]:
     a, b = node.inputs[0].type, node.inputs[1].type
-    if a.dtype != b.dtype or a.dtype not in ARITH_DTYPES or node.attrs["kind"] not in ARITH:
-        raise ShapeError(f"{node.name}: arith {node.attrs['kind']!r} on {a.dtype} and {b.dtype}")
+    if a.dtype != b.dtype or a.dtype not in BINARY_LOOP_DTYPES or node.attrs["kind"] not in BINARY_LOOP_C:
+        raise ShapeError(f"{node.name}: binary_loop {node.attrs['kind']!r} on {a.dtype} and {b.dtype}")
     return [TensorType(broadcast_shape([a.shape, b.shape], node.name), a.dtype)]
 
 
-def _arith_emit(node: Node, ctx: EmitContext) -> str:
+def _binary_loop_emit(node: Node, ctx: EmitContext) -> str:
     kind = node.attrs["kind"]
     ctx.use_kernel(f"{dtype_code(node.outputs[0].type.dtype)}-{kind}")
-    return broadcast_loop(ctx, node.outputs[0], node.inputs, ARITH[kind])
+    return broadcast_loop(ctx, node.outputs[0], node.inputs, BINARY_LOOP_C[kind])
 
 
-register(OpDef("arith", _arith_infer, lambda n, a: [binary_numpy(n.attrs["kind"], a[0], a[1])], _arith_emit))
+register(OpDef("binary_loop", _binary_loop_infer, lambda n, a: [binary_numpy(n.attrs["kind"], a[0], a[1])],
+               _binary_loop_emit))
 
 
 # -- where(cond, a, b) -------------------------------------------------------------------------------

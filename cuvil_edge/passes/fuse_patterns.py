@@ -74,18 +74,18 @@ def _trailing_axes(n: Node) -> int | None:
 
 def _fuse_layernorm(m: _Matcher, div: Node) -> bool:
     d, sd = div.inputs
-    sub, sqrt = m.node(d, "binary", "sub"), m.node(sd, "unary", "sqrt")
+    sub, sqrt = m.node(d, "binary_f32", "sub"), m.node(sd, "unary", "sqrt")
     if sub is None or sqrt is None:
         return False
     x, mean = sub.inputs
-    mean_n, add = m.node(mean, "reduce"), m.node(sqrt.inputs[0], "binary", "add")
+    mean_n, add = m.node(mean, "reduce"), m.node(sqrt.inputs[0], "binary_f32", "add")
     if mean_n is None or mean_n.inputs[0] is not x or add is None or _trailing_axes(mean_n) is None:
         return False
     eps = scalar(add.inputs[1])
     var_n = m.node(add.inputs[0], "reduce")
     if eps is None or var_n is None or var_n.attrs != mean_n.attrs:
         return False
-    sq = m.node(var_n.inputs[0], "binary")
+    sq = m.node(var_n.inputs[0], "binary_f32")
     if sq is None or sq.inputs[0] is not d or not (
             (sq.attrs["kind"] == "pow" and scalar(sq.inputs[1]) == 2.0) or
             (sq.attrs["kind"] == "mul" and sq.inputs[1] is d)):
@@ -95,7 +95,7 @@ def _fuse_layernorm(m: _Matcher, div: Node) -> bool:
     params, out, last = [], div.outputs[0], div
     for kind in ("mul", "add"):
         user = m.sole_use(out)
-        c = _other(user, out) if user is not None and user.op == "binary" and not user.attrs.get("act") \
+        c = _other(user, out) if user is not None and user.op == "binary_f32" and not user.attrs.get("act") \
             and user.attrs["kind"] == kind else None
         if c is None or not c.is_const or len(c.type.shape) > len(norm_shape) or \
                 user.outputs[0].type.shape != x.type.shape:
@@ -123,20 +123,20 @@ def _near(v: Value, want: float) -> bool:
 def _gelu_tail(m: _Matcher, t: Value, x: Value) -> tuple[Value, Node] | None:
     """Match x * 0.5 * (1 + t) (three association orders); return the result value and its node."""
     add = m.sole_use(t)
-    if add is None or add.op != "binary" or add.attrs.get("act") or add.attrs["kind"] != "add" or \
+    if add is None or add.op != "binary_f32" or add.attrs.get("act") or add.attrs["kind"] != "add" or \
             not _near(_other(add, t) or t, 1.0):
         return None
     one_p = add.outputs[0]
     m1 = m.sole_use(one_p)
-    if m1 is None or m1.op != "binary" or m1.attrs.get("act") or m1.attrs["kind"] != "mul":
+    if m1 is None or m1.op != "binary_f32" or m1.attrs.get("act") or m1.attrs["kind"] != "mul":
         return None
     o = _other(m1, one_p)
-    half_x = m.node(o, "binary", "mul") if o is not None else None
+    half_x = m.node(o, "binary_f32", "mul") if o is not None else None
     if half_x is not None and x in half_x.inputs and _near(_other(half_x, x), 0.5):
         return m1.outputs[0], m1
     if o is x or _near(o, 0.5):
         m2 = m.sole_use(m1.outputs[0])
-        if m2 is not None and m2.op == "binary" and not m2.attrs.get("act") and m2.attrs["kind"] == "mul":
+        if m2 is not None and m2.op == "binary_f32" and not m2.attrs.get("act") and m2.attrs["kind"] == "mul":
             rest = _other(m2, m1.outputs[0])
             if (o is x and _near(rest, 0.5)) or (o is not x and rest is x):
                 return m2.outputs[0], m2
@@ -145,7 +145,7 @@ def _gelu_tail(m: _Matcher, t: Value, x: Value) -> tuple[Value, Node] | None:
 
 def _fuse_gelu_erf(m: _Matcher, erf: Node) -> bool:
     pre = m.prod.get(id(erf.inputs[0]))
-    if pre is None or pre.op != "binary" or pre.attrs.get("act") or not (
+    if pre is None or pre.op != "binary_f32" or pre.attrs.get("act") or not (
             (pre.attrs["kind"] == "div" and _near(pre.inputs[1], math.sqrt(2))) or
             (pre.attrs["kind"] == "mul" and _near(pre.inputs[1], 1 / math.sqrt(2)))):
         return False
@@ -159,17 +159,17 @@ def _fuse_gelu_erf(m: _Matcher, erf: Node) -> bool:
 
 def _fuse_gelu_tanh(m: _Matcher, th: Node) -> bool:
     """tanh(c * (x + 0.044715 * x^3)) with c = sqrt(2/pi) and x^3 as pow(x, 3) (the form exporters write)."""
-    scale = m.node(th.inputs[0], "binary", "mul")
+    scale = m.node(th.inputs[0], "binary_f32", "mul")
     if scale is None or not _near(scale.inputs[1], math.sqrt(2 / math.pi)):
         return False
-    inner = m.node(scale.inputs[0], "binary", "add")
+    inner = m.node(scale.inputs[0], "binary_f32", "add")
     if inner is None:
         return False
     for x, cubic in (inner.inputs, inner.inputs[::-1]):
-        k = m.node(cubic, "binary", "mul")
+        k = m.node(cubic, "binary_f32", "mul")
         if k is None or not _near(k.inputs[1], 0.044715):
             continue
-        c3 = m.node(k.inputs[0], "binary", "pow")
+        c3 = m.node(k.inputs[0], "binary_f32", "pow")
         if c3 is not None and c3.inputs[0] is x and scalar(c3.inputs[1]) == 3.0:
             hit = _gelu_tail(m, th.outputs[0], x)
             if hit is not None:
@@ -182,9 +182,10 @@ def _fuse_silu(m: _Matcher, mul: Node) -> bool:
     a, b = mul.inputs
     for x, s in ((a, b), (b, a)):
         sig = m.prod.get(id(s))
-        if sig is not None and sig.op == "act" and sig.attrs["act"][0] == "sigmoid" and sig.inputs[0] is x:
+        if sig is not None and sig.op == "epilogue_act" and sig.attrs["act"][0] == "sigmoid" and \
+                sig.inputs[0] is x:
             # an activation like relu: fuse_activations moves it into the producer's epilogue (a conv)
-            _replace(m.graph, mul.outputs[0], "act", [x], {"act": ("silu", 0.0, 0.0)}, mul)
+            _replace(m.graph, mul.outputs[0], "epilogue_act", [x], {"act": ("silu", 0.0, 0.0)}, mul)
             return True
     return False
 
@@ -218,12 +219,12 @@ def _fuse_attention(m: _Matcher, sm: Node) -> bool:
     if rank not in (3, 4) or sm.attrs["log"] or sm.attrs["axis"] != rank - 1:
         return False
     mask, scale = None, 1.0
-    add = m.node(s, "binary", "add")
+    add = m.node(s, "binary_f32", "add")
     if add is not None and not add.inputs[1].type.shape[-1:] == (1,) and \
             len(add.inputs[1].type.shape) <= rank and add.inputs[0].type.shape == s.type.shape:
         mask, s = add.inputs[1], add.inputs[0]
     sc = m.prod.get(id(s))
-    if sc is not None and sc.op == "binary" and not sc.attrs.get("act") and \
+    if sc is not None and sc.op == "binary_f32" and not sc.attrs.get("act") and \
             sc.attrs["kind"] in ("mul", "div"):
         c = scalar(sc.inputs[1])
         if c is not None and sc.inputs[0].type.shape == s.type.shape:
@@ -277,15 +278,15 @@ def _fold_gemm_bias(m: _Matcher, add: Node) -> bool:
 def fuse_patterns(graph: Graph) -> bool:
     """One sweep per pattern family (later families see the earlier rewrites)."""
     changed = False
-    rules = (("binary", _fuse_layernorm, {"kind": "div"}), ("unary", _fuse_gelu_erf, {"kind": "erf"}),
-             ("act", _fuse_gelu_tanh, None), ("binary", _fuse_silu, {"kind": "mul"}),
+    rules = (("binary_f32", _fuse_layernorm, {"kind": "div"}), ("unary", _fuse_gelu_erf, {"kind": "erf"}),
+             ("epilogue_act", _fuse_gelu_tanh, None), ("binary_f32", _fuse_silu, {"kind": "mul"}),
              ("matmul", _fold_transpose_b, None), ("softmax", _fuse_attention, None),
-             ("binary", _fold_gemm_bias, {"kind": "add"}))
+             ("binary_f32", _fold_gemm_bias, {"kind": "add"}))
     for op, rule, attrs in rules:
         for n in list(graph.nodes):
             if n in graph.nodes and n.op == op and (
                     attrs is None or all(n.attrs.get(k) == v for k, v in attrs.items())) and \
-                    (op != "act" or n.attrs["act"][0] == "tanh"):
+                    (op != "epilogue_act" or n.attrs["act"][0] == "tanh"):
                 changed |= rule(_Matcher(graph), n)
     if changed:  # the matched subgraphs are dead now: later passes (fuse_activations) want sole consumers
         eliminate_dead(graph)

@@ -1,4 +1,5 @@
-"""Graph simplification passes: folding, BN merging, activation fusion, dead code, output buffers."""
+"""Graph simplification passes: folding, channel_affine merging, activation fusion, dead code, output
+buffers."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from ..ir.graph import Graph, Node, Value
 from ..ops import get as get_op
 
 #: ops whose kernels apply a fused activation (``act`` attr) in their epilogue
-FUSABLE = {"conv", "conv_transpose", "gemm", "matmul", "batchnorm", "binary"}
+FUSABLE = {"conv", "conv_transpose", "gemm", "matmul", "channel_affine", "binary_f32"}
 
 
 def fold_constants(graph: Graph) -> bool:
@@ -38,11 +39,11 @@ def _per_channel(c: Value, x: Value) -> np.ndarray | None:
 
 
 def canonicalize_affine(graph: Graph) -> bool:
-    """Mul/Add/Sub/Div by a per-channel constant becomes ``batchnorm`` (y = a*x + b) so that chains of
+    """Mul/Add/Sub/Div by a per-channel constant becomes ``channel_affine`` (y = a*x + b) so that chains of
     them merge into one pass and fold into a preceding conv (Caffe2-style BN + scale layers)."""
     changed = False
     for n in graph.nodes:
-        if n.op != "binary" or n.attrs.get("act") or n.attrs["kind"] not in ("mul", "add", "sub", "div"):
+        if n.op != "binary_f32" or n.attrs.get("act") or n.attrs["kind"] not in ("mul", "add", "sub", "div"):
             continue
         x, c = n.inputs
         if c.is_const and not x.is_const and x.type.shape == n.outputs[0].type.shape:
@@ -53,32 +54,32 @@ def canonicalize_affine(graph: Graph) -> bool:
             kind = n.attrs["kind"]  # only this kind's pair is computed: 1 / ch of a mul's zeros would warn
             a, b = (ch, zeros) if kind == "mul" else (ones, ch) if kind == "add" else \
                 (ones, -ch) if kind == "sub" else (1 / ch, zeros)
-            n.op, n.attrs = "batchnorm", {}
+            n.op, n.attrs = "channel_affine", {}
             n.inputs = [x, graph.constant(f"{n.name}/a", a), graph.constant(f"{n.name}/b", b)]
             changed = True
     return changed
 
 
-def fold_batchnorm(graph: Graph) -> bool:
+def fold_channel_affine(graph: Graph) -> bool:
     changed = False
     producers, uses = graph.producers(), graph.consumers()
-    for bn in [n for n in graph.nodes if n.op == "batchnorm" and not n.attrs.get("act")]:
-        x, a, b = bn.inputs
+    for aff in [n for n in graph.nodes if n.op == "channel_affine" and not n.attrs.get("act")]:
+        x, a, b = aff.inputs
         p = producers.get(id(x))
-        if p is not None and p.op == "batchnorm" and not p.attrs.get("act") and \
-                graph.sole_consumer(x, uses) is bn:
+        if p is not None and p.op == "channel_affine" and not p.attrs.get("act") and \
+                graph.sole_consumer(x, uses) is aff:
             # affine after affine: one pass over the data
             pa, pb = p.inputs[1].const, p.inputs[2].const
             av, bv = a.const, b.const
             p.inputs = [p.inputs[0], graph.constant(f"{p.name}/a2", pa * av),
                         graph.constant(f"{p.name}/b2", pb * av + bv)]
-            graph.replace_uses(bn.outputs[0], x)
-            graph.nodes.remove(bn)
+            graph.replace_uses(aff.outputs[0], x)
+            graph.nodes.remove(aff)
             producers, uses = graph.producers(), graph.consumers()
             changed = True
             continue
         if p is None or p.op not in ("conv", "gemm") or p.attrs.get("act") or \
-                graph.sole_consumer(x, uses) is not bn or not p.inputs[1].is_const:
+                graph.sole_consumer(x, uses) is not aff or not p.inputs[1].is_const:
             continue
         if p.op == "gemm" and len(x.type.shape) != 2:
             continue
@@ -89,8 +90,8 @@ def fold_batchnorm(graph: Graph) -> bool:
         w = w * (av.reshape((-1,) + (1,) * (w.ndim - 1)) if p.op == "conv" else av.reshape(1, -1))
         p.inputs = [p.inputs[0], graph.constant(f"{p.name}/w_bn", w), graph.constant(f"{p.name}/b_bn",
                                                                                     bias * av + bv)]
-        graph.replace_uses(bn.outputs[0], x)
-        graph.nodes.remove(bn)
+        graph.replace_uses(aff.outputs[0], x)
+        graph.nodes.remove(aff)
         producers, uses = graph.producers(), graph.consumers()
         changed = True
     return changed
@@ -99,7 +100,7 @@ def fold_batchnorm(graph: Graph) -> bool:
 def fuse_activations(graph: Graph) -> bool:
     changed = False
     producers, uses = graph.producers(), graph.consumers()
-    for act in [n for n in graph.nodes if n.op == "act"]:
+    for act in [n for n in graph.nodes if n.op == "epilogue_act"]:
         x = act.inputs[0]
         p = producers.get(id(x))
         if p is None or p.op not in FUSABLE or p.attrs.get("act") or len(p.outputs) != 1 or \

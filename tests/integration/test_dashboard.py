@@ -1,7 +1,9 @@
 """The fleet dashboard in a real headless browser (Debian's chromium): six real agents on a real Mosquitto
 take a staged rollout that halts in its second stage; the page, after its script ran, shows the stages,
 the halt and its reason, every device with its release and health, and latency per release from the
-agents' telemetry summaries. A screenshot is kept (tmp dir, and ``$CUVIL_ARTIFACTS`` when set).
+agents' telemetry summaries. Then multi-model devices: two model lines rolling out at once, one halted and
+one in its second stage, both on the page, and every device's release and health per model line.
+Screenshots are kept (tmp dir, and ``$CUVIL_ARTIFACTS`` when set).
 
 Every wait is a bounded loop on a condition; the timeouts only guard against hangs.
 """
@@ -24,11 +26,14 @@ from typing import Any
 
 import pytest
 from fleetkit import AgentThreads, FleetWorld
+from test_model_lines import FLEET as LINES_FLEET
+from test_model_lines import A, B, LinesWorld
 
 from cuvil_edge.dashboard import Dashboard, DashboardError, FleetView
 from cuvil_edge.fleet import Publisher
 from cuvil_edge.testing.broker import LocalBroker
 from ota import SelfTestFailed
+from ota.config import load_agent_config
 from ota.golden import decode_vector
 from ota.protocol import bucket
 from ota.serve import infer
@@ -42,6 +47,37 @@ pytestmark = [
 ]
 FLEET = "view"
 HANG_S = 120.0
+
+
+class _Rows(HTMLParser):
+    """The device table's rows of a DOM dump: (device, line) -> the line's cells, without the device's name
+    and last-seen cells (they span a device's rows)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[tuple[str, str], list[str]] = {}
+        self._row: list[str] | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "tr" and "data-device" in a:
+            self._row = self.rows.setdefault((a["data-device"] or "", a.get("data-line") or ""), [])
+        elif tag == "td" and self._row is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td" and self._row is not None and self._cell is not None:
+            self._row.append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "tr":
+            if self._row is not None and len(self._row) == 9:  # the device's first row
+                del self._row[0], self._row[-1]
+            self._row = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
 
 
 class _Text(HTMLParser):
@@ -69,6 +105,27 @@ def chromium(url: str, profile: Path, *args: str) -> subprocess.CompletedProcess
     return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                            f"--user-data-dir={profile}", "--virtual-time-budget=5000", *args, url],
                           capture_output=True, text=True, timeout=HANG_S, check=True)
+
+
+def page_text(dom: str) -> str:
+    parser = _Text()
+    parser.feed(dom)
+    return " | ".join(parser.parts)
+
+
+def device_rows(dom: str) -> dict[tuple[str, str], list[str]]:
+    """(device, line) -> [line, state, release, variant, health, p95 ms, detail]."""
+    parser = _Rows()
+    parser.feed(dom)
+    return parser.rows
+
+
+def keep(shot: Path) -> None:
+    """A screenshot is a test artifact: checked to be a real PNG, copied to ``$CUVIL_ARTIFACTS``."""
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    if os.environ.get("CUVIL_ARTIFACTS"):
+        Path(os.environ["CUVIL_ARTIFACTS"]).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(os.environ["CUVIL_ARTIFACTS"]) / shot.name)
 
 
 def wait_for(pred: Callable[[], Any], what: str) -> Any:
@@ -123,10 +180,10 @@ def test_dashboard_shows_a_halted_rollout_in_a_browser(broker, tmp_path):
                 for _ in range(5):
                     infer(cfgs[d].socket, inputs)
                 pub.command(d, "report")
-            s = wait_for(lambda: (s := state(dash))["rollout"] and s["rollout"]["status"] == "halted"
+            s = wait_for(lambda: (s := state(dash))["rollouts"].get("", {}).get("status") == "halted"
                          and {r["release"] for r in s["releases"] if r["requests"]} == {1, 2} and s,
                          "the view to hold the halt and both releases' latency")
-            assert len(s["devices"]) == 6 and s["rollout"]["failed"] == [failing]
+            assert len(s["devices"]) == 6 and s["rollouts"][""]["failed"] == [failing]
             assert {d["device"]: d["health"] for d in s["devices"]}[failing] == "failed"
 
             dom = chromium(dash.url, tmp_path / "profile", "--dump-dom").stdout
@@ -135,33 +192,111 @@ def test_dashboard_shows_a_halted_rollout_in_a_browser(broker, tmp_path):
         finally:
             agents.close()
             pub.close()
-    if os.environ.get("CUVIL_ARTIFACTS"):
-        Path(os.environ["CUVIL_ARTIFACTS"]).mkdir(parents=True, exist_ok=True)
-        shutil.copy(shot, Path(os.environ["CUVIL_ARTIFACTS"]) / "dashboard.png")
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    keep(shot)
 
-    parser = _Text()
-    parser.feed(dom)
-    text = " | ".join(parser.parts)
+    text = page_text(dom)
     # the script ran and polled more than once (virtual time: 5 s, one poll a second)
     assert int(re.search(r'id="updates" data-count="(\d+)"', dom).group(1)) >= 2, text
     assert "Fleet | view" in text and "connected" in text
     # stages with their state and progress, the halt and its reason
-    assert "34% | done" in text, text
+    assert "fleet line" in text and "34% | done" in text, text
     assert re.search(r"100% \| halted: \d/6 devices", text), text
-    assert "halted: 1 of 6 devices failed in stage 1 (100.0%), over the 10.0% threshold" in text, text
+    # the head and the publisher's reason count stages the same way: from 1, as people do
+    assert "halted | · | stage 2 of 2" in text, text
+    assert "halted: 1 of 6 devices failed in stage 2 of 2 (100%), over the 10% threshold" in text, text
     assert f"failed devices: {failing}" in text
     # every device, its release and health; the failing one named with its error
     assert "Devices ( | 6 | )" in text
     for d in devices:
         assert d in text
-    failed_row = rf"{failing} \| failed \| 1 \|.*?\| failed \| [\d.]+ \| SelfTestFailed: injected"
-    assert re.search(failed_row, text), text
-    assert re.search(rf"{order[0]} \| active \| 2 \|.*?\| ok \|", text), text
+    # the failing device after its report: the re-sent status still names the release it failed and why
+    rows = device_rows(dom)
+    assert rows.keys() == {(d, "") for d in devices}
+    line, state_, release, _variant, health, p95, detail = rows[failing, ""]
+    assert (line, state_, release, health) == ("(fleet)", "failed", "1 → 2", "failed"), rows[failing, ""]
+    assert float(p95) >= 0 and detail.startswith("SelfTestFailed: injected"), detail  # named once
+    assert rows[order[0], ""][1:3] == ["active", "2"] and rows[order[0], ""][4] == "ok", rows[order[0], ""]
     # latency per release from the telemetry summaries: both releases served 5 requests
     row = r"\| (\w+) \| ([12]) \| 1\.0\.\2 \| ([\w-]+) \| 1 \| 5 \| [\d.]+ \| [\d.]+ \| [\d.]+"
     rows = re.findall(row, text)
     assert {r[1] for r in rows} == {"1", "2"}, text
+
+
+def test_dashboard_shows_every_model_lines_rollout_in_a_browser(broker, tmp_path):
+    """Three two-line devices: line A's release 2 halts (d2 fails its self-test) while line B's release 2
+    is in its second stage; the page shows both rollouts, each with its own stages, progress and (A) halt
+    reason, and every device's release and health per model line."""
+    world = LinesWorld(tmp_path / "world")
+    settings = broker.settings()
+    devices, failing = ["d0", "d1", "d2"], "d2"
+    agents = AgentThreads()
+    by_name: dict[str, Any] = {}
+
+    def fail_a2(step: str) -> None:  # d2's self-test of line A's release 2 fails; nothing else does
+        line = by_name[failing].line(A)
+        if step == "precompiled" and line.state == "self-test" and line.ann and line.ann.release == 2:
+            raise SelfTestFailed("injected: golden output differs on this device")
+
+    view = FleetView(settings, LINES_FLEET)
+    pubs = {m: Publisher(settings, LINES_FLEET, world.ring.release_keys(), tmp_path / f"{m}.json", model=m)
+            for m in (A, B)}
+    with Dashboard(view, port=0) as dash:
+        try:
+            view.start()
+            dash.start()
+            for d in devices:
+                cfg = load_agent_config(world.device(tmp_path, d, broker))
+                by_name[d] = agents.add(cfg, on_step=fail_a2 if d == failing else None)
+            for pub in pubs.values():
+                pub.start()
+                assert pub.wait_for_devices(3, HANG_S) == 3
+            pubs[A].publish(world.bundles[A, 2], canary=100.0, halt_on=10.0)
+            halted = pubs[A].watch(timeout_s=HANG_S * 3, stage_timeout_s=HANG_S * 2, settle_s=0)
+            assert halted.status == "halted" and halted.outcomes[failing] == "failed", halted
+            # a report from the failing device: every line's status re-sent (line B's last), A's error kept
+            pubs[A].command(failing, "report")
+            wait_for(lambda: view.statuses.get(failing, {}).get("event") == "report", "the report")
+            # line B: its canary done and widened to the second stage, then watched no further (rolling)
+            pubs[B].publish(world.bundles[B, 2], canary=34.0, halt_on=0.0, stages=[34.0, 100.0])
+            rolling = wait_for(lambda: (r := pubs[B].step(HANG_S * 2)).stage == 1 and r, "B's second stage")
+            canary = sorted(rolling.outcomes)  # the devices below B's 34% bucket bound (which: by hash)
+            assert rolling.status == "rolling" and set(rolling.outcomes.values()) <= {"active"}, rolling
+            s = wait_for(lambda: (s := state(dash))["rollouts"].keys() == {A, B}
+                         and s["rollouts"][B]["stage"] == 1 and s, "both lines' rollouts on the view")
+            assert s["rollouts"][A]["status"] == "halted" and s["rollouts"][A]["failed"] == [failing]
+            lines = {d["device"]: {line["model"]: line for line in d["lines"]} for d in s["devices"]}
+            assert lines.keys() == set(devices) and all(v.keys() == {A, B} for v in lines.values()), lines
+            assert lines[failing][A]["health"] == "failed" and "SelfTestFailed" in lines[failing][A]["detail"]
+            assert {d["device"]: d["health"] for d in s["devices"]}[failing] == "failed"  # its worst line
+
+            dom = chromium(dash.url, tmp_path / "profile", "--dump-dom").stdout
+            shot = tmp_path / "dashboard-model-lines.png"
+            chromium(dash.url, tmp_path / "profile", "--window-size=1280,1000", f"--screenshot={shot}")
+        finally:
+            agents.close()
+            for pub in pubs.values():
+                pub.close()
+    keep(shot)
+
+    text = page_text(dom)
+    assert int(re.search(r'id="updates" data-count="(\d+)"', dom).group(1)) >= 2, text
+    # both rollouts, each in its own section, counted the same way in the head and the halt reason
+    assert "fleet line" not in text and text.index(f"model line {A}") < text.index(f"model line {B}"), text
+    line_a, line_b = text.split(f"model line {B}")
+    assert "halted | · | stage 1 of 1" in line_a and re.search(r"100% \| halted: \d/3 devices", line_a), text
+    assert "halted: 1 of 3 devices failed in stage 1 of 1 (100%), over the 10% threshold" in line_a, text
+    assert f"failed devices: {failing}" in line_a and "failed devices" not in line_b
+    assert "rolling | · | stage 2 of 2" in line_b and "34% | done" in line_b, text
+    assert f"100% | running: {len(canary)}/3 devices" in line_b and "halted" not in line_b, text
+    # per device, one row per model line with its release and health
+    rows = device_rows(dom)
+    assert rows.keys() == {(d, m) for d in devices for m in (A, B)}, rows
+    line, state_, release, _variant, health, _p95, detail = rows[failing, A]
+    assert (line, state_, release, health) == (A, "failed", "1 → 2", "failed"), rows[failing, A]
+    assert detail.startswith("SelfTestFailed"), detail
+    for d in canary:
+        assert rows[d, B][1:3] == ["active", "2"] and rows[d, B][4] == "ok", rows[d, B]
+    assert all(rows[d, A][0] == A and rows[d, B][0] == B for d in devices)
 
 
 def test_cli_serves_until_its_duration_and_refuses_a_taken_port(broker, capsys):

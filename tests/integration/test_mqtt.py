@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fleetkit import AgentThreads, FleetWorld, Watcher, log_events, with_limits, write_toml
+from fleetkit import AgentThreads, FleetWorld, Watcher, log_events, wait_until, with_limits, write_toml
 
 from cuvil_edge.fleet import Publisher
 from cuvil_edge.testing.broker import LocalBroker
@@ -222,6 +222,43 @@ def test_refusals_are_reported_and_the_model_keeps_serving(fleet_world, tmp_path
             pub.close()
 
 
+# -- 3b. a re-sent status (report command, reconnect) still says why the device failed ----------------------
+def test_a_resent_status_keeps_why_the_install_failed(fleet_world, broker, tmp_path):
+    settings = broker.settings()
+
+    def fail_selftest(step: str) -> None:
+        if step == "precompiled":
+            raise SelfTestFailed("injected: golden output differs on this device")
+
+    watcher = Watcher(settings, FLEET)
+    agents = AgentThreads()
+    pub = Publisher(settings, FLEET, fleet_world.ring.release_keys(), tmp_path / "fleet.json").start()
+    try:
+        agents.add(fleet_world.agent_config(tmp_path, "dev0", FLEET, settings), on_step=fail_selftest)
+        watcher.wait_state("dev0", "active", 1)
+        rollout = pub.publish(fleet_world.bundles[2], canary=100.0, halt_on=0.0)
+        failed = watcher.wait(lambda m: m["state"] == "failed", 120, "the failed install")
+        why = {k: failed[k] for k in ("bundle", "target_release", "error", "reason")}
+        assert why["bundle"] == rollout.bundle_sha256 and why["target_release"] == 2
+        assert why["error"] == "SelfTestFailed" and "injected" in why["reason"], why
+        pub.command("dev0", "report")
+        report = watcher.wait(lambda m: m.get("event") == "report", 120, "the reported status")
+        assert report["state"] == "failed" and {k: report.get(k) for k in why} == why, report
+        # the publisher, holding only that latest status, still reads the device's outcome from it
+        wait_until(lambda: pub.devices.get("dev0", {}).get("event") == "report", "the publisher's copy", 120)
+        assert pub.step(stage_timeout_s=600).outcomes == {"dev0": "failed"}
+        # a reconnect re-sends the status too (one sent while offline is lost): the same fields again
+        before = {id(m) for m in watcher.messages}
+        broker.restart()
+        again = watcher.wait(lambda m: id(m) not in before and m["state"] == "failed" and "event" not in m,
+                             120, "the status re-sent on reconnect")
+        assert {k: again.get(k) for k in why} == why, again
+    finally:
+        agents.close()
+        watcher.close()
+        pub.close()
+
+
 # -- 4. staged rollout over 20 agents: failures in stage 2 halt it; later devices never get it -------------
 def test_staged_rollout_halts_at_threshold(fleet_world, broker, tmp_path):
     settings = broker.settings()
@@ -250,7 +287,8 @@ def test_staged_rollout_halts_at_threshold(fleet_world, broker, tmp_path):
         # generous bounds only: the halt happens at the second failure whatever the machine's speed
         rollout = pub.watch(timeout_s=900, stage_timeout_s=600, settle_s=0)
         assert rollout.status == "halted" and rollout.stage == 1, rollout
-        assert "2 of 10 devices failed" in rollout.reason
+        # counted from 1, as operators read it (and as the dashboard and ``fleet status`` print it)
+        assert rollout.reason == "2 of 10 devices failed in stage 2 of 3 (50%), over the 10% threshold"
         # watch returned at once: what it ordered is recorded as pending, and the caller can wait for it
         assert set(rollout.pending_rollbacks) <= set(order[:10]) - failing
         rollout = pub.wait_settled(timeout_s=600)

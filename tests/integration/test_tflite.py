@@ -224,7 +224,8 @@ def test_custom_ops_fail_by_name_until_a_converter_is_registered() -> None:
     @custom_converter("CuvilTestTimesTwo")
     def times_two(ctx) -> None:
         x = ctx.laid(0)
-        ctx.set_output(ctx.emit1("binary", [x.value, ctx.constant(np.float32(2))], {"kind": "mul"}), x.perm)
+        y = ctx.emit1("binary_f32", [x.value, ctx.constant(np.float32(2))], {"kind": "mul"})
+        ctx.set_output(y, x.perm)
 
     x = RNG.standard_normal((1, 4)).astype(np.float32)
     assert np.allclose(CuvilModel.load(data).predict([x])["y"], 2 * x)

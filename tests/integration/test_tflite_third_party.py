@@ -214,11 +214,10 @@ _EDGE_OPS = ("reshape", "cast", "quantize", "dequantize")
 #: [1, H*W*A, K] (anchors innermost, in NHWC order) and heads of different H, W are concatenated into one
 #: output, so each head needs its own transpose between its conv and the concatenation (4 in BlazeFace
 #: and the palm detectors, 6 in pose_detection); DEPTH_TO_SPACE, which is itself a 6-D transpose (1 in
-#: face_detection_full_range_sparse, 3 in pose_detection); melspectrogram's BATCH_MATMUL over the
-#: channels of a conv output (the matmul wants them innermost, the conv writes them planar)
+#: face_detection_full_range_sparse, 3 in pose_detection)
 INTERIOR_TRANSPOSES = {"face_detection_back": 4, "face_detection_front": 4, "face_detection_short_range": 4,
                        "palm_detection_full": 4, "palm_detection_lite": 4, "pose_detection": 9,
-                       "face_detection_full_range_sparse": 1, "melspectrogram": 1}
+                       "face_detection_full_range_sparse": 1}
 
 
 def interior_transposes(graph: Graph) -> list[Node]:
@@ -243,8 +242,8 @@ def interior_transposes(graph: Graph) -> list[Node]:
 def test_no_interior_transposes_but_the_listed(case: Case, request: pytest.FixtureRequest,
                                                tmp_path_factory: pytest.TempPathFactory) -> None:
     """The layout pass leaves a transpose only at graph inputs and outputs, and the listed ones: the
-    streaming wake words' frame windows (state kept NCHW), a conv's explicit PAD (run NCHW) and squeeze /
-    expand / slice chains carry the layout through."""
+    streaming wake words' frame windows (state kept NCHW), a conv's explicit PAD (run NCHW), a matmul over
+    a conv output's channels (a 1x1 conv) and squeeze / expand / slice chains carry the layout through."""
     graph = optimize_graph(import_tflite(model_bytes(request, tmp_path_factory, case), case.shapes or None))
     left = interior_transposes(graph)
     assert len(left) == INTERIOR_TRANSPOSES.get(Path(case.file).stem, 0), [n.name for n in left]

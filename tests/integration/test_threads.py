@@ -162,7 +162,8 @@ def test_nodes_split_alike_share_no_barrier_and_give_the_same_bits():
     order = _body_nodes(model)
     ops = {n.name: n.op for n in model.graph.nodes}
     kinds = [ops[name] for name, _ in order]
-    assert kinds == ["unary"] * 2 + ["binary", "unary", "softmax"] + ["transpose"] * 2 + ["softmax"], kinds
+    assert kinds == ["unary", "unary", "binary_f32", "unary", "softmax", "transpose", "transpose",
+                     "softmax"], kinds
     split = set(model.compiled.program.parallel_nodes)
     assert {name for name, _ in order[:5]} <= split and order[5][0] not in split and order[6][0] not in split
     assert [b for _, b in order] == [False, False, False, False, True, True, False, True]
@@ -194,7 +195,7 @@ def test_neck_data_movement_splits_and_gives_the_same_bits():
     model = _build(_neck())
     ops = {n.name: n.op for n in model.graph.nodes}
     split_ops = {ops[n] for n in model.compiled.program.parallel_nodes}
-    assert {"slice", "pool", "resize", "concat", "binary", "conv"} <= split_ops, split_ops
+    assert {"slice", "pool", "resize", "concat", "binary_f32", "conv"} <= split_ops, split_ops
     _assert_threads_match_one(model)
 
 

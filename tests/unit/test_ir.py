@@ -24,7 +24,7 @@ def _chain(n_layers: int = 6) -> Graph:
         h = g.value(f"h{i}", TensorType((2, 8)))
         g.add_node("gemm", f"mm{i}", [cur, w], [h])
         a = g.value(f"a{i}", TensorType((2, 8)))
-        g.add_node("act", f"act{i}", [h], [a], {"act": ("relu", 0.0, 0.0)})
+        g.add_node("epilogue_act", f"act{i}", [h], [a], {"act": ("relu", 0.0, 0.0)})
         cur = a
         first = first or a
     r = g.value("r", TensorType((4, 4)))
@@ -72,7 +72,8 @@ def test_memory_plan_never_overlaps_live_buffers():
     # the reshape is a view: same buffer as its source; in-place activations share their input
     reshape = g.nodes[-1]
     assert plan.offset(reshape.outputs[0]) == plan.offset(reshape.inputs[0])
-    assert get_op("act").inplace and plan.offset(g.nodes[3].outputs[0]) == plan.offset(g.nodes[3].inputs[0])
+    act = g.nodes[3]
+    assert get_op("epilogue_act").inplace and plan.offset(act.outputs[0]) == plan.offset(act.inputs[0])
 
 
 def test_passes_fuse_activation_into_gemm_and_keep_results():

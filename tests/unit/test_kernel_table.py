@@ -10,6 +10,7 @@ import re
 
 import onnx
 import pytest
+from onnx import helper
 
 from cuvil_edge import CuvilModel
 from cuvil_edge.codegen.emit import EmitContext
@@ -103,7 +104,27 @@ def test_unknown_labels_are_refused():
     assert resolve("f32-vaddc-4")[0].family == "f32-binary"
 
 
+def _typed_ops() -> onnx.ModelProto:
+    """Ops the suites leave out: C loops over typed tensors, conversions, Mod."""
+    f, i, b = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.BOOL
+    node = helper.make_node
+    nodes = [node("Less", ["a", "b"], ["lt"]), node("Not", ["lt"], ["not"]),
+             node("Where", ["lt", "a", "b"], ["where"]), node("Add", ["i", "j"], ["add"]),
+             node("ArgMax", ["a"], ["argmax"], axis=1),
+             node("CumSum", ["a", "axis"], ["cumsum"]), node("TopK", ["a", "k"], ["topv", "topi"]),
+             node("Cast", ["i"], ["cast"], to=f), node("Mod", ["i", "j"], ["mod"])]
+    outs = {"lt": (b, [2, 5]), "not": (b, [2, 5]), "where": (f, [2, 5]), "add": (i, [2, 5]),
+            "argmax": (i, [2, 1]), "cumsum": (f, [2, 5]), "topv": (f, [2, 2]), "topi": (i, [2, 2]),
+            "cast": (f, [2, 5]), "mod": (i, [2, 5])}
+    info = helper.make_tensor_value_info
+    inputs = [info(n, t, [2, 5]) for n, t in (("a", f), ("b", f), ("i", i), ("j", i))]
+    graph = helper.make_graph(nodes, "typed", inputs, [info(n, t, shape) for n, (t, shape) in outs.items()],
+                              [helper.make_tensor("axis", i, [], [1]), helper.make_tensor("k", i, [1], [2])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+
+
 def _corpus():
+    yield "typed", _typed_ops()
     for case in passing_cases():
         model = onnx.load(str(DATA / case / "model.onnx"))
         if next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 7:
@@ -138,3 +159,5 @@ def test_ops_record_table_labels_whose_c_the_node_calls():
             called = {owner[c] for c in calls if c in owner} - {"common"}
             assert called <= _closure(ops[n.op].kernels), (name, n.op, called)
     assert len(seen) >= 40, sorted(seen)  # the corpus reaches most of the table
+    assert {"f32-lt", "b-not", "f32-where", "i64-add", "f32-argmax", "f32-cumsum", "f32-topk", "i64-f32-vcvt",
+            "i64-mod", "x8-memmove", "f32-vrelu-4"} <= seen, sorted(seen)

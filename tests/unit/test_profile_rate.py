@@ -26,7 +26,7 @@ def test_node_ops_conv_and_gemm_formulas() -> None:
 def test_rate_column_from_ops_and_ceiling() -> None:
     conv = NodeTiming("c", "conv", "f32-conv-im2col-gemm-4x8", "float32[1,18,5,4]", 2.0, ops=40_000)
     q = NodeTiming("q", "qconv", "qs8-conv-im2col-gemm-8x4", "float32[1,8,4,4]", 1.0, ops=50_000)
-    add = NodeTiming("a", "binary", "f32-add", "float32[1,18,5,4]", 4.0)
+    add = NodeTiming("a", "binary_f32", "f32-add", "float32[1,18,5,4]", 4.0)
     assert conv.rate == 40_000 / 2.0 / 1e3 == 20.0
     assert conv.rate_text() == f"20.0 GFLOP/s of {CEILING['fp32']:.0f}"
     assert q.rate_text() == f"50.0 GOPS of {CEILING['int8']:.0f}"

@@ -292,7 +292,7 @@ def test_vision_head_ops():
         opset=21,
     )
     cm = check(m, {"x": rand(1, 8, 4, 6) * 2})
-    assert "f32-vsilu-4" in kernels_by_op(cm)["act"]  # x * sigmoid(x) -> one fused activation
+    assert "f32-vsilu-4" in kernels_by_op(cm)["epilogue_act"]  # x * sigmoid(x) -> one fused activation
 
 
 @pytest.mark.parametrize("flag", [True, False])

@@ -9,7 +9,7 @@ import numpy as np
 from ...ir.graph import Value
 from ...ops.cast import RUNTIME_CASTS
 from ...ops.common import broadcast_shape
-from ...ops.logic import ARITH, ARITH_DTYPES
+from ...ops.logic import BINARY_LOOP_C, BINARY_LOOP_DTYPES
 from ...ops.mod import CODES as MOD_DTYPES
 from .importer import np_dtype_of_onnx
 from .registry import ConvertContext, converter
@@ -18,16 +18,16 @@ _COMMUTATIVE = ("add", "mul", "max", "min")
 
 
 def _binary(ctx: ConvertContext, kind: str, a: Value, b: Value, name: str | None = None) -> Value:
-    """One IR ``binary``; the full-size run-time operand goes first so the op can run in place.
-    Other element types at run time take the generic ``arith`` loop."""
+    """One IR ``binary_f32``; the full-size run-time operand goes first so the op can run in place.
+    Other element types at run time take ``binary_loop``; constant operands of any type fold."""
     if a.type.dtype != b.type.dtype:
         if kind != "pow" or not b.is_const:
             raise ctx.unsupported(f"operands of different types ({a.type.dtype}, {b.type.dtype})")
         b = ctx.constant(b.const.astype(a.type.dtype), "exponent")
     if not (a.is_const and b.is_const) and a.type.dtype != "float32":
-        if kind not in ARITH or a.type.dtype not in ARITH_DTYPES:
+        if kind not in BINARY_LOOP_C or a.type.dtype not in BINARY_LOOP_DTYPES:
             raise ctx.unsupported(f"{kind} on {a.type.dtype} tensors at run time")
-        return ctx.emit1("arith", [a, b], {"kind": kind}, name=name)
+        return ctx.emit1("binary_loop", [a, b], {"kind": kind}, name=name)
     out = broadcast_shape([a.type.shape, b.type.shape], ctx.name)
 
     def rank(v: Value) -> tuple[bool, bool]:
@@ -35,7 +35,7 @@ def _binary(ctx: ConvertContext, kind: str, a: Value, b: Value, name: str | None
 
     if kind in _COMMUTATIVE and rank(b) > rank(a):
         a, b = b, a
-    return ctx.emit1("binary", [a, b], {"kind": kind}, name=name)
+    return ctx.emit1("binary_f32", [a, b], {"kind": kind}, name=name)
 
 
 @converter("Add", "Sub", "Mul", "Div", "Pow")

@@ -87,7 +87,7 @@ def _scaled(ctx: ConvertContext, v, factor: float, what: str):
     """``v * factor`` as a Value (folded when v is constant)."""
     if factor == 1.0:
         return v
-    return ctx.emit1("binary", [v, ctx.constant(np.float32(factor), what)], {"kind": "mul"},
+    return ctx.emit1("binary_f32", [v, ctx.constant(np.float32(factor), what)], {"kind": "mul"},
                      name=f"{ctx.name}/{what}")
 
 
@@ -116,7 +116,7 @@ def gemm(ctx: ConvertContext) -> None:
     y = ctx.emit1("gemm" if b.is_const else "matmul", ins, name=ctx.name if c is None else f"{ctx.name}/mm")
     y = _scaled(ctx, y, post_alpha, "alpha")
     if c is not None:
-        y = ctx.emit1("binary", [y, _scaled(ctx, c, beta, "beta")], {"kind": "add"})
+        y = ctx.emit1("binary_f32", [y, _scaled(ctx, c, beta, "beta")], {"kind": "add"})
     ctx.set_outputs(y)
 
 
@@ -156,12 +156,12 @@ def batchnorm(ctx: ConvertContext) -> None:
     scale, bias, mean, var = (p.astype(np.float64) for p in params)
     a = scale / np.sqrt(var + float(ctx.attr("epsilon", 1e-5)))
     b = bias - mean * a
-    ctx.set_outputs(ctx.emit1("batchnorm", [x, ctx.constant(a.astype(np.float32), "a"),
+    ctx.set_outputs(ctx.emit1("channel_affine", [x, ctx.constant(a.astype(np.float32), "a"),
                                             ctx.constant(b.astype(np.float32), "b")]))
 
 
 def _act(ctx: ConvertContext, kind: str, a: float = 0.0, b: float = 0.0) -> None:
-    ctx.set_outputs(ctx.emit1("act", [ctx.input(0)], {"act": (kind, float(a), float(b))}))
+    ctx.set_outputs(ctx.emit1("epilogue_act", [ctx.input(0)], {"act": (kind, float(a), float(b))}))
 
 
 @converter("Relu")

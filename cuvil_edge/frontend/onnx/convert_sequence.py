@@ -1,39 +1,183 @@
-"""Converters for LSTM and GRU: constant weights, default activations, full-length sequences."""
+"""Converters for the sequence container ops: SequenceEmpty, SequenceConstruct, SequenceInsert,
+SequenceErase, SequenceAt, SequenceLength, SplitToSequence and ConcatFromSequence.
+
+The IR has tensors only. A sequence's length is static in every graph whose shapes are, so each
+sequence is resolved at import as a Python tuple of IR values kept under its ONNX name, and only the
+tensors taken out of it reach the IR. A position known at build time indexes that tuple; a run-time
+position (an int scalar input) selects with ``where`` chains, which needs the candidates to share one
+shape: otherwise the output's shape would depend on data, and the error says so.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from ...ir.graph import Value
+from .importer import np_dtype_of_onnx
 from .registry import ConvertContext, converter
 
-_DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+
+@dataclass(frozen=True)
+class TensorSeq:
+    """A sequence at import. ``None`` items have shapes known only at run time (``why`` says how)."""
+
+    items: tuple[Value | None, ...]
+    dtype: str
+    why: str = ""
 
 
-@converter("LSTM", "GRU")
-def rnn(ctx: ConvertContext) -> None:
+def _seq(ctx: ConvertContext, i: int) -> TensorSeq:
+    s = ctx.input(i)
+    if not isinstance(s, TensorSeq):
+        raise ctx.unsupported(f"input {i} ({ctx.proto.input[i]!r}) is a tensor, not a sequence")
+    return s
+
+
+def _put(ctx: ConvertContext, items: list[Value | None], dtype: str, why: str = "") -> None:
+    ctx.env[ctx.proto.output[0]] = TensorSeq(tuple(items), dtype, why)  # type: ignore[assignment]
+
+
+def _item(ctx: ConvertContext, s: TensorSeq, i: int) -> Value:
+    v = s.items[i]
+    if v is None:
+        raise ctx.unsupported(f"sequence element {i} has a run-time shape ({s.why})")
+    return v
+
+
+def _position(ctx: ConvertContext, i: int, n: int, default: int, insert: bool = False) -> int | Value:
+    """Input i as a position into a sequence of n (negative counts from the back; an insert may also
+    name n): an int when known at build time, else a run-time ``where(pos < 0, pos + n, pos)``."""
+    if not ctx.has_input(i):
+        return default
+    v = ctx.input(i)
+    if v.is_const:
+        p = int(v.const.reshape(-1)[0])
+        if not -n <= p < n + insert:
+            raise ctx.unsupported(f"position {p} is outside a sequence of {n}")
+        return p + n if p < 0 else p
+    wrapped = ctx.emit1("binary_loop", [v, _int(ctx, v, n)], {"kind": "add"}, name=f"{ctx.name}/wrap")
+    return ctx.emit1("where", [_cmp(ctx, "lt", v, 0), wrapped, v], name=f"{ctx.name}/pos")
+
+
+def _int(ctx: ConvertContext, like: Value, k: int) -> Value:
+    return ctx.constant(np.asarray(k, like.type.dtype).reshape(like.type.shape), f"k{k}")
+
+
+def _cmp(ctx: ConvertContext, kind: str, p: Value, k: int) -> Value:
+    return ctx.emit1("compare", [p, _int(ctx, p, k)], {"kind": kind}, name=f"{ctx.name}/{kind}{k}")
+
+
+def _pick(ctx: ConvertContext, cond: Value, a: Value, b: Value) -> Value:
+    """``cond ? a : b`` for a run-time scalar ``cond``: both candidates must have one type."""
+    if a is b:
+        return a
+    if a.type != b.type:
+        raise ctx.unsupported(f"a run-time position selects between {a.type} and {b.type}: the output "
+                              "shape would depend on data")
+    return ctx.emit1("where", [cond, a, b], name=f"{ctx.name}/pick")
+
+
+@converter("SequenceEmpty")
+def sequence_empty(ctx: ConvertContext) -> None:
+    _put(ctx, [], np_dtype_of_onnx(int(ctx.attr("dtype", 1))))
+
+
+@converter("SequenceConstruct")
+def sequence_construct(ctx: ConvertContext) -> None:
+    xs = ctx.inputs()
+    if len({x.type.dtype for x in xs}) != 1:
+        raise ctx.unsupported(f"elements of different types {[x.type.dtype for x in xs]}")
+    _put(ctx, xs, xs[0].type.dtype)
+
+
+@converter("SequenceLength")
+def sequence_length(ctx: ConvertContext) -> None:
+    ctx.set_outputs(ctx.constant(np.asarray(len(_seq(ctx, 0).items), np.int64), "length"))
+
+
+@converter("SequenceAt")
+def sequence_at(ctx: ConvertContext) -> None:
+    s = _seq(ctx, 0)
+    n = len(s.items)
+    p = _position(ctx, 1, n, 0)
+    if isinstance(p, int):
+        ctx.set_outputs(_item(ctx, s, p))
+        return
+    acc = _item(ctx, s, n - 1)
+    for k in range(n - 2, -1, -1):
+        acc = _pick(ctx, _cmp(ctx, "eq", p, k), _item(ctx, s, k), acc)
+    ctx.set_outputs(acc)
+
+
+@converter("SequenceErase")
+def sequence_erase(ctx: ConvertContext) -> None:
+    s = _seq(ctx, 0)
+    n = len(s.items)
+    p = _position(ctx, 1, n, n - 1)
+    if isinstance(p, int):
+        _put(ctx, [*s.items[:p], *s.items[p + 1:]], s.dtype, s.why)
+        return
+    # element i moves down when the erased position is at or before it
+    _put(ctx, [_pick(ctx, _cmp(ctx, "le", p, i), _item(ctx, s, i + 1), _item(ctx, s, i))
+               for i in range(n - 1)], s.dtype)
+
+
+@converter("SequenceInsert")
+def sequence_insert(ctx: ConvertContext) -> None:
+    s, t = _seq(ctx, 0), ctx.input(1)
+    if t.type.dtype != s.dtype:
+        raise ctx.unsupported(f"inserting {t.type.dtype} into a sequence of {s.dtype}")
+    n = len(s.items)
+    p = _position(ctx, 2, n, n, insert=True)
+    if isinstance(p, int):
+        _put(ctx, [*s.items[:p], t, *s.items[p:]], s.dtype, s.why)
+        return
+    # slot i keeps element i before the insert position, holds t at it, element i-1 after it
+    items = []
+    for i in range(n + 1):
+        at_or_after = t if i == 0 else _pick(ctx, _cmp(ctx, "eq", p, i), t, _item(ctx, s, i - 1))
+        items.append(at_or_after if i == n else _pick(ctx, _cmp(ctx, "gt", p, i), _item(ctx, s, i),
+                                                      at_or_after))
+    _put(ctx, items, s.dtype)
+
+
+@converter("SplitToSequence")
+def split_to_sequence(ctx: ConvertContext) -> None:
     x = ctx.input(0)
-    cell = ctx.op_type.lower()
-    direction = ctx.attr("direction", "forward")
-    dirs = 2 if direction == "bidirectional" else 1
-    acts = [a.decode() if isinstance(a, bytes) else a for a in (ctx.attr("activations") or [])]
-    if acts and acts != _DEFAULT_ACTS[ctx.op_type] * dirs:
-        raise ctx.unsupported(f"activations {acts} (only the defaults run)")
-    if ctx.attr("clip") is not None or ctx.attr("input_forget", 0) or ctx.attr("layout", 0):
-        raise ctx.unsupported("clip, input_forget and layout=1 are not supported")
-    w, r = ctx.const(1), ctx.const(2)
-    gates, hidden = w.shape[1], int(ctx.attr("hidden_size", r.shape[-1]))
-    t = x.type.shape[0]
-    bias = ctx.const(3, np.zeros((dirs, 2 * gates), np.float32))
-    lens = ctx.const(4)
-    if lens is not None and np.any(np.asarray(lens) != t):
-        raise ctx.unsupported(f"sequence_lens {np.asarray(lens).tolist()} shorter than the sequence ({t})")
-    if cell == "lstm" and ctx.has_input(7) and np.any(ctx.const(7) != 0):
-        raise ctx.unsupported("peephole weights")
-    ins = [x, ctx.constant(w.astype(np.float32), "W"), ctx.constant(r.astype(np.float32), "R"),
-           ctx.constant(np.asarray(bias, np.float32).reshape(dirs, -1), "B")]
-    has_h0, has_c0 = ctx.has_input(5), cell == "lstm" and ctx.has_input(6)
-    ins += [ctx.input(i) for i, has in ((5, has_h0), (6, has_c0)) if has]
-    outs = ctx.emit("rnn", ins, {"cell": cell, "hidden": hidden, "direction": direction,
-                                 "lbr": bool(ctx.attr("linear_before_reset", 0)), "has_h0": has_h0,
-                                 "has_c0": has_c0}, n_outputs=3 if cell == "lstm" else 2)
-    ctx.set_outputs(*outs)
+    rank = len(x.type.shape)
+    axis = int(ctx.attr("axis", 0)) % rank
+    dim = x.type.shape[axis]
+    if not ctx.has_input(1):
+        sizes, squeeze = [1] * dim, not ctx.attr("keepdims", 1)
+    else:
+        split = ctx.input(1)
+        if not split.is_const:
+            if len(split.type.shape) != 1:
+                raise ctx.unsupported("a run-time scalar split: the sequence length would depend on data")
+            _put(ctx, [None] * split.type.shape[0], x.type.dtype, "SplitToSequence with run-time sizes")
+            return
+        sizes, squeeze = [int(v) for v in split.const.reshape(-1)], False
+        if split.const.ndim == 0:
+            sizes = [sizes[0]] * (dim // sizes[0]) + ([dim % sizes[0]] if dim % sizes[0] else [])
+    parts = ctx.emit("split", [x], {"axis": axis, "sizes": sizes}, n_outputs=len(sizes)) if sizes else []
+    if squeeze:
+        shape = [d for i, d in enumerate(x.type.shape) if i != axis]
+        parts = [ctx.emit1("reshape", [v], {"shape": shape}, name=f"{ctx.name}/squeeze") for v in parts]
+    _put(ctx, parts, x.type.dtype)
+
+
+@converter("ConcatFromSequence")
+def concat_from_sequence(ctx: ConvertContext) -> None:
+    s = _seq(ctx, 0)
+    if not s.items:
+        raise ctx.unsupported("concatenating an empty sequence")
+    xs = [_item(ctx, s, i) for i in range(len(s.items))]
+    axis = int(ctx.attr("axis"))
+    if ctx.attr("new_axis", 0):
+        axis %= len(xs[0].type.shape) + 1
+        shape = list(xs[0].type.shape)
+        xs = [ctx.emit1("reshape", [x], {"shape": [*shape[:axis], 1, *shape[axis:]]},
+                        name=f"{ctx.name}/stack") for x in xs]
+    ctx.set_outputs(ctx.emit1("concat", xs, {"axis": axis % len(xs[0].type.shape)}))

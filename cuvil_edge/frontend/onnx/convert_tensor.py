@@ -44,7 +44,7 @@ def _affine(graph: Graph, v: Value) -> tuple[Value, int]:
         if node.op in ("cast", "reshape") and node.inputs[0].type.size == 1:
             v = node.inputs[0]
             continue
-        if node.op not in ("arith", "binary") or node.attrs["kind"] not in ("add", "sub", "min"):
+        if node.op not in ("binary_loop", "binary_f32") or node.attrs["kind"] not in ("add", "sub", "min"):
             break
         a, b = node.inputs
         if a.is_const and node.attrs["kind"] != "sub":

@@ -30,7 +30,7 @@ class _Backward:
         return self.ctx.emit1(op, inputs, attrs, name=f"{self.ctx.name}/d_{self.fwd.name}/{self._n}")
 
     def bin(self, kind: str, a: Value, b: Value) -> Value:
-        return self.op("binary", [a, b], {"kind": kind})
+        return self.op("binary_f32", [a, b], {"kind": kind})
 
     def un(self, kind: str, a: Value) -> Value:
         return self.op("unary", [a], {"kind": kind})
@@ -104,7 +104,7 @@ def _reshape(b: _Backward, g: Value, wants: list[bool]) -> list[Value | None]:
     return [b.op("reshape", [g], {"shape": list(b.fwd.inputs[0].type.shape)})]
 
 
-_RULES: dict[str, Rule] = {"binary": _binary, "unary": _unary, "act": _act, "reshape": _reshape}
+_RULES: dict[str, Rule] = {"binary_f32": _binary, "unary": _unary, "epilogue_act": _act, "reshape": _reshape}
 
 
 def _no_rule(b: _Backward, what: str = "") -> Exception:
@@ -163,7 +163,7 @@ def _backward(ctx: ConvertContext, y: Value, xs: Sequence[Value]) -> dict[int, V
             continue
         b = _Backward(ctx, node)
         rule = _RULES.get(node.op)
-        fused = node.op != "act" and (node.attrs.get("act") or ("none",))[0] != "none"
+        fused = node.op != "epilogue_act" and (node.attrs.get("act") or ("none",))[0] != "none"
         if rule is None or len(node.outputs) != 1 or fused:
             raise _no_rule(b)
         wants = [id(v) in depends and v.type.dtype == "float32" for v in node.inputs]

@@ -41,7 +41,7 @@ def _group_norm(ctx: ConvertContext, x: Value, groups: int, scale: np.ndarray, b
                                  ctx.constant(np.zeros(inner, np.float32), "zeros")],
                    {"axis": 1, "eps": eps}, name=f"{ctx.name}/norm")
     y = _reshape(ctx, ln, list(s), "back")
-    return ctx.emit1("batchnorm", [y, ctx.constant(scale.astype(np.float32), "scale"),
+    return ctx.emit1("channel_affine", [y, ctx.constant(scale.astype(np.float32), "scale"),
                                    ctx.constant(bias.astype(np.float32), "bias")])
 
 
@@ -78,10 +78,10 @@ def prelu(ctx: ConvertContext) -> None:
         ctx.set_outputs(ctx.emit1("prelu", [x, ctx.constant(flat, "slope")], {"axis": axis}))
         return
     zero = ctx.constant(np.zeros((), x.type.dtype), "zero")
-    pos = ctx.emit1("binary", [x, zero], {"kind": "max"}, name=f"{ctx.name}/pos")
-    neg = ctx.emit1("binary", [x, zero], {"kind": "min"}, name=f"{ctx.name}/neg")
-    neg = ctx.emit1("binary", [neg, slope], {"kind": "mul"}, name=f"{ctx.name}/scaled")
-    ctx.set_outputs(ctx.emit1("binary", [pos, neg], {"kind": "add"}))
+    pos = ctx.emit1("binary_f32", [x, zero], {"kind": "max"}, name=f"{ctx.name}/pos")
+    neg = ctx.emit1("binary_f32", [x, zero], {"kind": "min"}, name=f"{ctx.name}/neg")
+    neg = ctx.emit1("binary_f32", [neg, slope], {"kind": "mul"}, name=f"{ctx.name}/scaled")
+    ctx.set_outputs(ctx.emit1("binary_f32", [pos, neg], {"kind": "add"}))
 
 
 #: ONNX op -> (act2 kind, attr a and its default, attr b and its default)
@@ -97,4 +97,4 @@ _ACT2 = {"Softplus": ("softplus", None, None), "Mish": ("mish", None, None),
 def act2(ctx: ConvertContext) -> None:
     kind, a, b = _ACT2[ctx.op_type]
     attrs = {"kind": kind, "a": float(ctx.attr(*a)) if a else 0.0, "b": float(ctx.attr(*b)) if b else 0.0}
-    ctx.set_outputs(ctx.emit1("act2", [ctx.input(0)], attrs))
+    ctx.set_outputs(ctx.emit1("standalone_act", [ctx.input(0)], attrs))

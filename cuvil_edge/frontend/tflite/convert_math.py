@@ -15,7 +15,7 @@ _BINARY = {"ADD": "add", "SUB": "sub", "MUL": "mul", "DIV": "div", "MAXIMUM": "m
 @converter(*_BINARY)
 def binary(ctx: TflContext) -> None:
     (a, b), perm = ctx.aligned([0, 1])
-    ctx.set_output(ctx.fused(ctx.emit1("binary", [a, b], {"kind": _BINARY[ctx.op.op]})), perm)
+    ctx.set_output(ctx.fused(ctx.emit1("binary_f32", [a, b], {"kind": _BINARY[ctx.op.op]})), perm)
 
 
 _ACT = {"RELU": ("relu", 0.0, 0.0), "RELU6": ("clip", 0.0, 6.0), "RELU_N1_TO_1": ("clip", -1.0, 1.0),
@@ -25,20 +25,20 @@ _ACT = {"RELU": ("relu", 0.0, 0.0), "RELU6": ("clip", 0.0, 6.0), "RELU_N1_TO_1":
 @converter(*_ACT)
 def activation(ctx: TflContext) -> None:
     x = ctx.laid(0)
-    ctx.set_output(ctx.emit1("act", [x.value], {"act": _ACT[ctx.op.op]}), x.perm)
+    ctx.set_output(ctx.emit1("epilogue_act", [x.value], {"act": _ACT[ctx.op.op]}), x.perm)
 
 
 @converter("LEAKY_RELU")
 def leaky_relu(ctx: TflContext) -> None:
     x = ctx.laid(0)
     act = ("leakyrelu", float(ctx.options.get("Alpha", 0.2)), 0.0)
-    ctx.set_output(ctx.emit1("act", [x.value], {"act": act}), x.perm)
+    ctx.set_output(ctx.emit1("epilogue_act", [x.value], {"act": act}), x.perm)
 
 
 @converter("ELU")
 def elu(ctx: TflContext) -> None:
     x = ctx.laid(0)
-    ctx.set_output(ctx.emit1("act2", [x.value], {"kind": "elu", "a": 1.0, "b": 0.0}), x.perm)
+    ctx.set_output(ctx.emit1("standalone_act", [x.value], {"kind": "elu", "a": 1.0, "b": 0.0}), x.perm)
 
 
 @converter("PRELU")
@@ -53,10 +53,11 @@ def prelu(ctx: TflContext) -> None:
         ctx.set_output(y, src.perm)
         return
     (x, alpha), perm = ctx.aligned([0, 1])
-    pos = ctx.emit1("act", [x], {"act": ("relu", 0.0, 0.0)}, f"{ctx.name}/pos")
-    neg = ctx.emit1("binary", [x, ctx.constant(np.float32(0), "zero")], {"kind": "min"}, f"{ctx.name}/neg")
-    scaled = ctx.emit1("binary", [neg, alpha], {"kind": "mul"}, f"{ctx.name}/scaled")
-    ctx.set_output(ctx.emit1("binary", [pos, scaled], {"kind": "add"}), perm)
+    pos = ctx.emit1("epilogue_act", [x], {"act": ("relu", 0.0, 0.0)}, f"{ctx.name}/pos")
+    neg = ctx.emit1("binary_f32", [x, ctx.constant(np.float32(0), "zero")], {"kind": "min"},
+                    f"{ctx.name}/neg")
+    scaled = ctx.emit1("binary_f32", [neg, alpha], {"kind": "mul"}, f"{ctx.name}/scaled")
+    ctx.set_output(ctx.emit1("binary_f32", [pos, scaled], {"kind": "add"}), perm)
 
 
 _UNARY = {"EXP": ["exp"], "LOG": ["log"], "SQRT": ["sqrt"], "RSQRT": ["sqrt", "reciprocal"], "ABS": ["abs"],
@@ -80,7 +81,7 @@ def softmax(ctx: TflContext) -> None:
     v = x.value
     beta = float(ctx.options.get("Beta", 1.0))
     if beta != 1.0:
-        v = ctx.emit1("binary", [v, ctx.constant(np.float32(beta), "beta")], {"kind": "mul"},
+        v = ctx.emit1("binary_f32", [v, ctx.constant(np.float32(beta), "beta")], {"kind": "mul"},
                       f"{ctx.name}/beta")
     y = ctx.emit1("softmax", [v], {"axis": x.ir_axis(-1), "log": ctx.op.op == "LOG_SOFTMAX"})
     ctx.set_output(y, x.perm)

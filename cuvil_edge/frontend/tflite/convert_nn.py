@@ -123,6 +123,19 @@ def fully_connected(ctx: TflContext) -> None:
 
 @converter("BATCH_MATMUL")
 def batch_matmul(ctx: TflContext) -> None:
+    """A constant 2-D B applied over the channels of a channels-first value (a conv output) is a 1x1
+    convolution, which keeps that layout; else in TFLite order."""
+    src = ctx.laid(0)
+    rank = len(src.perm)
+    if rank in (3, 4) and src.perm[:2] == (0, rank - 1) and not ctx.options.get("AdjX") and \
+            ctx.laid(1).value.is_const and len(ctx.laid(1).perm) == 2:
+        spatial = rank - 2
+        out_in = (lambda m: m) if ctx.options.get("AdjY") else (lambda m: m.T)  # B as [N, K]
+        w = ctx.weight(1, lambda m: out_in(m).reshape(*out_in(m).shape, *[1] * spatial), "w")
+        y = ctx.emit1("conv", [src.value, w], dict(strides=[1] * spatial, dilations=[1] * spatial, group=1,
+                                                   pads=[0] * 2 * spatial))
+        ctx.set_output(y, src.perm)
+        return
     a, b = ctx.input(0), ctx.input(1)
     if ctx.options.get("AdjX"):
         a = ctx.emit1("transpose", [a], {"perm": _swap_last(a.type.shape)}, f"{ctx.name}/adj_x")

@@ -72,13 +72,21 @@ def concatenation(ctx: TflContext) -> None:
     ctx.set_output(ctx.fused(ctx.emit1("concat", vals, {"axis": axis})), perm)
 
 
+#: ops that read their input 0 NCHW
+SPATIAL = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D"})
+
+
 @converter("PAD", "PADV2")
 def pad(ctx: TflContext) -> None:
-    """Keeps its input's layout, except that a 4-D pad of H and W only (a conv's explicit padding) is a
-    spatial op and runs NCHW: the input's transpose then sits before it (on a graph input: at the edge)."""
+    """Keeps its input's layout, except that a 4-D pad of H and W only that feeds spatial ops alone (a
+    conv's explicit padding) runs NCHW: the input's transpose then sits before it (on a graph input: at
+    the edge) instead of between it and the conv."""
     x = ctx.laid(0)
     widths = ctx.const(1).reshape(-1, 2)  # [rank, (before, after)] in TFLite order
-    if len(x.perm) == 4 and x.perm != NCHW and not widths[[0, 3]].any():
+    out = ctx.op.outputs[0]
+    readers = [op for op in ctx.sg.operators if out in op.inputs]
+    if len(x.perm) == 4 and x.perm != NCHW and not widths[[0, 3]].any() and readers and \
+            all(op.op in SPATIAL and op.inputs[0] == out for op in readers) and out not in ctx.sg.outputs:
         x = Laid(ctx.nchw(0), NCHW)
     value = float(ctx.const(2).reshape(-1)[0]) if ctx.has_input(2) else 0.0
     pads = [int(widths[p, 0]) for p in x.perm] + [int(widths[p, 1]) for p in x.perm]

@@ -189,7 +189,7 @@ class TflContext(IRBuilder):
             return v
         if code not in FUSED_ACT:
             raise self.unsupported(f"fused activation {code}")
-        return self.emit1("act", [v], {"act": FUSED_ACT[code]}, name=f"{self.name}/act")
+        return self.emit1("epilogue_act", [v], {"act": FUSED_ACT[code]}, name=f"{self.name}/act")
 
     def weight(self, i: int, relayout: Callable[[np.ndarray], np.ndarray], name: str) -> Value:
         """Constant input i re-laid for its IR op (``relayout`` of the TFLite-order array); an int8 one

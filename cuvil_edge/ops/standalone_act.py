@@ -1,5 +1,6 @@
-"""``act2`` (attrs ``kind``, ``a``, ``b``): activations that have no fused-epilogue form (SiLU, Mish,
-Softplus, Elu, Celu, Selu, Softsign, ThresholdedRelu, Shrink). One vector pass each (``f32-act2``)."""
+"""``standalone_act`` (attrs ``kind``, ``a``, ``b``): activations that have no fused-epilogue form (Mish,
+Softplus, Elu, Celu, Selu, Softsign, ThresholdedRelu, Shrink), so never fold into a producer as an
+``epilogue_act`` does. One vector pass each (kernel family ``f32-act2``)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def _softplus(x: np.ndarray) -> np.ndarray:
 
 
 #: kind -> numpy reference f(x, a, b) in float64
-ACT2 = {
+STANDALONE_ACTS = {
     "mish": lambda x, a, b: x * np.tanh(_softplus(x)),
     "softplus": lambda x, a, b: _softplus(x),
     "elu": lambda x, a, b: np.where(x > 0, x, a * np.expm1(np.minimum(x, 0))),
@@ -34,14 +35,14 @@ ACT2 = {
 
 
 def _infer(node: Node) -> list[TensorType]:
-    if node.attrs["kind"] not in ACT2 or node.inputs[0].type.dtype != "float32":
-        raise ShapeError(f"{node.name}: act2 {node.attrs['kind']!r} on {node.inputs[0].type.dtype}")
+    if node.attrs["kind"] not in STANDALONE_ACTS or node.inputs[0].type.dtype != "float32":
+        raise ShapeError(f"{node.name}: standalone_act {node.attrs['kind']!r} on {node.inputs[0].type.dtype}")
     return same_type(node)
 
 
 def _fold(node: Node, args) -> list[np.ndarray]:
     with np.errstate(all="ignore"):
-        y = ACT2[node.attrs["kind"]](args[0].astype(np.float64), node.attrs["a"], node.attrs["b"])
+        y = STANDALONE_ACTS[node.attrs["kind"]](args[0].astype(np.float64), node.attrs["a"], node.attrs["b"])
     return [y.astype(np.float32)]
 
 
@@ -53,4 +54,4 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         f"f32_v{kind}({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {a!r}f, {b!r}f);"), unit=16, by_row=(x, y))
 
 
-register(OpDef("act2", _infer, _fold, _emit, kernels=("f32-unary", "f32-act2"), inplace=True))
+register(OpDef("standalone_act", _infer, _fold, _emit, kernels=("f32-unary", "f32-act2"), inplace=True))

@@ -1,6 +1,8 @@
-"""Activation ops: ``act`` applies one of the fusable activations (relu, clip, hardsigmoid, ...).
+"""``epilogue_act``: one of the activations a computing op can apply in its epilogue (its ``act`` attr:
+relu, clip, hardsigmoid, silu, ...; ``common.ACTS``), as a node of its own.
 
-Standalone it runs ``f32_act`` in place; the fusion pass folds it into its producer's epilogue.
+The fusion pass folds it into its producer's epilogue; what stays standalone runs ``f32_act`` in place.
+Activations with no epilogue form are ``standalone_act``.
 """
 
 from __future__ import annotations
@@ -30,4 +32,4 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         + f"f32_act({ctx.ptr(y)} + {i}, {c}, {act_c(node)});"), unit=16, by_row=(x, y))
 
 
-register(OpDef("act", same_type, _fold, _emit, inplace=True))
+register(OpDef("epilogue_act", same_type, _fold, _emit, inplace=True))

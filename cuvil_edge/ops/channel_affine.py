@@ -1,7 +1,8 @@
-"""Normalisation ops. ``batchnorm`` is a per-channel affine y = a[c] * x + b[c] (axis 1).
+"""``channel_affine``: the per-channel affine y = a[c] * x + b[c] (axis 1), with a fused activation.
 
-BatchNormalization is converted to this form at import; the fold pass merges it into a preceding
-conv/gemm, and what remains runs as one pass over the data.
+BatchNormalization (and the scale and bias after Instance/GroupNormalization) is converted to this form
+at import, and ``canonicalize_affine`` turns per-channel constant mul/add/sub/div into it; the fold pass
+merges it into a preceding conv/gemm, and what remains runs as one pass over the data.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
 
 
-def _bn_fold(node: Node, args) -> list[np.ndarray]:
+def _fold(node: Node, args) -> list[np.ndarray]:
     x, a, b = args
     shape = (1, -1) + (1,) * (x.ndim - 2)
     return [act_numpy(x * a.reshape(shape) + b.reshape(shape), node.attrs.get("act")).astype(np.float32)]
 
 
-def _bn_emit(node: Node, ctx: EmitContext) -> str:
+def _emit(node: Node, ctx: EmitContext) -> str:
     x, a, b = node.inputs
     s = x.type.shape
     inner = int(np.prod(s[2:])) if len(s) > 2 else 1
@@ -39,4 +40,4 @@ def _bn_emit(node: Node, ctx: EmitContext) -> str:
         by_row=(x, node.outputs[0], *(v for v in (a, b) if v.type.size == s[1])))
 
 
-register(OpDef("batchnorm", same_type, _bn_fold, _bn_emit, kernels=("f32-norm",), inplace=True))
+register(OpDef("channel_affine", same_type, _fold, _emit, kernels=("f32-norm",), inplace=True))
