@@ -1,36 +1,65 @@
-"""Device runtime: load cuvil-edge modules into wasmtime and run them (no host dependencies)."""
+"""Device runtime: load cuvil-edge modules into wasmtime and run them (no host dependencies).
 
-from .admission import AdmissionGate, DeviceAdmission, divide_threads
-from .cache import ModuleCache
-from .engine import EngineConfig, cpu_fingerprint, engine_for
-from .errors import (
-    DeadlineExceeded,
-    InferenceInputError,
-    InferenceTrap,
-    ModuleLoadError,
-    NoUsableVariant,
-    Overloaded,
-    PolicyError,
-    ProcessingError,
-    RuntimeWasmError,
-    SpecError,
-    StaleInput,
-    WorkerCrashed,
-)
-from .instance import WasmModel
-from .policy import RuntimePolicy
-from .processing import Classification, ProcessingConfig, Processor, Span
-from .scheduler import Scheduler, read_cpu_temp_c, should_wait
-from .spec import ModelSpec, TensorSpec, VariantSpec
-from .supervisor import ModelSource, SupervisedModel
-from .variants import EngineProbes, HostProbes, probe_engine, probe_host, select_variant
+Names load on first use (PEP 562): a device that only loads and runs a model does not pay for the
+scheduler, supervisor or processing imports in its cold start."""
 
-__all__ = [
-    "AdmissionGate", "Classification", "DeadlineExceeded", "DeviceAdmission", "EngineConfig", "EngineProbes",
-    "HostProbes", "InferenceInputError", "InferenceTrap", "ModelSource", "ModelSpec", "ModuleCache",
-    "ModuleLoadError", "NoUsableVariant", "Overloaded", "PolicyError", "ProcessingConfig", "ProcessingError",
-    "Processor", "RuntimePolicy", "RuntimeWasmError", "Scheduler", "Span", "SpecError", "StaleInput",
-    "SupervisedModel", "TensorSpec", "VariantSpec", "WasmModel", "WorkerCrashed", "cpu_fingerprint",
-    "divide_threads", "engine_for", "probe_engine", "probe_host", "read_cpu_temp_c", "select_variant",
-    "should_wait",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: public name -> the submodule defining it
+_WHERE = {
+    "AdmissionGate": "admission",
+    "Classification": "processing",
+    "DeadlineExceeded": "errors",
+    "DeviceAdmission": "admission",
+    "EngineConfig": "engine",
+    "EngineProbes": "variants",
+    "HostProbes": "variants",
+    "InferenceInputError": "errors",
+    "InferenceTrap": "errors",
+    "ModelSource": "supervisor",
+    "ModelSpec": "spec",
+    "ModuleCache": "cache",
+    "ModuleLoadError": "errors",
+    "NoUsableVariant": "errors",
+    "Overloaded": "errors",
+    "PolicyError": "errors",
+    "ProcessingConfig": "processing",
+    "ProcessingError": "errors",
+    "Processor": "processing",
+    "RuntimePolicy": "policy",
+    "RuntimeWasmError": "errors",
+    "Scheduler": "scheduler",
+    "Span": "processing",
+    "SpecError": "errors",
+    "StaleInput": "errors",
+    "SupervisedModel": "supervisor",
+    "TensorSpec": "spec",
+    "VariantSpec": "spec",
+    "WasmModel": "instance",
+    "WorkerCrashed": "errors",
+    "cpu_fingerprint": "engine",
+    "divide_threads": "admission",
+    "engine_for": "engine",
+    "probe_engine": "variants",
+    "probe_host": "variants",
+    "read_cpu_temp_c": "scheduler",
+    "select_variant": "variants",
+    "should_wait": "scheduler",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
