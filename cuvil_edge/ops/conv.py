@@ -282,7 +282,7 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     if is_pointwise(g):
         ctx.use_kernel("f32-conv1x1-gemm-4x8")
         return (f"f32_conv1x1({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['D'] * g['H'] * g['W']}, {wp}, {bias}, "
-                f"{ctx.ptr(y)}, {g['M']}, {g['G']}, {act_c(node)}, tid, nt);")
+                f"{ctx.ptr(y)}, {g['M']}, {g['G']}, {int(node.op == 'conv_nhwc')}, {act_c(node)}, tid, nt);")
     if uses_subsample_1x1(g):
         ctx.use_kernel("f32-conv1x1-subsample-gemm-4x8")
         return (f"f32_conv1x1_sub({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {wp}, {bias}, "
@@ -311,6 +311,20 @@ def _emit(node: Node, ctx: EmitContext) -> str:
 
 register(OpDef("conv", conv_infer, None, _emit, kernels=("f32-gemm", "f32-conv", "f32-dwconv"),
                scratch=_scratch))
+
+
+# -- conv_nhwc: a pointwise conv writing its output channels-last ---------------------------------
+# Attrs as conv's; the output is [N, *spatial, M] (conv's output moved channels-last), written by the 1x1
+# kernel's transposed tile store: what a conv followed by a transpose to NHWC becomes
+# (``passes/absorb_transposes.py``). Quantization leaves it float (it rewrites ``conv`` only).
+def _nhwc_infer(node: Node) -> list[TensorType]:
+    if not is_pointwise(conv_geometry(node)):
+        raise ShapeError(f"{node.name}: conv_nhwc needs 1x1 taps, stride 1 and no padding")
+    (t,) = conv_infer(node)
+    return [TensorType((t.shape[0], *t.shape[2:], t.shape[1]), t.dtype)]
+
+
+register(OpDef("conv_nhwc", _nhwc_infer, None, _emit, kernels=("f32-gemm", "f32-conv")))
 
 
 # -- conv_transpose: GEMM into columns + col2im scatter-add ---------------------------------------

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..ir.graph import Graph
-from . import fuse_patterns, layout, simplify
+from . import absorb_transposes, fuse_patterns, layout, simplify
 from .verify import verify
 
 
@@ -27,6 +27,8 @@ DEFAULT_PIPELINE: tuple[Pass, ...] = (
     Pass("fold_channel_affine", simplify.fold_channel_affine,
          "merge channel_affine chains, fold them into conv/gemm"),
     Pass("fuse_activations", simplify.fuse_activations, "move activations into producers' epilogues"),
+    Pass("absorb_transposes", absorb_transposes.absorb_transposes,
+         "conv -> transpose to NHWC: the conv writes channels-last; transposes merge across a reshape"),
     Pass("eliminate_dead", simplify.eliminate_dead, "drop nodes nothing reads"),
     Pass("materialize_outputs", simplify.materialize_outputs, "give every graph output its own buffer"),
 )

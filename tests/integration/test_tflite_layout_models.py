@@ -1,6 +1,7 @@
 """Layout choices the real models brought, on builder models against LiteRT: a conv's explicit PAD runs
 NCHW (its transpose at the graph input), a matmul over a conv output's channels is a 1x1 convolution in
-that layout; neither leaves an interior transpose (``interior_transposes``)."""
+that layout (writing an NHWC output channels-last itself); neither leaves an interior transpose
+(``interior_transposes``)."""
 
 from __future__ import annotations
 
@@ -59,5 +60,7 @@ def test_spatial_pad_runs_nchw_after_the_input_transpose() -> None:
 def test_matmul_over_conv_channels_is_a_1x1_conv(adj_y: bool, squeezed: bool) -> None:
     model, _ = run_case(conv_matmul(adj_y, squeezed), Case("", ""))
     counts = model.graph.op_counts()
-    assert counts["conv"] == 2 and {"gemm", "matmul"}.isdisjoint(counts)
+    # the second conv writes the NHWC output itself: the input's transpose is the only one
+    assert counts["conv"] == counts["conv_nhwc"] == counts["transpose"] == 1
+    assert {"gemm", "matmul"}.isdisjoint(counts)
     assert not interior_transposes(model.graph)

@@ -210,14 +210,12 @@ def test_real_model_matches_litert(case: Case, request: pytest.FixtureRequest,
 _EDGE_OPS = ("reshape", "cast", "quantize", "dequantize")
 
 #: interior transposes left in the optimized graph, per model (file stem; every other listed model has
-#: none): the detectors' output heads, where a conv output [1, A*K, H, W] (NCHW) is reshaped to
-#: [1, H*W*A, K] (anchors innermost, in NHWC order) and heads of different H, W are concatenated into one
-#: output, so each head needs its own transpose between its conv and the concatenation (4 in BlazeFace
-#: and the palm detectors, 6 in pose_detection); DEPTH_TO_SPACE, which is itself a 6-D transpose (1 in
-#: face_detection_full_range_sparse, 3 in pose_detection)
-INTERIOR_TRANSPOSES = {"face_detection_back": 4, "face_detection_front": 4, "face_detection_short_range": 4,
-                       "palm_detection_full": 4, "palm_detection_lite": 4, "pose_detection": 9,
-                       "face_detection_full_range_sparse": 1}
+#: none): DEPTH_TO_SPACE between convs (3 in pose_detection), which is itself a permutation of the
+#: elements (one 6-D transpose on NCHW, ONNX's DCR DepthToSpace; on NHWC it would be one too), not a
+#: layout change. The detectors' heads (conv -> NHWC -> reshape -> concat of anchors) have none: their 1x1
+#: convs write channels-last (``conv_nhwc``), and a DEPTH_TO_SPACE feeding an output merges with the
+#: output's move to NHWC (``passes/absorb_transposes.py``)
+INTERIOR_TRANSPOSES = {"pose_detection": 3}
 
 
 def interior_transposes(graph: Graph) -> list[Node]:

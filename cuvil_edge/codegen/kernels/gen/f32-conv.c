@@ -71,15 +71,44 @@ KERNEL void f32_im2col_packed(const float* x, int C, int H, int W, int kh, int k
   }
 }
 
+/* One image's 1x1 conv of one group with y channels-last (pixel p's Mg channels at y + p * ldy): the tiles
+ * f32_gemm_pa computes (4 channels x 8 pixels, the same loop, bias and activation, so the same bits),
+ * each finished into a buffer and stored transposed. Threads split the pixels in whole panels. */
+static void f32_conv1x1_nhwc(const float* x, int Cg, int P, const float* wg, const float* bias, float* y,
+                             int ldy, int Mg, Act act, int tid, int nt) {
+  const v128_t zero = wasm_f32x4_const_splat(0.0f);
+  int lo, hi;
+  cuvil_split(P, 8, tid, nt, &lo, &hi);
+  for (int j = lo; j < hi; j += 8) {
+    const int nr = hi - j < 8 ? hi - j : 8;
+    for (int i = 0; i < Mg; i += 4) {
+      const int mr = Mg - i < 4 ? Mg - i : 4;
+      v128_t acc[8];
+      float t[32] __attribute__((aligned(16)));
+      f32_gemm_loop_4x8(Cg, wg + (size_t)i * Cg, x + j, P, acc);
+      f32_gemm_tile_4x8(acc, t, 8, mr, 8, bias ? bias + i : 0, zero, zero, act);
+      for (int p = 0; p < nr; p++)
+        for (int r = 0; r < mr; r++) y[(size_t)(j + p) * ldy + i + r] = t[r * 8 + p];
+    }
+  }
+}
+
 /* 1x1, stride 1, unpadded: each group's input rows (channels x pixels) are the GEMM's B as they are;
- * no im2col, no packing. */
+ * no im2col, no packing. nhwc: y is written channels-last ([N][P][M]), so a transpose to NHWC after the
+ * conv (a detector head's boxes, reshaped in NHWC order) costs no pass of its own. */
 KERNEL void f32_conv1x1(const float* x, int N, int C, int P, const float* w, const float* bias, float* y,
-                        int M, int G, Act act, int tid, int nt) {
+                        int M, int G, int nhwc, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G;
   for (int n = 0; n < N; n++)
-    for (int g = 0; g < G; g++)
-      f32_gemm_pa_part(Mg, P, Cg, w + (size_t)g * ((Mg + 3) & ~3) * Cg, x + ((size_t)n * C + (size_t)g * Cg) * P,
-                       8, P, y + ((size_t)n * M + (size_t)g * Mg) * P, P, bias ? bias + g * Mg : 0, 0, act, tid, nt);
+    for (int g = 0; g < G; g++) {
+      const float* wg = w + (size_t)g * ((Mg + 3) & ~3) * Cg;
+      const float* xg = x + ((size_t)n * C + (size_t)g * Cg) * P;
+      const float* bg = bias ? bias + g * Mg : 0;
+      if (nhwc)
+        f32_conv1x1_nhwc(xg, Cg, P, wg, bg, y + (size_t)n * M * P + (size_t)g * Mg, M, Mg, act, tid, nt);
+      else
+        f32_gemm_pa_part(Mg, P, Cg, wg, xg, 8, P, y + ((size_t)n * M + (size_t)g * Mg) * P, P, bg, 0, act, tid, nt);
+    }
 }
 
 /* Every sw-th pixel of every sh-th row of C planes (H x W) into dst (C x OH x OW, contiguous): stride 2
@@ -115,7 +144,7 @@ KERNEL void f32_conv1x1_sub(const float* x, int N, int C, int H, int W, const fl
     f32_subsample_planes(x + ((size_t)n * C + c0) * H * W, c1 - c0, H, W, sh, sw, OH, OW,
                          scratch + (size_t)c0 * P);
     cuvil_barrier();
-    f32_conv1x1(scratch, 1, C, P, w, bias, y + (size_t)n * M * P, M, G, act, tid, nt);
+    f32_conv1x1(scratch, 1, C, P, w, bias, y + (size_t)n * M * P, M, G, 0, act, tid, nt);
     cuvil_barrier();
   }
 }
