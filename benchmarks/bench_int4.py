@@ -20,7 +20,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel
-from cuvil_edge.bench import host_target, timings_ms
+from cuvil_edge.bench import timings_ms
+from cuvil_edge.host import host_target
 
 PRECISIONS = ("int8-dynamic", "int4")
 

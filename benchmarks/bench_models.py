@@ -27,7 +27,8 @@ import onnx
 from _peers import ort_web
 
 from cuvil_edge import CuvilError, CuvilModel, Target
-from cuvil_edge.bench import host_target, median_p95, timings_ms
+from cuvil_edge.bench import median_p95, timings_ms
+from cuvil_edge.host import host_target
 from cuvil_edge.oracle import ort_session, random_inputs
 from cuvil_edge.testing.zoo import NETS, NetBuilder
 

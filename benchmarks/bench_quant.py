@@ -25,7 +25,8 @@ import numpy as np
 import onnx
 from _peers import ort_web
 
-from cuvil_edge.bench import host_target, median_p95, timings_ms
+from cuvil_edge.bench import median_p95, timings_ms
+from cuvil_edge.host import host_target
 from cuvil_edge.testing.zoo_transformers import bert_encoder, bert_feeds
 
 #: engine -> cuvil precision (ours) or None (onnxruntime); static int8 calibrates on random ids

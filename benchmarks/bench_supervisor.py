@@ -28,7 +28,8 @@ import onnx
 import wasmtime
 
 from cuvil_edge import CuvilModel
-from cuvil_edge.bench import host_target, median_p95, timings_ms
+from cuvil_edge.bench import median_p95, timings_ms
+from cuvil_edge.host import host_target
 from cuvil_edge.testing.zoo import mlp, resnet
 from runtime_wasm import ModelSource, RuntimePolicy, Scheduler, SupervisedModel, WasmModel
 from runtime_wasm.engine import EngineConfig

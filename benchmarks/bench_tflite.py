@@ -32,7 +32,8 @@ from test_tflite_third_party import Case, feeds_for, interpreter, passing_cases 
 from thirdpartykit import install_into  # noqa: E402
 
 from cuvil_edge import CuvilError, CuvilModel  # noqa: E402
-from cuvil_edge.bench import host_target, timings_ms  # noqa: E402
+from cuvil_edge.bench import timings_ms  # noqa: E402
+from cuvil_edge.host import host_target  # noqa: E402
 
 #: column -> LiteRT kernel set
 KERNELS = {"XNNPACK": OpResolverType.AUTO, "builtin": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,

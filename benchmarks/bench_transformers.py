@@ -18,7 +18,8 @@ import numpy as np
 from _peers import ort_web
 
 from cuvil_edge import CuvilModel
-from cuvil_edge.bench import host_target, median_p95, timings_ms
+from cuvil_edge.bench import median_p95, timings_ms
+from cuvil_edge.host import host_target
 from cuvil_edge.oracle import ort_session
 from cuvil_edge.testing.zoo_transformers import bert_encoder, bert_feeds
 

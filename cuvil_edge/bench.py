@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from .codegen.toolchain import Target
+from .host import host_target
 from .model import CuvilModel
 from .oracle import ort_session, random_feeds
 
@@ -31,14 +31,6 @@ def timings_ms(fn: Callable[[], object], warmup: int = 5, repeat: int = 50) -> l
 
 def median_p95(xs: list[float]) -> tuple[float, float]:
     return statistics.median(xs), float(np.percentile(xs, 95))
-
-
-def host_target() -> Target:
-    """The module variant this host would select (the fastest tier its engine validates)."""
-    from runtime_wasm import probe_host
-
-    probes = probe_host()
-    return Target("relaxed" if probes.relaxed_simd else "simd128", probes.family)
 
 
 @dataclass(frozen=True)

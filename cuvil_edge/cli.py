@@ -19,7 +19,7 @@ from ota.errors import OtaError, TransportError
 from runtime_wasm.errors import RuntimeWasmError
 from runtime_wasm.spec import MAX_THREADS
 
-from .cli_args import parse_shapes, parse_targets
+from .cli_args import add_input_shape, add_precision, parse_shapes, parse_targets
 from .cli_fleet import register as register_fleet
 from .cli_ota import add_signing_args, profile_names, sign_model_dir
 from .cli_ota import register as register_ota
@@ -228,11 +228,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from .codegen.toolchain import Target
+    from .host import host_target
     from .model import CuvilModel
     from .profile import profile_model, profile_table
 
     model = CuvilModel.load(args.model, input_shapes=parse_shapes(args.input_shape))
-    target = Target(args.tier)
+    target = Target(args.tier, host_target().family)
     model.optimize(precision=args.precision, targets=[target], calibration=args.calib)
     rows = profile_model(model, target, repeat=args.repeat)
     print("\n".join(profile_table(rows, args.top, args.repeat, args.tier)))
@@ -240,8 +241,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import compare_with_ort, host_target
+    from .bench import compare_with_ort
     from .frontend.onnx.importer import load_onnx
+    from .host import host_target
     from .model import CuvilModel
 
     proto = load_onnx(args.model)  # a ModelFormatError, not protobuf's, for a file that is no model
@@ -336,9 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("model", help="an .onnx or .tflite file, a Hugging Face-layout directory or a hub id")
     add_pretrained_args(b)
     b.add_argument("-o", "--output", help="output directory (default: MODEL.cuvil)")
-    b.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
-    b.add_argument("--precision", default="fp32",
-                   choices=("fp32", "fp16", "int8", "int8-dynamic", "int4", "mixed"))
+    add_input_shape(b)
+    add_precision(b)
     b.add_argument("--calib", help="calibration data: .npz (by input name), or a directory of .npy/.npz; "
                    "for a directory or hub id also a .txt of texts (or image paths), one per line")
     b.add_argument("--accuracy-budget", type=float, default=0.01,
@@ -366,15 +367,15 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="ops, shapes, memory plan and kernel per node")
     i.add_argument("model", help="an .onnx or .tflite file, a built model directory, a Hugging Face-layout "
                    "directory or a hub id")
-    i.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    add_input_shape(i)
     add_pretrained_args(i)
     i.set_defaults(fn=cmd_inspect)
 
     p = sub.add_parser("profile", help="time every node of a model in wasmtime (a profiling build)")
     p.add_argument("model", help="an .onnx file")
-    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    add_input_shape(p)
     p.add_argument("--tier", default="relaxed", choices=("simd128", "relaxed"))
-    p.add_argument("--precision", default="fp32", help="profile the quantized build (as build --precision)")
+    add_precision(p, help="profile the quantized build (as build --precision)")
     p.add_argument("--calib", help="calibration data for --precision int8/mixed (.npz or a folder)")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--top", type=int, default=25, help="show the N slowest nodes")
@@ -382,8 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bn = sub.add_parser("bench", help="our latency next to onnxruntime's (same thread count), same inputs")
     bn.add_argument("model", help="an .onnx file")
-    bn.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
-    bn.add_argument("--precision", default="fp32")
+    add_input_shape(bn)
+    add_precision(bn, help="time the quantized build (as build --precision)")
     bn.add_argument("--repeat", type=int, default=50)
     bn.add_argument("--threads", type=int, default=1, help="threads for both engines (default 1)")
     bn.set_defaults(fn=cmd_bench)

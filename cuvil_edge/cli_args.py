@@ -1,12 +1,36 @@
-"""Option values the CLI's command modules share (``cli``, ``cli_ota``), parsed below all of them so none
-imports another for them."""
+"""Options the CLI's command modules share (``cli``, ``cli_ota``, ``cli_fleet``): each declared and parsed
+here, below all of them, so none imports another for them and every command spells them the same."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 
 from .codegen.toolchain import ALL_TARGETS, Target
 from .errors import ShapeError, TargetError
+from .quant import PRECISIONS
+
+
+def add_input_shape(p: argparse.ArgumentParser) -> None:
+    """``--input-shape`` (repeatable), read by ``parse_shapes``."""
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
+
+
+def add_precision(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """``--precision``: one of the builds' ``PRECISIONS``, fp32 by default."""
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS, help=help)
+
+
+def add_passphrase_env(p: argparse.ArgumentParser) -> None:
+    """``--passphrase-env``: the passphrase comes from the environment, never from argv."""
+    p.add_argument("--passphrase-env", metavar="VAR", help="environment variable holding the key passphrase")
+
+
+def add_key_args(p: argparse.ArgumentParser) -> None:
+    """``--sign-key``/``--keyring``/``--passphrase-env``: the release keys a command signs with."""
+    p.add_argument("--sign-key", action="append", metavar="KEY_FILE", help="release key file (repeatable)")
+    p.add_argument("--keyring", help="sign with every delegated release key of this keyring")
+    add_passphrase_env(p)
 
 
 def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from ota.config import BrokerSettings
 from ota.protocol import TelemetryRecord
 
+from .cli_args import add_key_args
 from .cli_ota import signing_keys
 from .dashboard import Dashboard, FleetView
 from .fleet import FleetError, Publisher, Rollout, format_rollout, parse_percent, stages_for
@@ -181,18 +182,12 @@ def _line_args(p: argparse.ArgumentParser) -> None:
                         "own rollout and state file; default: the fleet's single-model line")
 
 
-def _key_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sign-key", action="append", metavar="KEY_FILE", help="release key file (repeatable)")
-    p.add_argument("--keyring", help="sign with every delegated release key of this keyring")
-    p.add_argument("--passphrase-env", metavar="VAR", help="environment variable holding the key passphrase")
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("publish", help="announce a bundle to a fleet and roll it out in stages")
     p.add_argument("bundle")
     _broker_args(p)
     _line_args(p)
-    _key_args(p)
+    add_key_args(p)
     p.add_argument("--canary", type=_percent, default="10%", help="first stage, percent of known devices")
     p.add_argument("--stages", type=_percents,
                    help="later stages, e.g. 25,50,100 (default); 100 is always last")
@@ -222,7 +217,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     cm.add_argument("action", choices=("install", "rollback", "report"))
     _broker_args(cm)
     _line_args(cm)
-    _key_args(cm)
+    add_key_args(cm)
     cm.set_defaults(fn=cmd_fleet_command)
     te = fs.add_parser("telemetry", help="print the fleet's telemetry (events and summaries) as it arrives")
     _broker_args(te)

@@ -17,7 +17,7 @@ from ota.crypto import parse_json
 from ota.metadata import Manifest
 from ota.trust import TrustState
 
-from .cli_args import parse_shapes, parse_targets
+from .cli_args import add_input_shape, add_key_args, add_passphrase_env, parse_shapes, parse_targets
 from .signing import Keyring, SigningError, add_signatures, build_bundle, load_key
 
 
@@ -129,9 +129,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 def add_signing_args(p: argparse.ArgumentParser) -> None:
     """``--sign-key``/``--keyring``/``--passphrase-env`` plus the release fields: shared by ``bundle``
     and by ``build --sign-key``."""
-    p.add_argument("--sign-key", action="append", metavar="KEY_FILE", help="release key file (repeatable)")
-    p.add_argument("--keyring", help="sign with every delegated release key of this keyring")
-    p.add_argument("--passphrase-env", metavar="VAR", help="environment variable holding the key passphrase")
+    add_key_args(p)
     p.add_argument("--version", default="0.1.0", help="semantic version of this release")
     p.add_argument("--release", type=int, help="monotonic release counter (required when signing)")
     p.add_argument("--hardware-id", action="append", help="hardware id it may install on (repeatable)")
@@ -157,14 +155,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     ks.add_parser("list", help="show the current root: keys per role, thresholds, revoked keys")
     for p in (init, add, rotate, ks.choices["list"]):
         p.add_argument("keyring", help="keyring directory")
-        p.add_argument("--passphrase-env", metavar="VAR", help="environment variable holding the passphrase")
+        add_passphrase_env(p)
     k.set_defaults(fn=cmd_keys)
 
     s = sub.add_parser("sign", help="countersign a bundle (threshold signing)")
     s.add_argument("bundle")
-    s.add_argument("--sign-key", action="append", metavar="KEY_FILE")
-    s.add_argument("--keyring")
-    s.add_argument("--passphrase-env", metavar="VAR")
+    add_key_args(s)
     s.set_defaults(fn=cmd_sign)
 
     v = sub.add_parser("verify", help="run every device-side check on a bundle and print each one")
@@ -179,6 +175,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("model", help="a built model directory or an .onnx file")
     b.add_argument("-o", "--output", required=True)
     b.add_argument("--targets", help="for ONNX input: host (default), all, or a list")
-    b.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    add_input_shape(b)
     add_signing_args(b)
     b.set_defaults(fn=cmd_bundle)

@@ -10,16 +10,15 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from device_profiles import available_profiles, load_profile
-from runtime_wasm import InferenceInputError, ModelSpec, ModuleCache, RuntimeWasmError, WasmModel
+from runtime_wasm import InferenceInputError, ModelSpec, RuntimeWasmError, WasmModel
 from runtime_wasm.errors import ProcessingError
-from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE, instantiate
+from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE
 from runtime_wasm.processing import AudioWindow, ProcessingConfig, Processor, Result
-from runtime_wasm.variants import probe_host, select_variant
 
 from .buildcache import BuildCache, build_key, data_digest
 from .codegen.emit import DEFAULT_THREADS
@@ -27,12 +26,9 @@ from .codegen.memplan import graph_states, user_io
 from .codegen.toolchain import ALL_TARGETS, Target
 from .compiler import CompiledModel, compile_graph, index_bounds, optimize_graph
 from .errors import InputError, QuantizationError, TargetError, VocabularyMismatch
+from .host import host_target, instantiate_here
 from .ir.graph import Graph
-
-if TYPE_CHECKING:
-    from .quant import QuantResult
-
-PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int4", "mixed")
+from .quant import QuantResult, check_precision, quantize
 
 
 class CuvilModel:
@@ -65,10 +61,12 @@ class CuvilModel:
     @classmethod
     def load(cls, path: str | os.PathLike[str] | bytes | Any,
              input_shapes: Mapping[str, Sequence[int]] | None = None,
-             max_trip_count: Mapping[str, int] | None = None) -> CuvilModel:
+             max_trip_count: Mapping[str, int] | None = None,
+             max_string_bytes: int | None = None) -> CuvilModel:
         """Import an ONNX model (path, bytes or ModelProto) or a TFLite model (path or bytes); input
         shapes fix dynamic dims, and ``max_trip_count`` (Loop node name -> most iterations, ONNX only) bounds
-        loops whose trip count is not a build-time constant. A file is read once and imported from those
+        loops whose trip count is not a build-time constant; ``max_string_bytes`` (ONNX string inputs,
+        default 64) the UTF-8 bytes each string may hold. A file is read once and imported from those
         bytes, so the build cache's key is the digest of what was built."""
         from .frontend import source_format
         from .frontend.onnx import import_onnx
@@ -77,17 +75,20 @@ class CuvilModel:
         name = Path(os.fspath(path)).stem if isinstance(path, (str, os.PathLike)) else None
         tflite = source_format(path) == "tflite"
         data = _model_bytes(path, tflite)
+        strings = {} if max_string_bytes is None else {"max_string_bytes": int(max_string_bytes)}
         if data is None:  # tensors in external files: onnx reads them itself, and builds are not cached
-            return cls(import_onnx(path, input_shapes, name=name, max_trip_count=max_trip_count))
+            return cls(import_onnx(path, input_shapes, name=name, max_trip_count=max_trip_count, **strings))
         shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
         key: list[Any] = [hashlib.sha256(data).hexdigest(), shapes, name]
         if max_trip_count:  # only then: keys of builds without loop bounds stay as they were
             key.append({k: int(v) for k, v in max_trip_count.items()})
+        if strings:  # likewise
+            key.append(strings)
         digest = hashlib.sha256(json.dumps(key).encode())
         if tflite:
             return cls(import_tflite(data, input_shapes, name=name), digest.hexdigest())
         source = data if isinstance(path, (str, os.PathLike, bytes, bytearray)) else path
-        return cls(import_onnx(source, input_shapes, name=name, max_trip_count=max_trip_count),
+        return cls(import_onnx(source, input_shapes, name=name, max_trip_count=max_trip_count, **strings),
                    digest.hexdigest())
 
     @classmethod
@@ -158,8 +159,7 @@ class CuvilModel:
         ``build_cache``: where earlier builds are reused (default: ``BuildCacheConfig.from_env()``);
         ``max_threads``: most threads the modules can run on (the device picks how many; 1: plain modules
         without shared memory); default: the most any of ``profiles`` runs (their ``threads``), else 4."""
-        if precision not in PRECISIONS:
-            raise QuantizationError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+        check_precision(precision)
         if precision != "fp32" and graph_states(self._graph):
             raise QuantizationError("a stateful model builds at fp32 only: calibration cannot feed its state "
                                     "(a quantized TFLite model keeps its own quantization)")
@@ -223,8 +223,6 @@ class CuvilModel:
             extra["source_quantization"] = graph.meta["source_quantization"]
         self._quantization = None
         if precision != "fp32":
-            from .quant import quantize
-
             self._quantization = quantize(graph, precision, calibration, accuracy_budget,
                                           progress=progress, **quant_options)
             graph, extra = self._quantization.graph, {**extra, "quantization": self._quantization.record}
@@ -235,10 +233,7 @@ class CuvilModel:
     @property
     def instance(self) -> WasmModel:
         if self._instance is None:
-            a = self._built()
-            variant = select_variant(a.spec.variants, probe_host())
-            self._instance = instantiate(a.spec, a.modules[variant.name], a.weights, variant, ModuleCache(),
-                                         threads=self.threads)
+            self._instance = instantiate_here(self._built(), threads=self.threads)
         return self._instance
 
     @property
@@ -397,7 +392,7 @@ def _resolve_targets(targets: Sequence[Target] | str) -> tuple[Target, ...]:
     if targets == "all":
         return ALL_TARGETS
     if targets == "host":
-        fam = probe_host().family
+        fam = host_target().family
         return tuple(t for t in ALL_TARGETS if t.family == fam)
     if isinstance(targets, str):
         raise TargetError(f"unknown targets {targets!r}: use 'host', 'all' or a list of Target")

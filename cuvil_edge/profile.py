@@ -9,11 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime_wasm import ModuleCache
-from runtime_wasm.loader import instantiate
+from runtime_wasm.spec import node_export
 
 from .codegen.toolchain import Target
-from .compiler import compile_graph
+from .host import compile_here, host_target
 from .ir.graph import Node
 from .model import CuvilModel
 from .oracle import random_feeds
@@ -78,24 +77,21 @@ def profile_table(rows: list[NodeTiming], top: int, repeat: int, tier: str) -> l
     return out
 
 
-RELAXED = Target("relaxed")
-
-
-def profile_model(model: CuvilModel, target: Target = RELAXED, repeat: int = 20,
+def profile_model(model: CuvilModel, target: Target | None = None, repeat: int = 20,
                   seed: int = 0) -> list[NodeTiming]:
     """Median time of each node (run in order, on seeded inputs) of the graph the model was compiled
-    from (the quantized one after ``optimize(precision=...)``), in a module built for ``target``."""
+    from (the quantized one after ``optimize(precision=...)``), in a module built for ``target``
+    (default: ``host_target()``)."""
+    target = target or host_target()
     if model.compiled is None:
         model.optimize(targets=[target])
     assert model.compiled is not None
     graph = model.compiled.graph
-    compiled = compile_graph(graph, [target], profile=True)
-    variant = compiled.spec.variants[0]
+    compiled, inst = compile_here(graph, target, profile=True)
     nodes = {n.name: n for n in graph.nodes}
-    with instantiate(compiled.spec, compiled.modules[variant.name], compiled.weights, variant,
-                     ModuleCache()) as inst:
+    with inst:
         inst.set_inputs(random_feeds(compiled.spec.inputs, seed))
-        calls = [inst.export_function(f"cuvil_node_{i}") for i in range(len(compiled.program.profiled_nodes))]
+        calls = [inst.export_function(node_export(i)) for i in range(len(compiled.program.profiled_nodes))]
         samples: list[list[float]] = [[] for _ in calls]
         for _ in range(repeat + 1):  # the first pass warms caches and is dropped
             for i, call in enumerate(calls):

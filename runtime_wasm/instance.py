@@ -16,16 +16,29 @@ import wasmtime
 from wasmtime import _ffi as ffi  # private: the unchecked call path (wasmtime is pinned for this)
 
 from .errors import InferenceInputError, InferenceTrap, ModuleLoadError, SpecError
-from .spec import ModelSpec, StateSpec, TensorSpec, check_index_bound
+from .spec import (
+    EXPORT_ARENA,
+    EXPORT_MEMORY,
+    EXPORT_RESET,
+    EXPORT_RUN,
+    EXPORT_SET_THREADS,
+    EXPORT_STACK_POINTER,
+    EXPORT_STACKS,
+    EXPORT_STOP,
+    EXPORT_WEIGHTS,
+    EXPORT_WORKER,
+    REQUIRED_EXPORTS,
+    THREAD_EXPORTS,
+    ModelSpec,
+    StateSpec,
+    TensorSpec,
+    caller_outputs,
+    check_index_bound,
+    encode_strings,
+)
 
-#: exports every cuvil-edge module has: its memory, the entry point and two address getters.
-REQUIRED_EXPORTS = ("memory", "run", "cuvil_weights", "cuvil_arena")
 #: bytes read (and hashed) per step when weights come from a file: hashed while still in cache
 WEIGHTS_CHUNK = 4 << 20
-#: exports a threaded module (``ModelSpec.threads`` > 1) adds: thread count, parked-thread loop, stop and
-#: reset, the per-thread stacks and each instance's stack pointer
-THREAD_EXPORTS = ("cuvil_set_threads", "cuvil_worker", "cuvil_stop", "cuvil_reset", "cuvil_stacks",
-                  "__stack_pointer")
 #: shadow-stack bytes of each thread past the first (``codegen.emit.STACK_BYTES``)
 THREAD_STACK_BYTES = 1 << 20
 #: epoch ticks a parked thread may wait: it must never be interrupted (only the caller's run has a deadline)
@@ -109,7 +122,7 @@ class _Workers:
             if epoch:
                 store.set_epoch_deadline(_NO_DEADLINE)
             ex = wasmtime.Instance(store, module, [memory]).exports(store)
-            ex["__stack_pointer"].set_value(store, stacks + tid * THREAD_STACK_BYTES)  # its region's top
+            ex[EXPORT_STACK_POINTER].set_value(store, stacks + tid * THREAD_STACK_BYTES)  # its region's top
             t = threading.Thread(target=self._park, args=(store, ex, tid), daemon=True,
                                  name=f"cuvil-thread-{tid}")
             self._threads.append(t)
@@ -118,11 +131,11 @@ class _Workers:
 
     def _park(self, store: wasmtime.Store, ex: Any, tid: int) -> None:
         try:
-            ex["cuvil_worker"](store, tid)
+            ex[EXPORT_WORKER](store, tid)
         except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
             if self.error is None:
                 self.error = exc
-            ex["cuvil_stop"](store)  # the others (and the caller's barrier) wake up and stop
+            ex[EXPORT_STOP](store)  # the others (and the caller's barrier) wake up and stop
 
     def join(self) -> None:
         for t in self._threads:
@@ -180,9 +193,9 @@ class WasmModel:
         except (wasmtime.WasmtimeError, wasmtime.Trap) as exc:
             raise ModuleLoadError(f"cannot instantiate module: {str(exc).splitlines()[0]}") from exc
         ex = instance.exports(self._store)
-        self._memory: wasmtime.Memory | None = ex["memory"] if shared is None else None
-        weights_base = ex["cuvil_weights"](self._store)
-        arena_base = ex["cuvil_arena"](self._store)
+        self._memory: wasmtime.Memory | None = ex[EXPORT_MEMORY] if shared is None else None
+        weights_base = ex[EXPORT_WEIGHTS](self._store)
+        arena_base = ex[EXPORT_ARENA](self._store)
         mem_len = self._mem_len()
         if weights_base < 0 or arena_base < 0:  # wasmtime returns i32 signed; an address is never negative
             raise ModuleLoadError(f"module reports a negative weights/arena address ({weights_base}, "
@@ -191,7 +204,7 @@ class WasmModel:
             raise SpecError("spec does not fit the module's memory (module and spec do not match)")
         self._load_weights(weights_base, weights, weights_sha256)
         self._exports = ex
-        self._run = _FastCall(self._store, ex["run"])
+        self._run = _FastCall(self._store, ex[EXPORT_RUN])
         self.input_views = {t.name: self._tensor_view(arena_base, t) for t in spec.inputs}
         self.output_views = {t.name: self._tensor_view(arena_base, t) for t in spec.outputs}
         #: each state's current value (read-only between runs: write it through ``reset_state``)
@@ -209,12 +222,12 @@ class WasmModel:
         """Thread 0 is the caller of ``run``; threads 1..count-1 park inside the module until a job."""
         assert self._shared is not None
         ex = self._exports
-        ex["cuvil_set_threads"](self._store, count)
+        ex[EXPORT_SET_THREADS](self._store, count)
         self.threads = count
         if count > 1:
-            stacks = ex["cuvil_stacks"](self._store)  # thread t's stack: the t-th region, growing down
+            stacks = ex[EXPORT_STACKS](self._store)  # thread t's stack: the t-th region, growing down
             self._workers = _Workers(self._engine, self._module, self._shared, count, self._epoch, stacks)
-            self._finalizer = weakref.finalize(self, _stop_workers, _FastCall(self._store, ex["cuvil_stop"]),
+            self._finalizer = weakref.finalize(self, _stop_workers, _FastCall(self._store, ex[EXPORT_STOP]),
                                                self._workers)
 
     def _mem_len(self) -> int:
@@ -290,7 +303,7 @@ class WasmModel:
     def _restart_threads(self) -> None:
         assert self._workers is not None
         self._finalizer()  # stop and join every parked thread
-        self._exports["cuvil_reset"](self._store)
+        self._exports[EXPORT_RESET](self._store)
         self._start_threads(self.threads)
 
     def export_function(self, name: str) -> _FastCall:
@@ -309,7 +322,7 @@ class WasmModel:
         """Copy inputs in, run once, return copies of the outputs (safe to keep)."""
         self.set_inputs(inputs)
         self.run()
-        return {k: v.copy() for k, v in self.output_views.items()}
+        return caller_outputs(self.spec.outputs, self.output_views)
 
     def close(self) -> None:
         if not getattr(self, "_closed", True):
@@ -361,6 +374,8 @@ def check_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequen
         a = np.asarray(a)
         if a.shape != t.shape:
             raise InferenceInputError(f"input {t.name!r} must have shape {t.shape}, got {a.shape}")
+        if np.dtype(t.dtype).kind == "S":
+            a = encode_strings(t, a)
         if a.dtype != np.dtype(t.dtype) and a.dtype.kind != np.dtype(t.dtype).kind:
             # float64 -> float32 is a convenience; int/bool/complex for a float input is a bug
             raise InferenceInputError(f"input {t.name!r} must be {t.dtype}, got {a.dtype}")

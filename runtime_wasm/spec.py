@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -11,7 +12,34 @@ import numpy as np
 from .errors import InferenceInputError, SpecError
 
 SPEC_FORMAT = 1
+#: suffix of the output that holds how many entries of the same-named output are real (a data-dependent
+#: length: a Loop's scan output, StringNormalizer's result)
+LENGTH_SUFFIX = ":length"
 MAX_THREADS = 16  # most threads a module may be built for (the compiler's limit too)
+
+# A module's exports: the host's emitter (``cuvil_edge.codegen.emit``, its C templates) writes them and
+# ``instance`` calls them, both by these names.
+EXPORT_MEMORY = "memory"
+EXPORT_RUN = "run"  # one inference over the arena
+EXPORT_WEIGHTS = "cuvil_weights"  # address of the weights region, filled by the host
+EXPORT_ARENA = "cuvil_arena"  # address of the arena (inputs, outputs, activations)
+EXPORT_SET_THREADS = "cuvil_set_threads"
+EXPORT_WORKER = "cuvil_worker"  # a parked thread's loop
+EXPORT_STOP = "cuvil_stop"
+EXPORT_RESET = "cuvil_reset"
+EXPORT_STACKS = "cuvil_stacks"  # base of the per-thread shadow stacks
+EXPORT_STACK_POINTER = "__stack_pointer"
+#: exports every module has: its memory, the entry point and two address getters
+REQUIRED_EXPORTS = (EXPORT_MEMORY, EXPORT_RUN, EXPORT_WEIGHTS, EXPORT_ARENA)
+#: exports a threaded module (``ModelSpec.threads`` > 1) adds: thread count, parked-thread loop, stop and
+#: reset, the per-thread stacks and each instance's stack pointer
+THREAD_EXPORTS = (EXPORT_SET_THREADS, EXPORT_WORKER, EXPORT_STOP, EXPORT_RESET, EXPORT_STACKS,
+                  EXPORT_STACK_POINTER)
+
+
+def node_export(index: int) -> str:
+    """The export of a profiling build's ``index``-th node (run on its own to time it)."""
+    return f"cuvil_node_{index}"
 
 
 def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
@@ -44,6 +72,39 @@ def check_index_bound(t: TensorSpec, a: np.ndarray, what: str) -> None:
     if n is not None and a.size and (a.min() < -n or a.max() >= n):
         raise InferenceInputError(f"{what} indexes a table of {n} rows: values must be in [-{n}, {n}), got "
                                   f"{a.min()}..{a.max()}")
+
+
+def encode_strings(t: TensorSpec, a: np.ndarray) -> np.ndarray:
+    """A str array as the module holds it: UTF-8, zero padded to the spec's width (``S<W>``). A longer
+    element is refused, never cut, so no caller gets an answer for text it did not send."""
+    if a.dtype.kind not in "OUS":
+        raise InferenceInputError(f"input {t.name!r} must be strings, got {a.dtype}")
+    width = np.dtype(t.dtype).itemsize
+    try:
+        rows = [x if isinstance(x, bytes) else x.encode() for x in a.reshape(-1).tolist()]
+    except AttributeError as exc:
+        raise InferenceInputError(f"input {t.name!r} must hold only strings: {exc}") from None
+    long = max(rows, key=len, default=b"")
+    if len(long) > width:
+        raise InferenceInputError(f"input {t.name!r} holds a string of {len(long)} UTF-8 bytes; the module "
+                                  f"was built for at most {width} (max_string_bytes)")
+    return np.array(rows, dtype=t.dtype).reshape(a.shape)
+
+
+def caller_outputs(specs: tuple[TensorSpec, ...], arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Copies of a run's outputs as the caller gets them: a string output's rows decoded to str (an object
+    array, ONNX's string tensors in numpy) and cut along its last axis to its ``<name>:length``
+    companion, which is then left out, so the shape is the source model's."""
+    out = {t.name: arrays[t.name].copy() for t in specs}
+    for t in specs:
+        if np.dtype(t.dtype).kind == "S":
+            rows = out[t.name]
+            n = out.pop(t.name + LENGTH_SUFFIX, None)
+            if n is not None:
+                rows = rows[..., :int(n)]
+            out[t.name] = np.array([x.decode() for x in rows.reshape(-1).tolist()],
+                                   dtype=object).reshape(rows.shape)
+    return out
 
 
 @dataclass(frozen=True)
@@ -144,7 +205,8 @@ class ModelSpec:
                 kind = np.dtype(t.dtype).kind
             except TypeError as exc:
                 raise SpecError(f"tensor {t.name!r} has unknown dtype {t.dtype!r}") from exc
-            if kind not in "biuf":
+            text = kind == "S" and np.dtype(t.dtype).itemsize > 0 and not isinstance(t, StateSpec)
+            if kind not in "biuf" and not text:  # strings: fixed-width UTF-8 rows, model inputs/outputs only
                 raise SpecError(f"tensor {t.name!r} has non-numeric dtype {t.dtype!r}")
             if any(d < 0 for d in t.shape):
                 raise SpecError(f"tensor {t.name!r} has a negative dimension in {t.shape}")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from runtime_wasm.spec import MAX_THREADS, StateSpec
+from runtime_wasm.spec import EXPORT_ARENA, EXPORT_STACKS, EXPORT_WEIGHTS, MAX_THREADS, StateSpec, node_export
 
 from ..ir.graph import Graph, Node, Value
 from ..ops import get as get_op
@@ -159,7 +159,7 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile:
         comment = f"  /* {n.name}: {n.op} -> {', '.join(str(o.type) for o in n.outputs)} */"
         lines = ["  " + line for line in code.strip().splitlines()]
         if profile:
-            fn = f"cuvil_node_{len(profiled)}"
+            fn = node_export(len(profiled))
             head = f'EXPORT("{fn}") __attribute__((noinline)) void {fn}(void) {{'
             node_funcs += [head, "  const int tid = 0, nt = 1; (void)tid; (void)nt;", comment, *lines, "}"]
             body.append(f"  {fn}();")
@@ -194,7 +194,7 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile:
         f"__attribute__((aligned({ALIGN})));",
         f"#define TS_BYTES {scratch_bytes}",
         f"static unsigned char cuvil_stacks[{STACK_BYTES * (threads - 1)}] __attribute__((aligned(16)));",
-        'EXPORT("cuvil_stacks") unsigned cuvil_stacks_base(void) { '
+        f'EXPORT("{EXPORT_STACKS}") unsigned cuvil_stacks_base(void) {{ '
         'return (unsigned)(uintptr_t)cuvil_stacks; }',
     ] if threads > 1 else []
     parts = [
@@ -204,8 +204,8 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile:
         f"static unsigned char W[{len(weights) + GUARD}] __attribute__((aligned({ALIGN})));",
         f"static unsigned char A[{arena + GUARD}] __attribute__((aligned({ALIGN})));",
         *threaded,
-        'EXPORT("cuvil_weights") unsigned cuvil_weights(void) { return (unsigned)(uintptr_t)W; }',
-        'EXPORT("cuvil_arena") unsigned cuvil_arena(void) { return (unsigned)(uintptr_t)A; }',
+        f'EXPORT("{EXPORT_WEIGHTS}") unsigned cuvil_weights(void) {{ return (unsigned)(uintptr_t)W; }}',
+        f'EXPORT("{EXPORT_ARENA}") unsigned cuvil_arena(void) {{ return (unsigned)(uintptr_t)A; }}',
         *node_funcs,
         "static inline __attribute__((always_inline)) void cuvil_body(const int tid) {",
         "  const int nt = CUVIL_NT; (void)nt;",

@@ -16,6 +16,14 @@ import numpy as np
 
 #: dtypes the IR knows (a quantized tensor's integers are one of them; its parameters: ``QuantParams``)
 DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool", "float64")
+#: bytes per string element unless the build says otherwise: ONNX string tensors exist at the model's edge
+#: only, held as ``S<W>`` (numpy's fixed-width bytes: UTF-8, zero padded, one row of W bytes each)
+STRING_WIDTH = 64
+
+
+def string_width(dtype: str) -> int | None:
+    """W of a string dtype ``S<W>``; None for the numeric ones."""
+    return int(dtype[1:]) if dtype[:1] == "S" and dtype[1:].isdigit() and int(dtype[1:]) > 0 else None
 
 
 @dataclass(frozen=True)
@@ -26,7 +34,7 @@ class TensorType:
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
+        if self.dtype not in DTYPES and string_width(self.dtype) is None:
             raise ValueError(f"unknown dtype {self.dtype!r}")
         if any((not isinstance(d, (int, np.integer))) or d < 0 for d in self.shape):
             raise ValueError(f"shape must be static non-negative ints, got {self.shape}")

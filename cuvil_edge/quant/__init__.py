@@ -23,10 +23,12 @@ from ..ir.graph import Graph, Node
 from .calibrate import CALIBRATION_HINT, OBSERVERS, ActRange, Sample, calibrate, load_samples
 from .rewrite import choices_for, quantizable, quantize_graph
 
+#: every ``precision`` a build takes (``CuvilModel.optimize``, the CLI's ``--precision`` choices)
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int4", "mixed")
 Progress = Callable[[str], None]
 
-__all__ = ["OBSERVERS", "PRECISIONS", "QuantResult", "compare", "load_samples", "quantize", "report"]
+__all__ = ["OBSERVERS", "PRECISIONS", "QuantResult", "check_precision", "compare", "load_samples", "quantize",
+           "report"]
 
 
 @dataclass
@@ -116,12 +118,17 @@ def mixed_plan(ev: _Evaluator, layers: Sequence[Node], table: dict[str, dict[str
         plan[worst] = opts[worst][opts[worst].index(plan[worst]) + 1]
 
 
+def check_precision(precision: str) -> None:
+    """A ``QuantizationError`` naming the choices for a precision no build knows, before any work."""
+    if precision not in PRECISIONS:
+        raise QuantizationError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+
+
 def quantize(graph: Graph, precision: str, calibration: Any = None, accuracy_budget: float = 0.01,
              observer: str = "minmax", group_size: int = 32, max_samples: int = 256,
              progress: Progress | None = None) -> QuantResult:
     """Quantize the optimized fp32 ``graph`` per ``precision`` (see the module docstring)."""
-    if precision not in PRECISIONS:
-        raise QuantizationError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+    check_precision(precision)
     if group_size % 32 or group_size <= 0:
         raise QuantizationError(f"int4 group size must be a positive multiple of 32, got {group_size}")
     say = progress or (lambda _m: None)

@@ -24,9 +24,7 @@ PASSING_FILE = Path(__file__).with_name("suites_passing.txt")
 RTOL, ATOL = 1e-3, 1e-5
 
 #: case-name prefix -> why cuvil-edge does not compile it (out of scope by design, not a bug)
-KNOWN_GAPS = {
-    "simple/test_strnorm_model_": "StringNormalizer needs string tensors, which wasm kernels do not carry",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def known_gap(case: str) -> str | None:
@@ -74,7 +72,10 @@ def run_case(case: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
 def check_case(case: str) -> None:
     got, want = run_case(case)
     for name, ref in want.items():
-        np.testing.assert_allclose(got[name], ref, rtol=RTOL, atol=ATOL, err_msg=f"{case} {name}")
+        if ref.dtype == object:  # strings: exactly, shape included
+            np.testing.assert_array_equal(got[name], ref, err_msg=f"{case} {name}", strict=True)
+        else:
+            np.testing.assert_allclose(got[name], ref, rtol=RTOL, atol=ATOL, err_msg=f"{case} {name}")
 
 
 @pytest.mark.conformance

@@ -19,8 +19,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel
-from cuvil_edge.bench import host_target
 from cuvil_edge.buildcache import BuildCache, BuildCacheConfig
+from cuvil_edge.host import host_target
 from runtime_wasm import ModelSource, ModuleCache, SpecError, SupervisedModel
 from runtime_wasm.loader import WEIGHTS_FILE, load_model_dir
 

@@ -18,8 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import cuvil_edge.model
 from cuvil_edge import ALL_TARGETS, CuvilModel
-from cuvil_edge.bench import host_target
 from cuvil_edge.buildcache import MANIFEST, BuildCache, BuildCacheConfig, BuildCacheError
+from cuvil_edge.host import host_target
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE
 
 X = np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32)
@@ -164,7 +164,7 @@ _BUILDER = textwrap.dedent("""
     import hashlib, sys
     import numpy as np
     from cuvil_edge import ALL_TARGETS, CuvilModel
-    from cuvil_edge.bench import host_target
+    from cuvil_edge.host import host_target
     from cuvil_edge.buildcache import BuildCache, BuildCacheConfig
     cache = BuildCache(BuildCacheConfig(sys.argv[2]))
     x = np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32)

@@ -159,6 +159,7 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("{dtype}-scatter-{kind}", None), Kernel("{dtype}-onehot", None),
     Kernel("x8-slice-rt", None, note="Slice with run-time bounds: rows copied as bytes"),
     Kernel("{dtype}-range-rt", None, note="Range with run-time bounds"),
+    Kernel("x8-strnorm", None, note="ONNX StringNormalizer over fixed-width UTF-8 rows"),
     Kernel("i64-loop", None, note="ONNX Loop (int64 trip count): the body's nodes run their own kernels"),
     Kernel("b-if", None, note="ONNX If on a bool condition: the branches' nodes run their own kernels"),
 )

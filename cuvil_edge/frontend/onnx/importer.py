@@ -8,8 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import ModelFormatError, ShapeError, UnsupportedOperator
-from ...ir.graph import Graph, TensorType, Value
+from runtime_wasm.spec import LENGTH_SUFFIX  # the device's name for a data-dependent length's output
+
+from ...errors import InputError, ModelFormatError, ShapeError, UnsupportedOperator
+from ...ir.graph import STRING_WIDTH, Graph, TensorType, Value, string_width
 from ...quant.qdq import fuse_qdq, graph_record
 from .float16 import HalfFloats
 from .registry import CONVERTERS, ConvertContext
@@ -87,16 +89,22 @@ def _topologically_sorted(proto: Any) -> Any:
     return out
 
 
-#: suffix of the extra output that holds how many rows of a run-time-length Loop scan output are real
-LENGTH_SUFFIX = ":length"
+#: the ops that read string tensors (held as ``S<W>`` rows: ``ops/strings.py``); any other refuses them
+STRING_OPS = ("StringNormalizer",)
+_STRINGS_ONLY = f"string tensors are supported only as model inputs read by {', '.join(STRING_OPS)}"
 
 
 def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                name: str | None = None, max_trip_count: Mapping[str, int] | None = None) -> Graph:
+                name: str | None = None, max_trip_count: Mapping[str, int] | None = None,
+                max_string_bytes: int = STRING_WIDTH) -> Graph:
     """``max_trip_count``: Loop node name -> most iterations, for loops whose trip count is not a
-    build-time constant (their scan outputs are allocated for it; see ``convert_control``)."""
+    build-time constant (their scan outputs are allocated for it; see ``convert_control``).
+    ``max_string_bytes``: UTF-8 bytes each element of a string input holds (a longer one is refused at
+    run time, never cut)."""
     from onnx import numpy_helper
 
+    if not isinstance(max_string_bytes, int) or max_string_bytes < 1:
+        raise InputError(f"max_string_bytes must be a positive int, got {max_string_bytes!r}")
     proto = load_onnx(model)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
@@ -108,6 +116,8 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     env: dict[str, Value] = {}
     scope = _ImportScope(HalfFloats(graph), _declared_shapes(g))
     for init in g.initializer:
+        if init.data_type == _ONNX_STRING:
+            raise UnsupportedOperator("Initializer", init.name, opset, _STRINGS_ONLY)
         try:
             arr = numpy_helper.to_array(init)
         except Exception as exc:
@@ -118,7 +128,7 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     for inp in g.input:
         if inp.name in env:
             continue  # old-style graphs list initializers as inputs too
-        v = graph.value(inp.name, _input_type(inp, shapes.pop(inp.name, None)))
+        v = graph.value(inp.name, _input_type(inp, shapes.pop(inp.name, None), max_string_bytes))
         graph.inputs.append(v)
         env[inp.name] = scope.half.graph_input(v)
     if shapes:
@@ -166,6 +176,8 @@ def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], op
         if node.op_type == "If" and node.input[0] in env and env[node.input[0]].is_const:
             _inline_if(graph, env, node, opset, scope)
             continue
+        if node.op_type not in STRING_OPS and _touches_strings(node, env):
+            raise UnsupportedOperator(node.op_type, node.name or node.output[0], opset, _STRINGS_ONLY)
         fn = CONVERTERS.get(node.op_type)
         if fn is None:
             raise UnsupportedOperator(node.op_type, node.name or node.output[0], opset)
@@ -176,6 +188,13 @@ def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], op
         if missing:
             raise ctx.unsupported(f"outputs {missing} were not produced")
         scope.half.after_node(node, env, first_new)
+
+
+def _touches_strings(node: Any, env: Mapping[str, Any]) -> bool:
+    """Whether the node reads a string tensor or holds one in an attribute (Constant's value)."""
+    held = any(a.name == "value_strings" or (a.HasField("t") and a.t.data_type == _ONNX_STRING)
+               for a in node.attribute)
+    return held or any(isinstance(v := env.get(x), Value) and string_width(v.type.dtype) for x in node.input)
 
 
 def _inline_if(graph: Graph, env: dict[str, Value], node: Any, opset: int, scope: _ImportScope) -> None:
@@ -258,13 +277,14 @@ def _add_length_outputs(graph: Graph) -> None:
             names.append(out_name + LENGTH_SUFFIX)
 
 
+_ONNX_STRING = 8  # TensorProto.STRING: an input held as ``S<max_string_bytes>``
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16",
                 11: "float64"}
 
 
-def _input_type(inp: Any, override: Sequence[int] | None) -> TensorType:
+def _input_type(inp: Any, override: Sequence[int] | None, max_string_bytes: int) -> TensorType:
     tt = inp.type.tensor_type
-    dtype = _ONNX_DTYPES.get(tt.elem_type)
+    dtype = f"S{max_string_bytes}" if tt.elem_type == _ONNX_STRING else _ONNX_DTYPES.get(tt.elem_type)
     if dtype is None:
         raise UnsupportedOperator("Input", inp.name, None,
                                   f"input element type {tt.elem_type} is not supported")

@@ -1,0 +1,43 @@
+"""This machine as a place builds run: the variant it selects, and a build instantiated here. One home for
+both, so calibration, profiling, ``bench`` and ``CuvilModel.predict`` run what a device would."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from runtime_wasm import ModuleCache, WasmModel
+from runtime_wasm.loader import instantiate
+from runtime_wasm.spec import ModelSpec, VariantSpec
+from runtime_wasm.variants import probe_host, select_variant
+
+from .codegen.toolchain import Target
+from .compiler import CompiledModel, compile_graph
+from .ir.graph import Graph
+
+
+class Built(Protocol):
+    """A build's device files: a ``CompiledModel`` or what ``CuvilModel`` keeps of one."""
+
+    spec: ModelSpec
+    modules: Mapping[str, bytes]  # variant name -> wasm bytes
+    weights: bytes
+
+
+def host_target() -> Target:
+    """The module variant this host would select (the fastest tier its engine validates)."""
+    probes = probe_host()
+    return Target("relaxed" if probes.relaxed_simd else "simd128", probes.family)
+
+
+def instantiate_here(built: Built, variant: VariantSpec | None = None, threads: int = 1) -> WasmModel:
+    """``built``'s module for ``variant`` (default: the one this host selects) in a fresh instance."""
+    v = variant or select_variant(built.spec.variants, probe_host())
+    return instantiate(built.spec, built.modules[v.name], built.weights, v, ModuleCache(), threads=threads)
+
+
+def compile_here(graph: Graph, target: Target | None = None,
+                 profile: bool = False) -> tuple[CompiledModel, WasmModel]:
+    """``graph`` compiled for one target (default: ``host_target()``) and instantiated: (build, instance)."""
+    c = compile_graph(graph, [target or host_target()], profile=profile)
+    return c, instantiate_here(c, c.spec.variants[0])
