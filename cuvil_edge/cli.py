@@ -16,6 +16,7 @@ from device_profiles import Caches
 from device_profiles.profile import DeviceProfilesError
 from ota.cli import ExitCodes, exit_code
 from ota.errors import OtaError, TransportError
+from runtime_wasm.engine import TIER_RELAXED, TIERS
 from runtime_wasm.errors import RuntimeWasmError
 from runtime_wasm.spec import MAX_THREADS
 
@@ -374,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profile", help="time every node of a model in wasmtime (a profiling build)")
     p.add_argument("model", help="an .onnx file")
     add_input_shape(p)
-    p.add_argument("--tier", default="relaxed", choices=("simd128", "relaxed"))
+    p.add_argument("--tier", default=TIER_RELAXED, choices=TIERS)
     add_precision(p, help="profile the quantized build (as build --precision)")
     p.add_argument("--calib", help="calibration data for --precision int8/mixed (.npz or a folder)")
     p.add_argument("--repeat", type=int, default=20)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from runtime_wasm import ModuleCache, WasmModel
+from runtime_wasm.engine import TIER_RELAXED, TIER_SIMD128
 from runtime_wasm.loader import instantiate
 from runtime_wasm.spec import ModelSpec, VariantSpec
 from runtime_wasm.variants import probe_host, select_variant
@@ -27,7 +28,7 @@ class Built(Protocol):
 def host_target() -> Target:
     """The module variant this host would select (the fastest tier its engine validates)."""
     probes = probe_host()
-    return Target("relaxed" if probes.relaxed_simd else "simd128", probes.family)
+    return Target(TIER_RELAXED if probes.relaxed_simd else TIER_SIMD128, probes.family)
 
 
 def instantiate_here(built: Built, variant: VariantSpec | None = None, threads: int = 1) -> WasmModel:

@@ -16,6 +16,7 @@ import numpy as np
 
 from device_profiles import available_profiles, load_profile
 from runtime_wasm import InferenceInputError, ModelSpec, RuntimeWasmError, WasmModel
+from runtime_wasm.engine import TIER_SIMD128
 from runtime_wasm.errors import ProcessingError
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE
 from runtime_wasm.processing import AudioWindow, ProcessingConfig, Processor, Result
@@ -385,7 +386,7 @@ def profile_targets(profiles: Sequence[str]) -> tuple[Target, ...]:
                           else f"no device profile given; known: {known}")
     chosen = [load_profile(name) for name in profiles]
     return tuple(t for t in ALL_TARGETS
-                 if any(p.family == t.family and (t.tier == "simd128" or p.relaxed_simd) for p in chosen))
+                 if any(p.family == t.family and (t.tier == TIER_SIMD128 or p.relaxed_simd) for p in chosen))
 
 
 def _resolve_targets(targets: Sequence[Target] | str) -> tuple[Target, ...]:

@@ -32,6 +32,7 @@ from ota.errors import FormatError
 from ota.golden import encode_vector
 from ota.metadata import MANIFEST_FORMAT, MANIFEST_TYPE, Manifest, Root, parse_envelope
 from ota.store import atomic_file, atomic_write
+from runtime_wasm.engine import TIER_SIMD128
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE, load_model_dir
 from runtime_wasm.processing import processing_files
 from runtime_wasm.spec import ModelSpec
@@ -272,7 +273,7 @@ def _check_profiles(profiles: Sequence[str], spec: ModelSpec) -> None:
     shipped = {(v.tier, v.family) for v in spec.variants}
     for name in profiles:
         family = load_profile(name).family
-        if ("simd128", family) not in shipped:
+        if (TIER_SIMD128, family) not in shipped:
             raise SigningError(f"the bundle targets {name} ({family}) but carries no simd128 {family} "
                                f"variant (has {sorted(v.name for v in spec.variants)}): build with "
                                f"--profile {name}")

@@ -9,14 +9,18 @@ from functools import lru_cache
 
 import wasmtime
 
-TIERS = ("simd128", "relaxed")
+#: the module tiers: plain WASM SIMD128 (every engine) and relaxed SIMD (engines that validate it); these
+#: strings are what spec JSON, bundle manifests and ``--targets`` carry, so spell them only here
+TIER_SIMD128 = "simd128"
+TIER_RELAXED = "relaxed"
+TIERS = (TIER_SIMD128, TIER_RELAXED)
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     """Settings that change generated machine code (and so the cache key)."""
 
-    tier: str = "simd128"
+    tier: str = TIER_SIMD128
     max_wasm_stack: int = 1 << 20  # bytes; runaway recursion traps instead of crashing the host
     parallel_compilation: bool = True
     #: determinism mode: NaNs canonicalized (their bits differ per ISA otherwise) and relaxed-SIMD ops with
@@ -31,7 +35,7 @@ class EngineConfig:
         cfg = wasmtime.Config()
         cfg.cranelift_opt_level = "speed"
         cfg.wasm_simd = True
-        cfg.wasm_relaxed_simd = self.tier == "relaxed"
+        cfg.wasm_relaxed_simd = self.tier == TIER_RELAXED
         cfg.max_wasm_stack = self.max_wasm_stack
         cfg.parallel_compilation = self.parallel_compilation
         cfg.cranelift_nan_canonicalization = self.deterministic

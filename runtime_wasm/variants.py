@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import wasmtime
 
-from .engine import EngineConfig, engine_for
+from .engine import TIER_RELAXED, TIER_SIMD128, EngineConfig, engine_for
 from .errors import NoUsableVariant
 from .spec import VariantSpec
 
@@ -29,7 +29,7 @@ ARCH_FAMILY = {"x86_64": "x86", "aarch64": "arm"}
 #: the names ``platform.machine()`` gives those architectures (lower-cased)
 _MACHINE_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 #: preference order: the faster tier first; a host family mismatch still runs (it is only slower).
-TIER_ORDER = ("relaxed", "simd128")
+TIER_ORDER = (TIER_RELAXED, TIER_SIMD128)
 
 _RELAXED_PROBE_WAT = ("(module (func (result v128) v128.const i64x2 0 0 v128.const i64x2 0 0 "
                       "v128.const i64x2 0 0 f32x4.relaxed_madd))")
@@ -68,7 +68,8 @@ class EngineProbes:
 def probe_engine() -> EngineProbes:
     """Ask the engine itself: a relaxed-SIMD module must validate, or that tier cannot load here."""
     try:
-        wasmtime.Module.validate(engine_for(EngineConfig("relaxed")), wasmtime.wat2wasm(_RELAXED_PROBE_WAT))
+        probe = wasmtime.wat2wasm(_RELAXED_PROBE_WAT)
+        wasmtime.Module.validate(engine_for(EngineConfig(TIER_RELAXED)), probe)
         return EngineProbes(relaxed_simd=True)
     except wasmtime.WasmtimeError:
         return EngineProbes(relaxed_simd=False)
@@ -94,7 +95,7 @@ def select_variant(variants: Sequence[VariantSpec], probes: HostProbes | DeviceP
     are bit-identical across a fleet: the simd128 tier (relaxed SIMD is not available everywhere, and the
     families' modules differ, e.g. ``pmin`` vs ``min`` on NaN) of a fixed family, never the host's."""
     if deterministic:
-        usable = [v for v in variants if v.tier == "simd128" and v.family in DETERMINISTIC_FAMILY_ORDER]
+        usable = [v for v in variants if v.tier == TIER_SIMD128 and v.family in DETERMINISTIC_FAMILY_ORDER]
         if not usable:
             raise NoUsableVariant(_nothing_fits(variants, ["determinism mode runs only the simd128 tier"]))
         return min(usable, key=lambda v: DETERMINISTIC_FAMILY_ORDER.index(v.family))
@@ -107,7 +108,7 @@ def select_variant(variants: Sequence[VariantSpec], probes: HostProbes | DeviceP
         no_relaxed.append("the engine does not validate relaxed-SIMD modules")
     if not allow_relaxed:
         no_relaxed.append("the caller disabled the relaxed tier")
-    runnable = {"simd128"} if no_relaxed else set(TIER_ORDER)
+    runnable = {TIER_SIMD128} if no_relaxed else set(TIER_ORDER)
     usable = [v for v in variants if v.tier in runnable]
     if not usable:
         raise NoUsableVariant(_nothing_fits(variants, no_relaxed))
@@ -119,7 +120,7 @@ def _nothing_fits(variants: Sequence[VariantSpec], no_relaxed: list[str]) -> str
         return "the model lists no module variants"
     tiers = sorted({v.tier for v in variants})
     why = [f"the model ships only {'/'.join(tiers)} variants {[v.name for v in variants]}"]
-    if set(tiers) - {"simd128"}:
+    if set(tiers) - {TIER_SIMD128}:
         why += no_relaxed
     unknown = sorted(set(tiers) - set(TIER_ORDER))
     if unknown:

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime_wasm.engine import TIER_RELAXED, TIER_SIMD128, TIERS
+
 from ..errors import ToolchainError
 
 BASE_FLAGS = ("--target=wasm32-freestanding", "-msimd128", "-O3", "-nostdlib", "-ffreestanding",
@@ -25,23 +27,23 @@ BASE_FLAGS = ("--target=wasm32-freestanding", "-msimd128", "-O3", "-nostdlib", "
 class Target:
     """One module variant: the SIMD tier and the host family the kernels are tuned for."""
 
-    tier: str = "simd128"  # or "relaxed"
+    tier: str = TIER_SIMD128  # or TIER_RELAXED
     family: str = "x86"  # or "arm"
 
     @property
     def name(self) -> str:
-        return f"f32-{'wasmsimd' if self.tier == 'simd128' else 'wasmrelaxedsimd'}-{self.family}"
+        return f"f32-{'wasmsimd' if self.tier == TIER_SIMD128 else 'wasmrelaxedsimd'}-{self.family}"
 
     def flags(self) -> list[str]:
         flags = list(BASE_FLAGS)
-        if self.tier == "relaxed":
+        if self.tier == TIER_RELAXED:
             flags += ["-mrelaxed-simd", "-DCUVIL_RELAXED=1"]
         if self.family == "arm":
             flags.append("-DCUVIL_ARM=1")
         return flags
 
 
-ALL_TARGETS = tuple(Target(t, f) for t in ("simd128", "relaxed") for f in ("x86", "arm"))
+ALL_TARGETS = tuple(Target(t, f) for t in TIERS for f in ("x86", "arm"))
 
 
 def _cache_dir() -> Path:
