@@ -4,45 +4,19 @@ int32/int64/float64; sequence ops with run-time positions (the shipped ones are 
 
 from __future__ import annotations
 
-import numpy as np
-import onnx
-import onnxruntime as ort
-import pytest
-from onnx import helper, numpy_helper
+from functools import partial
 
-from cuvil_edge import CuvilModel, Target
+import numpy as np
+import pytest
+from conftest import check_with_ort, make_model
+from onnx import helper
+
+from cuvil_edge import CuvilModel
 from cuvil_edge.errors import UnsupportedOperator
 
 N = helper.make_node
-
-
-def _info(name: str, v: np.ndarray) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-
-
-def _model(nodes: list, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray | None], opset: int,
-           inits: dict[str, np.ndarray]) -> onnx.ModelProto:
-    """Outputs typed like their examples (left open for the reference run, which infers them)."""
-    graph = helper.make_graph(nodes, "t", [_info(k, v) for k, v in inputs.items()],
-                              [helper.make_empty_tensor_value_info(o) if v is None else _info(o, v)
-                               for o, v in outputs.items()],
-                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
-
-
-def check(nodes: list, inputs: dict[str, np.ndarray], outputs: list[str], opset: int = 18,
-          inits: dict[str, np.ndarray] | None = None) -> None:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    ref = _model(nodes, inputs, dict.fromkeys(outputs), opset, inits or {})
-    want = ort.InferenceSession(ref.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
-        outputs, inputs)
-    model = _model(nodes, inputs, dict(zip(outputs, want)), opset, inits or {})
-    with CuvilModel.load(model).optimize(targets=[Target()]) as cm:
-        got = cm.predict(inputs)
-    for name, w in zip(outputs, want):
-        assert got[name].dtype == w.dtype and got[name].shape == w.shape, name
-        np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-5, err_msg=name)
+#: the shared check with this file's defaults: opset 18, an absolute tolerance closer than the shared one
+check = partial(check_with_ort, opset=18, atol=1e-5)
 
 
 def rand(*shape: int, seed: int = 0) -> np.ndarray:
@@ -108,7 +82,7 @@ def test_sequence_ops_with_runtime_positions(pos: dict[str, int]) -> None:
 
 def test_runtime_position_over_different_shapes_is_a_clear_error() -> None:
     nodes = [N("SequenceConstruct", ["x", "y"], ["s"]), N("SequenceAt", ["s", "p"], ["out"])]
-    model = _model(nodes, {"x": rand(2, 3), "y": rand(1, 3), "p": np.zeros((), np.int64)},
-                   {"out": rand(2, 3)}, 18, {})
+    model = make_model(nodes, {"x": rand(2, 3), "y": rand(1, 3), "p": np.zeros((), np.int64)},
+                       {"out": rand(2, 3)}, opset=18)
     with pytest.raises(UnsupportedOperator, match="shape would depend on data"):
         CuvilModel.load(model)

@@ -4,20 +4,24 @@ a loop, a decoder that runs a data-dependent number of steps, threaded modules, 
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import onnx
 import pytest
+from conftest import check_with_ort
 from onnx import TensorProto, helper
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import GraphVerificationError, UnsupportedOperator
 from cuvil_edge.frontend.onnx import import_onnx
 from cuvil_edge.ir import TensorType, Value
-from cuvil_edge.oracle import ort_session
 from cuvil_edge.passes import verify
 from runtime_wasm.errors import InferenceTrap
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+#: the shared check with this file's defaults: one thread unless a test says otherwise, closer tolerances
+check = partial(check_with_ort, threads=1, rtol=1e-5, atol=1e-6)
 
 
 def vi(name: str, elem: int, shape: list[int] | None) -> onnx.ValueInfoProto:
@@ -43,30 +47,6 @@ def body_graph(nodes: list[onnx.NodeProto], carried: list[tuple[str, int, list[i
     return helper.make_graph(nodes, "body", ins, [vi(n, t, s) for n, t, s in outputs])
 
 
-def check(m: onnx.ModelProto, feeds_list: list[dict[str, np.ndarray]], threads: int = 1, atol: float = 1e-6,
-          **load: object) -> list[dict[str, np.ndarray]]:
-    """Compile once, run every feed in wasmtime and onnxruntime, compare each output (sliced to its
-    ``:length`` when it has one); returns ours for further checks."""
-    sess = ort_session(m)
-    names = [o.name for o in m.graph.output]
-    results = []
-    with CuvilModel.load(m, **load).optimize(targets=[Target()]) as cm:
-        cm.threads = threads
-        for feeds in feeds_list:
-            got = cm.predict(feeds)
-            want = dict(zip(names, sess.run(None, feeds)))
-            for name, ref in want.items():
-                ours = got[name]
-                if name + ":length" in got:
-                    n = int(got[name + ":length"])
-                    assert not ours[n:].any(), "rows past the trips run must be zero"
-                    ours = ours[:n]
-                assert ours.shape == ref.shape, (name, ours.shape, ref.shape)
-                np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=atol, err_msg=name)
-            results.append(got)
-    return results
-
-
 def test_loop_carried_state_and_scan_outputs() -> None:
     """Fixed trip count: y <- y * 0.5 + x each step, every step's 2*y scanned; lengths are exact."""
     body = body_graph(
@@ -78,7 +58,7 @@ def test_loop_carried_state_and_scan_outputs() -> None:
               [vi("x", F, [3]), vi("y0", F, [3])], [vi("y", F, [3]), vi("scan", F, [5, 3])])
     rng = np.random.default_rng(0)
     got = check(m, [{"x": rng.standard_normal(3).astype(np.float32),
-                     "y0": rng.standard_normal(3).astype(np.float32)} for _ in range(3)])
+                     "y0": rng.standard_normal(3).astype(np.float32)} for _ in range(3)]).got
     assert got[0]["scan"].shape == (5, 3) and "scan:length" not in got[0]
 
 
@@ -105,14 +85,15 @@ def early_exit_feeds() -> list[dict[str, np.ndarray]]:
 
 
 def test_loop_early_exit_returns_the_real_length() -> None:
-    got = check(early_exit_model(), early_exit_feeds())
+    got = check(early_exit_model(), early_exit_feeds()).got
     lengths = [int(g["ys:length"]) for g in got]
     assert lengths[0] == 0 and lengths[-1] == 8 and 0 < lengths[1] < lengths[2] < 8, lengths
     assert got[0]["ys"].shape == (8, 4)  # allocated for the bound
 
 
 def test_loop_runs_the_same_on_two_threads() -> None:
-    one, two = check(early_exit_model(), early_exit_feeds()), check(early_exit_model(), early_exit_feeds(), 2)
+    one = check(early_exit_model(), early_exit_feeds()).got
+    two = check(early_exit_model(), early_exit_feeds(), threads=2).got
     for a, b in zip(one, two):
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
@@ -131,7 +112,7 @@ def test_if_with_a_run_time_condition() -> None:
                helper.make_node("Greater", ["s", "z"], ["c"]), if_node("c", "y")],
               [vi("x", F, [4])], [vi("y", F, [4])])
     x = np.arange(4, dtype=np.float32)
-    got = check(m, [{"x": x}, {"x": -x}])
+    got = check(m, [{"x": x}, {"x": -x}]).got
     assert not np.array_equal(got[0]["y"], got[1]["y"] * -1)  # the two inputs took different branches
 
 
@@ -147,7 +128,8 @@ def test_if_inside_a_loop_picks_a_branch_per_iteration() -> None:
     m = model([helper.make_node("Loop", ["M", "", "x0"], ["x", "xs"], body=body, name="loop")],
               [vi("M", I64, []), vi("x0", F, [4])], [vi("x", F, [4]), vi("xs", F, ["n", 4])])
     x0 = np.array([1, -2, 3, 0.5], np.float32)
-    got = check(m, [{"M": np.array(n, np.int64), "x0": x0} for n in (0, 3, 5, 6)], max_trip_count={"loop": 6})
+    got = check(m, [{"M": np.array(n, np.int64), "x0": x0} for n in (0, 3, 5, 6)],
+                max_trip_count={"loop": 6}).got
     assert [int(g["xs:length"]) for g in got] == [0, 3, 5, 6]
 
 
@@ -196,10 +178,10 @@ def test_decoder_runs_a_data_dependent_number_of_steps() -> None:
         state[0, k] = 50.0  # steers the first steps: k == 0 ends at once
         tok0 = np.array([int(rng.integers(1, 6))])
         feeds.append({"M": np.array(10, np.int64), "tok0": tok0, "state0": state})
-    got = check(m := decoder_model(), feeds, max_trip_count={"decode": 12})
+    got = check(m := decoder_model(), feeds, max_trip_count={"decode": 12}).got
     lengths = {int(g["tokens:length"]) for g in got}
     assert 1 in lengths and len(lengths) > 1, lengths  # some stop at the first step, others later
-    assert check(m, feeds[:2], threads=2, max_trip_count={"decode": 12})[1]["tokens"].tolist() == \
+    assert check(m, feeds[:2], threads=2, max_trip_count={"decode": 12}).got[1]["tokens"].tolist() == \
         got[1]["tokens"].tolist()
 
 
@@ -272,7 +254,7 @@ def test_big_body_ops_run_whole_on_thread_zero_of_a_threaded_module() -> None:
                helper.make_node("MatMul", ["h", "w"], ["y"])],
               [vi("x", F, [64, 512]), vi("h0", F, [64, 512])], [vi("y", F, [64, 512])], [w])
     feeds = {k: rng.standard_normal((64, 512)).astype(np.float32) for k in ("x", "h0")}
-    got = check(m, [feeds], threads=2, atol=1e-4)[0]  # 512-term dot products
+    got = check(m, [feeds], threads=2, atol=1e-4).got[0]  # 512-term dot products
     with CuvilModel.load(m).optimize(targets=[Target()]) as cm:
         program = cm.compiled.program
         loop = next(n for n in cm.graph.nodes if n.op == "loop")
@@ -350,7 +332,7 @@ def row_feeds(trips: int, step0: int = 0) -> dict[str, np.ndarray]:
 
 def test_slice_and_range_starting_at_the_loop_step_run_inside_the_loop() -> None:
     got = check(row_writer_model(), [row_feeds(5), row_feeds(3), row_feeds(2, step0=-5)],
-                max_trip_count={"rows": 5})
+                max_trip_count={"rows": 5}).got
     assert got[0]["ats"].reshape(-1).tolist() == [0, 1, 2, 3, 4]  # the range followed the step
     assert got[1]["ats:length"] == 3 and np.array_equal(got[1]["buf"][:, 3:], row_feeds(3)["buf0"][:, 3:])
 

@@ -4,38 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from conftest import check_with_ort, make_model
+from onnx import TensorProto, helper
 
-from cuvil_edge import CuvilModel, Target
+from cuvil_edge import CuvilModel
 from cuvil_edge.errors import CuvilError
 
 RNG_SEED = 0
-
-
-def _model(nodes, inputs, outputs, consts=None, opset=17) -> onnx.ModelProto:
-    """inputs: {name: shape}; outputs: names (types come from ONNX shape inference)."""
-    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in (consts or {}).items()]
-    vis = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()]
-    m = helper.make_model(helper.make_graph(nodes, "t", vis, [], inits),
-                          opset_imports=[helper.make_opsetid("", opset)])
-    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
-    m.graph.output.extend(inferred[n] for n in outputs)
-    return m
-
-
-def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> CuvilModel:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    ref = sess.run(None, feeds)
-    cm = CuvilModel.load(model).optimize(targets=[Target()])
-    got = cm.predict(feeds)
-    for out, want in zip(model.graph.output, ref):
-        assert got[out.name].dtype == want.dtype, out.name
-        np.testing.assert_allclose(got[out.name], want, rtol=1e-4, atol=1e-4, err_msg=out.name)
-    return cm
 
 
 def _kernels(cm: CuvilModel) -> dict[str, str]:
@@ -79,7 +55,7 @@ def test_binary_kinds_and_broadcasting():
     inputs = {"x": [2, 3, 4, 5], "pos": [2, 3, 4, 5], "row": [5], "col": [4, 1], "p": [3, 4, 5]}
     feeds = {k: _randn(*s) for k, s in inputs.items()}
     feeds["pos"] = _randn(2, 3, 4, 5, positive=True)
-    cm = _check(_model(nodes, inputs, [n.output[0] for n in nodes], consts), feeds)
+    cm = check_with_ort(nodes, feeds, [n.output[0] for n in nodes], inits=consts).model
     k = _kernels(cm)
     assert (k["ch_mul"], k["scalar_rsub"], k["ch_rdiv"]) == ("f32-vaffinec-4", "f32-vrsubc-4", "f32-vrdivc-4")
     assert (k["pow2"], k["pow_half"], k["pow3"], k["pow_m1"]) == \
@@ -90,7 +66,7 @@ def test_binary_kinds_and_broadcasting():
 def test_per_channel_scale_and_shift_merge_into_one_affine_pass():
     nodes = [node("Mul", ["x", "a"], "m"), node("Add", ["m", "b"], "y")]
     consts = {"a": _randn(16, 1, 1), "b": _randn(16, 1, 1)}
-    cm = _check(_model(nodes, {"x": [1, 16, 7, 9]}, ["y"], consts), {"x": _randn(1, 16, 7, 9)})
+    cm = check_with_ort(nodes, {"x": _randn(1, 16, 7, 9)}, ["y"], inits=consts).model
     assert cm.graph.op_counts() == {"channel_affine": 1}
     src = cm.compiled.program.source
     assert src.count("f32_channel_affine(") == 2 and "f32_vmulc(" not in src  # definition + one call
@@ -99,7 +75,7 @@ def test_per_channel_scale_and_shift_merge_into_one_affine_pass():
 def test_row_broadcast_runs_as_one_vector_scalar_pass():
     nodes = [node("Mul", ["x", "a"], "y")]
     consts = {"a": _randn(16, 1)}
-    cm = _check(_model(nodes, {"x": [16, 63]}, ["y"], consts), {"x": _randn(16, 63)})
+    cm = check_with_ort(nodes, {"x": _randn(16, 63)}, ["y"], inits=consts).model
     src = cm.compiled.program.source
     assert "f32_vmulc(16, 63," in src and "for (int i0" not in src
 
@@ -108,7 +84,7 @@ def test_fused_activation_and_in_place():
     nodes = [node("Add", ["x", "y"], "a"), node("Relu", ["a"], "r"),
              node("Mul", ["r", "x"], "m"), node("Sigmoid", ["m"], "s")]
     feeds = {"x": _randn(2, 8, 6), "y": _randn(8, 1)}
-    cm = _check(_model(nodes, {"x": [2, 8, 6], "y": [8, 1]}, ["s"]), feeds)
+    cm = check_with_ort(nodes, feeds, ["s"]).model
     assert cm.graph.op_counts() == {"binary_f32": 2}
     assert [n.attrs["act"][0] for n in cm.graph.nodes] == ["relu", "sigmoid"]
     plan = cm.compiled.program.plan
@@ -123,7 +99,7 @@ def test_unary_ops():
     x = _randn(3, 5, 7) * 3
     x[0, 0, :4] = [0.5, -2.5, 0.0, 1.5]  # Round is half-to-even, Sign(0) = 0
     feeds = {"x": x, "p": _randn(3, 5, 7, positive=True)}
-    cm = _check(_model(nodes, {"x": [3, 5, 7], "p": [3, 5, 7]}, [n.output[0] for n in nodes]), feeds)
+    cm = check_with_ort(nodes, feeds, [n.output[0] for n in nodes]).model
     assert _kernels(cm)["erf"] == "f32-verf-4"
 
 
@@ -134,7 +110,7 @@ def test_softmax_axes(opset):
              node("Softmax", ["x"], "s_default"), node("Softmax", ["big"], "s_big", axis=-1)]
     feeds = {"x": _randn(2, 5, 3, 6) * 4, "big": _randn(3, 37) * 50}
     outs = [n.output[0] for n in nodes]
-    _check(_model(nodes, {"x": [2, 5, 3, 6], "big": [3, 37]}, outs, opset=opset), feeds)
+    check_with_ort(nodes, feeds, outs, opset=opset)
 
 
 def _reduce_nodes(opset: int) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
@@ -162,13 +138,13 @@ def _reduce_nodes(opset: int) -> tuple[list[onnx.NodeProto], dict[str, np.ndarra
 def test_reductions(opset):
     nodes, consts = _reduce_nodes(opset)
     x = (_randn(2, 3, 4, 5) * 0.5 + 1.0).astype(np.float32)
-    _check(_model(nodes, {"x": [2, 3, 4, 5]}, [n.output[0] for n in nodes], consts, opset=opset), {"x": x})
+    check_with_ort(nodes, {"x": x}, [n.output[0] for n in nodes], inits=consts, opset=opset)
 
 
 def test_lrn():
     nodes = [node("LRN", ["x"], "lrn5", size=5, alpha=1e-2, beta=0.75, bias=2.0),
              node("LRN", ["x"], "lrn3", size=3, alpha=3e-2, beta=0.5)]
-    _check(_model(nodes, {"x": [2, 7, 5, 3]}, ["lrn5", "lrn3"]), {"x": _randn(2, 7, 5, 3) * 3})
+    check_with_ort(nodes, {"x": _randn(2, 7, 5, 3) * 3}, ["lrn5", "lrn3"])
 
 
 def test_cast_runtime_and_folded():
@@ -195,14 +171,13 @@ def test_cast_runtime_and_folded():
     consts = {"ten": np.array(10.0, np.float32), "k": np.array([0.1, 2.5, -3.3], np.float32),
               "seven": np.array(7, np.int64), "two_i": np.array(2, np.int64)}
     outs = ["back", "as_i64", "bool_f", "same", "plus_k", "times_shape", "plus_div"]
-    m = _model(nodes, {"x": [2, 4, 3]}, outs, consts)
-    cm = _check(m, {"x": x})
+    cm = check_with_ort(nodes, {"x": x}, outs, inits=consts).model
     assert cm.graph.op_counts()["cast"] == 5  # the float16 round trip and Shape -> Cast folded
 
 
 def test_legacy_broadcast_attribute_is_rejected():
     """Opset < 7 'broadcast'/'axis' attrs: the ONNX checker names them (opset < 7 models are refused)."""
-    m = _model([node("Add", ["x", "y"], "z")], {"x": [2, 3], "y": [3]}, ["z"])
+    m = make_model([node("Add", ["x", "y"], "z")], {"x": _randn(2, 3), "y": _randn(3)}, {"z": _randn(2, 3)})
     m.graph.node[0].attribute.append(helper.make_attribute("broadcast", 1))
     with pytest.raises(CuvilError, match="broadcast"):
         CuvilModel.load(m)

@@ -3,29 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
-from cuvil_edge import CuvilModel, Target
-from cuvil_edge.oracle import ort_session
-
-
-def _model(nodes, inputs: dict[str, list[int]], output_shape, inits=(), opset: int = 17) -> onnx.ModelProto:
-    """A one-output model; an output_shape of None is filled in by onnx's shape inference."""
-    ins = [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in inputs.items()]
-    graph = helper.make_graph(nodes, "regression", ins,
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)],
-                              [numpy_helper.from_array(np.asarray(a), n) for n, a in inits])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return onnx.shape_inference.infer_shapes(model) if output_shape is None else model
-
-
-def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
-    want = ort_session(model).run(None, feeds)[0]
-    got = CuvilModel.load(model).optimize(targets=[Target()]).predict(feeds)["y"]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+from conftest import check_with_ort
+from onnx import helper
 
 
 def test_in_place_add_does_not_overwrite_a_concat_slice_it_still_reads():
@@ -36,7 +16,7 @@ def test_in_place_add_does_not_overwrite_a_concat_slice_it_still_reads():
              helper.make_node("Add", ["c", "a"], ["y"])]
     rng = np.random.default_rng(0)
     feeds = {"x1": rng.random((1, 1, 8), np.float32) + 1, "x2": rng.random((1, 3, 8), np.float32)}
-    _check(_model(nodes, {"x1": [1, 1, 8], "x2": [1, 3, 8]}, [1, 4, 8]), feeds)
+    check_with_ort(nodes, feeds, ["y"])
 
 
 @pytest.mark.parametrize("op", ["MatMul+Add", "Gemm"])
@@ -46,8 +26,8 @@ def test_column_bias_is_not_taken_for_a_row_bias(op):
     w, c = rng.standard_normal((4, 4)).astype(np.float32), rng.standard_normal((4, 1)).astype(np.float32)
     nodes = ([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "c"], ["y"])]
              if op == "MatMul+Add" else [helper.make_node("Gemm", ["x", "w", "c"], ["y"])])
-    _check(_model(nodes, {"x": [4, 4]}, [4, 4], [("w", w), ("c", c)]),
-           {"x": rng.standard_normal((4, 4)).astype(np.float32)})
+    check_with_ort(nodes, {"x": rng.standard_normal((4, 4)).astype(np.float32)}, ["y"],
+                   inits={"w": w, "c": c})
 
 
 @pytest.mark.parametrize(("policy", "mode", "shape", "sizes"), [
@@ -59,5 +39,5 @@ def test_resize_keep_aspect_ratio(policy, mode, shape, sizes):
     """One scale for every resized axis; the output size rounds half up (12.5 -> 13)."""
     node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode=mode, axes=[2, 3],
                             keep_aspect_ratio_policy=policy)
-    model = _model([node], {"x": shape}, None, [("sizes", np.array(sizes, np.int64))], opset=18)
-    _check(model, {"x": np.random.default_rng(5).standard_normal(shape).astype(np.float32)})
+    check_with_ort([node], {"x": np.random.default_rng(5).standard_normal(shape).astype(np.float32)}, ["y"],
+                   inits={"sizes": np.array(sizes, np.int64)}, opset=18)

@@ -9,42 +9,12 @@ import math
 import numpy as np
 import onnx
 import pytest
+from conftest import check_with_ort
 from onnx import TensorProto, helper, numpy_helper
 
-from cuvil_edge import CuvilModel, Target
-from cuvil_edge.oracle import ort_session
+from cuvil_edge import CuvilModel
 
-F, I64, I32, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
-
-
-def build(
-    nodes, inputs: dict[str, tuple[int, list[int]]], outputs: list[str], consts=None, opset: int = 17
-) -> onnx.ModelProto:
-    """inputs: name -> (elem type, shape); output types come from ONNX shape inference, else (function
-    ops like GroupNormalization) they are the first input's type."""
-    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in (consts or {}).items()]
-    vis = [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()]
-    m = helper.make_model(
-        helper.make_graph(nodes, "t", vis, [], inits), opset_imports=[helper.make_opsetid("", opset)]
-    )
-    m.ir_version = 8
-    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
-    first = vis[0].type.tensor_type
-    shape = [d.dim_value for d in first.shape.dim]
-    m.graph.output.extend(
-        inferred.get(n) or helper.make_tensor_value_info(n, first.elem_type, shape) for n in outputs
-    )
-    return m
-
-
-def check(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tol: float = 1e-4) -> CuvilModel:
-    want = ort_session(model).run(None, feeds)
-    cm = CuvilModel.load(model).optimize(targets=[Target()])
-    got = cm.predict(feeds)
-    for out, ref in zip(model.graph.output, want):
-        assert got[out.name].dtype == ref.dtype, out.name
-        np.testing.assert_allclose(got[out.name], ref, rtol=tol, atol=tol, err_msg=out.name)
-    return cm
+F, I64, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
 
 
 def rand(*shape: int, seed: int = 0) -> np.ndarray:
@@ -73,16 +43,17 @@ def test_batched_matmul_broadcast_constant_and_transposed_b():
         node("MatMul", ["a3", "btt"], "trans_b"),  # K^T-style: transpose folds into the matmul
         node("MatMul", ["a2", "b3"], "a_bcast"),
     ]  # [5,8] x [3,8,6]
-    inputs = {
-        "a4": (F, [2, 3, 5, 8]),
-        "b4": (F, [2, 3, 8, 6]),
-        "b3": (F, [3, 8, 6]),
-        "a3": (F, [3, 5, 8]),
-        "bt": (F, [3, 6, 8]),
-        "a2": (F, [5, 8]),
+    shapes = {
+        "a4": [2, 3, 5, 8],
+        "b4": [2, 3, 8, 6],
+        "b3": [3, 8, 6],
+        "a3": [3, 5, 8],
+        "bt": [3, 6, 8],
+        "a2": [5, 8],
     }
-    m = build(nodes, inputs, ["bh", "bcast", "const_b", "trans_b", "a_bcast"], {"w3": rand(3, 8, 6, seed=1)})
-    cm = check(m, {k: rand(*s, seed=i) for i, (k, (_, s)) in enumerate(inputs.items())})
+    feeds = {k: rand(*s, seed=i) for i, (k, s) in enumerate(shapes.items())}
+    cm = check_with_ort(nodes, feeds, ["bh", "bcast", "const_b", "trans_b", "a_bcast"],
+                        inits={"w3": rand(3, 8, 6, seed=1)}).model
     assert cm.graph.op_counts().get("transpose", 0) == 0
     assert "f32_bmm(" in cm.compiled.program.source and cm.compiled.program.source.count("f32_bmm(") == 6
 
@@ -106,7 +77,7 @@ def test_layernorm_op_and_pattern(decomposed: bool):
     else:
         nodes = [node("LayerNormalization", ["x", "g", "b"], "y", axis=-1, epsilon=1e-5)]
         consts = {"g": g, "b": b}
-    cm = check(build(nodes, {"x": (F, [2, 7, 32])}, ["y"], consts), {"x": rand(2, 7, 32) * 3 + 1})
+    cm = check_with_ort(nodes, {"x": rand(2, 7, 32) * 3 + 1}, ["y"], inits=consts).model
     assert cm.graph.op_counts() == {"layernorm": 1}
 
 
@@ -144,7 +115,7 @@ def test_gelu_op_and_patterns(form: str):
             "one": np.float32(1),
             "half": np.float32(0.5),
         }
-    cm = check(build(nodes, {"x": (F, [3, 37])}, ["y"], consts, opset), {"x": rand(3, 37) * 3})
+    cm = check_with_ort(nodes, {"x": rand(3, 37) * 3}, ["y"], inits=consts, opset=opset).model
     assert cm.graph.op_counts() == {"gelu": 1}
 
 
@@ -162,11 +133,11 @@ def test_attention_fused(mask_shape):
         node("MatMul", ["q", "kt"], "qk"),
         node("Mul", ["qk", "scale"], "s"),
     ]
-    inputs = {n: (F, [b, s, h * d]) for n in ("q_in", "k_in", "v_in")}
+    shapes = {n: [b, s, h * d] for n in ("q_in", "k_in", "v_in")}
     last = "s"
     if mask_shape:
         nodes.append(node("Add", ["s", "mask"], "sm"))
-        inputs["mask"] = (F, mask_shape)
+        shapes["mask"] = mask_shape
         last = "sm"
     nodes += [
         node("Softmax", [last], "p", axis=-1),
@@ -179,10 +150,10 @@ def test_attention_fused(mask_shape):
         "out_shp": np.array([b, s, h * d], np.int64),
         "scale": np.float32(1 / math.sqrt(d)),
     }
-    feeds = {k: rand(*sh, seed=i) for i, (k, (_, sh)) in enumerate(inputs.items())}
+    feeds = {k: rand(*sh, seed=i) for i, (k, sh) in enumerate(shapes.items())}
     if mask_shape:
         feeds["mask"] = np.where(rand(*mask_shape, seed=9) > 0.5, -10000.0, 0.0).astype(np.float32)
-    cm = check(build(nodes, inputs, ["y"], consts), feeds)
+    cm = check_with_ort(nodes, feeds, ["y"], inits=consts).model
     assert cm.graph.op_counts() == {"attention": 1, "reshape": 4}
 
 
@@ -190,10 +161,7 @@ def test_attention_fused(mask_shape):
 def test_gather_runtime_ids(ids_type: int):
     nodes = [node("Gather", ["emb", "ids"], "rows"), node("Gather", ["x", "ids"], "cols", axis=1)]
     ids = np.array([[3, 0, 9], [-1, 4, 4]], onnx.helper.tensor_dtype_to_np_dtype(ids_type))
-    m = build(
-        nodes, {"ids": (ids_type, [2, 3]), "x": (F, [2, 10, 3])}, ["rows", "cols"], {"emb": rand(10, 6)}
-    )
-    check(m, {"ids": ids, "x": rand(2, 10, 3)})
+    check_with_ort(nodes, {"ids": ids, "x": rand(2, 10, 3)}, ["rows", "cols"], inits={"emb": rand(10, 6)})
 
 
 def test_compare_logic_where_and_int_movement():
@@ -215,17 +183,10 @@ def test_compare_logic_where_and_int_movement():
         node("Cast", ["x"], "x_i32", to=I32),
         node("Cast", ["gt"], "gt_i64", to=I64),
     ]
-    inputs = {"i": (I64, [4, 5]), "j": (I64, [5]), "x": (F, [4, 5]), "y": (F, [5])}
-    m = build(
-        nodes,
-        inputs,
-        [n.output[0] for n in nodes],
-        {"zero": np.float32(0), "ninf": np.float32(-1e9), "eshape": np.array([3, 4, 5], np.int64)},
-    )
     rng = np.random.default_rng(0)
-    check(
-        m, {"i": rng.integers(-2, 3, (4, 5)), "j": rng.integers(-2, 3, 5), "x": rand(4, 5) * 3, "y": rand(5)}
-    )
+    feeds = {"i": rng.integers(-2, 3, (4, 5)), "j": rng.integers(-2, 3, 5), "x": rand(4, 5) * 3, "y": rand(5)}
+    consts = {"zero": np.float32(0), "ninf": np.float32(-1e9), "eshape": np.array([3, 4, 5], np.int64)}
+    check_with_ort(nodes, feeds, [n.output[0] for n in nodes], inits=consts)
 
 
 def test_einsum_topk_argmax_cumsum_hardmax():
@@ -241,12 +202,12 @@ def test_einsum_topk_argmax_cumsum_hardmax():
         node("CumSum", ["x", "ax0"], "cs_rev", exclusive=1, reverse=1),
         node("Hardmax", ["x"], "hm"),
     ]
-    inputs = {
-        "q": (F, [1, 2, 5, 4]),
-        "k": (F, [1, 2, 6, 4]),
-        "p": (F, [1, 2, 5, 6]),
-        "a": (F, [2, 3, 4]),
-        "x": (F, [5, 7]),
+    shapes = {
+        "q": [1, 2, 5, 4],
+        "k": [1, 2, 6, 4],
+        "p": [1, 2, 5, 6],
+        "a": [2, 3, 4],
+        "x": [5, 7],
     }
     consts = {
         "w": rand(4, 6),
@@ -254,8 +215,8 @@ def test_einsum_topk_argmax_cumsum_hardmax():
         "ax1": np.array(1, np.int64),
         "ax0": np.array(0, np.int64),
     }
-    m = build(nodes, inputs, [o for n in nodes for o in n.output], consts)
-    check(m, {k: rand(*s, seed=i) for i, (k, (_, s)) in enumerate(inputs.items())})
+    feeds = {k: rand(*s, seed=i) for i, (k, s) in enumerate(shapes.items())}
+    check_with_ort(nodes, feeds, [o for n in nodes for o in n.output], inits=consts)
 
 
 def test_vision_head_ops():
@@ -284,14 +245,8 @@ def test_vision_head_ops():
         "gsc": rand(8, seed=4) + 1,
         "gbi": rand(8, seed=5),
     }
-    m = build(
-        nodes,
-        {"x": (F, [1, 8, 4, 6])},
-        [n.output[0] for n in nodes if n.output[0] != "sig"],
-        consts,
-        opset=21,
-    )
-    cm = check(m, {"x": rand(1, 8, 4, 6) * 2})
+    outs = [n.output[0] for n in nodes if n.output[0] != "sig"]
+    cm = check_with_ort(nodes, {"x": rand(1, 8, 4, 6) * 2}, outs, inits=consts, opset=21).model
     assert "f32-vsilu-4" in kernels_by_op(cm)["epilogue_act"]  # x * sigmoid(x) -> one fused activation
 
 
@@ -317,5 +272,5 @@ def test_if_with_build_time_condition_is_inlined(flag: bool):
         helper.make_node("If", ["cond"], ["y"], then_branch=branch("Add"), else_branch=branch("Mul")),
     ]
     consts = {"five": np.array(5, np.int64), "six": np.array(6, np.int64)}
-    cm = check(build(nodes, {"x": (F, [2, 3])}, ["y"], consts), {"x": rand(2, 3)})
+    cm = check_with_ort(nodes, {"x": rand(2, 3)}, ["y"], inits=consts).model
     assert len(cm.graph.nodes) == 1  # only the taken branch's Add or Mul runs

@@ -4,56 +4,23 @@ compared with onnxruntime."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from conftest import check_with_ort, make_model
+from onnx import TensorProto, helper
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import UnsupportedOperator
-from cuvil_edge.oracle import ort_session
 from runtime_wasm.errors import InferenceTrap
 
 N = helper.make_node
+#: the shared check with this file's defaults: opset 19, closer than the shared tolerances
+check = partial(check_with_ort, opset=19, rtol=1e-5, atol=1e-5)
 #: every coordinate mode onnxruntime runs (it and the ONNX reference reject tf_half_pixel_for_nearest);
 #: tf_crop_and_resize, which also takes a box, has its own test
 RESIZE_COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric")
-
-
-def _info(name: str, v: np.ndarray) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-
-
-def _model(nodes: list, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray | None],
-           inits: dict[str, np.ndarray], opset: int) -> onnx.ModelProto:
-    """Outputs typed like their examples (left open, None, for the reference run to infer)."""
-    outs = [helper.make_empty_tensor_value_info(k) if v is None else _info(k, v) for k, v in outputs.items()]
-    graph = helper.make_graph(nodes, "t", [_info(k, v) for k, v in inputs.items()], outs,
-                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def ort_run(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return ort_session(model).run(None, inputs)
-
-
-def check(nodes: list, inputs: dict[str, np.ndarray], outputs: list[str], *, opset: int = 19,
-          inits: dict[str, np.ndarray] | None = None, rtol: float = 1e-5, atol: float = 1e-5
-          ) -> tuple[dict[str, np.ndarray], set[str]]:
-    """Compile and run the graph; each output has onnxruntime's dtype and shape and is close to it.
-    Returns our outputs and the kernels the nodes ran."""
-    inits = inits or {}
-    want = ort_run(_model(nodes, inputs, dict.fromkeys(outputs), inits, opset), inputs)
-    with CuvilModel.load(_model(nodes, inputs, dict(zip(outputs, want)), inits, opset)).optimize(
-            targets=[Target()]) as cm:
-        got = cm.predict(inputs)
-        used = set(cm.compiled.program.kernels_used.values())
-    for name, w in zip(outputs, want):
-        assert got[name].dtype == w.dtype and got[name].shape == w.shape, name
-        with np.errstate(invalid="ignore"):  # signalling NaNs widen quietly
-            np.testing.assert_allclose(got[name].astype(np.float64), w.astype(np.float64), rtol=rtol,
-                                       atol=atol, err_msg=name)
-    return got, used
 
 
 def rand(*shape: int, seed: int = 0, scale: float = 1.0, dtype=np.float32) -> np.ndarray:
@@ -70,7 +37,7 @@ def test_mod_integers_broadcast(dtype, fmod: int) -> None:
     b = rng.integers(1, 9, (3, 1)).astype(dtype)
     if dtype != np.uint8:
         b[1, 0] = -5  # the sign rules differ between fmod 0 and 1 only for mixed signs
-    _, used = check([N("Mod", ["a", "b"], ["y"], fmod=fmod)], {"a": a, "b": b}, ["y"], rtol=0, atol=0)
+    used = check([N("Mod", ["a", "b"], ["y"], fmod=fmod)], {"a": a, "b": b}, ["y"], rtol=0, atol=0).kernels
     assert used == {f"{np.dtype(dtype).kind}{np.dtype(dtype).itemsize * 8}-mod"}
 
 
@@ -88,7 +55,7 @@ def test_mod_floats_are_exact_fmod(dtype) -> None:
 def test_mod_fmod0_on_floats_is_refused_at_import() -> None:
     a = rand(4)
     with pytest.raises(UnsupportedOperator, match="'Mod' at node 'm'.*fmod=0"):
-        CuvilModel.load(_model([N("Mod", ["a", "a"], ["y"], name="m")], {"a": a}, {"y": a}, {}, 13))
+        CuvilModel.load(make_model([N("Mod", ["a", "a"], ["y"], name="m")], {"a": a}, {"y": a}, {}, 13))
 
 
 # -- Resize cubic ------------------------------------------------------------------------------------
@@ -102,8 +69,8 @@ def test_resize_cubic_every_coordinate_mode(coord: str) -> None:
               {"cubic_coeff_a": -0.5, "exclude_outside": 1})]
     for inits, attrs in cases:
         ins = ["x", "", "scales" if "scales" in inits else "", "sizes" if "sizes" in inits else ""]
-        _, used = check([N("Resize", ins, ["y"], mode="cubic", coordinate_transformation_mode=coord,
-                           **attrs)], {"x": x}, ["y"], inits=inits)
+        used = check([N("Resize", ins, ["y"], mode="cubic", coordinate_transformation_mode=coord,
+                        **attrs)], {"x": x}, ["y"], inits=inits).kernels
         assert used == {"f32-resize-bicubic-4"}
 
 
@@ -121,9 +88,9 @@ def test_resize_cubic_tf_crop_and_resize(i: int) -> None:
     inits = {"roi": np.array(roi, np.float32), "sizes": np.array(sizes, np.int64)}
     node = N("Resize", ["x", "roi", "", "sizes"], ["y"], mode="cubic", extrapolation_value=value,
              coordinate_transformation_mode="tf_crop_and_resize", exclude_outside=exclude)
-    got, used = check([node], {"x": rand(1, 2, 5, 7)}, ["y"], inits=inits)
-    assert used == {"f32-resize-bicubic-4"}
-    assert (np.count_nonzero(got["y"] == value) > 0) == (i > 0)
+    checked = check([node], {"x": rand(1, 2, 5, 7)}, ["y"], inits=inits)
+    assert checked.kernels == {"f32-resize-bicubic-4"}
+    assert (np.count_nonzero(checked.got[0]["y"] == value) > 0) == (i > 0)
 
 
 def test_resize_tf_crop_and_resize_other_modes_are_refused_at_import() -> None:
@@ -133,7 +100,7 @@ def test_resize_tf_crop_and_resize_other_modes_are_refused_at_import() -> None:
     node = N("Resize", ["x", "roi", "", "sizes"], ["y"], name="r", mode="linear",
              coordinate_transformation_mode="tf_crop_and_resize")
     with pytest.raises(UnsupportedOperator, match="'Resize' at node 'r'.*cubic only"):
-        CuvilModel.load(_model([node], {"x": x}, {"y": np.zeros((1, 1, 3, 3), np.float32)}, inits, 19))
+        CuvilModel.load(make_model([node], {"x": x}, {"y": np.zeros((1, 1, 3, 3), np.float32)}, inits, 19))
 
 
 def test_resize_cubic_of_position_embeddings_folds_at_build_time() -> None:
@@ -143,20 +110,16 @@ def test_resize_cubic_of_position_embeddings_folds_at_build_time() -> None:
     x = rand(1, 8, 9, 9, seed=8)
     nodes = [N("Resize", ["pos", "", "", "sizes"], ["p9"], mode="cubic", cubic_coeff_a=-0.75),
              N("Add", ["x", "p9"], ["y"])]
-    _, used = check(nodes, {"x": x}, ["y"], inits={"pos": pos, "sizes": np.array([1, 8, 9, 9], np.int64)})
-    assert not any("resize" in k for k in used)
+    checked = check(nodes, {"x": x}, ["y"], inits={"pos": pos, "sizes": np.array([1, 8, 9, 9], np.int64)})
+    assert not any("resize" in k for k in checked.kernels)
 
 
 def test_resize_cubic_exclude_outside_differs_from_edge_clamping() -> None:
     """The two border rules give different numbers near the edge, and each matches onnxruntime."""
     x = rand(1, 1, 4, 4, seed=3)
     sizes = {"sizes": np.array([1, 1, 8, 8], np.int64)}
-    outs = []
-    for ex in (0, 1):
-        check([N("Resize", ["x", "", "", "sizes"], ["y"], mode="cubic", exclude_outside=ex)], {"x": x}, ["y"],
-              inits=sizes)
-        outs.append(ort_run(_model([N("Resize", ["x", "", "", "sizes"], ["y"], mode="cubic",
-                                      exclude_outside=ex)], {"x": x}, {"y": None}, sizes, 19), {"x": x})[0])
+    outs = [check([N("Resize", ["x", "", "", "sizes"], ["y"], mode="cubic", exclude_outside=ex)], {"x": x},
+                  ["y"], inits=sizes).want[0]["y"] for ex in (0, 1)]
     assert np.abs(outs[0] - outs[1]).max() > 1e-3
 
 
@@ -166,7 +129,7 @@ def test_expand_runtime_shape_uses_declared_output_and_checks_it() -> None:
     shape = np.array([2, 1, 4], np.int64)
     check([N("Expand", ["x", "s"], ["y"])], {"x": x, "s": shape}, ["y"], rtol=0, atol=0)
     # another shape that broadcasts to the same declared output runs too; one that does not traps
-    model = _model([N("Expand", ["x", "s"], ["y"])], {"x": x, "s": shape},
+    model = make_model([N("Expand", ["x", "s"], ["y"])], {"x": x, "s": shape},
                    {"y": np.zeros((2, 3, 4), np.float32)}, {}, 13)
     with CuvilModel.load(model).optimize(targets=[Target()]) as cm:
         got = cm.predict({"x": x, "s": np.array([2, 3, 4], np.int64)})["y"]
@@ -177,7 +140,7 @@ def test_expand_runtime_shape_uses_declared_output_and_checks_it() -> None:
 
 def test_expand_runtime_shape_without_declared_output_is_refused() -> None:
     x = rand(3, 1)
-    model = _model([N("Expand", ["x", "s"], ["y"], name="e")], {"x": x, "s": np.array([2, 1], np.int64)},
+    model = make_model([N("Expand", ["x", "s"], ["y"], name="e")], {"x": x, "s": np.array([2, 1], np.int64)},
                    {"y": None}, {}, 13)
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"]))
     with pytest.raises(UnsupportedOperator, match="'Expand' at node 'e'.*run-time"):
@@ -227,7 +190,7 @@ def test_fp16_conv_softmax_graph_with_fp16_input_and_output() -> None:
              N("Softmax", ["a"], ["y"], axis=-1),
              N("Cast", ["y"], ["y32"], to=TensorProto.FLOAT)]
     inputs = {"x": rand(1, 3, 6, 6, seed=4, dtype=f16), "x32": rand(1, 6, 6, 5, seed=5, scale=3)}
-    _, used = check(nodes, inputs, ["c", "y", "y32"], inits=inits, opset=17, rtol=2e-3, atol=1e-3)
+    used = check(nodes, inputs, ["c", "y", "y32"], inits=inits, opset=17, rtol=2e-3, atol=1e-3).kernels
     assert {"h-f32-vcvt", "f32-vroundh", "f32-h-vcvt"} <= used
 
 
@@ -239,7 +202,7 @@ def test_fp16_cast_rounds_to_nearest_even_with_inf_nan_and_subnormals() -> None:
     x = np.concatenate([special, rand(47, seed=6, scale=1000), bits.view(np.float32)]).reshape(64, 64)
     nodes = [N("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
              N("Cast", ["h"], ["back"], to=TensorProto.FLOAT), N("Mul", ["h", "h"], ["sq"])]
-    got, _ = check(nodes, {"x": x}, ["h", "back", "sq"], rtol=0, atol=0)
+    got = check(nodes, {"x": x}, ["h", "back", "sq"], rtol=0, atol=0).got[0]
     with np.errstate(over="ignore", invalid="ignore"):
         want = x.astype(np.float16)
     nan = np.isnan(want)  # any NaN will do (ours are quiet, numpy keeps signalling payloads)
@@ -259,7 +222,7 @@ def test_fp16_rounds_after_every_op_as_onnx_defines() -> None:
     inits = {k: np.array(v, np.float16) for k, v in (("c", 2048), ("three", 3), ("seven", 7))}
     nodes = [N("Add", ["x", "c"], ["s"]), N("Sub", ["s", "c"], ["d"]), N("Mul", ["d", "three"], ["m"]),
              N("Div", ["m", "seven"], ["y"])]
-    model = _model(nodes, {"x": x}, {"y": x}, inits, 17)
+    model = make_model(nodes, {"x": x}, {"y": x}, inits, 17)
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]
     with CuvilModel.load(model).optimize(targets=[Target()]) as cm:
         got = cm.predict({"x": x})["y"]
@@ -277,9 +240,9 @@ def test_out_of_order_nodes_are_sorted_at_load() -> None:
     x = rand(2, 3)
     nodes = [N("Relu", ["s"], ["y"]), N("Add", ["c", "c"], ["s"]),
              N("Cast", ["x"], ["c"], to=TensorProto.FLOAT)]
-    got, _ = check(nodes, {"x": x}, ["y"])
+    got = check(nodes, {"x": x}, ["y"]).got[0]
     np.testing.assert_array_equal(got["y"], np.maximum(2 * x, 0))
-    ordered = _model(nodes[::-1], {"x": x}, {"y": x}, {}, 17)
+    ordered = make_model(nodes[::-1], {"x": x}, {"y": x}, {}, 17)
     assert load_onnx(ordered) is ordered
 
 
@@ -294,13 +257,13 @@ ONEHOT = [(-1, np.int64, np.int64, np.float32), (0, np.int32, np.int32, np.float
 def test_onehot_every_axis_and_index_type(i: int) -> None:
     axis, itype, dtype, vtype = ONEHOT[i]
     ind = np.array([[0, 4, -1], [-5, 5, 2]], itype)  # depth 5: -5 is 0, 5 marks nothing
-    got, _ = check([N("OneHot", ["ind", "depth", "values"], ["y"], axis=axis)], {"ind": ind}, ["y"],
-                   inits={"depth": np.array([5], dtype), "values": np.array([-2, 3], vtype)})
+    got = check([N("OneHot", ["ind", "depth", "values"], ["y"], axis=axis)], {"ind": ind}, ["y"],
+                inits={"depth": np.array([5], dtype), "values": np.array([-2, 3], vtype)}).got[0]
     assert (got["y"] == 3).sum() == 5  # five indices in range, one on each
 
 
 def test_onehot_depth_known_only_at_run_time_is_refused_at_import() -> None:
-    graph = _model([N("OneHot", ["ind", "depth", "values"], ["y"], name="hot")],
+    graph = make_model([N("OneHot", ["ind", "depth", "values"], ["y"], name="hot")],
                    {"ind": np.zeros(3, np.int64), "depth": np.array([4], np.int64)},
                    {"y": np.zeros((3, 4), np.float32)},
                    {"values": np.array([0, 1], np.float32)}, 13)
@@ -326,8 +289,8 @@ def test_scatter_elements_axes_and_reductions(i: int) -> None:
     if reduction != "none":
         ind[(0,) * len(ishape)] = ind.flat[1] % dim  # a repeated index
     data, upd = rand(*shape, seed=i), rand(*ishape, seed=i + 10)
-    got, _ = check([N("ScatterElements", ["data", "ind", "upd"], ["y"], axis=axis, reduction=reduction)],
-                   {"data": data, "ind": ind, "upd": upd}, ["y"], opset=18)
+    got = check([N("ScatterElements", ["data", "ind", "upd"], ["y"], axis=axis, reduction=reduction)],
+                {"data": data, "ind": ind, "upd": upd}, ["y"], opset=18).got[0]
     assert not np.array_equal(got["y"], data)
 
 
@@ -337,7 +300,7 @@ def test_scatter_elements_int64_data_constant_indices_and_a_trap_out_of_range() 
     check(nodes, {"data": data, "upd": np.array([[-7, -8]], np.int64)}, ["y"],
           inits={"ind": np.array([[3, -4]], np.int64)})
     feeds = {"data": data, "ind": np.zeros((1, 2), np.int64), "upd": np.zeros((1, 2), np.int64)}
-    graph = _model(nodes, feeds, {"y": data}, {}, 13)
+    graph = make_model(nodes, feeds, {"y": data}, {}, 13)
     with CuvilModel.load(graph).optimize(targets=[Target()]) as cm:
         ok = cm.predict({"data": data, "ind": np.array([[1, -1]]), "upd": np.array([[50, 60]])})["y"]
         assert ok[0].tolist() == [0, 50, 2, 60]
