@@ -91,7 +91,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     model.optimize(precision=args.precision, targets=parse_targets(args.targets), progress=say,
                    calibration=_calibration(args.calib, model.processing is not None),
                    accuracy_budget=args.accuracy_budget, profiles=profile_names(args),
-                   max_threads=args.max_threads)
+                   max_threads=args.max_threads,
+                   **({"kernel_cost": False} if args.ignore_kernel_cost else {}))
     source = Path(args.model.rstrip("/"))
     default = source.with_suffix(".cuvil")
     if _is_pretrained(args.model):  # DIR.cuvil beside a directory; NAME.cuvil here for a hub id ORG/NAME
@@ -136,8 +137,10 @@ def _print_quant(rec: dict) -> None:
         print(f"  weights {_human(sz['weights_bytes'])} (fp32 constants {_human(sz['weights_fp32_bytes'])})")
     for layer in rec.get("layers", []):
         sens = ", ".join(f"{k}: cos {v['cosine']:.5f}" for k, v in layer.get("sensitivity", {}).items())
+        cost = layer.get("cost_us")
+        took = f" fp32 {cost['fp32']:.0f} us, int8 {cost['int8']:.0f} us" if cost else ""
         print(f"  {layer['name'][:40]:40s} {layer['op']:6s} {layer['choice']:6s} "
-              f"act {layer['activations']:8s}" + (f" [{sens}]" if sens else ""))
+              f"act {layer['activations']:8s}" + (f" [{sens}]" if sens else "") + took)
 
 
 def _print_source_quant(rec: dict) -> None:
@@ -345,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "for a directory or hub id also a .txt of texts (or image paths), one per line")
     b.add_argument("--accuracy-budget", type=float, default=0.01,
                    help="mixed: allowed top-1 disagreement (or 1 - cosine) vs fp32 on the calibration data")
+    b.add_argument("--ignore-kernel-cost", action="store_true",
+                   help="int8/mixed: quantize every layer that can be, even where its int8 kernel is slower "
+                   "than its fp32 one (by default those stay fp32; the report shows both times)")
     b.add_argument("--report", help="write the quantization report (JSON) here and print it")
     b.add_argument("--targets", help="host (default), all, or e.g. simd128-x86,relaxed-x86; with --profile, "
                    "the profiles choose them")

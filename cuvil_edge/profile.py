@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,9 +14,11 @@ from runtime_wasm.spec import node_export
 
 from .codegen.toolchain import Target
 from .host import compile_here, host_target
-from .ir.graph import Node
-from .model import CuvilModel
+from .ir.graph import Graph, Node
 from .oracle import random_feeds
+
+if TYPE_CHECKING:
+    from .model import CuvilModel
 
 #: dtype of the math of each conv/GEMM op (the weights' type: int4 runs the int8 dot loop on unpacked nibbles)
 RATE_DTYPE = {"conv": "fp32", "conv_transpose": "fp32", "gemm": "fp32", "matmul": "fp32", "qconv": "int8",
@@ -79,15 +82,20 @@ def profile_table(rows: list[NodeTiming], top: int, repeat: int, tier: str) -> l
 
 def profile_model(model: CuvilModel, target: Target | None = None, repeat: int = 20,
                   seed: int = 0) -> list[NodeTiming]:
-    """Median time of each node (run in order, on seeded inputs) of the graph the model was compiled
-    from (the quantized one after ``optimize(precision=...)``), in a module built for ``target``
-    (default: ``host_target()``)."""
+    """``profile_graph`` of the graph the model was compiled from (the quantized one after
+    ``optimize(precision=...)``)."""
     target = target or host_target()
     if model.compiled is None:
         model.optimize(targets=[target])
     assert model.compiled is not None
-    graph = model.compiled.graph
-    compiled, inst = compile_here(graph, target, profile=True)
+    return profile_graph(model.compiled.graph, target, repeat, seed)
+
+
+def profile_graph(graph: Graph, target: Target | None = None, repeat: int = 20,
+                  seed: int = 0) -> list[NodeTiming]:
+    """Median time of each node of ``graph`` (run in order, on seeded inputs) in a profiling module built
+    for ``target`` (default: ``host_target()``)."""
+    compiled, inst = compile_here(graph, target or host_target(), profile=True)
     nodes = {n.name: n for n in graph.nodes}
     with inst:
         inst.set_inputs(random_feeds(compiled.spec.inputs, seed))

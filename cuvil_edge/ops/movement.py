@@ -1,4 +1,5 @@
-"""Data movement: transpose, concat, slice, split, pad, expand, tile, gather, plus fold-only shape ops.
+"""Data movement: transpose, depth_to_space / space_to_depth, concat, slice, split, pad, expand, tile,
+gather, plus fold-only shape ops.
 
 Run-time kernels move 32-bit elements by size (``x32-movement``), so one kernel serves f32 and i32;
 8-byte elements move as pairs of 32-bit words, 1- and 2-byte ones through the byte kernels (``x8_*``).
@@ -18,6 +19,7 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedOperator
 from ..ir.graph import Node, TensorType, Value
+from .attrs import INT, Attr, declare
 from .common import broadcast_shape, cint_list, split_rows
 from .registry import OpDef, register
 
@@ -187,25 +189,88 @@ def _transpose_infer(node: Node) -> list[TensorType]:
     return [TensorType(tuple(t.shape[p] for p in perm), t.dtype)]
 
 
-def _transpose_emit(node: Node, ctx: EmitContext) -> str:
-    x, y = node.inputs[0], node.outputs[0]
-    _u32(node, x)
-    perm = node.attrs["perm"]
-    xst = strides_of(x.type.shape)
-    shape, xs = list(y.type.shape), [xst[p] for p in perm]
+def _permute(ctx: EmitContext, x: Value, y: Value, view: Sequence[int],
+             perm: Sequence[int]) -> tuple[str, str]:
+    """y = x read as ``view`` with its dims permuted by ``perm``, in one pass: the 2-D block transpose
+    when the dims merge into one, else a strided copy. Returns the code and the transpose's kernel label."""
+    xst = strides_of(view)
+    shape, xs = [view[p] for p in perm], [xst[p] for p in perm]
     dims, (mxs, _) = merge_dims(shape, xs, strides_of(shape))
     # after merging, a real transpose is y[b][c][r] = x[b][r][c]: xs = (R*C,) 1, C
     if _unit(x) == ("x32", 1) and len(dims) in (2, 3) and mxs[-2] == 1 and mxs[-1] == dims[-2] and \
             (len(dims) == 2 or mxs[0] == dims[1] * dims[2]):
-        ctx.use_kernel("x32-transpose-4x4")
         b = dims[0] if len(dims) == 3 else 1
-        return f"x32_transpose({_ptr(ctx, x)}, {_ptr(ctx, y)}, {b}, {dims[-1]}, {dims[-2]});"
-    ctx.use_kernel(f"{_unit(x)[0]}-copynd" + ("" if mxs[-1] == 1 else "-strided"))
-    return copy_nd(ctx, x, y, shape, xs, strides_of(shape), split=True)
+        return (f"x32_transpose({_ptr(ctx, x)}, {_ptr(ctx, y)}, {b}, {dims[-1]}, {dims[-2]});",
+                "x32-transpose-4x4")
+    return (copy_nd(ctx, x, y, shape, xs, strides_of(shape), split=True),
+            f"{_unit(x)[0]}-copynd" + ("" if mxs[-1] == 1 else "-strided"))
+
+
+def _transpose_emit(node: Node, ctx: EmitContext) -> str:
+    x = node.inputs[0]
+    _u32(node, x)
+    code, label = _permute(ctx, x, node.outputs[0], x.type.shape, node.attrs["perm"])
+    ctx.use_kernel(label)
+    return code
 
 
 register(OpDef("transpose", _transpose_infer, lambda n, a: [np.transpose(a[0], n.attrs["perm"])],
                _transpose_emit, kernels=KERNELS))
+
+
+# -- depth_to_space / space_to_depth: one permutation of the NCHW input's 6-D block view -------------------
+# blocksize k; depth_to_space's mode: DCR (output pixel (i, j) of a block reads depth (i * k + j) * C + c:
+# ONNX's default and TFLite's order) or CRD (c * k * k + i * k + j); channels_last: the output is written
+# NHWC, what a following move to channels-last becomes (``passes/absorb_transposes.py``). The op the model
+# asked for stays one node (``inspect`` shows it, not a layout transpose) and runs as one pass.
+def block_view(node: Node) -> tuple[list[int], list[int], tuple[int, ...]]:
+    """The input's 6-D view, the permutation of it that is the output, and the output's shape."""
+    shape, k = node.inputs[0].type.shape, node.attrs["blocksize"]
+    if len(shape) != 4 or k < 1:
+        raise ShapeError(f"{node.name}: {node.op} needs a 4-D input and a block size >= 1, got "
+                         f"{list(shape)} and {k}")
+    n, c, h, w = shape
+    if node.op == "space_to_depth":
+        if h % k or w % k:
+            raise ShapeError(f"{node.name}: space_to_depth block {k} does not divide {h}x{w}")
+        view, perm = [n, c, h // k, k, w // k, k], [0, 3, 5, 1, 2, 4]
+        groups = [[0], [1, 2, 3], [4], [5]]  # [n, k, k, c, h/k, w/k]: N, C*k*k, H, W
+    else:
+        mode = node.attrs["mode"]
+        if mode not in ("DCR", "CRD") or c % (k * k):
+            raise ShapeError(f"{node.name}: depth_to_space mode {mode!r} with block {k} on {c} channels")
+        view, perm = ([n, k, k, c // (k * k), h, w], [0, 3, 4, 1, 5, 2]) if mode == "DCR" else \
+            ([n, c // (k * k), k, k, h, w], [0, 1, 4, 2, 5, 3])
+        groups = [[0], [1], [2, 3], [4, 5]]  # [n, c, h, k, w, k]: N, C, H*k, W*k
+    if node.attrs.get("channels_last", False):
+        groups = [groups[0], groups[2], groups[3], groups[1]]
+    out = tuple(math.prod(view[perm[d]] for d in g) for g in groups)
+    return view, [perm[d] for g in groups for d in g], out
+
+
+def _block_infer(node: Node) -> list[TensorType]:
+    return [TensorType(block_view(node)[2], node.inputs[0].type.dtype)]
+
+
+def _block_fold(node: Node, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    view, perm, out = block_view(node)
+    return [np.transpose(args[0].reshape(view), perm).reshape(out)]
+
+
+def _block_emit(node: Node, ctx: EmitContext) -> str:
+    x = node.inputs[0]
+    _u32(node, x)
+    view, perm, _ = block_view(node)
+    code, _ = _permute(ctx, x, node.outputs[0], view, perm)
+    ctx.use_kernel(f"{_unit(x)[0]}-{node.op.replace('_', '-')}")
+    return code
+
+
+register(OpDef("depth_to_space", _block_infer, _block_fold, _block_emit, kernels=KERNELS))
+register(OpDef("space_to_depth", _block_infer, _block_fold, _block_emit, kernels=KERNELS))
+declare("depth_to_space", {"blocksize": Attr(INT), "mode": Attr(str),
+                          "channels_last": Attr(bool, required=False)})
+declare("space_to_depth", {"blocksize": Attr(INT), "channels_last": Attr(bool, required=False)})
 
 
 # -- concat / split -----------------------------------------------------------------------------------

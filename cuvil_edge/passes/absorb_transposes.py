@@ -5,8 +5,10 @@ anchors), and transposes on either side of a reshape that only merges dims.
 
 - A pointwise f32 conv (1x1 taps, stride 1, unpadded, one group) whose one reader is a transpose to
   channels-last becomes ``conv_nhwc``: the 1x1 kernel stores its tiles transposed, no pass of its own.
-- transpose -> reshape (merging consecutive dims) -> transpose is one transpose, then the reshape (e.g.
-  DEPTH_TO_SPACE's 6-D transpose followed by a graph output's move to NHWC).
+- A ``depth_to_space`` / ``space_to_depth`` whose one reader is a transpose to channels-last writes NHWC
+  itself (``channels_last``: another permutation of the same 6-D view, still one pass), e.g. a detector's
+  DEPTH_TO_SPACE feeding a graph output that TFLite wants NHWC.
+- transpose -> reshape (merging consecutive dims) -> transpose is one transpose, then the reshape.
 
 Runs after activation fusion, so a conv_nhwc carries its activation and no later pass needs to know its
 layout.
@@ -32,6 +34,16 @@ def _absorb_into_conv(graph: Graph, conv: Node, uses: dict[int, list[Node]]) -> 
             or not is_pointwise(conv_geometry(conv))):
         return False
     conv.op, conv.outputs = "conv_nhwc", t.outputs
+    graph.nodes.remove(t)
+    return True
+
+
+def _absorb_into_block_move(graph: Graph, node: Node, uses: dict[int, list[Node]]) -> bool:
+    t = graph.sole_consumer(node.outputs[0], uses)
+    if t is None or t.op != "transpose" or node.attrs.get("channels_last", False) or \
+            list(t.attrs["perm"]) != _channels_last(4):
+        return False
+    node.attrs["channels_last"], node.outputs = True, t.outputs
     graph.nodes.remove(t)
     return True
 
@@ -79,11 +91,16 @@ def _merge_across_reshape(graph: Graph, first: Node, uses: dict[int, list[Node]]
     return True
 
 
+#: op -> the rewrite tried on each of its nodes
+_REWRITES = {"conv": _absorb_into_conv, "transpose": _merge_across_reshape,
+             "depth_to_space": _absorb_into_block_move, "space_to_depth": _absorb_into_block_move}
+
+
 def absorb_transposes(graph: Graph) -> bool:
     changed = False
     uses = graph.consumers()
     for n in list(graph.nodes):
-        rewrite = {"conv": _absorb_into_conv, "transpose": _merge_across_reshape}.get(n.op)
+        rewrite = _REWRITES.get(n.op)
         if rewrite is not None and any(m is n for m in graph.nodes) and rewrite(graph, n, uses):
             changed, uses = True, graph.consumers()
     return changed

@@ -7,7 +7,8 @@ Schemes: fp32, fp16 (weights stored fp16, computed f32), int8 (static: per-chann
 activations from calibration), int8-dynamic (activation ranges at run time), int4 (group-wise 4-bit
 weights for gemm and convs whose K is a multiple of the group; int8-dynamic activations; other
 layers stay fp32) and mixed (the cheapest per-layer choice that keeps the error within
-``accuracy_budget``, from a one-layer-at-a-time sensitivity table).
+``accuracy_budget``, from a one-layer-at-a-time sensitivity table). int8, int8-dynamic and mixed leave a
+layer fp32 where its int8 kernel is slower than its fp32 one (``cost.py``; ``kernel_cost=False``: not).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from ..errors import QuantizationError
 from ..ir.graph import Graph, Node
 from .calibrate import CALIBRATION_HINT, OBSERVERS, ActRange, Sample, calibrate, load_samples
+from .cost import SLOWER, LayerCost, drop_slow_int8, measure, timed_layers
 from .rewrite import choices_for, quantizable, quantize_graph
 
 #: every ``precision`` a build takes (``CuvilModel.optimize``, the CLI's ``--precision`` choices)
@@ -97,10 +99,11 @@ def sensitivity(ev: _Evaluator, layers: Sequence[Node], progress: Progress) -> d
 
 
 def mixed_plan(ev: _Evaluator, layers: Sequence[Node], table: dict[str, dict[str, Any]], budget: float,
-               progress: Progress) -> tuple[dict[str, str], dict[str, float]]:
-    """Start every layer at its cheapest choice; while the whole model misses the budget, move the layer
-    whose current choice hurts most (per the table) one step up CHOICES."""
-    plan = {n.name: choices_for(n, ev.group)[0] for n in layers}
+               progress: Progress, start: dict[str, str]) -> tuple[dict[str, str], dict[str, float]]:
+    """Start every layer at ``start`` (its cheapest choice, fp32 where int8 is slower); while the whole
+    model misses the budget, move the layer whose current choice hurts most (per the table) one step up
+    CHOICES."""
+    plan = dict(start)
     opts = {n.name: choices_for(n, ev.group) for n in layers}
     while True:
         metrics = ev(plan)
@@ -126,7 +129,7 @@ def check_precision(precision: str) -> None:
 
 def quantize(graph: Graph, precision: str, calibration: Any = None, accuracy_budget: float = 0.01,
              observer: str = "minmax", group_size: int = 32, max_samples: int = 256,
-             progress: Progress | None = None) -> QuantResult:
+             progress: Progress | None = None, kernel_cost: bool = True) -> QuantResult:
     """Quantize the optimized fp32 ``graph`` per ``precision`` (see the module docstring)."""
     check_precision(precision)
     if group_size % 32 or group_size <= 0:
@@ -145,23 +148,39 @@ def quantize(graph: Graph, precision: str, calibration: Any = None, accuracy_bud
                               "int4_group_size": group_size, "calibration_samples": len(samples or [])}
     table: dict[str, dict[str, Any]] = {}
     metrics = None
+    costs: dict[str, LayerCost] = {}
+    if precision == "mixed" and samples is None:
+        raise QuantizationError("mixed precision measures its accuracy budget on calibration data: "
+                                f"{CALIBRATION_HINT}")
+    plan = scheme_plan(layers, "int8" if precision == "mixed" else precision, group_size)
+    if kernel_cost and precision in ("int8", "int8-dynamic", "mixed"):
+        timed = timed_layers(layers, plan)
+        if timed:
+            say(f"kernel cost: timing {len(timed)} layers at fp32 and int8")
+            costs = measure(graph, quantize_graph(graph, plan, ranges, group_size, dynamic), timed)
+        record["kernel_cost"] = {"host": _host_name(), "int8_slower_than": SLOWER}
     if precision == "mixed":
-        if samples is None:
-            raise QuantizationError("mixed precision measures its accuracy budget on calibration data: "
-                                    f"{CALIBRATION_HINT}")
         ev = _Evaluator(graph, samples, ranges, group_size, dynamic)
         table = sensitivity(ev, layers, say)
-        plan, metrics = mixed_plan(ev, layers, table, accuracy_budget, say)
+        start = drop_slow_int8({n.name: choices_for(n, group_size)[0] for n in layers}, costs)
+        plan, metrics = mixed_plan(ev, layers, table, accuracy_budget, say, start)
         record["accuracy_budget"] = accuracy_budget
     else:
-        plan = scheme_plan(layers, precision, group_size)
+        plan = drop_slow_int8(plan, costs)
     qgraph = quantize_graph(graph, plan, ranges, group_size, dynamic, log=progress)
     record["layers"] = [{"name": n.name, "op": n.op, "choice": plan[n.name],
                          "activations": _act_mode(qgraph, n.name),
-                         "sensitivity": table.get(n.name, {})} for n in layers]
+                         "sensitivity": table.get(n.name, {}),
+                         **({"cost_us": costs[n.name].record()} if n.name in costs else {})} for n in layers]
     if metrics is not None:
         record["accuracy_vs_fp32"] = metrics
     return QuantResult(qgraph, record)
+
+
+def _host_name() -> str:
+    from ..host import host_target
+
+    return host_target().name
 
 
 def _act_mode(graph: Graph, name: str) -> str:

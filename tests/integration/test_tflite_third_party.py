@@ -209,13 +209,12 @@ def test_real_model_matches_litert(case: Case, request: pytest.FixtureRequest,
 #: input (or reaching a graph output) is that input's (output's) one layout change
 _EDGE_OPS = ("reshape", "cast", "quantize", "dequantize")
 
-#: interior transposes left in the optimized graph, per model (file stem; every other listed model has
-#: none): DEPTH_TO_SPACE between convs (3 in pose_detection), which is itself a permutation of the
-#: elements (one 6-D transpose on NCHW, ONNX's DCR DepthToSpace; on NHWC it would be one too), not a
-#: layout change. The detectors' heads (conv -> NHWC -> reshape -> concat of anchors) have none: their 1x1
-#: convs write channels-last (``conv_nhwc``), and a DEPTH_TO_SPACE feeding an output merges with the
-#: output's move to NHWC (``passes/absorb_transposes.py``)
-INTERIOR_TRANSPOSES = {"pose_detection": 3}
+#: interior transposes left in the optimized graph, per model (file stem; a model not named has none).
+#: None is left in any listed model: DEPTH_TO_SPACE (pose_detection's decoder, the heads of
+#: face_detection_full_range_sparse) is its own op, not a 6-D transpose; the detectors' heads (conv -> NHWC
+#: -> reshape -> concat of anchors) have their 1x1 convs write channels-last (``conv_nhwc``), and a
+#: DEPTH_TO_SPACE feeding an output writes the output's NHWC itself (``passes/absorb_transposes.py``)
+INTERIOR_TRANSPOSES: dict[str, int] = {}
 
 
 def interior_transposes(graph: Graph) -> list[Node]:

@@ -1,6 +1,7 @@
 """passes/absorb_transposes.py: a detector head's conv -> Transpose(0, 2, 3, 1) -> Reshape becomes one
-``conv_nhwc`` (the 1x1 kernel storing its tiles channels-last), and transpose -> merging reshape ->
-transpose becomes one transpose; both against onnxruntime, threads bit-identical to one thread."""
+``conv_nhwc`` (the 1x1 kernel storing its tiles channels-last), a DepthToSpace / SpaceToDepth moved to
+NHWC writes channels-last itself, and transpose -> merging reshape -> transpose becomes one transpose; all
+against onnxruntime, threads bit-identical to one thread."""
 
 from __future__ import annotations
 
@@ -73,19 +74,64 @@ def test_channels_last_conv_on_threads_is_bit_identical_to_one_thread() -> None:
     assert all(np.array_equal(outs[0][k], outs[1][k]) for k in outs[0])
 
 
-def depth_to_space_then_nhwc() -> onnx.ModelProto:
-    """DepthToSpace (a 6-D transpose between reshapes) whose output moves to NHWC: one transpose."""
+def block_move_then_nhwc(op: str, mode: str | None, shared: bool = False) -> onnx.ModelProto:
+    """DepthToSpace (``mode``) or SpaceToDepth on x [1, 12, 4, 6], its output moved to NHWC (and read by
+    a Sigmoid too when ``shared``)."""
+    attrs = {"blocksize": 2} | ({"mode": mode} if mode else {})
+    nodes = [helper.make_node(op, ["x"], ["d"], **attrs),
+             helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 3, 1])]
+    nodes += [helper.make_node("Sigmoid", ["d"], ["z"])] if shared else []
     graph = helper.make_graph(
-        [helper.make_node("DepthToSpace", ["x"], ["d"], blocksize=2, mode="DCR"),
+        nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 12, 4, 6])],
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, None) for k in ("y", "z")[:1 + shared]])
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 17)]), strict_mode=True)
+
+
+BLOCK_MOVES = [("DepthToSpace", "DCR"), ("DepthToSpace", "CRD"), ("SpaceToDepth", None)]
+
+
+@pytest.mark.parametrize("op,mode", BLOCK_MOVES)
+def test_block_move_read_by_a_move_to_nhwc_writes_channels_last(op: str, mode: str | None) -> None:
+    """The import keeps the op the model asked for (one node, no 6-D transpose); the move to NHWC after
+    it becomes another permutation of the same view: one node, no transpose left."""
+    proto = block_move_then_nhwc(op, mode)
+    ir_op = "depth_to_space" if op == "DepthToSpace" else "space_to_depth"
+    model = CuvilModel.load(proto)
+    assert model.graph.op_counts() == {ir_op: 1, "transpose": 1}
+    model.optimize(targets=[Target()])
+    (node,) = model.graph.nodes
+    assert node.op == ir_op and node.attrs["channels_last"] is True
+    assert_matches_ort(proto, model, n_inputs=2)
+
+
+def test_block_move_whose_output_is_read_elsewhere_stays_nchw() -> None:
+    proto = block_move_then_nhwc("DepthToSpace", "DCR", shared=True)
+    model = CuvilModel.load(proto).optimize(targets=[Target()])
+    counts = model.graph.op_counts()
+    assert counts["depth_to_space"] == 1 and counts["transpose"] == 1, counts
+    assert "channels_last" not in next(n for n in model.graph.nodes if n.op == "depth_to_space").attrs
+    assert_matches_ort(proto, model, n_inputs=2)
+
+
+def pixel_shuffle_then_nhwc() -> onnx.ModelProto:
+    """A depth-to-space written out (Reshape -> 6-D Transpose -> Reshape, as exporters spell pixel
+    shuffle), its output moved to NHWC: one transpose."""
+    shapes = {"six": np.array([1, 3, 2, 2, 5, 3]), "four": np.array([1, 3, 10, 6])}
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "six"], ["v"]),
+         helper.make_node("Transpose", ["v"], ["t"], perm=[0, 1, 4, 2, 5, 3]),
+         helper.make_node("Reshape", ["t", "four"], ["d"]),
          helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 3, 1])],
-        "d2s", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 12, 5, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        "shuffle", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 12, 5, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in shapes.items()])
     return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[
         helper.make_opsetid("", 17)]), strict_mode=True)
 
 
 def test_transposes_merge_across_a_reshape_that_merges_dims() -> None:
-    proto = depth_to_space_then_nhwc()
+    proto = pixel_shuffle_then_nhwc()
     model = CuvilModel.load(proto).optimize(targets=[Target()])
     assert model.graph.op_counts()["transpose"] == 1
     assert_matches_ort(proto, model, n_inputs=2)

@@ -1,4 +1,4 @@
-"""Converters for vision-head ops: DepthToSpace/SpaceToDepth (reshape + transpose), Instance and Group
+"""Converters for vision-head ops: DepthToSpace/SpaceToDepth (one node each), Instance and Group
 normalisation (layernorm over the group, then a per-channel affine), PRelu and the ``act2`` family."""
 
 from __future__ import annotations
@@ -18,17 +18,14 @@ def _reshape(ctx: ConvertContext, v: Value, shape: list[int], tag: str) -> Value
 
 @converter("DepthToSpace", "SpaceToDepth")
 def depth_space(ctx: ConvertContext) -> None:
-    x = ctx.input(0)
-    n, c, h, w = x.type.shape
-    k = int(ctx.attr("blocksize"))
-    if ctx.op_type == "SpaceToDepth":
-        six, perm, out = [n, c, h // k, k, w // k, k], [0, 3, 5, 1, 2, 4], [n, c * k * k, h // k, w // k]
-    elif ctx.attr("mode", "DCR") == "DCR":
-        six, perm, out = [n, k, k, c // (k * k), h, w], [0, 3, 4, 1, 5, 2], [n, c // (k * k), h * k, w * k]
-    else:
-        six, perm, out = [n, c // (k * k), k, k, h, w], [0, 1, 4, 2, 5, 3], [n, c // (k * k), h * k, w * k]
-    t = ctx.emit1("transpose", [_reshape(ctx, x, six, "6d")], {"perm": perm}, name=f"{ctx.name}/perm")
-    ctx.set_outputs(ctx.emit1("reshape", [t], {"shape": out}))
+    """One ``depth_to_space`` / ``space_to_depth`` node (``ops/movement.py``), which checks the shape."""
+    attrs = {"blocksize": int(ctx.attr("blocksize"))}
+    if ctx.op_type == "DepthToSpace":
+        attrs["mode"] = ctx.attr("mode", "DCR")
+        if attrs["mode"] not in ("DCR", "CRD"):
+            raise ctx.unsupported(f"mode {attrs['mode']!r}")
+    ctx.set_outputs(ctx.emit1("depth_to_space" if ctx.op_type == "DepthToSpace" else "space_to_depth",
+                              [ctx.input(0)], attrs))
 
 
 def _group_norm(ctx: ConvertContext, x: Value, groups: int, scale: np.ndarray, bias: np.ndarray,

@@ -1,6 +1,6 @@
 """Converters for data movement: reshapes (TFLite order), and concat / pad / slice / gather / split /
 transpose, which keep the layout they are given with their axes remapped (TRANSPOSE only relabels it);
-depth-to-space and back on NCHW."""
+depth-to-space and back as their own ops on NCHW."""
 
 from __future__ import annotations
 
@@ -220,16 +220,11 @@ def requantize(ctx: TflContext) -> None:
 
 @converter("DEPTH_TO_SPACE", "SPACE_TO_DEPTH")
 def depth_space(ctx: TflContext) -> None:
-    """On NCHW: TF's NHWC depth index (i * k + j) * C + c is ONNX's DCR order, one 6D transpose."""
+    """On NCHW: TF's NHWC depth index (i * k + j) * C + c is ONNX's DCR order (``ops/movement.py``)."""
     x = ctx.nchw(0)
-    n, c, h, w = x.type.shape
+    c, h, w = x.type.shape[1:]
     k = int(ctx.options.get("BlockSize", 0))
     if k < 1 or (c % (k * k) if ctx.op.op == "DEPTH_TO_SPACE" else h % k or w % k):
         raise ctx.unsupported(f"block size {k} for shape {ctx.laid(0).shape}")
-    if ctx.op.op == "DEPTH_TO_SPACE":
-        six, perm, out = [n, k, k, c // (k * k), h, w], [0, 3, 4, 1, 5, 2], [n, c // (k * k), h * k, w * k]
-    else:
-        six, perm, out = [n, c, h // k, k, w // k, k], [0, 3, 5, 1, 2, 4], [n, c * k * k, h // k, w // k]
-    y = ctx.emit1("reshape", [x], {"shape": six}, f"{ctx.name}/6d")
-    y = ctx.emit1("transpose", [y], {"perm": perm}, f"{ctx.name}/perm")
-    ctx.set_output(ctx.emit1("reshape", [y], {"shape": out}), NCHW)
+    attrs = {"blocksize": k, "mode": "DCR"} if ctx.op.op == "DEPTH_TO_SPACE" else {"blocksize": k}
+    ctx.set_output(ctx.emit1(ctx.op.op.lower(), [x], attrs), NCHW)
