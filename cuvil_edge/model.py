@@ -157,7 +157,8 @@ class CuvilModel:
         quantizes the optimized graph (``cuvil_edge.quant``): ``calibration`` is an .npz file, a
         directory of .npy/.npz or an iterable of samples; ``accuracy_budget`` bounds ``mixed``;
         ``quant_options``: observer ("minmax", "percentile", "mse"), group_size, max_samples,
-        kernel_cost (default True: int8 layers whose int8 kernel times slower than fp32 stay fp32).
+        kernel_cost (default True: int8 layers whose int8 kernel times slower than fp32 stay fp32), chain
+        (default True: int8 layers hand uint8 to int8 readers, ``quant/chain.py``).
         ``build_cache``: where earlier builds are reused (default: ``BuildCacheConfig.from_env()``);
         ``max_threads``: most threads the modules can run on (the device picks how many; 1: plain modules
         without shared memory); default: the most any of ``profiles`` runs (their ``threads``), else 4."""

@@ -68,10 +68,10 @@ def split_rows(ctx: EmitContext, rows: int, work: int, call: Callable[[str, str]
 def act_c(node: Node) -> str:
     """C ``Act`` literal for a node's ``act`` attr: ``(kind, a, b)`` with kind a key of ``ACTS``."""
     kind, a, b = node.attrs.get("act") or ("none", 0.0, 0.0)
-    return f"(Act){{{ACTS[kind]}, {_cfloat(a)}, {_cfloat(b)}}}"
+    return f"(Act){{{ACTS[kind]}, {cfloat(a)}, {cfloat(b)}}}"
 
 
-def _cfloat(x: float) -> str:
+def cfloat(x: float) -> str:
     x = float(x)
     if np.isinf(x):
         return "(-__builtin_inff())" if x < 0 else "__builtin_inff()"

@@ -3,7 +3,9 @@
 Every op takes f32 activations (or uint8 ones already quantized by an imported QuantizeLinear) and
 writes f32: it quantizes its input into scratch (statically, or dynamically at run time), runs the
 int32-accumulating kernel and dequantizes in the epilogue with bias and fused activation. So a
-quantized layer drops in for a float one anywhere in the graph, and layers mix freely.
+quantized layer drops in for a float one anywhere in the graph, and layers mix freely. Where a qconv /
+qgemm's one reader is another static one, it writes that reader's uint8 instead (``yq``,
+``quant/chain.py``): the same bytes the reader's quantize pass would have made.
 
 ``xq`` attr: how the op gets its quantized activations, an ``ActQuant`` (static, dynamic or input).
 Every op here has an attribute schema (``ops/attrs.py``) the verifier checks.
@@ -39,7 +41,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .attrs import ACT, INT, Attr, declare
-from .common import act_c
+from .common import act_c, cfloat
 from .conv import conv_geometry, conv_infer, is_depthwise, is_pointwise, is_pointwise_strided, kernel_tile
 from .registry import OpDef, register
 
@@ -57,9 +59,13 @@ class ActQuant:
 
     static   quantized with ``scale`` and ``zero_point`` (from calibration)
     dynamic  range measured at run time, per row (``per_row``) or per tensor (as ONNX does)
-    input    input 0 is already uint8 (imported QDQ / QLinear* / *Integer ops); its scale (f32) and zero
-             point (uint8) are the node's last two inputs, constants or run-time values
+    input    input 0 is already uint8 (imported QDQ / QLinear* / *Integer ops, or qmax 127: a quantized
+             producer's requantized output, ``quant/chain.py``); its scale (f32) and zero point (uint8)
+             are the node's last two inputs, constants or run-time values
     ``qmax``: 127 (our quantizer: 7-bit activations, the exact relaxed-dot path) or 255 (8-bit).
+
+    A qconv / qgemm's ``yq`` attr (static) is the grid its output is requantized onto: its one reader's
+    static ``xq``, so the output is uint8 (``QOut`` in the qs8 kernels).
     """
 
     mode: str
@@ -69,8 +75,7 @@ class ActQuant:
     per_row: bool = False
 
     def __post_init__(self) -> None:
-        if self.mode not in (STATIC, DYNAMIC, INPUT) or self.qmax not in (127, 255) or \
-                (self.mode == INPUT and self.qmax != 255):
+        if self.mode not in (STATIC, DYNAMIC, INPUT) or self.qmax not in (127, 255):
             raise ValueError(f"not an activation quantization: {self}")
 
     @classmethod
@@ -82,8 +87,8 @@ class ActQuant:
         return cls(DYNAMIC, qmax, per_row=per_row)
 
     @classmethod
-    def input(cls) -> ActQuant:
-        return cls(INPUT)
+    def input(cls, qmax: int = 255) -> ActQuant:
+        return cls(INPUT, qmax)
 
     @property
     def extra_inputs(self) -> int:
@@ -96,7 +101,26 @@ CONV_ATTRS = {"strides": Attr((list, tuple), items=INT), "dilations": Attr((list
               "pads": Attr((list, tuple), items=INT), "group": Attr(INT, required=False), "act": ACT}
 #: the attrs of a float gemm
 GEMM_ATTRS = {"act": ACT}
-XQ = {"xq": Attr(ActQuant)}
+XQ = {"xq": Attr(ActQuant), "yq": Attr(ActQuant, required=False)}
+
+
+def requantized(infer: Callable[[Node], list[TensorType]]) -> Callable[[Node], list[TensorType]]:
+    """``infer`` of a qs8 op whose output is uint8 when it carries ``yq``."""
+    def infer_q(node: Node) -> list[TensorType]:
+        (t,) = infer(node)
+        yq = node.attrs.get("yq")
+        if yq is not None and yq.mode != STATIC:
+            raise ShapeError(f"{node.name}: {node.op} requantizes its output onto a static grid, got {yq}")
+        return [TensorType(t.shape, "uint8")] if yq is not None else [t]
+    return infer_q
+
+
+def qout(node: Node, ctx: EmitContext) -> str:
+    """The qs8 kernels' ``QOut`` for the node's output: f32, or uint8 on its ``yq`` grid."""
+    y, yq = ctx.ptr(node.outputs[0]), node.attrs.get("yq")
+    if yq is None:
+        return f"(QOut){{{y}, 0.0f, 0, 0}}"
+    return f"(QOut){{{y}, {cfloat(yq.scale)}, {yq.zero_point}, {yq.qmax}}}"
 
 
 def _ceil(n: int, m: int) -> int:
@@ -314,10 +338,11 @@ def _qgemm_emit(node: Node, ctx: EmitContext) -> str:
     return _braced(pre, (
         f"qs8_gemm_x{act.xbits}({n}, {m}, {k}, {ctx.weight(w, 'int8_t')}, {xq}, {k}, "
         f"({mem} + {used}), {s}, {z}, {act.xstep}, {ctx.weight(wsum, 'int32_t')}, "
-        f"{ctx.weight(ws)}, {ctx.weight(b)}, {ctx.ptr(node.outputs[0])}, 1, {n}, {act_c(node)}, {threads});"))
+        f"{ctx.weight(ws)}, {ctx.weight(b)}, {qout(node, ctx)}, 1, {n}, {act_c(node)}, {threads});"))
 
 
-register(OpDef("qgemm", _qgemm_infer, None, _qgemm_emit, kernels=("qs8-gemm",), scratch=_qgemm_scratch))
+register(OpDef("qgemm", requantized(_qgemm_infer), None, _qgemm_emit, kernels=("qs8-gemm",),
+               scratch=_qgemm_scratch))
 declare("qgemm", {**GEMM_ATTRS, **XQ})
 
 
@@ -405,7 +430,7 @@ def _qdwconv_emit(node: Node, ctx: EmitContext, g: dict[str, int]) -> str:
     return _braced(pre, (
         f"qs8_dwconv_x{act.xbits}_{dw_variant(g)}({xf}, {xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
         f"{ctx.weight(taps.reshape(-1), 'int8_t')}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
-        f"{ctx.weight(b)}, {s}, {z}, {act.qmax}, {ctx.ptr(node.outputs[0])}, {g['OH']}, {g['OW']}, {kh}, "
+        f"{ctx.weight(b)}, {s}, {z}, {act.qmax}, {qout(node, ctx)}, {g['OH']}, {g['OW']}, {kh}, "
         f"{kw}, {g['sh']}, {g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {g['pr']}, {hp}, {wp}, "
         f"{ctx.scratch('uint8_t')}, {act_c(node)}, {threads});"))
 
@@ -477,7 +502,7 @@ def _qconv_emit(node: Node, ctx: EmitContext) -> str:
                              g["G"])
     xp = f"({col} + {_col_bytes(g)})"
     operands = (f"{ctx.weight(w, 'int8_t')}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
-                f"{ctx.weight(b)}, {s}, {z}, {ctx.ptr(node.outputs[0])}")
+                f"{ctx.weight(b)}, {s}, {z}, {qout(node, ctx)}")
     if is_pointwise(g):
         call = (f"qs8_conv1x1_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['D'] * g['H'] * g['W']}, {operands}, "
                 f"{g['M']}, {g['G']}, {_pchunk(g)}, {xp}")
@@ -490,7 +515,7 @@ def _qconv_emit(node: Node, ctx: EmitContext) -> str:
     return _braced(pre, f"{call}, {act_c(node)}, {threads});")
 
 
-register(OpDef("qconv", conv_infer, None, _qconv_emit, kernels=("qs8-gemm", "qs8-dwconv"),
+register(OpDef("qconv", requantized(conv_infer), None, _qconv_emit, kernels=("qs8-gemm", "qs8-dwconv"),
                scratch=_qconv_scratch))
 declare("qconv", {**CONV_ATTRS, **XQ})
 

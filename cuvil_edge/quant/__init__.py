@@ -9,6 +9,7 @@ weights for gemm and convs whose K is a multiple of the group; int8-dynamic acti
 layers stay fp32) and mixed (the cheapest per-layer choice that keeps the error within
 ``accuracy_budget``, from a one-layer-at-a-time sensitivity table). int8, int8-dynamic and mixed leave a
 layer fp32 where its int8 kernel is slower than its fp32 one (``cost.py``; ``kernel_cost=False``: not).
+Static int8 layers hand uint8 to the static int8 layers that alone read them (``chain.py``).
 """
 
 from __future__ import annotations
@@ -129,8 +130,9 @@ def check_precision(precision: str) -> None:
 
 def quantize(graph: Graph, precision: str, calibration: Any = None, accuracy_budget: float = 0.01,
              observer: str = "minmax", group_size: int = 32, max_samples: int = 256,
-             progress: Progress | None = None, kernel_cost: bool = True) -> QuantResult:
-    """Quantize the optimized fp32 ``graph`` per ``precision`` (see the module docstring)."""
+             progress: Progress | None = None, kernel_cost: bool = True, chain: bool = True) -> QuantResult:
+    """Quantize the optimized fp32 ``graph`` per ``precision`` (see the module docstring); ``chain=False``
+    keeps f32 between int8 layers (``chain.py``: the same bits either way)."""
     check_precision(precision)
     if group_size % 32 or group_size <= 0:
         raise QuantizationError(f"int4 group size must be a positive multiple of 32, got {group_size}")
@@ -167,7 +169,7 @@ def quantize(graph: Graph, precision: str, calibration: Any = None, accuracy_bud
         record["accuracy_budget"] = accuracy_budget
     else:
         plan = drop_slow_int8(plan, costs)
-    qgraph = quantize_graph(graph, plan, ranges, group_size, dynamic, log=progress)
+    qgraph = quantize_graph(graph, plan, ranges, group_size, dynamic, log=progress, chain=chain)
     record["layers"] = [{"name": n.name, "op": n.op, "choice": plan[n.name],
                          "activations": _act_mode(qgraph, n.name),
                          "sensitivity": table.get(n.name, {}),
@@ -186,7 +188,9 @@ def _host_name() -> str:
 def _act_mode(graph: Graph, name: str) -> str:
     node = next(n for n in graph.nodes if n.name == name)
     xq = node.attrs.get("xq")
-    return "f32" if xq is None else xq.mode
+    if xq is None:
+        return "f32"
+    return "chained" if xq.mode == "input" else xq.mode  # quant/chain.py: static, as bytes from its producer
 
 
 def report(fp32_graph: Graph, result: QuantResult, calibration: Any, weights: int,

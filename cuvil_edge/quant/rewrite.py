@@ -19,6 +19,7 @@ from ..ir.graph import Graph, Node
 from ..ops.qlinear import ActQuant
 from ..passes.pipeline import Pass, run_passes
 from .calibrate import ActRange
+from .chain import chain_int8
 
 #: per-layer choices, cheapest first (the order the mixed planner tries them)
 CHOICES = ("int4", "int8", "fp16", "fp32")
@@ -100,8 +101,10 @@ def rewrite_layer(graph: Graph, node: Node, choice: str, ranges: Mapping[str, Ac
 
 
 def quantize_graph(graph: Graph, plan: Mapping[str, str], ranges: Mapping[str, ActRange] | None = None,
-                   group: int = 32, dynamic: bool = False, log=None) -> Graph:
-    """A quantized clone of ``graph`` per ``plan`` (node name -> choice), verified like any pass."""
+                   group: int = 32, dynamic: bool = False, log=None, chain: bool = True) -> Graph:
+    """A quantized clone of ``graph`` per ``plan`` (node name -> choice), verified like any pass; with
+    ``chain``, int8 layers then hand uint8 to their int8 readers (``chain.py``: the same bits, less
+    memory; off only to compare against)."""
     q = graph.clone()
 
     def run(g: Graph) -> bool:
@@ -110,4 +113,6 @@ def quantize_graph(graph: Graph, plan: Mapping[str, str], ranges: Mapping[str, A
             rewrite_layer(g, n, plan[n.name], ranges or {}, group, dynamic)
         return any(plan[n.name] != "fp32" for n in layers)
 
-    return run_passes(q, (Pass("quantize", run, "rewrite layers per the precision plan"),), log=log)
+    passes = (Pass("quantize", run, "rewrite layers per the precision plan"),
+              Pass("chain_int8", chain_int8, "int8 layers hand uint8 to int8 readers"))
+    return run_passes(q, passes if chain else passes[:1], log=log)

@@ -35,18 +35,21 @@ INLINE void qdw_fill_plane(uint8_t* plane, const uint8_t* xc, int H, int W, int 
   }
 }
 
-/* 8 outputs (f32 epilogue, fused activation), the first n of them stored. */
-INLINE void qdw_store8(float* y, int n, v128_t a0, v128_t a1, v128_t zs, v128_t sc, v128_t b, Act act) {
+/* 8 outputs (f32 epilogue, fused activation; QOut: f32 or requantized), the first n of them stored. */
+INLINE void qdw_store8(QOut y, int n, v128_t a0, v128_t a1, v128_t zs, v128_t sc, v128_t b, Act act) {
   const v128_t f0 = act_apply(q_dequant(a0, zs, sc, b), act), f1 = act_apply(q_dequant(a1, zs, sc, b), act);
-  if (n >= 8) { VSTORE(y, f0); VSTORE(y + 4, f1); return; }
-  if (n >= 4) { VSTORE(y, f0); store_partial(y + 4, f1, n - 4); return; }
-  store_partial(y, f0, n);
+  if (y.qmax && n >= 8) {
+    wasm_v128_store64_lane(y.p, wasm_i32x4_shuffle(qo_bytes(y, f0), qo_bytes(y, f1), 0, 4, 0, 4), 0);
+    return;
+  }
+  qo_store(y, f0, n < 4 ? n : 4);
+  if (n > 4) qo_store(qo_at(y, 4), f1, n < 8 ? n - 4 : 4);
 }
 
 /* One output row, s1, 7-bit activations: tap row ky of output 0 starts at r + ky * rs (plane
  * bytes); wv[ky * kwg + g] holds tap group g's 4 taps in every lane. */
 INLINE void qdw_row_s1_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, int kwg, int sw, int dw,
-                          int OW, float* y, v128_t zs, v128_t sc, v128_t b, Act act) {
+                          int OW, QOut y, v128_t zs, v128_t sc, v128_t b, Act act) {
   (void)sw; (void)dw;
   for (int ox = 0; ox < OW; ox += 8) {
     v128_t a0 = wasm_i32x4_const_splat(0), a1 = a0;
@@ -59,14 +62,14 @@ INLINE void qdw_row_s1_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, in
         a1 = QDOT7(w, wasm_i8x16_shuffle(v, v, 4, 5, 6, 7, 5, 6, 7, 8, 6, 7, 8, 9, 7, 8, 9, 10), a1);
       }
     }
-    qdw_store8(y + ox, OW - ox, a0, a1, zs, sc, b, act);
+    qdw_store8(qo_at(y, ox), OW - ox, a0, a1, zs, sc, b, act);
   }
 }
 
 /* One output row, s2, 7-bit activations: tap row ky of output 0 starts at r + ky * rs (plane
  * bytes); wv[ky * kwg + g] holds tap group g's 4 taps in every lane. */
 INLINE void qdw_row_s2_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, int kwg, int sw, int dw,
-                          int OW, float* y, v128_t zs, v128_t sc, v128_t b, Act act) {
+                          int OW, QOut y, v128_t zs, v128_t sc, v128_t b, Act act) {
   (void)sw; (void)dw;
   for (int ox = 0; ox < OW; ox += 8) {
     v128_t a0 = wasm_i32x4_const_splat(0), a1 = a0;
@@ -79,14 +82,14 @@ INLINE void qdw_row_s2_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, in
         a1 = QDOT7(w, wasm_i8x16_shuffle(v1, v1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7, 8, 9), a1);
       }
     }
-    qdw_store8(y + ox, OW - ox, a0, a1, zs, sc, b, act);
+    qdw_store8(qo_at(y, ox), OW - ox, a0, a1, zs, sc, b, act);
   }
 }
 
 /* One output row, sN, 7-bit activations: tap row ky of output 0 starts at r + ky * rs (plane
  * bytes); wv[ky * kwg + g] holds tap group g's 4 taps in every lane. */
 INLINE void qdw_row_sN_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, int kwg, int sw, int dw,
-                          int OW, float* y, v128_t zs, v128_t sc, v128_t b, Act act) {
+                          int OW, QOut y, v128_t zs, v128_t sc, v128_t b, Act act) {
   for (int ox = 0; ox < OW; ox += 8) {
     v128_t a0 = wasm_i32x4_const_splat(0), a1 = a0;
     const uint8_t* p = r + (size_t)ox * sw;
@@ -101,18 +104,18 @@ INLINE void qdw_row_sN_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, in
         a1 = QDOT7(w, VLOAD(t + 16), a1);
       }
     }
-    qdw_store8(y + ox, OW - ox, a0, a1, zs, sc, b, act);
+    qdw_store8(qo_at(y, ox), OW - ox, a0, a1, zs, sc, b, act);
   }
 }
 
 /* Whole tensor, 3x3s1, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x7_3x3s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -132,22 +135,22 @@ KERNEL void qs8_dwconv_x7_3x3s1(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_s1_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
 
 /* Whole tensor, 3x3s2, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x7_3x3s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -167,22 +170,22 @@ KERNEL void qs8_dwconv_x7_3x3s2(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_s2_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
 
 /* Whole tensor, 5x5s1, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x7_5x5s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -202,22 +205,22 @@ KERNEL void qs8_dwconv_x7_5x5s1(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_s1_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
 
 /* Whole tensor, 5x5s2, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x7_5x5s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -237,22 +240,22 @@ KERNEL void qs8_dwconv_x7_5x5s2(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_s2_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
 
 /* Whole tensor, kxks1, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x7_kxks1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -271,22 +274,22 @@ KERNEL void qs8_dwconv_x7_kxks1(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_s1_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
 
 /* Whole tensor, kxks2, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x7_kxks2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -305,22 +308,22 @@ KERNEL void qs8_dwconv_x7_kxks2(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_s2_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
 
 /* Whole tensor, kxksN, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x7_kxksN(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -339,10 +342,10 @@ KERNEL void qs8_dwconv_x7_kxksN(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_sN_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
@@ -350,7 +353,7 @@ KERNEL void qs8_dwconv_x7_kxksN(const float* xf, const uint8_t* xq, int N, int C
 /* One output row, s1, 8-bit activations: tap row ky of output 0 starts at r + ky * rs (plane
  * bytes); wv[ky * kwg + g] holds tap group g's 4 taps in every lane. */
 INLINE void qdw_row_s1_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, int kwg, int sw, int dw,
-                          int OW, float* y, v128_t zs, v128_t sc, v128_t b, Act act) {
+                          int OW, QOut y, v128_t zs, v128_t sc, v128_t b, Act act) {
   (void)sw; (void)dw;
   for (int ox = 0; ox < OW; ox += 8) {
     v128_t a0 = wasm_i32x4_const_splat(0), a1 = a0;
@@ -363,14 +366,14 @@ INLINE void qdw_row_s1_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, in
         a1 = qdot_widen(w, wasm_i8x16_shuffle(v, v, 4, 5, 6, 7, 5, 6, 7, 8, 6, 7, 8, 9, 7, 8, 9, 10), a1);
       }
     }
-    qdw_store8(y + ox, OW - ox, a0, a1, zs, sc, b, act);
+    qdw_store8(qo_at(y, ox), OW - ox, a0, a1, zs, sc, b, act);
   }
 }
 
 /* One output row, s2, 8-bit activations: tap row ky of output 0 starts at r + ky * rs (plane
  * bytes); wv[ky * kwg + g] holds tap group g's 4 taps in every lane. */
 INLINE void qdw_row_s2_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, int kwg, int sw, int dw,
-                          int OW, float* y, v128_t zs, v128_t sc, v128_t b, Act act) {
+                          int OW, QOut y, v128_t zs, v128_t sc, v128_t b, Act act) {
   (void)sw; (void)dw;
   for (int ox = 0; ox < OW; ox += 8) {
     v128_t a0 = wasm_i32x4_const_splat(0), a1 = a0;
@@ -383,14 +386,14 @@ INLINE void qdw_row_s2_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, in
         a1 = qdot_widen(w, wasm_i8x16_shuffle(v1, v1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7, 8, 9), a1);
       }
     }
-    qdw_store8(y + ox, OW - ox, a0, a1, zs, sc, b, act);
+    qdw_store8(qo_at(y, ox), OW - ox, a0, a1, zs, sc, b, act);
   }
 }
 
 /* One output row, sN, 8-bit activations: tap row ky of output 0 starts at r + ky * rs (plane
  * bytes); wv[ky * kwg + g] holds tap group g's 4 taps in every lane. */
 INLINE void qdw_row_sN_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, int kwg, int sw, int dw,
-                          int OW, float* y, v128_t zs, v128_t sc, v128_t b, Act act) {
+                          int OW, QOut y, v128_t zs, v128_t sc, v128_t b, Act act) {
   for (int ox = 0; ox < OW; ox += 8) {
     v128_t a0 = wasm_i32x4_const_splat(0), a1 = a0;
     const uint8_t* p = r + (size_t)ox * sw;
@@ -405,18 +408,18 @@ INLINE void qdw_row_sN_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, in
         a1 = qdot_widen(w, VLOAD(t + 16), a1);
       }
     }
-    qdw_store8(y + ox, OW - ox, a0, a1, zs, sc, b, act);
+    qdw_store8(qo_at(y, ox), OW - ox, a0, a1, zs, sc, b, act);
   }
 }
 
 /* Whole tensor, 3x3s1, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x8_3x3s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -436,22 +439,22 @@ KERNEL void qs8_dwconv_x8_3x3s1(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_s1_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
 
 /* Whole tensor, 3x3s2, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x8_3x3s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -471,22 +474,22 @@ KERNEL void qs8_dwconv_x8_3x3s2(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_s2_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
 
 /* Whole tensor, 5x5s1, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x8_5x5s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -506,22 +509,22 @@ KERNEL void qs8_dwconv_x8_5x5s1(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_s1_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
 
 /* Whole tensor, 5x5s2, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x8_5x5s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -541,22 +544,22 @@ KERNEL void qs8_dwconv_x8_5x5s2(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_s2_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
 
 /* Whole tensor, kxks1, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x8_kxks1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -575,22 +578,22 @@ KERNEL void qs8_dwconv_x8_kxks1(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_s1_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
 
 /* Whole tensor, kxks2, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x8_kxks2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -609,22 +612,22 @@ KERNEL void qs8_dwconv_x8_kxks2(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_s2_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }
 
 /* Whole tensor, kxksN, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
- * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] f32. scratch, the thread's own:
- * the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and 16. The threads
- * split the channels. */
+ * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
+ * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
+ * 16. The threads split the channels. */
 KERNEL void qs8_dwconv_x8_kxksN(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
-                             const float* xs, const int32_t* xz, int qmax, float* y, int OH, int OW, int kh,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
   uint8_t* plane = scratch;
@@ -643,10 +646,10 @@ KERNEL void qs8_dwconv_x8_kxksN(const float* xf, const uint8_t* xq, int N, int C
       const int8_t* wc = w + (size_t)c * KH * KWG * 4;
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      float* yc = y + ((size_t)n * C + c) * OH * OW;
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
       for (int oy = 0; oy < OH; oy++)
         qdw_row_sN_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      yc + (size_t)oy * OW, zs, sc, b, act);
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
   }
 }

@@ -24,6 +24,11 @@
  * of activations (qu8_quantize*) is ONNX QuantizeLinear's: round(x / scale) half to even, + zero point,
  * saturated.
  *
+ * Outputs (QOut): f32, or uint8 requantized onto the reading layer's grid when a quantized layer's one
+ * reader is another (quant/chain.py): the f32 value above, then qu8_quantize's steps on it
+ * (qu8_quant4), so the reader gets the very bytes its own quantize pass would have made, and the f32
+ * tensor between them (4 bytes a value written and read, then a quantize pass) is never made.
+ *
  * Threads: kernels taking (tid, nt) run on every thread of a split node, each its share (cuvil_split),
  * meeting (q_meet) where one thread's bytes feed another's; or on thread 0 alone (nt 1). Sums are exact
  * and every output meets the same epilogue, so any split gives the same bits: GEMMs split the weights'
@@ -72,6 +77,54 @@ INLINE void q_store4(v128_t f, float* y, int si, int ni, Act act) {
   for (int l = 0; l < ni; l++) y[(size_t)l * si] = t[l];
 }
 
+/* f32 lanes -> clamp(round_half_even(x / s) + z, 0, qmax) as int32 lanes (see qu8_quantize, its one
+ * home: requantized outputs take the same steps). */
+INLINE v128_t qu8_quant4(v128_t x, v128_t vs, v128_t vz, v128_t vmax) {
+  v128_t v = wasm_f32x4_add(wasm_f32x4_nearest(wasm_f32x4_div(x, vs)), vz);
+  v = wasm_f32x4_pmin(vmax, wasm_f32x4_pmax(wasm_f32x4_const_splat(0.0f), v));
+  const v128_t magic = wasm_f32x4_const_splat(8388608.0f);
+  return wasm_i32x4_sub(wasm_f32x4_add(v, magic), magic);
+}
+
+/* A qs8 kernel's outputs: f32 at p (qmax 0), or uint8 at p on the grid (s, z, 0..qmax). */
+typedef struct { void* p; float s; int32_t z; int qmax; } QOut;
+
+/* y advanced by i outputs. */
+INLINE QOut qo_at(QOut y, size_t i) {
+  y.p = y.qmax ? (void*)((uint8_t*)y.p + i) : (void*)((float*)y.p + i);
+  return y;
+}
+
+/* 4 activated f32 lanes as bytes (lane l in byte l; also in bytes 4-15). */
+INLINE v128_t qo_bytes(QOut y, v128_t f) {
+  const v128_t q = qu8_quant4(f, VSPLAT(y.s), VSPLAT((float)y.z), VSPLAT((float)y.qmax));
+  const v128_t h = wasm_i16x8_narrow_i32x4(q, q);
+  return wasm_u8x16_narrow_i16x8(h, h);
+}
+
+/* The first n (1-4) of 4 activated outputs, adjacent, at y. */
+INLINE void qo_store(QOut y, v128_t f, int n) {
+  if (!y.qmax) {
+    if (n == 4) VSTORE((float*)y.p, f);
+    else store_partial((float*)y.p, f, n);
+    return;
+  }
+  const v128_t b = qo_bytes(y, f);
+  if (n == 4) { wasm_v128_store32_lane(y.p, b, 0); return; }
+  uint8_t t[16] __attribute__((aligned(16)));
+  VSTORE(t, b);
+  for (int l = 0; l < n; l++) ((uint8_t*)y.p)[l] = t[l];
+}
+
+/* q_store4 on either output type. */
+INLINE void qo_store4(v128_t f, QOut y, int si, int ni, Act act) {
+  if (!y.qmax) { q_store4(f, (float*)y.p, si, ni, act); return; }
+  if (si == 1) { qo_store(y, act_apply(f, act), ni); return; }
+  uint8_t t[16] __attribute__((aligned(16)));
+  VSTORE(t, qo_bytes(y, act_apply(f, act)));
+  for (int l = 0; l < ni; l++) ((uint8_t*)y.p)[(size_t)l * si] = t[l];
+}
+
 /* 4x4 transpose of 32-bit lanes in place: lane c of v[r] becomes lane r of v[c]. */
 INLINE void q_transpose4(v128_t* v) {
   const v128_t ab0 = wasm_i32x4_shuffle(v[0], v[1], 0, 4, 1, 5), ab1 = wasm_i32x4_shuffle(v[0], v[1], 2, 6, 3, 7);
@@ -89,7 +142,6 @@ INLINE void q_transpose4(v128_t* v) {
  * conv's input cost as much as the conv. */
 KERNEL void qu8_quantize(int n, const float* x, uint8_t* y, const float* scale, const int32_t* zp, int qmax) {
   const v128_t vs = VSPLAT(scale[0]), vz = VSPLAT((float)zp[0]), vmax = VSPLAT((float)qmax);
-  const v128_t vmin = wasm_f32x4_const_splat(0.0f), magic = wasm_f32x4_const_splat(8388608.0f);
   int i = 0;
   for (;; i += 16) {
     float t[16] __attribute__((aligned(16)));
@@ -101,11 +153,7 @@ KERNEL void qu8_quantize(int n, const float* x, uint8_t* y, const float* scale, 
       src = t;
     }
     v128_t q[4];
-    for (int l = 0; l < 4; l++) {
-      v128_t v = wasm_f32x4_add(wasm_f32x4_nearest(wasm_f32x4_div(VLOAD(src + 4 * l), vs)), vz);
-      v = wasm_f32x4_pmin(vmax, wasm_f32x4_pmax(vmin, v));
-      q[l] = wasm_i32x4_sub(wasm_f32x4_add(v, magic), magic);
-    }
+    for (int l = 0; l < 4; l++) q[l] = qu8_quant4(VLOAD(src + 4 * l), vs, vz, vmax);
     const v128_t b = wasm_u8x16_narrow_i16x8(wasm_i16x8_narrow_i32x4(q[0], q[1]),
                                              wasm_i16x8_narrow_i32x4(q[2], q[3]));
     if (left >= 16) {
@@ -485,7 +533,7 @@ INLINE void qs8_tile_x7_8x1(int K4, const int8_t* w, const uint8_t* xp, v128_t* 
  * (K4 = ceil4(K)); every panel meets 4 tokens at a time, the last 1-3 tokens one by one. */
 KERNEL void qs8_gemm_packed_x7(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
                                  const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
-                                 const float* bias, float* y, int si, int sj, Act act) {
+                                 const float* bias, QOut y, int si, int sj, Act act) {
   const int K4 = (K + 3) & ~3, J4 = J & ~3;
   for (int i = 0; i < I; i += 8) {
     const int8_t* wi = w + (size_t)i * K4;
@@ -499,7 +547,7 @@ KERNEL void qs8_gemm_packed_x7(int I, int J, int K, const int8_t* w, const uint8
         const int ih = i + 4 * h, ni = I - ih < 4 ? I - ih : 4;
         if (ni <= 0) break;
         const v128_t vsum = VLOAD(wsum + ih), vws = VLOAD(ws + ih), vb = VLOAD(bias + ih);
-        float* yt = y + (size_t)ih * si + (size_t)j * sj;
+        const QOut yt = qo_at(y, (size_t)ih * si + (size_t)j * sj);
         v128_t f[4];
         for (int t = 0; t < nt; t++) {
           const int jj = (j + t) * xstep;
@@ -509,9 +557,9 @@ KERNEL void qs8_gemm_packed_x7(int I, int J, int K, const int8_t* w, const uint8
         if (nt == 4 && sj == 1) {  /* tokens adjacent in y (conv output rows): one vector per row */
           for (int t = 0; t < 4; t++) f[t] = act_apply(f[t], act);
           q_transpose4(f);
-          for (int r = 0; r < ni; r++) VSTORE(yt + (size_t)r * si, f[r]);
+          for (int r = 0; r < ni; r++) qo_store(qo_at(yt, (size_t)r * si), f[r], 4);
         } else {
-          for (int t = 0; t < nt; t++) q_store4(f[t], yt + (size_t)t * sj, si, ni, act);
+          for (int t = 0; t < nt; t++) qo_store4(f[t], qo_at(yt, (size_t)t * sj), si, ni, act);
         }
       }
       j += nt;
@@ -522,12 +570,12 @@ KERNEL void qs8_gemm_packed_x7(int I, int J, int K, const int8_t* w, const uint8
 /* Thread tid's share of qs8_gemm_packed: whole 8-row panels (every tile as in one call). */
 INLINE void qs8_gemm_rows_x7(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
                                const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
-                               const float* bias, float* y, int si, int sj, Act act, int tid, int nt) {
+                               const float* bias, QOut y, int si, int sj, Act act, int tid, int nt) {
   int lo, hi;
   cuvil_split(I, 8, tid, nt, &lo, &hi);
   if (lo < hi)
     qs8_gemm_packed_x7(hi - lo, J, K, w + (size_t)lo * ((K + 3) & ~3), xp, xs, xz, xstep, wsum + lo, ws + lo,
-                         bias + lo, y + (size_t)lo * si, si, sj, act);
+                         bias + lo, qo_at(y, (size_t)lo * si), si, sj, act);
 }
 
 /* The GEMM on x rows (J rows of K bytes, stride ldx), each thread its 8-row panels. The threads pack
@@ -535,7 +583,7 @@ INLINE void qs8_gemm_rows_x7(int I, int J, int K, const int8_t* w, const uint8_t
  * but a GEMV's (J < 4) xp is each thread's own: each packs the tokens itself, waiting for no one. */
 KERNEL void qs8_gemm_x7(int I, int J, int K, const int8_t* w, const uint8_t* x, int ldx, uint8_t* xp,
                           const float* xs, const int32_t* xz, int xstep, const int32_t* wsum,
-                          const float* ws, const float* bias, float* y, int si, int sj, Act act, int tid,
+                          const float* ws, const float* bias, QOut y, int si, int sj, Act act, int tid,
                           int nt) {
   if (J < 4) {
     qu8_pack_x4(J, K, x, ldx, xp);
@@ -552,12 +600,12 @@ KERNEL void qs8_gemm_x7(int I, int J, int K, const int8_t* w, const uint8_t* x, 
  * activation parameters) once it packed pixels [lo, hi) into xp: see q_chunk_split. */
 INLINE void qs8_chunk_gemm_x7(int by_px, int lo, int hi, int I, int pc, int K, const int8_t* w,
                                 const uint8_t* xp, const float* xs, const int32_t* xz, const int32_t* wsum,
-                                const float* ws, const float* bias, float* y, int P, Act act, int tid, int nt) {
+                                const float* ws, const float* bias, QOut y, int P, Act act, int tid, int nt) {
   if (!by_px) {
     q_meet(nt);
     qs8_gemm_rows_x7(I, pc, K, w, xp, xs, xz, 0, wsum, ws, bias, y, P, 1, act, tid, nt);
   } else if (lo < hi) {
-    qs8_gemm_packed_x7(I, hi - lo, K, w, xp + (size_t)lo * ((K + 3) & ~3), xs, xz, 0, wsum, ws, bias, y + lo,
+    qs8_gemm_packed_x7(I, hi - lo, K, w, xp + (size_t)lo * ((K + 3) & ~3), xs, xz, 0, wsum, ws, bias, qo_at(y, lo),
                          P, 1, act);
   }
 }
@@ -567,7 +615,7 @@ INLINE void qs8_chunk_gemm_x7(int by_px, int lo, int hi, int I, int pc, int K, c
  * shared by the threads, hold the rows and packed tokens of pchunk pixels). */
 KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                            const int32_t* xz, float* y, int M, int OH, int OW, int G, int kh, int kw,
+                            const int32_t* xz, QOut y, int M, int OH, int OW, int G, int kh, int kw,
                             int sh, int sw, int dh, int dw, int pt, int pl, int pchunk, uint8_t* col,
                             uint8_t* xp, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K = Cg * kh * kw, K4 = (K + 3) & ~3, P = OH * OW;
@@ -584,7 +632,7 @@ KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const i
           qu8_pack_x4(hi - lo, K, col + (size_t)lo * K, K, xp + (size_t)lo * K4);
         }
         qs8_chunk_gemm_x7(by_px, lo, hi, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
-                            ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, act,
+                            ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
                             tid, nt);
       }
 }
@@ -594,7 +642,7 @@ KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const i
  * (qu8_pack_nchw_x4) and meets the GEMM (operands as in qs8_conv2d; P = pixels per plane). Same bytes in
  * the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits. */
 KERNEL void qs8_conv1x1_x7(const uint8_t* xq, int N, int C, int P, const int8_t* w, const int32_t* wsum,
-                             const float* ws, const float* bias, const float* xs, const int32_t* xz, float* y,
+                             const float* ws, const float* bias, const float* xs, const int32_t* xz, QOut y,
                              int M, int G, int pchunk, uint8_t* xp, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K4 = (Cg + 3) & ~3;
   for (int n = 0; n < N; n++)
@@ -608,7 +656,7 @@ KERNEL void qs8_conv1x1_x7(const uint8_t* xq, int N, int C, int P, const int8_t*
           qu8_pack_nchw_x4(hi - lo, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0 + lo, P,
                            xp + (size_t)lo * K4);
         qs8_chunk_gemm_x7(by_px, lo, hi, Mg, pc, Cg, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
-                            ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, act,
+                            ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
                             tid, nt);
       }
 }
@@ -618,7 +666,7 @@ KERNEL void qs8_conv1x1_x7(const uint8_t* xq, int N, int C, int P, const int8_t*
  * lie. The GEMM meets the bytes im2col would write, in the same panels, so the same bits. */
 KERNEL void qs8_conv1x1_sub_x7(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                                  const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                                 const int32_t* xz, float* y, int M, int OH, int OW, int G, int sh, int sw,
+                                 const int32_t* xz, QOut y, int M, int OH, int OW, int G, int sh, int sw,
                                  int pchunk, uint8_t* sub, uint8_t* xp, Act act, int tid, int nt) {
   const int P = OH * OW;
   int c0, c1;
@@ -628,7 +676,7 @@ KERNEL void qs8_conv1x1_sub_x7(const uint8_t* xq, int N, int C, int H, int W, co
     qu8_subsample_planes(xq + ((size_t)n * C + c0) * H * W, c1 - c0, H, W, sh, sw, OH, OW,
                          sub + (size_t)c0 * P);
     q_meet(nt);
-    qs8_conv1x1_x7(sub, 1, C, P, w, wsum, ws, bias, xs, xz, y + (size_t)n * M * P, M, G, pchunk, xp, act,
+    qs8_conv1x1_x7(sub, 1, C, P, w, wsum, ws, bias, xs, xz, qo_at(y, (size_t)n * M * P), M, G, pchunk, xp, act,
                      tid, nt);
   }
 }
@@ -656,7 +704,7 @@ INLINE void qs8_tile_x8_8x1(int K4, const int8_t* w, const uint8_t* xp, v128_t* 
  * (K4 = ceil4(K)); every panel meets 4 tokens at a time, the last 1-3 tokens one by one. */
 KERNEL void qs8_gemm_packed_x8(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
                                  const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
-                                 const float* bias, float* y, int si, int sj, Act act) {
+                                 const float* bias, QOut y, int si, int sj, Act act) {
   const int K4 = (K + 3) & ~3, J4 = J & ~3;
   for (int i = 0; i < I; i += 8) {
     const int8_t* wi = w + (size_t)i * K4;
@@ -670,7 +718,7 @@ KERNEL void qs8_gemm_packed_x8(int I, int J, int K, const int8_t* w, const uint8
         const int ih = i + 4 * h, ni = I - ih < 4 ? I - ih : 4;
         if (ni <= 0) break;
         const v128_t vsum = VLOAD(wsum + ih), vws = VLOAD(ws + ih), vb = VLOAD(bias + ih);
-        float* yt = y + (size_t)ih * si + (size_t)j * sj;
+        const QOut yt = qo_at(y, (size_t)ih * si + (size_t)j * sj);
         v128_t f[4];
         for (int t = 0; t < nt; t++) {
           const int jj = (j + t) * xstep;
@@ -680,9 +728,9 @@ KERNEL void qs8_gemm_packed_x8(int I, int J, int K, const int8_t* w, const uint8
         if (nt == 4 && sj == 1) {  /* tokens adjacent in y (conv output rows): one vector per row */
           for (int t = 0; t < 4; t++) f[t] = act_apply(f[t], act);
           q_transpose4(f);
-          for (int r = 0; r < ni; r++) VSTORE(yt + (size_t)r * si, f[r]);
+          for (int r = 0; r < ni; r++) qo_store(qo_at(yt, (size_t)r * si), f[r], 4);
         } else {
-          for (int t = 0; t < nt; t++) q_store4(f[t], yt + (size_t)t * sj, si, ni, act);
+          for (int t = 0; t < nt; t++) qo_store4(f[t], qo_at(yt, (size_t)t * sj), si, ni, act);
         }
       }
       j += nt;
@@ -693,12 +741,12 @@ KERNEL void qs8_gemm_packed_x8(int I, int J, int K, const int8_t* w, const uint8
 /* Thread tid's share of qs8_gemm_packed: whole 8-row panels (every tile as in one call). */
 INLINE void qs8_gemm_rows_x8(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
                                const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
-                               const float* bias, float* y, int si, int sj, Act act, int tid, int nt) {
+                               const float* bias, QOut y, int si, int sj, Act act, int tid, int nt) {
   int lo, hi;
   cuvil_split(I, 8, tid, nt, &lo, &hi);
   if (lo < hi)
     qs8_gemm_packed_x8(hi - lo, J, K, w + (size_t)lo * ((K + 3) & ~3), xp, xs, xz, xstep, wsum + lo, ws + lo,
-                         bias + lo, y + (size_t)lo * si, si, sj, act);
+                         bias + lo, qo_at(y, (size_t)lo * si), si, sj, act);
 }
 
 /* The GEMM on x rows (J rows of K bytes, stride ldx), each thread its 8-row panels. The threads pack
@@ -706,7 +754,7 @@ INLINE void qs8_gemm_rows_x8(int I, int J, int K, const int8_t* w, const uint8_t
  * but a GEMV's (J < 4) xp is each thread's own: each packs the tokens itself, waiting for no one. */
 KERNEL void qs8_gemm_x8(int I, int J, int K, const int8_t* w, const uint8_t* x, int ldx, uint8_t* xp,
                           const float* xs, const int32_t* xz, int xstep, const int32_t* wsum,
-                          const float* ws, const float* bias, float* y, int si, int sj, Act act, int tid,
+                          const float* ws, const float* bias, QOut y, int si, int sj, Act act, int tid,
                           int nt) {
   if (J < 4) {
     qu8_pack_x4(J, K, x, ldx, xp);
@@ -723,12 +771,12 @@ KERNEL void qs8_gemm_x8(int I, int J, int K, const int8_t* w, const uint8_t* x, 
  * activation parameters) once it packed pixels [lo, hi) into xp: see q_chunk_split. */
 INLINE void qs8_chunk_gemm_x8(int by_px, int lo, int hi, int I, int pc, int K, const int8_t* w,
                                 const uint8_t* xp, const float* xs, const int32_t* xz, const int32_t* wsum,
-                                const float* ws, const float* bias, float* y, int P, Act act, int tid, int nt) {
+                                const float* ws, const float* bias, QOut y, int P, Act act, int tid, int nt) {
   if (!by_px) {
     q_meet(nt);
     qs8_gemm_rows_x8(I, pc, K, w, xp, xs, xz, 0, wsum, ws, bias, y, P, 1, act, tid, nt);
   } else if (lo < hi) {
-    qs8_gemm_packed_x8(I, hi - lo, K, w, xp + (size_t)lo * ((K + 3) & ~3), xs, xz, 0, wsum, ws, bias, y + lo,
+    qs8_gemm_packed_x8(I, hi - lo, K, w, xp + (size_t)lo * ((K + 3) & ~3), xs, xz, 0, wsum, ws, bias, qo_at(y, lo),
                          P, 1, act);
   }
 }
@@ -738,7 +786,7 @@ INLINE void qs8_chunk_gemm_x8(int by_px, int lo, int hi, int I, int pc, int K, c
  * shared by the threads, hold the rows and packed tokens of pchunk pixels). */
 KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                            const int32_t* xz, float* y, int M, int OH, int OW, int G, int kh, int kw,
+                            const int32_t* xz, QOut y, int M, int OH, int OW, int G, int kh, int kw,
                             int sh, int sw, int dh, int dw, int pt, int pl, int pchunk, uint8_t* col,
                             uint8_t* xp, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K = Cg * kh * kw, K4 = (K + 3) & ~3, P = OH * OW;
@@ -755,7 +803,7 @@ KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const i
           qu8_pack_x4(hi - lo, K, col + (size_t)lo * K, K, xp + (size_t)lo * K4);
         }
         qs8_chunk_gemm_x8(by_px, lo, hi, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
-                            ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, act,
+                            ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
                             tid, nt);
       }
 }
@@ -765,7 +813,7 @@ KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const i
  * (qu8_pack_nchw_x4) and meets the GEMM (operands as in qs8_conv2d; P = pixels per plane). Same bytes in
  * the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits. */
 KERNEL void qs8_conv1x1_x8(const uint8_t* xq, int N, int C, int P, const int8_t* w, const int32_t* wsum,
-                             const float* ws, const float* bias, const float* xs, const int32_t* xz, float* y,
+                             const float* ws, const float* bias, const float* xs, const int32_t* xz, QOut y,
                              int M, int G, int pchunk, uint8_t* xp, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K4 = (Cg + 3) & ~3;
   for (int n = 0; n < N; n++)
@@ -779,7 +827,7 @@ KERNEL void qs8_conv1x1_x8(const uint8_t* xq, int N, int C, int P, const int8_t*
           qu8_pack_nchw_x4(hi - lo, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0 + lo, P,
                            xp + (size_t)lo * K4);
         qs8_chunk_gemm_x8(by_px, lo, hi, Mg, pc, Cg, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
-                            ws + g * Mgp, bias + g * Mgp, y + ((size_t)n * M + (size_t)g * Mg) * P + p0, P, act,
+                            ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
                             tid, nt);
       }
 }
@@ -789,7 +837,7 @@ KERNEL void qs8_conv1x1_x8(const uint8_t* xq, int N, int C, int P, const int8_t*
  * lie. The GEMM meets the bytes im2col would write, in the same panels, so the same bits. */
 KERNEL void qs8_conv1x1_sub_x8(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                                  const int32_t* wsum, const float* ws, const float* bias, const float* xs,
-                                 const int32_t* xz, float* y, int M, int OH, int OW, int G, int sh, int sw,
+                                 const int32_t* xz, QOut y, int M, int OH, int OW, int G, int sh, int sw,
                                  int pchunk, uint8_t* sub, uint8_t* xp, Act act, int tid, int nt) {
   const int P = OH * OW;
   int c0, c1;
@@ -799,7 +847,7 @@ KERNEL void qs8_conv1x1_sub_x8(const uint8_t* xq, int N, int C, int H, int W, co
     qu8_subsample_planes(xq + ((size_t)n * C + c0) * H * W, c1 - c0, H, W, sh, sw, OH, OW,
                          sub + (size_t)c0 * P);
     q_meet(nt);
-    qs8_conv1x1_x8(sub, 1, C, P, w, wsum, ws, bias, xs, xz, y + (size_t)n * M * P, M, G, pchunk, xp, act,
+    qs8_conv1x1_x8(sub, 1, C, P, w, wsum, ws, bias, xs, xz, qo_at(y, (size_t)n * M * P), M, G, pchunk, xp, act,
                      tid, nt);
   }
 }
