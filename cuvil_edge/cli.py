@@ -20,7 +20,7 @@ from runtime_wasm.engine import TIER_RELAXED, TIERS
 from runtime_wasm.errors import RuntimeWasmError
 from runtime_wasm.spec import MAX_THREADS
 
-from .cli_args import add_input_shape, add_precision, parse_shapes, parse_targets
+from .cli_args import add_input_shape, add_precision, bounded, parse_shapes, parse_targets
 from .cli_fleet import register as register_fleet
 from .cli_ota import add_signing_args, profile_names, sign_model_dir
 from .cli_ota import register as register_ota
@@ -346,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_precision(b)
     b.add_argument("--calib", help="calibration data: .npz (by input name), or a directory of .npy/.npz; "
                    "for a directory or hub id also a .txt of texts (or image paths), one per line")
-    b.add_argument("--accuracy-budget", type=float, default=0.01,
+    b.add_argument("--accuracy-budget", type=bounded(float, 0), default=0.01,
                    help="mixed: allowed top-1 disagreement (or 1 - cosine) vs fp32 on the calibration data")
     b.add_argument("--ignore-kernel-cost", action="store_true",
                    help="int8/mixed: quantize every layer that can be, even where its int8 kernel is slower "
@@ -367,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-i", "--inputs", help=".npy (single input) or .npz (by input name); default random")
     r.add_argument("-o", "--output", help="write outputs to this .npz")
     r.add_argument("--variant", help="force a module variant (default: best for this host)")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=bounded(int, 0), default=0)
     r.add_argument("--threads", type=int, default=0, help="threads to run on (default 0: every core)")
     r.set_defaults(fn=cmd_run)
 
@@ -384,22 +384,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tier", default=TIER_RELAXED, choices=TIERS)
     add_precision(p, help="profile the quantized build (as build --precision)")
     p.add_argument("--calib", help="calibration data for --precision int8/mixed (.npz or a folder)")
-    p.add_argument("--repeat", type=int, default=20)
-    p.add_argument("--top", type=int, default=25, help="show the N slowest nodes")
+    p.add_argument("--repeat", type=bounded(int, 1), default=20)
+    p.add_argument("--top", type=bounded(int, 1), default=25, help="show the N slowest nodes")
     p.set_defaults(fn=cmd_profile)
 
     bn = sub.add_parser("bench", help="our latency next to onnxruntime's (same thread count), same inputs")
     bn.add_argument("model", help="an .onnx file")
     add_input_shape(bn)
     add_precision(bn, help="time the quantized build (as build --precision)")
-    bn.add_argument("--repeat", type=int, default=50)
+    bn.add_argument("--repeat", type=bounded(int, 1), default=50)
     bn.add_argument("--threads", type=int, default=1, help="threads for both engines (default 1)")
     bn.set_defaults(fn=cmd_bench)
 
     d = sub.add_parser("demo",
                        help="end to end: generate a model, build, load it as a device would, check, time")
     d.add_argument("--workdir", help="where to write the model and build (default: a temp dir)")
-    d.add_argument("--repeat", type=int, default=50)
+    d.add_argument("--repeat", type=bounded(int, 1), default=50)
     d.set_defaults(fn=cmd_demo)
     pr = sub.add_parser("profiles", help="device classes: list, show one, or detect this machine")
     prs = pr.add_subparsers(dest="profiles_cmd", required=True)

@@ -4,7 +4,7 @@ here, below all of them, so none imports another for them and every command spel
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .codegen.toolchain import ALL_TARGETS, Target
 from .errors import ShapeError, TargetError
@@ -31,6 +31,21 @@ def add_key_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sign-key", action="append", metavar="KEY_FILE", help="release key file (repeatable)")
     p.add_argument("--keyring", help="sign with every delegated release key of this keyring")
     add_passphrase_env(p)
+
+
+def bounded(kind: type[int] | type[float], low: float, high: float | None = None) -> Callable[[str], float]:
+    """An argparse ``type``: a ``kind`` from ``low`` to ``high`` (inclusive), so that a count of 0 or a port
+    past 65535 is a usage error, not a table of nans, an empty median or a traceback where it is used."""
+
+    def parse(text: str) -> float:
+        value = kind(text)  # a ValueError: argparse's "invalid int value"
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"want {low}..{high}, got {text}" if high is not None
+                                             else f"want at least {low}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:

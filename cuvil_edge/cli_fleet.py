@@ -16,7 +16,7 @@ from pathlib import Path
 from ota.config import BrokerSettings
 from ota.protocol import TelemetryRecord
 
-from .cli_args import add_key_args
+from .cli_args import add_key_args, bounded
 from .cli_ota import signing_keys
 from .dashboard import Dashboard, FleetView
 from .fleet import FleetError, Publisher, Rollout, format_rollout, parse_percent, stages_for
@@ -194,7 +194,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--halt-on", type=_percent, default="5%",
                    help="failure rate within a stage that halts the rollout")
     p.add_argument("--rollback-on-halt", action="store_true", help="roll back devices that took it")
-    p.add_argument("--chunk-kb", type=int, default=32, help="chunk size in KiB (brokers cap messages)")
+    p.add_argument("--chunk-kb", type=bounded(int, 1), default=32,
+                   help="chunk size in KiB (brokers cap messages)")
     p.add_argument("--http-url", metavar="URL",
                    help="http(s) URL serving this bundle file (static server, object store, CDN): signed "
                         "into the announcement, fetched with Range requests; MQTT chunks stay the fallback")
@@ -229,7 +230,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     db = fs.add_parser("dashboard", help="a live web page: devices, rollout stages, latency per release")
     _broker_args(db)
     db.add_argument("--host", default="127.0.0.1", help="address to serve on (default: this machine only)")
-    db.add_argument("--port", type=int, default=8088, help="0: any free port")
+    db.add_argument("--port", type=bounded(int, 0, 65535), default=8088, help="0: any free port")
     db.add_argument("--duration-s", type=float, default=0.0, help="stop after this long (default: Ctrl-C)")
     db.set_defaults(fn=cmd_fleet_dashboard)
     dm = fs.add_parser("demo", help="broker + publisher + one agent on this machine, no setup")

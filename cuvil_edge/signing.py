@@ -238,6 +238,8 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
     """The unsigned manifest of a model directory and its payloads (weights, every module variant and the
     processing files, if any: ``runtime_wasm.processing``), each under the signature by its sha256.
     ``profiles`` None: the profiles the model was built for (``optimize(profiles=...)``), else any."""
+    if expires_in <= timedelta(0):  # a device would refuse it on arrival
+        raise SigningError(f"a release must expire after it is signed (--expires-days), got {expires_in}")
     root = Path(model_dir)
     spec_text = (root / SPEC_FILE).read_text()
     spec = ModelSpec.from_json(spec_text)

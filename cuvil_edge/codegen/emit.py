@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from runtime_wasm.spec import EXPORT_ARENA, EXPORT_STACKS, EXPORT_WEIGHTS, MAX_THREADS, StateSpec, node_export
+from runtime_wasm.spec import (
+    EXPORT_ARENA,
+    EXPORT_STACK_POINTER,
+    EXPORT_STACKS,
+    EXPORT_WEIGHTS,
+    MAX_THREADS,
+    StateSpec,
+    node_export,
+)
 
 from ..ir.graph import Graph, Node, Value
 from ..ops import get as get_op
@@ -130,7 +138,7 @@ class CProgram:
         total = data + STACK_BYTES * self.threads + (2 + self.threads) * (1 << 20)
         pages = -(-total // WASM_PAGE)
         return ["-matomics", "-mbulk-memory", "-Wl,--shared-memory", "-Wl,--import-memory",
-                f"-Wl,--max-memory={pages * WASM_PAGE}", "-Wl,--export=__stack_pointer"]
+                f"-Wl,--max-memory={pages * WASM_PAGE}", f"-Wl,--export={EXPORT_STACK_POINTER}"]
 
 
 def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile: bool = False,

@@ -21,6 +21,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+from cuvil_edge import CuvilModel, Target
 from cuvil_edge import cli as host
 from cuvil_edge.signing import Keyring
 from cuvil_edge.testing.zoo import NetBuilder
@@ -46,6 +47,8 @@ BAD_VALUES = {"input_shape": "x=1,a", "precision": "int3", "targets": "foo", "br
 GIVEN = ("state_dir", "sign_key")
 #: file arguments a command creates rather than reads: no malformed-input case for those
 CREATES = {("keys", "init"): {"keyring"}}
+#: commands whose valid model is a built model directory rather than an .onnx file
+RUNS_BUILT = {("run",)}
 BROKER_TIMEOUT_S = "0.5"
 
 
@@ -74,6 +77,7 @@ class Files:
 
     missing: Path  # below a regular file, so not even a command that creates it can
     onnx: Path
+    built: Path  # tiny.onnx built (``cuvil-edge run`` wants a model directory)
     garbage: dict[str, Path]  # argument -> malformed file or directory
     spec_dirs: tuple[Path, ...]  # model directories without model.json, and with a malformed one
     port: int  # nothing listens there
@@ -105,7 +109,9 @@ def files(tmp_path_factory) -> Files:
     Keyring.init(d / "keys", 1, 1, 1, 1)
     key = next((d / "keys").glob("release-*.key"))
     given = {"state_dir": d / "state", "sign_key": key}
-    return Files(d / "a-file" / "missing", d / "tiny.onnx", garbage, spec_dirs, port, given)
+    with CuvilModel.load(d / "tiny.onnx").optimize(targets=[Target()]) as m:
+        m.save(d / "tiny.cuvil")
+    return Files(d / "a-file" / "missing", d / "tiny.onnx", d / "tiny.cuvil", garbage, spec_dirs, port, given)
 
 
 def _option(action: argparse.Action) -> str:
@@ -150,16 +156,19 @@ def cases(files: Files) -> Iterator[tuple[str, list[str]]]:
         for a in reads:
             if a.option_strings and not a.required:
                 yield cli, command({}, {a.dest: str(files.missing)})
-        # (b) a wrong option value, with a valid model so that the value is what fails
-        valid = {"model": files.onnx}
+        # (b) a wrong option value, with a valid model so that the value is what fails; every number here
+        # is a count, size, duration, port or threshold: none may be negative
+        valid = {"model": files.built if words in RUNS_BUILT else files.onnx}
         yield cli, [*command(valid), "--no-such-option"]
         for a in acts:
             if not a.option_strings or a.nargs == 0:
                 continue
             if a.dest in BAD_VALUES:
                 yield cli, command(valid, {a.dest: BAD_VALUES[a.dest]})
-            elif a.choices or a.type in (int, float):
+            elif a.choices or a.type is not None:  # every ``type`` here parses a number
                 yield cli, command(valid, {a.dest: "bogus"})
+            if a.type is not None and not a.choices and a.dest not in BAD_VALUES:
+                yield cli, command(valid, {a.dest: "-1"})
         # (c) malformed models, bundles, configs, keys...; a model directory without a (readable) spec
         for a in reads:
             if a.dest in files.garbage and a.dest not in CREATES.get(words, ()):
