@@ -51,6 +51,7 @@ from .http_api import HttpApiServer
 from .http_download import HttpDownload
 from .installer import ENVELOPE_FILE, Installer, align_roots, line_dirs, trusted_root
 from .metadata import parse_time
+from .metrics import LineUpdate, UpdateCollector
 from .protocol import (
     Announcement,
     Command,
@@ -627,6 +628,7 @@ class Agent:
         if self.cfg.http:
             self.http = HttpApiServer(self.models, self.cfg.http)
             self.http.metrics.registry.register(TelemetryMetrics(self.telemetry))  # type: ignore[arg-type]
+            self.http.metrics.registry.register(UpdateCollector(self._updates))  # type: ignore[arg-type]
         self.log("start", state=self.state, release=self.host.release, fleet=self.cfg.fleet,
                  http=self.http.address if self.http else None,
                  **({"models": self._summaries()} if self.cfg.models else {}))
@@ -775,6 +777,11 @@ class Agent:
         return None
 
     # -- reporting ----------------------------------------------------------------------------
+    def _updates(self) -> list[LineUpdate]:
+        """Every line's update state and download progress, for ``/metrics``."""
+        return [(line.host.name or line.name, line.state, (t.have, t.total) if (t := line.transfer) else None)
+                for line in self.lines]
+
     def _summaries(self) -> dict[str, dict[str, Any]]:
         return {line.name: line.summary() for line in self.lines}
 

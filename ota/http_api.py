@@ -2,7 +2,7 @@
 tensor data extension, plus Prometheus metrics at ``/metrics``.
 
     GET  /v2/health/live | /v2/health/ready            200, or 400 while no model answers (ready)
-    GET  /v2                                           server metadata and extensions
+    GET  /v2 | /v2/                                    server metadata and extensions
     GET  /v2/models/{name}[/versions/{release}]        model metadata (+ release, version, variant)
     GET  /v2/models/{name}[/versions/{release}]/ready  200, or 400 while it is not loaded
     POST /v2/models/{name}[/versions/{release}]/infer  inference (``ota.oip``): tensors, or for a model
@@ -73,8 +73,9 @@ log = logging.getLogger(__name__)
 PLATFORM = "cuvil_wasm"
 _MODEL_PATH = re.compile(r"/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?"
                          r"(?P<what>/ready|/infer)?")
+#: the protocol's OpenAPI file names server metadata ``/v2/``, its prose ``v2``: both are served
 _SERVER_ENDPOINTS = {"/v2/health/live": "health_live", "/v2/health/ready": "health_ready", "/v2": "server",
-                     "/metrics": "metrics"}
+                     "/v2/": "server", "/metrics": "metrics"}
 #: how long a connection closed with an unread body is drained first, so the client reads our reply
 #: instead of a reset (a lingering close)
 _LINGER_S = 2.0

@@ -10,7 +10,7 @@ timeout. A reload starts a new scheduler, so model counters restart from zero th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
@@ -109,6 +109,36 @@ class ServingCollector:
         buckets = [(str(le), sum(n for k, n in sizes.items() if k <= le)) for le in _BATCH_BUCKETS]
         f.add(HistogramMetricFamily, "cuvil_batch_size", "requests per dispatch", model,
               [*buckets, ("+Inf", sum(sizes.values()))], sum(k * n for k, n in sizes.items()))
+
+
+#: one model line's update as ``UpdateCollector`` reads it: (model, update state, (chunks verified,
+#: chunks) of the download in progress, or None)
+LineUpdate = tuple[str, str, tuple[int, int] | None]
+
+
+class UpdateCollector:
+    """Each model line's update state and download progress at scrape time: what its status messages tell
+    the publisher, for a scraper on the device too (the agent registers it beside the serving metrics)."""
+
+    def __init__(self, lines: Callable[[], Iterable[LineUpdate]]) -> None:
+        self._lines = lines
+
+    def describe(self) -> list[Metric]:
+        return []  # names vary with the lines; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        f = _Families()
+        for name, state, progress in self._lines():
+            model = {"model": name}
+            f.add(GaugeMetricFamily, "cuvil_update_state", "1 for the update state the model line is in "
+                  "(idle, downloading, verifying, installing, self-test, active, failed, ...)",
+                  {**model, "state": state}, 1.0)
+            have, total = progress or (0, 0)
+            f.add(GaugeMetricFamily, "cuvil_transfer_chunks_verified",
+                  "chunks of the bundle being downloaded that are verified (0: no download)", model, have)
+            f.add(GaugeMetricFamily, "cuvil_transfer_chunks", "chunks of the bundle being downloaded "
+                  "(0: no download)", model, total)
+        yield from f.all.values()
 
 
 class ServingMetrics:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pytest
 from fleetkit import write_toml
@@ -208,6 +209,90 @@ def test_health_server_and_model_metadata_follow_the_protocol(world, served):
                  "/v2/models/scorer/versions/2/ready", "/v2/nothing"):
         status, _, body = call(served, "GET", path)
         assert status == 404 and json.loads(body)["error"], path
+
+
+# -- the protocol's own JSON schemas ------------------------------------------------------------------
+def _obj(required: list[str], **props: Any) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": props}
+
+
+def _array(items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": items}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/$defs/{name}"}
+
+
+_STR, _PARAMETERS, _SHAPE = {"type": "string"}, {"type": "object"}, _array({"type": "integer"})
+_TENSOR = {"name": _STR, "shape": _SHAPE, "datatype": _STR, "parameters": _PARAMETERS,
+           "data": _ref("tensor_data")}
+#: the HTTP/REST objects of the Open Inference Protocol as its OpenAPI file defines them (KServe,
+#: docs/predict-api/v2/rest_predict_v2.yaml: components.schemas), transcribed as JSON Schema: what any
+#: compliant client may rely on, independent of our client and server code
+OIP_DEFS: dict[str, Any] = {
+    "tensor_data": _array({"anyOf": [_ref("tensor_data"), {"type": "number"}, _STR, {"type": "boolean"}]}),
+    "metadata_server_response": _obj(["name", "version", "extensions"], name=_STR, version=_STR,
+                                     extensions=_array(_STR)),
+    "metadata_tensor": _obj(["name", "datatype", "shape"], name=_STR, datatype=_STR, shape=_SHAPE),
+    "metadata_model_response": _obj(["name", "platform"], name=_STR, versions=_array(_STR), platform=_STR,
+                                    inputs=_array(_ref("metadata_tensor")),
+                                    outputs=_array(_ref("metadata_tensor"))),
+    "request_input": _obj(["name", "shape", "datatype", "data"], **_TENSOR),
+    "request_output": _obj(["name"], name=_STR, parameters=_PARAMETERS),
+    "inference_request": _obj(["inputs"], id=_STR, parameters=_PARAMETERS,
+                              inputs=_array(_ref("request_input")), outputs=_array(_ref("request_output"))),
+    "response_output": _obj(["name", "shape", "datatype", "data"], **_TENSOR),
+    "inference_response": _obj(["model_name", "outputs"], model_name=_STR, model_version=_STR, id=_STR,
+                               parameters=_PARAMETERS, outputs=_array(_ref("response_output"))),
+    "error_response": _obj(["error"], error=_STR),  # the server, model and inference error objects
+}
+#: the datatypes the protocol's tensor data types table lists
+OIP_DATATYPES = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16",
+                 "FP32", "FP64", "BYTES"}
+
+
+def conforms(doc: Any, schema: str) -> Any:
+    """``doc`` validated against the protocol's ``schema`` (a jsonschema.ValidationError names the field)."""
+    jsonschema.validate(doc, {"$ref": f"#/$defs/{schema}", "$defs": OIP_DEFS})
+    return doc
+
+
+def test_every_reply_has_the_shape_the_protocol_documents(served):
+    """Each endpoint of the protocol's HTTP/REST API, asked with documented requests only, answers with
+    the documented status and JSON object; errors are the documented ``{"error": $string}``."""
+    for path in ("/v2/health/live", "/v2/health/ready", "/v2/models/scorer/ready",
+                 "/v2/models/scorer/versions/1/ready"):
+        assert call(served, "GET", path)[0] == 200, path  # health: the status code is the answer
+    for path in ("/v2", "/v2/"):  # the prose says v2, the OpenAPI file /v2/
+        status, _, body = call(served, "GET", path)
+        assert status == 200, path
+        conforms(json.loads(body), "metadata_server_response")
+    for path in ("/v2/models/scorer", "/v2/models/scorer/versions/1"):
+        status, _, body = call(served, "GET", path)
+        meta = conforms(json.loads(body), "metadata_model_response")
+        assert status == 200 and {t["datatype"] for t in meta["inputs"] + meta["outputs"]} <= OIP_DATATYPES
+    for request in (infer_doc(id="42"), infer_doc(outputs=[{"name": "best"}]), infer_doc(x=X.tolist())):
+        conforms(request, "inference_request")  # what is sent is a documented request
+        status, _, doc = post_json(served, "scorer", request)
+        assert status == 200, doc
+        conforms(doc, "inference_response")
+        assert doc.get("id") == request.get("id") and doc["model_name"] == "scorer"
+        asked = [o["name"] for o in request.get("outputs", [])]
+        assert [o["name"] for o in doc["outputs"]] == (asked or ["y", "best"])
+        for out in doc["outputs"]:
+            assert out["datatype"] in OIP_DATATYPES and len(np.ravel(out["data"])) == np.prod(out["shape"])
+    status, _, doc = post_json(served, "scorer", with_input("x", shape=[32]))
+    assert status == 400
+    conforms(doc, "error_response")
+    for method, path, body in (("GET", "/v2/models/nope", None),
+                               ("POST", "/v2/models/nope/infer", json.dumps(infer_doc()).encode())):
+        status, _, reply = call(served, method, path, body)
+        assert status == 404, path
+        conforms(json.loads(reply), "error_response")
+    with pytest.raises(jsonschema.ValidationError):  # the schemas do refuse what the protocol does not allow
+        conforms({"model_name": "scorer", "outputs": [{"name": "y", "shape": [2], "datatype": "FP32"}]},
+                 "inference_response")
 
 
 # -- inference ----------------------------------------------------------------------------------------

@@ -8,7 +8,9 @@ No network: hub ids resolve from a local cache laid out here.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from fleetkit import wait_until, write_toml
+from huggingface_hub import constants as hf_constants
 from onnx import TensorProto, helper, numpy_helper
 from pretrainedkit import (
     CORPUS,
@@ -47,9 +51,11 @@ from cuvil_edge import (
 )
 from cuvil_edge.cli import main as edge_main
 from cuvil_edge.signing import Keyring, build_bundle
+from cuvil_edge.testing.broker import LocalBroker, free_port
 from ota import Installer, VerificationError
 from ota.cli import main as agent_main
-from ota.serve import InferenceServer, ModelHost
+from ota.config import AgentConfig
+from ota.serve import InferenceServer, ModelHost, infer_items
 from runtime_wasm import Classification, ProcessingError, Span
 from runtime_wasm.processing import Processor, read_image
 
@@ -60,6 +66,7 @@ TEXTS = ["I love this movie!", "This is terrible.", LONG, "great music", "boring
 NER_LABELS = ["O", "B-PLACE", "I-PLACE", "B-PERSON", "I-PERSON"]
 HW = "test-device"
 ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 120.0  # a bound for waits on other processes, never a measured time
 
 
 def bag_classifier(vocab: int, classes: int = 2) -> onnx.ModelProto:
@@ -251,47 +258,98 @@ def test_image_classification_top5_matches_onnxruntime_with_numpy_preprocessing(
 
 
 # -- the bundle on a device ---------------------------------------------------------------------------
-def test_bundle_from_the_directory_installs_and_cuvil_agent_infers_text(sst_dir, tmp_path, capsys):
-    out = tmp_path / "tiny-sst.cuvil"
-    assert edge_main(["build", str(sst_dir), "-o", str(out), "-q", "--targets", "simd128-x86"]) == 0
-    assert edge_main(["inspect", str(out)]) == 0
+class SignedSst:
+    """The directory built by ``cuvil-edge build``, signed as release 1, and what the host predicts for
+    the first text."""
+
+    def __init__(self, sst_dir: Path, base: Path) -> None:
+        self.out = base / "tiny-sst.cuvil"
+        assert edge_main(["build", str(sst_dir), "-o", str(self.out), "-q", "--targets", "simd128-x86"]) == 0
+        self.expected = CuvilModel.from_pretrained(sst_dir).optimize(targets=[Target()]).predict(TEXTS[0])
+        self.ring = Keyring.init(base / "keys", root_keys=1, root_threshold=1)
+        self.bundle = base / "tiny-sst.cvb"
+        self.manifest = build_bundle(self.out, self.bundle, self.ring.release_keys(), version="1.0.0",
+                                     release=1, hardware_ids=[HW])
+        self.root = base / "root.json"
+        self.root.write_text(json.dumps(self.ring.root_envelope()))
+
+    def line(self, text: str) -> str:
+        """What ``cuvil-agent infer --text`` prints for ``text`` when it gets the host's answer."""
+        return f"{self.expected.label} {self.expected.score:.4f} (release 1): {text}"
+
+
+@pytest.fixture(scope="module")
+def signed_sst(sst_dir, tmp_path_factory) -> SignedSst:
+    return SignedSst(sst_dir, tmp_path_factory.mktemp("signed-sst"))
+
+
+def test_bundle_from_the_directory_installs_and_cuvil_agent_infers_text(signed_sst, tmp_path, capsys):
+    assert edge_main(["inspect", str(signed_sst.out)]) == 0
     shown = capsys.readouterr().out
     assert "task text-classification" in shown and "'NEGATIVE', 'POSITIVE'" in shown
-    expected = CuvilModel.from_pretrained(sst_dir).optimize(targets=[Target()]).predict("I love this movie!")
-
-    ring = Keyring.init(tmp_path / "keys", root_keys=1, root_threshold=1)
-    bundle = tmp_path / "tiny-sst.cvb"
-    manifest = build_bundle(out, bundle, ring.release_keys(), version="1.0.0", release=1, hardware_ids=[HW])
-    assert {"processing.json", "tokenizer.json"} <= {f.name for f in manifest.files}
+    assert {"processing.json", "tokenizer.json"} <= {f.name for f in signed_sst.manifest.files}
 
     tampered = tmp_path / "tampered.cvb"
-    data = bytearray(bundle.read_bytes())
+    data = bytearray(signed_sst.bundle.read_bytes())
     at = data.index(b"WordPiece", data.index(b"CUVILBN1") + 200)  # inside the tokenizer payload
     data[at] ^= 0x20
     tampered.write_bytes(bytes(data))
-    root = tmp_path / "root.json"
-    root.write_text(json.dumps(ring.root_envelope()))
     state = tmp_path / "state"
     with pytest.raises(VerificationError):
-        Installer(state, HW, root=ring.root_envelope()).install(tampered)
+        Installer(state, HW, root=signed_sst.ring.root_envelope()).install(tampered)
     shutil.rmtree(state)
 
-    assert agent_main(["install", str(bundle), "--state-dir", str(state), "--root", str(root),
-                       "--hardware-id", HW]) == 0
+    assert agent_main(["install", str(signed_sst.bundle), "--state-dir", str(state), "--root",
+                       str(signed_sst.root), "--hardware-id", HW]) == 0
     host = ModelHost(Installer(state, HW))
     server = InferenceServer(tmp_path / "infer.sock", host)
     try:
         capsys.readouterr()
         assert agent_main(["infer", "--state-dir", str(state), "--hardware-id", HW, "--socket",
-                           str(server.path), "--text", "I love this movie!", "--text", LONG,
+                           str(server.path), "--text", TEXTS[0], "--text", LONG,
                            "-o", str(tmp_path / "out.json")]) == 0
         printed = capsys.readouterr().out.splitlines()
     finally:
         server.close()
         host.close()
-    assert printed[0] == f"{expected.label} {expected.score:.4f} (release 1): I love this movie!"
+    assert printed[0] == signed_sst.line(TEXTS[0])
     records = json.loads((tmp_path / "out.json").read_text())
-    assert records[0]["label"] == expected.label and len(records) == 2
+    assert records[0]["label"] == signed_sst.expected.label and len(records) == 2
+
+
+def test_the_agent_daemon_serves_the_bundle_and_cuvil_agent_infer_text_prints_its_label(signed_sst, tmp_path):
+    """What a device runs, each a ``cuvil-agent`` process reading one agent.toml: ``install`` the signed
+    bundle, ``run`` the daemon (its Unix socket, its broker connection), ``infer --text "I love this
+    movie!"``; the daemon itself tokenizes and labels (it answers a processed request)."""
+    cli = [sys.executable, "-m", "ota.cli"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def agent(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cli, *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                              timeout=WAIT_S)
+
+    with LocalBroker(tmp_path / "broker") as broker:
+        cfg = AgentConfig(device_id="sst0", fleet="pretrained", state_dir=str(tmp_path / "state"),
+                          hardware_id=HW, trust_root=str(signed_sst.root),
+                          socket=str(tmp_path / "infer.sock"), log_file=str(tmp_path / "agent.log"),
+                          telemetry_interval_s=0, broker=broker.settings())
+        toml = str(write_toml(cfg, tmp_path / "agent.toml"))
+        installed = agent("install", str(signed_sst.bundle), "--config", toml)
+        assert installed.returncode == 0, installed.stderr
+        assert (f"installed {signed_sst.manifest.name} 1.0.0 (release 1): self-test passed, now active"
+                in installed.stdout.splitlines())
+        daemon = subprocess.Popen([*cli, "run", "--config", toml], cwd=ROOT, env=env, stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: Path(cfg.socket).exists() or daemon.poll() is not None, "the socket", WAIT_S)
+            assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
+            assert infer_items(cfg.socket, texts=[TEXTS[0]], timeout_s=WAIT_S) is not None  # it processes
+            answered = agent("infer", "--config", toml, "--text", TEXTS[0])
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            code = daemon.wait(WAIT_S)
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout.splitlines() == [signed_sst.line(TEXTS[0])]
+    assert code == 0, daemon.stderr.read() if daemon.stderr else ""
 
 
 # -- sources and errors -------------------------------------------------------------------------------
@@ -306,9 +364,14 @@ def hub_cache(cache: Path, repo: str, source: Path) -> None:
 
 def test_hub_id_resolves_from_the_local_cache_offline_or_names_id_and_cache(sst_dir, tmp_path, monkeypatch):
     cache = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    with pytest.raises(NotInCache, match=rf"'acme/tiny-sst'.*{cache}"):
+    # not offline, but no network: the hub endpoint is a loopback port nothing listens on
+    monkeypatch.setattr(hf_constants, "ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(NotInCache, match=rf"'acme/tiny-sst' is not in the local cache {cache}, and it could "
+                                         r"not be downloaded$"):
+        CuvilModel.from_pretrained("acme/tiny-sst")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(NotInCache, match=rf"'acme/tiny-sst'.*{cache}.*HF_HUB_OFFLINE is set"):
         CuvilModel.from_pretrained("acme/tiny-sst")
     hub_cache(cache, "acme/tiny-sst", sst_dir)
     model = CuvilModel.from_pretrained("acme/tiny-sst").optimize(targets=[Target()])
@@ -323,6 +386,10 @@ def test_missing_files_unknown_task_and_a_too_small_embedding_table_are_typed_er
         (shutil.rmtree if missing == "onnx" else Path.unlink)(broken / missing)
         with pytest.raises(MissingPretrainedFile, match=missing.split(".")[0]):
             CuvilModel.from_pretrained(broken)
+    no_preprocessor = image_dir(tmp_path / "no-preprocessor")
+    (no_preprocessor / "preprocessor_config.json").unlink()
+    with pytest.raises(MissingPretrainedFile, match="preprocessor_config.json"):
+        CuvilModel.from_pretrained(no_preprocessor)
     with pytest.raises(FileNotFoundError, match="no such model directory"):
         CuvilModel.from_pretrained(str(tmp_path / "nowhere") + "/")
     with pytest.raises(UnknownTask, match="summarization"):

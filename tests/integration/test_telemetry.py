@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from fleetkit import TEST_LIMITS, AgentThreads, FleetWorld
+from prometheus_client.parser import text_string_to_metric_families
 
 from cuvil_edge.fleet import Publisher
 from cuvil_edge.fleet_telemetry import DeviceTelemetry, TelemetryCollector
@@ -188,18 +189,41 @@ def _installed_and_back_to_active(records) -> bool:
         states[-1] == "active"
 
 
+def update_metrics(agent: Agent) -> dict[str, tuple[str, float, float]]:
+    """/metrics of the agent, parsed: model -> (its update state, chunks verified, chunks)."""
+    host, port = agent.http.address
+    body = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=30).read().decode()
+    samples = [s for f in text_string_to_metric_families(body) for s in f.samples]
+    value = {(s.name, s.labels.get("model")): s.value for s in samples}
+    return {s.labels["model"]: (s.labels["state"], value["cuvil_transfer_chunks_verified", s.labels["model"]],
+                                value["cuvil_transfer_chunks", s.labels["model"]])
+            for s in samples if s.name == "cuvil_update_state" and s.value == 1}
+
+
 def test_an_install_is_reported_event_by_event(world, broker, tmp_path):
-    cfg = device_config(world, tmp_path, broker)
+    """Telemetry events for each step, and /metrics scraped from inside the install's self-test (the
+    precompile step): the line in "self-test" with every chunk of its download verified; before and after
+    the install, "active" with no download."""
+    cfg = device_config(world, tmp_path, broker, http=True)
     pub = Publisher(broker.settings(), FLEET, world.ring.release_keys(), tmp_path / "fleet.json",
                     limits=TEST_LIMITS).start()
+    agent: Agent | None = None
+    during: list[dict[str, tuple[str, float, float]]] = []
+
+    def scrape_in_self_test(step: str) -> None:
+        if step == "precompiled" and agent is not None and agent.state == "self-test" and not during:
+            during.append(update_metrics(agent))
+
     with TelemetryCollector(broker.settings(), FLEET, limits=TEST_LIMITS).start() as collector:
         agents = AgentThreads()
         try:
-            agents.add(cfg)
+            agent = agents.add(cfg, on_step=scrape_in_self_test)
             pub.wait_for_devices(1, HANG_S)
-            pub.publish(world.bundles[2], canary=100.0, halt_on=0.0)
+            before = update_metrics(agent)
+            pub.publish(world.bundles[2], canary=100.0, halt_on=0.0, chunk_bytes=1024)
             collector.wait(lambda d: _installed_and_back_to_active(dev0(d).records), HANG_S,
                            "install_finished and the update state back to active")
+            after = update_metrics(agent)
         finally:
             agents.close()
             pub.close()
@@ -210,3 +234,9 @@ def test_an_install_is_reported_event_by_event(world, broker, tmp_path):
     assert states[0] == states[-1] == "active" and {"downloading", "verifying", "self-test"} <= set(states)
     started, finished = (records[events.index(e)] for e in ("install_started", "install_finished"))
     assert finished.data["release"] == 2 and finished.data["bundle"] == started.data["bundle"]
+    # one line, labelled like the serving metrics: by the name of the model served (release 1's, then 2's)
+    assert [list(m.values()) for m in (before, after)] == [[("active", 0, 0)]] * 2, (before, after)
+    assert len(during) == 1 and len(during[0]) == 1, during
+    state, have, total = next(iter(during[0].values()))
+    chunks = -(-world.bundles[2].stat().st_size // 1024)
+    assert (state, have, total) == ("self-test", chunks, chunks)  # all verified before the install
