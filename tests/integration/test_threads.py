@@ -247,13 +247,15 @@ def test_threads_end_on_close_and_on_garbage_collection():
     assert _cuvil_threads() == before
     with pytest.raises(RuntimeError, match="closed"):
         m.run()
+    others = set(threading.enumerate())  # models other tests still hold keep their threads parked
     m = _open(model, 2)
     assert _cuvil_threads() == before + 1
+    ours = [t for t in threading.enumerate() if t not in others and t.name.startswith("cuvil-thread-")]
     del m
     gc.collect()
-    for t in threading.enumerate():  # the finalizer stopped them; joining proves they ended
-        if t.name.startswith("cuvil-thread-"):
-            t.join(timeout=30)
+    for t in ours:  # the finalizer stopped them; joining proves they ended
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in ours)
     assert _cuvil_threads() == before
 
 
