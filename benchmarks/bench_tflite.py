@@ -40,7 +40,7 @@ KERNELS = {"XNNPACK": OpResolverType.AUTO, "builtin": OpResolverType.BUILTIN_WIT
            "ref": OpResolverType.BUILTIN_REF}
 BUILDER_MODELS: dict[str, Callable[[], bytes]] = {
     "t:cnn": built.cnn, "t:cnn-fp16": lambda: built.cnn(fp16_weights=True), "t:matmul": built.matmul_slices,
-    "t:int8-cnn": built.int8_cnn, "t:op-zoo": built.op_zoo}
+    "t:int8-cnn": built.int8_cnn, "t:int8-pad-pool": built.int8_pad_pool, "t:op-zoo": built.op_zoo}
 HEADER = (f"{'model':<46} {'ours ms':>9} {'XNNPACK':>9} {'builtin':>9} {'ref':>9} {'/XNNPACK':>9} "
           f"{'/ref':>7}")
 

@@ -379,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(fn=cmd_inspect)
 
     p = sub.add_parser("profile", help="time every node of a model in wasmtime (a profiling build)")
-    p.add_argument("model", help="an .onnx file")
+    p.add_argument("model", help="an ONNX or TFLite model file")
     add_input_shape(p)
     p.add_argument("--tier", default=TIER_RELAXED, choices=TIERS)
     add_precision(p, help="profile the quantized build (as build --precision)")

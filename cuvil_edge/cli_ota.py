@@ -134,7 +134,7 @@ def add_signing_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--release", type=int, help="monotonic release counter (required when signing)")
     p.add_argument("--hardware-id", action="append", help="hardware id it may install on (repeatable)")
     p.add_argument("--profile", action="append", metavar="NAME[,NAME...]",
-                   help="device profiles it targets (repeatable); for ONNX input also the variants built: "
+                   help="device profiles it targets (repeatable); for a model file also the variants built: "
                         "only those the profiles need (default: what the model was built for, else any)")
     p.add_argument("--expires-days", type=float, default=30.0)
 
@@ -171,10 +171,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--release-counter", type=int, default=0, help="the device's counter (rollback check)")
     v.set_defaults(fn=cmd_verify)
 
-    b = sub.add_parser("bundle", help="model directory or ONNX file -> signed bundle (.cvb)")
-    b.add_argument("model", help="a built model directory or an .onnx file")
+    b = sub.add_parser("bundle", help="model directory or ONNX/TFLite file -> signed bundle (.cvb)")
+    b.add_argument("model", help="a built model directory or an ONNX or TFLite model file")
     b.add_argument("-o", "--output", required=True)
-    b.add_argument("--targets", help="for ONNX input: host (default), all, or a list")
+    b.add_argument("--targets", help="for a model file: host (default), all, or a list")
     add_input_shape(b)
     add_signing_args(b)
     b.set_defaults(fn=cmd_bundle)

@@ -164,8 +164,11 @@ def gather_nd(ctx: EmitContext, x: Value, y: Value, index: Sequence[np.ndarray |
 
 
 def fill(ctx: EmitContext, y: Value, value: float) -> str:
-    """Fill y with ``value``: 32-bit words when the element's bytes repeat per word, else byte stores."""
+    """Fill y with ``value``: one memset for a 1-byte element (a quantized tensor's zero point), 32-bit
+    words when the element's bytes repeat per word, else byte stores."""
     raw = np.asarray(value, y.type.dtype).reshape(1).view(np.uint8)
+    if raw.size == 1:
+        return f"memset({ctx.ptr(y, 'uint8_t')}, {int(raw[0])}, {y.type.size});"
     if raw.size % 4 == 0 and np.all(raw.reshape(-1, 4) == raw[:4]):
         bits = int(raw[:4].view(np.uint32)[0])
         return f"x32_fill({ctx.ptr(y, 'uint32_t')}, {bits}u, {y.type.nbytes // 4});"

@@ -4,7 +4,8 @@
 [begins..., ends...], ceil_mode, count_include_pad. A window is a box clipped to a box, so both the
 max and the average (sum and divisor) separate by axis: average divisors are build-time reciprocal
 tables, one per axis, and a 3D pool is two passes of the 2D kernel (H x W per depth slice, then depth
-over rows of OH*OW pixels) through a scratch buffer.
+over rows of OH*OW pixels) through a scratch buffer. A max pool also runs on uint8 (a quantized tensor as
+held: the max of the bytes is the byte of the max).
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ShapeError, UnsupportedOperator
 from ..ir.graph import Node, TensorType
-from .common import split_rows
+from .common import CTYPES, split_rows
 from .registry import OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
 
 KINDS = ("max", "avg")
+#: input dtype -> the 2D kernel's label and C prefix, and its columns per vector step
+_KERNEL_TYPES = {"float32": ("f32", 4), "uint8": ("u8", 16)}
 
 #: one spatial axis: (size, kernel, stride, dilation, pad begin, pad end)
 Axis = tuple[int, int, int, int, int, int]
@@ -74,6 +77,8 @@ def _infer(node: Node) -> list[TensorType]:
     if min(spatial) <= 0:
         raise ShapeError(f"{node.name}: pool output would be empty")
     x = node.inputs[0].type
+    if x.dtype != "float32" and (x.dtype, node.attrs["kind"]) != ("uint8", "max"):
+        raise UnsupportedOperator("pool", node.name, None, f"{node.attrs['kind']} pool of {x.dtype}")
     return [TensorType(x.shape[:2] + spatial, x.dtype)]
 
 
@@ -117,13 +122,14 @@ def _fold(node: Node, args) -> list[np.ndarray]:
     y = args[0]
     for g in pool_geometry(node):
         y = _fold_pass(node, g, y)
-    return [y.reshape(_infer(node)[0].shape)]
+    return [y.reshape(_infer(node)[0].shape).astype(args[0].dtype)]
 
 
 def _scratch(node: Node) -> int:
     """3D: the H x W pass's output, which the depth pass reads."""
     passes = pool_geometry(node)
-    return 0 if len(passes) == 1 else passes[0]["planes"] * passes[0]["OH"] * passes[0]["OW"] * 4
+    return 0 if len(passes) == 1 else \
+        passes[0]["planes"] * passes[0]["OH"] * passes[0]["OW"] * node.inputs[0].type.itemsize
 
 
 def _emit_pass(node: Node, ctx: EmitContext, g: dict[str, int], x: str, y: str, work: int, unit: int) -> str:
@@ -138,8 +144,9 @@ def _emit_pass(node: Node, ctx: EmitContext, g: dict[str, int], x: str, y: str, 
     if kind == "avg":
         inv_h, inv_w = _avg_tables(node, g)
         tables = f"{ctx.weight(inv_h)}, {ctx.weight(inv_w)}"
+    fn = f"{_KERNEL_TYPES[node.inputs[0].type.dtype][0]}_{kind}pool2d"
     return split_rows(ctx, g["planes"], work, lambda c, i: (
-        f"f32_{kind}pool2d({x} + (size_t){i} * {g['H'] * g['W']}, {y} + (size_t){i} * {g['OH'] * g['OW']}, "
+        f"{fn}({x} + (size_t){i} * {g['H'] * g['W']}, {y} + (size_t){i} * {g['OH'] * g['OW']}, "
         f"{c}, {g['H']}, {g['W']}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, {g['sw']}, "
         f"{g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {ow0}, {ow1}, {tables});"), unit=unit,
         by_row=(node.inputs[0], node.outputs[0]))  # planes of the input and the output
@@ -148,9 +155,10 @@ def _emit_pass(node: Node, ctx: EmitContext, g: dict[str, int], x: str, y: str, 
 def _emit(node: Node, ctx: EmitContext) -> str:
     passes = pool_geometry(node)
     sw = passes[0]["sw"]
-    ctx.use_kernel(f"f32-{node.attrs['kind']}pool-{'s' + str(sw) if sw <= 2 else 'scalar'}-4")
+    code, lanes = _KERNEL_TYPES[node.inputs[0].type.dtype]
+    ctx.use_kernel(f"{code}-{node.attrs['kind']}pool-{'s' + str(sw) if sw <= 2 else 'scalar'}-{lanes}")
     x, y = ctx.ptr(node.inputs[0]), ctx.ptr(node.outputs[0])
-    mid = [ctx.scratch(shared=True)] if len(passes) > 1 else []
+    mid = [ctx.scratch(CTYPES[node.inputs[0].type.dtype], shared=True)] if len(passes) > 1 else []
     ins, outs = [x, *mid], [*mid, y]
     g0 = passes[0]  # the taps read; every pass splits alike, or none
     work = g0["planes"] * g0["OH"] * g0["OW"] * g0["kh"] * g0["kw"]

@@ -16,7 +16,7 @@ from cuvil_edge.frontend.tflite import custom_converter, import_tflite, read_tfl
 from cuvil_edge.frontend.tflite.registry import BUILTINS
 
 RNG = np.random.default_rng(12)
-RELU, RELU6 = 1, 3
+RELU, RELU_N1_TO_1, RELU6 = 1, 2, 3
 SAME, VALID = 0, 1
 
 
@@ -439,3 +439,83 @@ def test_uint8_input_dequantized_at_run_time() -> None:
     got = CuvilModel.load(data).predict([codes])["y"]
     np.testing.assert_allclose(got, want, atol=1e-4)
     np.testing.assert_allclose(got, np.tanh((codes.astype(np.float32) - 128) * 0.05), atol=1e-4)
+
+
+def int8_pad_pool() -> bytes:
+    """int8 PAD (the zero point) and PADV2 (a constant) around MAX_POOL_2D at strides 1 and 2 and wide
+    enough for the 16-column steps, one PAD feeding a per-channel conv (the pad then runs NCHW)."""
+    b = TfliteBuilder()
+    q = ([0.05], [-7], 0)
+    x = b.tensor("x", (1, 9, 40, 4), "int8", q)
+    padded = b.tensor("padded", (1, 11, 42, 4), "int8", q)
+    b.op("PAD", [x, b.const("pads", np.array([[0, 0], [1, 1], [2, 0], [0, 0]], np.int32))], [padded])
+    wide = b.tensor("wide", (1, 5, 20, 4), "int8", q)
+    b.op("MAX_POOL_2D", [padded], [wide], ("Pool2DOptions", {"Padding": VALID, "StrideH": 2, "StrideW": 2,
+                                                              "FilterHeight": 3, "FilterWidth": 3}))
+    filled = b.tensor("filled", (1, 10, 43, 4), "int8", q)
+    b.op("PADV2", [x, b.const("pads2", np.array([[0, 0], [0, 1], [1, 2], [0, 0]], np.int32)),
+                   b.const("fill", np.array([-100], np.int8), q)], [filled])
+    same = b.tensor("same", (1, 10, 43, 4), "int8", q)
+    b.op("MAX_POOL_2D", [filled], [same], ("Pool2DOptions", {"Padding": SAME, "StrideH": 1, "StrideW": 1,
+                                                              "FilterHeight": 2, "FilterWidth": 3}))
+    for_conv = b.tensor("for_conv", (1, 11, 42, 4), "int8", q)
+    b.op("PAD", [x, b.const("pads3", np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32))], [for_conv])
+    wq, scales = _per_channel(_w(3, 3, 3, 4), 0)
+    conv = b.tensor("conv", (1, 9, 40, 3), "int8", ([0.04], [2], 0))
+    bias_scales = [0.05 * s for s in scales]
+    b.op("CONV_2D", [for_conv, b.const("w", wq, (scales, [0] * 3, 0)),
+                     b.const("b", np.zeros(3, np.int32), (bias_scales, [0] * 3, 0))], [conv],
+         ("Conv2DOptions", {"Padding": VALID, "StrideH": 1, "StrideW": 1}))
+    return b.build([x], [wide, same, conv])
+
+
+def test_int8_pad_and_max_pool_run_on_the_bytes_like_litert() -> None:
+    """No dequantize -> float -> quantize round trip: PAD, PADV2 and MAX_POOL_2D run on the held uint8 (the
+    u8 max pool kernel), bit-exact with LiteRT; the conv after a PAD stays on the integer kernels."""
+    data = int8_pad_pool()
+    feeds = [RNG.integers(-128, 128, (1, 9, 40, 4), dtype=np.int8)]
+    want = litert(data, feeds)
+    model = CuvilModel.load(data)
+    got = model.predict(feeds)
+    for name in ("wide", "same"):
+        assert got[name].dtype == np.int8 and np.array_equal(got[name], want[name]), name
+    assert np.abs(got["conv"].astype(np.int32) - want["conv"].astype(np.int32)).max() <= 1
+    g = model.graph
+    assert {n.inputs[0].type.dtype for n in g.nodes if n.op in ("pad", "pool")} == {"uint8"}
+    assert g.op_counts()["qconv"] == 1 and "conv" not in g.op_counts()
+    kernels = model.compiled.program.kernels_used
+    assert {kernels[n.name] for n in g.nodes if n.op == "pool"} == {"u8-maxpool-s1-16", "u8-maxpool-s2-16"}
+
+
+
+def fused_activations() -> bytes:
+    """The fused activations conv / depthwise / FC / ADD (above) do not cover: on SUB, MUL, DIV, both
+    pools and TRANSPOSE_CONV. (CONCATENATION's has no LiteRT meaning to compare with: its builtin kernels
+    refuse one, its XNNPACK delegate ignores it; ours applies it, as the schema says.)"""
+    b = TfliteBuilder()
+    shape = (1, 6, 6, 4)
+    x, y = b.tensor("x", shape), b.tensor("y", shape)
+
+    def op(code: str, ins: list[int], out_shape: tuple[int, ...], options: str, act: int, **attrs) -> int:
+        out = b.tensor(f"{code.lower()}_{len(b.ops)}", out_shape)
+        b.op(code, ins, [out], (options, {"FusedActivationFunction": act, **attrs}))
+        return out
+
+    sub = op("SUB", [x, y], shape, "SubOptions", RELU6)
+    mul = op("MUL", [x, y], shape, "MulOptions", RELU_N1_TO_1)
+    div = op("DIV", [x, b.const("d", np.abs(_w(4)) + 0.2)], shape, "DivOptions", RELU)
+    cat = op("CONCATENATION", [sub, mul, div], (1, 6, 6, 12), "ConcatenationOptions", 0, Axis=3)
+    pool = {"Padding": SAME, "StrideH": 2, "StrideW": 2, "FilterHeight": 3, "FilterWidth": 3}
+    mp = op("MAX_POOL_2D", [op("MUL", [cat, b.const("k", np.float32([3]))], (1, 6, 6, 12), "MulOptions", 0)],
+            (1, 3, 3, 12), "Pool2DOptions", RELU_N1_TO_1, **pool)
+    ap = op("AVERAGE_POOL_2D", [x], (1, 3, 3, 4), "Pool2DOptions", RELU, **pool)
+    out_shape = b.const("out_shape", np.array([1, 6, 6, 2], np.int32))
+    tc = op("TRANSPOSE_CONV", [out_shape, b.const("wt", _w(2, 3, 3, 4)), ap], (1, 6, 6, 2),
+            "TransposeConvOptions", RELU6, Padding=SAME, StrideH=2, StrideW=2)
+    return b.build([x, y], [cat, mp, tc])
+
+
+def test_fused_activations_match_litert() -> None:
+    model = check_against_litert(fused_activations(), [(1, 6, 6, 4), (1, 6, 6, 4)])
+    out = model.predict([RNG.standard_normal((1, 6, 6, 4)).astype(np.float32) for _ in range(2)])
+    assert (out["max_pool_2d_5"] == 1).any() and (out["transpose_conv_7"] == 0).any()  # the clips bite

@@ -113,6 +113,7 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("f32-r{kind}-4", "f32-reduce", ("f32_r{kind}",)),
     Kernel("f32-{pool}pool-{stride}-4", "f32-pool", ("f32_{pool}pool2d",)),
     Kernel("f32-global{pool}pool-4", "f32-pool", ("f32_global_{pool}pool",)),
+    Kernel("u8-maxpool-{stride}-16", "f32-pool", ("u8_maxpool2d",), "quantized tensors held as uint8"),
     Kernel("f32-softmax-4", "f32-softmax", ("f32_softmax_rows", "f32_softmax_cols")),
     Kernel("f32-logsoftmax-4", "f32-softmax", ("f32_softmax_rows", "f32_softmax_cols")),
     Kernel("f32-lrn-4", "f32-lrn", ("f32_lrn",)),

@@ -88,9 +88,23 @@ def pad(ctx: TflContext) -> None:
     if len(x.perm) == 4 and x.perm != NCHW and not widths[[0, 3]].any() and readers and \
             all(op.op in SPATIAL and op.inputs[0] == out for op in readers) and out not in ctx.sg.outputs:
         x = Laid(ctx.nchw(0), NCHW)
-    value = float(ctx.const(2).reshape(-1)[0]) if ctx.has_input(2) else 0.0
     pads = [int(widths[p, 0]) for p in x.perm] + [int(widths[p, 1]) for p in x.perm]
-    ctx.set_output(ctx.emit1("pad", [x.value], {"pads": pads, "mode": "constant", "value": value}), x.perm)
+    ctx.set_output(ctx.emit1("pad", [x.value], {"pads": pads, "mode": "constant", "value": _pad_value(ctx)}),
+                   x.perm)
+
+
+def _pad_value(ctx: TflContext) -> float:
+    """The fill: PADV2's constant, else 0. On held bytes (``ctx.raw``) it is a byte, as LiteRT's int8 pad
+    takes it: PADV2's integer (int8 shifted by +128), else the output's zero point."""
+    if not ctx.has_input(2):
+        return float(ctx.state.held_quant[ctx.op.outputs[0]][1]) if ctx.raw else 0.0
+    real = float(ctx.const(2).reshape(-1)[0])  # a quantized constant was made real at import
+    if not ctx.raw:
+        return real
+    t = ctx.sg.tensors[ctx.op.inputs[2]]
+    if t.dtype not in ("int8", "uint8"):
+        raise ctx.unsupported(f"a {t.dtype} pad value for a quantized tensor")
+    return float(int(t.data.reshape(-1)[0]) + (128 if t.dtype == "int8" else 0))
 
 
 def _sliced(ctx: TflContext, x: Laid, ranges: list[tuple[int, int, int]], shrink: list[int]) -> None:

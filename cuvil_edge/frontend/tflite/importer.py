@@ -175,14 +175,16 @@ def _entry(tm: TflModel, signature: str | None) -> tuple[int, dict[int, str], di
     return (sig.subgraph, {i: n for n, i in sig.inputs.items()}, {i: n for n, i in sig.outputs.items()})
 
 
-#: ops that only move elements: within one quantization they move the held uint8 values as they are
-MOVEMENT = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "CONCATENATION", "STRIDED_SLICE",
-                      "SLICE", "GATHER", "SPLIT", "SPLIT_V", "PACK", "UNPACK"})
+#: ops that only move, pick or fill elements: within one quantization they run on the held uint8 values
+#: as they are (a max pool's max of the bytes is the byte of the max, a pad fills with the zero point's
+#: byte), as LiteRT's int8 kernels do
+ON_HELD = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "CONCATENATION", "STRIDED_SLICE",
+                     "SLICE", "GATHER", "SPLIT", "SPLIT_V", "PACK", "UNPACK", "PAD", "PADV2", "MAX_POOL_2D"})
 
 
 def _moves_held(state: ImportState, op: TflOperator) -> bool:
-    """A data-movement op whose quantized inputs and outputs all share one scale and zero point."""
-    if op.op not in MOVEMENT or op.options.get("FusedActivationFunction"):
+    """An ``ON_HELD`` op whose quantized inputs and outputs all share one scale and zero point."""
+    if op.op not in ON_HELD or op.options.get("FusedActivationFunction"):
         return False
     outs = {state.held_quant.get(t) for t in op.outputs if t >= 0}
     ins = {state.held_quant[t] for t in op.inputs if t in state.held_quant}
