@@ -49,6 +49,7 @@ from .errors import (
     NoHealthyModel,
     NoProcessing,
     OtaError,
+    ServerUnreachable,
     UnknownModel,
 )
 from .golden import decode_tensor, encode_tensor
@@ -346,14 +347,18 @@ class InferenceServer(BoundedThreads, socketserver.UnixStreamServer):
 
 
 def _exchange(path: str | os.PathLike[str], body: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
-    """One request line to the agent's socket and its reply (maybe an error reply)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout_s)
-        s.connect(str(path))
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused early: read why
-            s.sendall(json.dumps(body).encode() + b"\n")
-        with s.makefile("rb") as f:
-            line = f.readline(MAX_REPLY_BYTES)
+    """One request line to the agent's socket and its reply (maybe an error reply); ``ServerUnreachable``,
+    naming the socket, when no agent answers there."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout_s)
+            s.connect(str(path))
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused early: read why
+                s.sendall(json.dumps(body).encode() + b"\n")
+            with s.makefile("rb") as f:
+                line = f.readline(MAX_REPLY_BYTES)
+    except OSError as exc:  # no such socket, nobody listening, or no reply within timeout_s
+        raise ServerUnreachable(f"agent socket {path}: {exc.strerror or exc}") from exc
     if not line:
         raise OtaError("the agent closed the connection without a reply")
     return json.loads(line)

@@ -223,10 +223,16 @@ def test_every_command_fails_cleanly(files: Files, capsys):
      "error: QuantizationError: int8 (static) needs calibration data: give --calib FILE"),
     ("ota.cli", ["install", "missing.cvb", "--state-dir", "{tmp}/state", "--root", "{tmp}/missing.json"], 1,
      "error: FileNotFoundError: "),
-], ids=["host-missing-file", "host-int8-without-calib", "agent-missing-root"])
+    ("ota.cli", ["run", "--config", "{config}"], 1, "error: ConfigError: {config}: not a TOML file: "),
+    ("ota.cli", ["infer", "--text", "hi", "--state-dir", "{tmp}", "--socket", "{tmp}/agent.sock"], 1,
+     "error: ServerUnreachable: agent socket {tmp}/agent.sock: No such file or directory"),
+], ids=["host-missing-file", "host-int8-without-calib", "agent-missing-root", "agent-binary-config",
+        "agent-no-socket"])
 def test_real_process(files: Files, tmp_path, module: str, argv: list[str], code: int, line: str):
-    """As a user sees it: a separate interpreter, the exit status and the first stderr line."""
-    argv = [a.format(onnx=files.onnx, tmp=tmp_path) for a in argv]
+    """As a user sees it: a separate interpreter, the exit status and the first stderr line (naming the
+    file at fault where there is one)."""
+    paths = {"onnx": files.onnx, "tmp": tmp_path, "config": files.garbage["config"]}
+    argv, line = [a.format(**paths) for a in argv], line.format(**paths)
     proc = subprocess.run([sys.executable, "-m", module, *argv], cwd=tmp_path, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
