@@ -17,7 +17,14 @@ from ota.crypto import parse_json
 from ota.metadata import Manifest
 from ota.trust import TrustState
 
-from .cli_args import add_input_shape, add_key_args, add_passphrase_env, parse_shapes, parse_targets
+from .cli_args import (
+    add_input_shape,
+    add_key_args,
+    add_passphrase_env,
+    add_targets,
+    parse_shapes,
+    parse_targets,
+)
 from .signing import Keyring, SigningError, add_signatures, build_bundle, load_key
 
 
@@ -174,7 +181,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bundle", help="model directory or ONNX file -> signed bundle (.cvb)")
     b.add_argument("model", help="a built model directory or an .onnx file")
     b.add_argument("-o", "--output", required=True)
-    b.add_argument("--targets", help="for ONNX input: host (default), all, or a list")
+    add_targets(b, note="for ONNX input: ")
     add_input_shape(b)
     add_signing_args(b)
     b.set_defaults(fn=cmd_bundle)
