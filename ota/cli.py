@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from device_profiles.profile import DeviceProfilesError
+from device_profiles.profile import DeviceProfilesError, load_profile
 from runtime_wasm.errors import RuntimeWasmError
 
 from .config import default_hardware_id, load_agent_config, model_policies
@@ -57,6 +57,8 @@ def _from_config(args: argparse.Namespace, need_model: bool = True) -> None:
         raise UnknownModel(f"this device serves several models ({known}): give --model NAME")
     if model:
         args.state_dir = str(args.lines[model])
+    if args.profile:  # a misspelt name would match no bundle's profiles and only show as a refusal later
+        load_profile(args.profile)
 
 
 def _installers(args: argparse.Namespace, need_model: bool = True) -> list[Installer]:
