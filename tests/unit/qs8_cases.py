@@ -11,13 +11,14 @@ import onnx
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.compiler import optimize_graph
+from cuvil_edge.host import host_tiers
 from cuvil_edge.ir.graph import Graph
 from cuvil_edge.quant.calibrate import ActRange
 from cuvil_edge.quant.rewrite import quantize_graph
 from cuvil_edge.quant.runner import Runner
 from runtime_wasm.variants import probe_host
 
-TIERS = ("simd128", "relaxed") if probe_host().relaxed_simd else ("simd128",)
+TIERS = host_tiers()
 #: kernels used per node, outputs by name
 RunResult = tuple[dict[str, str], dict[str, np.ndarray]]
 
