@@ -22,7 +22,7 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -199,6 +199,17 @@ class ModelRegistry:
         """(host, priority), highest priority first."""
         with self._lock:
             return list(self._hosts)
+
+    def states(self) -> Iterator[tuple[ModelHost, int, dict[str, Any] | None, ServedModel | None]]:
+        """(host, priority, scheduler metrics, what is served) of every model, highest priority first, as
+        ``/metrics`` and the telemetry read them: both None while it is not loaded, ``served`` None too when
+        it was unloaded just after its metrics were read."""
+        for host, priority in self.entries():
+            m, served = host.metrics(), None
+            if m is not None:
+                with contextlib.suppress(OtaError):  # unloaded since metrics() was read
+                    served = host.served()
+            yield host, priority, m, served
 
     def get(self, name: str) -> ModelHost:
         for host, _ in self.entries():
