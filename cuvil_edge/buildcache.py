@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CuvilError
+from .errors import CuvilError, QuantizationError
 
 MANIFEST = "manifest.json"
 _FORMAT = 1
@@ -119,7 +119,7 @@ def data_digest(source: Any) -> tuple[str | None, Any]:
     items = list(source)
     try:
         _feed(h, items)
-    except TypeError:
+    except QuantizationError:  # not numbers: unhashable here, so not cached; the quantizer says what fits
         return None, items
     return h.hexdigest(), items
 
@@ -137,7 +137,7 @@ def _feed(h: Any, obj: Any) -> None:
     else:
         arr = np.ascontiguousarray(obj)
         if arr.dtype.hasobject:
-            raise TypeError(f"calibration data holds a {type(obj).__name__}, not numbers")
+            raise QuantizationError(f"calibration data holds a {type(obj).__name__}, not numbers")
         h.update(f"{arr.dtype.str}{arr.shape}".encode())
         h.update(arr.data)
 

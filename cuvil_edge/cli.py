@@ -20,7 +20,15 @@ from runtime_wasm.engine import TIER_RELAXED, TIERS
 from runtime_wasm.errors import RuntimeWasmError
 from runtime_wasm.spec import MAX_THREADS
 
-from .cli_args import add_input_shape, add_precision, bounded, parse_shapes, parse_targets
+from .cli_args import (
+    add_calib,
+    add_input_shape,
+    add_precision,
+    add_targets,
+    bounded,
+    parse_shapes,
+    parse_targets,
+)
 from .cli_fleet import register as register_fleet
 from .cli_ota import add_signing_args, profile_names, sign_model_dir
 from .cli_ota import register as register_ota
@@ -344,16 +352,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("-o", "--output", help="output directory (default: MODEL.cuvil)")
     add_input_shape(b)
     add_precision(b)
-    b.add_argument("--calib", help="calibration data: .npz (by input name), or a directory of .npy/.npz; "
-                   "for a directory or hub id also a .txt of texts (or image paths), one per line")
+    add_calib(b, note="; for a directory or hub id also a .txt of texts (or image paths), one per line")
     b.add_argument("--accuracy-budget", type=bounded(float, 0), default=0.01,
                    help="mixed: allowed top-1 disagreement (or 1 - cosine) vs fp32 on the calibration data")
     b.add_argument("--ignore-kernel-cost", action="store_true",
                    help="int8/mixed: quantize every layer that can be, even where its int8 kernel is slower "
                    "than its fp32 one (by default those stay fp32; the report shows both times)")
     b.add_argument("--report", help="write the quantization report (JSON) here and print it")
-    b.add_argument("--targets", help="host (default), all, or e.g. simd128-x86,relaxed-x86; with --profile, "
-                   "the profiles choose them")
+    add_targets(b, note="without --profile (the profiles choose them): ")
     b.add_argument("--max-threads", type=int,
                    help=f"most threads the modules run on; the device picks how many (default: the most "
                    f"the --profile classes run, else {DEFAULT_THREADS}; 1: plain modules)")
@@ -383,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_input_shape(p)
     p.add_argument("--tier", default=TIER_RELAXED, choices=TIERS)
     add_precision(p, help="profile the quantized build (as build --precision)")
-    p.add_argument("--calib", help="calibration data for --precision int8/mixed (.npz or a folder)")
+    add_calib(p)
     p.add_argument("--repeat", type=bounded(int, 1), default=20)
     p.add_argument("--top", type=bounded(int, 1), default=25, help="show the N slowest nodes")
     p.set_defaults(fn=cmd_profile)

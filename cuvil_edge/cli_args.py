@@ -21,6 +21,17 @@ def add_precision(p: argparse.ArgumentParser, help: str | None = None) -> None:
     p.add_argument("--precision", default="fp32", choices=PRECISIONS, help=help)
 
 
+def add_calib(p: argparse.ArgumentParser, note: str = "") -> None:
+    """``--calib``: the calibration data of the quantized builds (``note``: what this command also takes)."""
+    p.add_argument("--calib", help="calibration data for --precision int8/mixed: .npz (by input name), or a "
+                   f"directory of .npy/.npz{note}")
+
+
+def add_targets(p: argparse.ArgumentParser, note: str = "") -> None:
+    """``--targets``, read by ``parse_targets`` (``note``: how this command narrows or overrides it)."""
+    p.add_argument("--targets", help=f"{note}host (default), all, or a list such as simd128-x86,relaxed-x86")
+
+
 def add_passphrase_env(p: argparse.ArgumentParser) -> None:
     """``--passphrase-env``: the passphrase comes from the environment, never from argv."""
     p.add_argument("--passphrase-env", metavar="VAR", help="environment variable holding the key passphrase")

@@ -183,6 +183,7 @@ def _line_args(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    seconds, count = bounded(float, 0), bounded(int, 0)  # waits and counts: 0 means none, never negative
     p = sub.add_parser("publish", help="announce a bundle to a fleet and roll it out in stages")
     p.add_argument("bundle")
     _broker_args(p)
@@ -199,10 +200,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--http-url", metavar="URL",
                    help="http(s) URL serving this bundle file (static server, object store, CDN): signed "
                         "into the announcement, fetched with Range requests; MQTT chunks stay the fallback")
-    p.add_argument("--expect", type=int, help="wait until this many devices reported (else --discover-s)")
-    p.add_argument("--discover-s", type=float, default=3.0, help="time to collect device statuses")
-    p.add_argument("--stage-timeout-s", type=float, default=600.0, help="silent devices then count as failed")
-    p.add_argument("--timeout-s", type=float, default=3600.0)
+    p.add_argument("--expect", type=count, help="wait until this many devices reported (else --discover-s)")
+    p.add_argument("--discover-s", type=seconds, default=3.0, help="time to collect device statuses")
+    p.add_argument("--stage-timeout-s", type=seconds, default=600.0,
+                   help="silent devices then count as failed")
+    p.add_argument("--timeout-s", type=seconds, default=3600.0)
     p.add_argument("--no-wait", action="store_true", help="publish the first stage and exit")
     p.set_defaults(fn=cmd_publish)
 
@@ -211,7 +213,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     st = fs.add_parser("status", help="per-device state (retained statuses) and the current rollout")
     _broker_args(st)
     _line_args(st)
-    st.add_argument("--wait-s", type=float, default=1.0)
+    st.add_argument("--wait-s", type=seconds, default=1.0)
     st.set_defaults(fn=cmd_fleet_status)
     cm = fs.add_parser("command", help="send a signed, one-time command to one device")
     cm.add_argument("device")
@@ -222,8 +224,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     cm.set_defaults(fn=cmd_fleet_command)
     te = fs.add_parser("telemetry", help="print the fleet's telemetry (events and summaries) as it arrives")
     _broker_args(te)
-    te.add_argument("--duration-s", type=float, default=0.0, help="stop after this long (default: Ctrl-C)")
-    te.add_argument("--count", type=int, default=0, help="stop after printing this many records")
+    te.add_argument("--duration-s", type=seconds, default=0.0, help="stop after this long (default: Ctrl-C)")
+    te.add_argument("--count", type=count, default=0, help="stop after printing this many records")
     te.add_argument("--client-id", help="MQTT client id (default cuvil-telemetry-<fleet>: its persistent "
                     "session keeps telemetry sent while it is away)")
     te.set_defaults(fn=cmd_fleet_telemetry)
@@ -231,7 +233,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _broker_args(db)
     db.add_argument("--host", default="127.0.0.1", help="address to serve on (default: this machine only)")
     db.add_argument("--port", type=bounded(int, 0, 65535), default=8088, help="0: any free port")
-    db.add_argument("--duration-s", type=float, default=0.0, help="stop after this long (default: Ctrl-C)")
+    db.add_argument("--duration-s", type=seconds, default=0.0, help="stop after this long (default: Ctrl-C)")
     db.set_defaults(fn=cmd_fleet_dashboard)
     dm = fs.add_parser("demo", help="broker + publisher + one agent on this machine, no setup")
     dm.add_argument("--workdir", help="where the temporary directory goes")

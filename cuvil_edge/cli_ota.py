@@ -12,12 +12,21 @@ import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from device_profiles import load_profile
 from ota.bundle import verify_bundle
 from ota.crypto import parse_json
 from ota.metadata import Manifest
 from ota.trust import TrustState
 
-from .cli_args import add_input_shape, add_key_args, add_passphrase_env, parse_shapes, parse_targets
+from .cli_args import (
+    add_input_shape,
+    add_key_args,
+    add_passphrase_env,
+    add_targets,
+    bounded,
+    parse_shapes,
+    parse_targets,
+)
 from .signing import Keyring, SigningError, add_signatures, build_bundle, load_key
 
 
@@ -82,6 +91,8 @@ def cmd_sign(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    if args.profile:  # a misspelt name would pass a bundle for any profile, and fail one that lists some
+        load_profile(args.profile)
     root = parse_json(Path(args.root).read_bytes(), f"root metadata {args.root}")
     trust = TrustState(root, args.release_counter)
     print(f"ok  root: v{trust.root.version} verifies against its own {trust.root.root_threshold}-of-"
@@ -143,10 +154,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     k = sub.add_parser("keys", help="signing keys and root metadata (init, add, rotate, list)")
     ks = k.add_subparsers(dest="keys_cmd", required=True)
     init = ks.add_parser("init", help="new keyring: root and release keys, root v1")
-    init.add_argument("--root-keys", type=int, default=3)
-    init.add_argument("--root-threshold", type=int, default=2)
-    init.add_argument("--release-keys", type=int, default=1)
-    init.add_argument("--release-threshold", type=int, default=1)
+    init.add_argument("--root-keys", type=bounded(int, 1), default=3)
+    init.add_argument("--root-threshold", type=bounded(int, 1), default=2)
+    init.add_argument("--release-keys", type=bounded(int, 1), default=1)
+    init.add_argument("--release-threshold", type=bounded(int, 1), default=1)
     add = ks.add_parser("add", help="delegate a new key (next root version)")
     add.add_argument("--role", choices=("root", "release"), default="release")
     rotate = ks.add_parser("rotate", help="revoke a key and delegate a fresh one (next root version)")
@@ -174,7 +185,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bundle", help="model directory or ONNX/TFLite file -> signed bundle (.cvb)")
     b.add_argument("model", help="a built model directory or an ONNX or TFLite model file")
     b.add_argument("-o", "--output", required=True)
-    b.add_argument("--targets", help="for a model file: host (default), all, or a list")
+    add_targets(b, note="for a model file: ")
     add_input_shape(b)
     add_signing_args(b)
     b.set_defaults(fn=cmd_bundle)

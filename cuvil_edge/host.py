@@ -25,10 +25,15 @@ class Built(Protocol):
     weights: bytes
 
 
+def host_tiers() -> tuple[str, ...]:
+    """The tiers this host's engine runs, fastest last: simd128, and relaxed where it validates relaxed SIMD
+    (what a check of every tier, here, iterates over)."""
+    return (TIER_SIMD128, TIER_RELAXED) if probe_host().relaxed_simd else (TIER_SIMD128,)
+
+
 def host_target() -> Target:
     """The module variant this host would select (the fastest tier its engine validates)."""
-    probes = probe_host()
-    return Target(TIER_RELAXED if probes.relaxed_simd else TIER_SIMD128, probes.family)
+    return Target(host_tiers()[-1], probe_host().family)
 
 
 def instantiate_here(built: Built, variant: VariantSpec | None = None, threads: int = 1) -> WasmModel:

@@ -241,7 +241,7 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
     if expires_in <= timedelta(0):  # a device would refuse it on arrival
         raise SigningError(f"a release must expire after it is signed (--expires-days), got {expires_in}")
     root = Path(model_dir)
-    spec_text = (root / SPEC_FILE).read_text()
+    spec_text = (root / SPEC_FILE).read_bytes()  # not decoded here: from_json refuses non-UTF-8 (SpecError)
     spec = ModelSpec.from_json(spec_text)
     if profiles is None:
         profiles = spec.extra.get("profiles", [])

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from device_profiles.profile import DeviceProfilesError
+from device_profiles.profile import DeviceProfilesError, load_profile
 from runtime_wasm.errors import RuntimeWasmError
 
 from .config import default_hardware_id, load_agent_config, model_policies
 from .crypto import parse_json
-from .errors import InstallError, OtaError, UnknownModel, VerificationError
+from .errors import ConfigError, InstallError, OtaError, ServerUnreachable, UnknownModel, VerificationError
 from .installer import MODELS_DIR, Installer, line_dirs, trusted_root, update_roots
 
 
@@ -57,6 +57,8 @@ def _from_config(args: argparse.Namespace, need_model: bool = True) -> None:
         raise UnknownModel(f"this device serves several models ({known}): give --model NAME")
     if model:
         args.state_dir = str(args.lines[model])
+    if args.profile:  # a misspelt name would match no bundle's profiles and only show as a refusal later
+        load_profile(args.profile)
 
 
 def _installers(args: argparse.Namespace, need_model: bool = True) -> list[Installer]:
@@ -294,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
 ExitCodes = Sequence[tuple[tuple[type[BaseException], ...], int, str]]
 EXIT_CODES: ExitCodes = (
     # a bad config, input or profile; a missing or unreadable file, state directory or socket
-    ((ValueError, OSError, DeviceProfilesError), 1, "error: {type}: {message}"),
+    ((ConfigError, ServerUnreachable, ValueError, OSError, DeviceProfilesError), 1,
+     "error: {type}: {message}"),
     ((VerificationError,), 2, "refused: {type}: {message}"),  # the bundle or metadata failed a trust check
     ((InstallError,), 3, "failed: {type}: {message} (the previous model stays active)"),
     ((OtaError, RuntimeWasmError), 3, "failed: {type}: {message}"),  # broker, transfer or agent failed

@@ -23,7 +23,7 @@ from device_profiles.profile import DeviceProfilesError
 from runtime_wasm.admission import divide_threads
 from runtime_wasm.policy import RuntimePolicy
 
-from .errors import BadName
+from .errors import BadName, ConfigError
 
 try:
     import tomllib
@@ -55,7 +55,7 @@ def _check_numbers(obj: object) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if value < 0:
-            raise ValueError(f"{type(obj).__name__}.{f.name} must be non-negative, got {value!r}")
+            raise ConfigError(f"{type(obj).__name__}.{f.name} must be non-negative, got {value!r}")
 
 
 def _equal_jitter(low_s: float, high_s: float, attempt: int, rand: float) -> float:
@@ -88,11 +88,11 @@ class OtaConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ValueError(f"OtaConfig.{f.name} must be a non-negative number, got {value!r}")
+                raise ConfigError(f"OtaConfig.{f.name} must be a non-negative number, got {value!r}")
         _check_numbers(self)
         if 0 in (self.chunk_bytes, self.max_root_chain_length, self.selftest_deadline_s,
                  self.selftest_start_timeout_s, self.lock_timeout_s):
-            raise ValueError("OtaConfig.chunk_bytes, max_root_chain_length, lock_timeout_s and the "
+            raise ConfigError("OtaConfig.chunk_bytes, max_root_chain_length, lock_timeout_s and the "
                              "selftest_* limits must be positive")
 
 
@@ -117,7 +117,7 @@ class TransferLimits:
     def __post_init__(self) -> None:
         _check_numbers(self)
         if self.window_chunks == 0 or self.max_chunk_bytes == 0:
-            raise ValueError("TransferLimits.window_chunks and max_chunk_bytes must be positive")
+            raise ConfigError("TransferLimits.window_chunks and max_chunk_bytes must be positive")
 
     def backoff_s(self, attempt: int, rand: float) -> float:
         return _equal_jitter(self.backoff_min_s, self.backoff_max_s, attempt, rand)
@@ -143,7 +143,7 @@ class HttpDownloadLimits:
     def __post_init__(self) -> None:
         _check_numbers(self)
         if not (self.connect_timeout_s > 0 and self.read_timeout_s > 0):
-            raise ValueError("HttpDownloadLimits.connect_timeout_s and read_timeout_s must be positive")
+            raise ConfigError("HttpDownloadLimits.connect_timeout_s and read_timeout_s must be positive")
 
     def backoff_s(self, attempt: int, rand: float) -> float:
         return _equal_jitter(self.backoff_min_s, self.backoff_max_s, attempt, rand)
@@ -168,7 +168,7 @@ class BrokerSettings:
     def __post_init__(self) -> None:
         _check_numbers(self)
         if self.protocol not in (4, 5):
-            raise ValueError(f"BrokerSettings.protocol must be 4 (MQTT 3.1.1) or 5, got {self.protocol}")
+            raise ConfigError(f"BrokerSettings.protocol must be 4 (MQTT 3.1.1) or 5, got {self.protocol}")
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ class ServeLimits:
         _check_numbers(self)
         positive = ("max_connections", "read_timeout_s", "max_request_bytes", "max_items", "max_item_bytes")
         if not all(getattr(self, name) > 0 for name in positive):
-            raise ValueError(f"ServeLimits.{', '.join(positive)} must be positive")
+            raise ConfigError(f"ServeLimits.{', '.join(positive)} must be positive")
 
 
 @dataclass(frozen=True)
@@ -215,9 +215,9 @@ class HttpSettings:
         positive = ("max_connections", "header_timeout_s", "body_timeout_s", "write_timeout_s",
                     "max_header_bytes", "max_body_bytes", "max_items", "max_item_bytes")
         if not all(getattr(self, name) > 0 for name in positive):
-            raise ValueError(f"HttpSettings.{', '.join(positive)} must be positive")
+            raise ConfigError(f"HttpSettings.{', '.join(positive)} must be positive")
         if self.port > 65535:
-            raise ValueError(f"HttpSettings.port must be at most 65535, got {self.port}")
+            raise ConfigError(f"HttpSettings.port must be at most 65535, got {self.port}")
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ class TelemetrySettings:
         _check_numbers(self)
         if not (self.max_events > 0 and self.max_bytes > 0 and self.publish_timeout_s > 0
                 and self.max_attempts > 0):
-            raise ValueError("TelemetrySettings.max_events, max_bytes, publish_timeout_s and max_attempts "
+            raise ConfigError("TelemetrySettings.max_events, max_bytes, publish_timeout_s and max_attempts "
                              "must be positive")
 
 
@@ -271,7 +271,7 @@ class AdmissionSettings:
     def __post_init__(self) -> None:
         _check_numbers(self)
         if self.max_pending == 0:
-            raise ValueError("AdmissionSettings.max_pending must be positive")
+            raise ConfigError("AdmissionSettings.max_pending must be positive")
 
 
 @dataclass(frozen=True)
@@ -302,9 +302,9 @@ class AgentConfig:
     def __post_init__(self) -> None:
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
-            raise ValueError(f"agent models: duplicate names in {names}")
+            raise ConfigError(f"agent models: duplicate names in {names}")
         if self.models and self.socket:
-            raise ValueError("agent.socket serves the single model; with [[models]] give each its socket")
+            raise ConfigError("agent.socket serves the single model; with [[models]] give each its socket")
 
 
 def serving_policy(config: AgentConfig) -> RuntimePolicy:
@@ -315,7 +315,7 @@ def serving_policy(config: AgentConfig) -> RuntimePolicy:
         try:
             profile = load_profile(config.profile)
         except DeviceProfilesError as exc:
-            raise ValueError(f"agent.profile {config.profile!r}: {exc}") from None
+            raise ConfigError(f"agent.profile {config.profile!r}: {exc}") from None
     policy = config.policy or (profile.policy if profile else RuntimePolicy())
     if profile is not None and policy.threads == 0:
         policy = replace(policy, threads=profile.threads)
@@ -339,10 +339,10 @@ def _typed(cls: type, table: Mapping[str, Any], where: str) -> dict[str, Any]:
     for key, value in table.items():
         kind = hints.get(key)
         if kind not in (str, int, float):
-            raise ValueError(f"{where}: unknown setting {key!r}")
+            raise ConfigError(f"{where}: unknown setting {key!r}")
         ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
         if not ok or isinstance(value, bool):
-            raise ValueError(f"{where}.{key}: expected {kind.__name__}, got {value!r}")
+            raise ConfigError(f"{where}.{key}: expected {kind.__name__}, got {value!r}")
         out[key] = value
     return out
 
@@ -355,11 +355,14 @@ def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
     inference API on, even empty), ``[[models]]`` (``ModelConfig``, each with an optional ``[models.policy]``
     table) and ``admission`` (``AdmissionSettings``)."""
     with open(path, "rb") as f:
-        doc = tomllib.load(f)
+        try:
+            doc = tomllib.load(f)
+        except ValueError as exc:  # TOMLDecodeError, or UnicodeDecodeError: not even text
+            raise ConfigError(f"{path}: not a TOML file: {exc}") from None
     unknown = set(doc) - {"agent", "broker", "limits", "download", "ota", "serve", "policy", "http",
                           "telemetry", "models", "admission"}
     if unknown:
-        raise ValueError(f"{path}: unknown sections {sorted(unknown)}")
+        raise ConfigError(f"{path}: unknown sections {sorted(unknown)}")
     broker = dict(doc.get("broker", {}))
     if "password_file" in broker:
         broker["password"] = Path(broker.pop("password_file")).read_text().strip()
@@ -382,14 +385,14 @@ def load_agent_config(path: str | os.PathLike[str]) -> AgentConfig:
                            admission=AdmissionSettings(**_typed(AdmissionSettings, doc.get("admission", {}),
                                                                 "admission")))
     except TypeError as exc:  # a required [agent] field is missing
-        raise ValueError(f"{path}: {exc}") from None
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def _model(table: Any, index: int) -> ModelConfig:
     """One ``[[models]]`` table: typed fields plus an optional ``policy`` sub-table."""
     where = f"models[{index}]"
     if not isinstance(table, dict):
-        raise ValueError(f"{where}: expected a table, got {table!r}")
+        raise ConfigError(f"{where}: expected a table, got {table!r}")
     rest = {k: v for k, v in table.items() if k != "policy"}
     policy = RuntimePolicy.from_dict(table["policy"]) if "policy" in table else None
     return ModelConfig(**_typed(ModelConfig, rest, where), policy=policy)

@@ -174,7 +174,12 @@ class WrongModel(WrongTarget):
     model A offered on model B's line)."""
 
 
-class BadName(OtaError, ValueError):
+class ConfigError(OtaError, ValueError):
+    """A setting the agent's config (``agent.toml``, or an ``ota.config`` dataclass built in code) gets
+    wrong: an unknown section or key, a mistyped or out-of-range value, a file that is not TOML. A
+    ``ValueError`` too, as these checks raised before they had a type of their own."""
+
+
+class BadName(ConfigError):
     """A fleet, device, model or topic-prefix name that is not exactly one MQTT topic level (a ``/``, ``+``
-    or ``#`` in it would widen a subscription or an ACL match). A ``ValueError`` too, like the other
-    settings a config file gets wrong."""
+    or ``#`` in it would widen a subscription or an ACL match)."""

@@ -17,7 +17,6 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from .errors import OtaError
 from .serve import ModelRegistry
 
 #: the ``Content-Type`` of ``render()``
@@ -50,18 +49,13 @@ class ServingCollector:
 
     def collect(self) -> Iterator[Metric]:
         f = _Families()
-        for host, priority in self._models.entries():
-            name, m = host.name, host.metrics()
-            model = {"model": name}
+        for host, priority, m, served in self._models.states():
+            model = {"model": host.name}
             f.add(GaugeMetricFamily, "cuvil_model_ready", "1 while the model is loaded and answering", model,
                   1.0 if m is not None else 0.0)
             f.add(GaugeMetricFamily, "cuvil_model_priority", "serving priority (higher first)", model,
                   priority)
-            if m is None:
-                continue
-            try:
-                served = host.served()
-            except OtaError:  # unloaded since metrics() was read
+            if m is None or served is None:
                 continue
             f.add(GaugeMetricFamily, "cuvil_model_release", "release counter of the model served", model,
                   served.release)

@@ -22,7 +22,7 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from .errors import (
     NoHealthyModel,
     NoProcessing,
     OtaError,
+    ServerUnreachable,
     UnknownModel,
 )
 from .golden import decode_tensor, encode_tensor
@@ -199,6 +200,17 @@ class ModelRegistry:
         with self._lock:
             return list(self._hosts)
 
+    def states(self) -> Iterator[tuple[ModelHost, int, dict[str, Any] | None, ServedModel | None]]:
+        """(host, priority, scheduler metrics, what is served) of every model, highest priority first, as
+        ``/metrics`` and the telemetry read them: both None while it is not loaded, ``served`` None too when
+        it was unloaded just after its metrics were read."""
+        for host, priority in self.entries():
+            m, served = host.metrics(), None
+            if m is not None:
+                with contextlib.suppress(OtaError):  # unloaded since metrics() was read
+                    served = host.served()
+            yield host, priority, m, served
+
     def get(self, name: str) -> ModelHost:
         for host, _ in self.entries():
             if host.name == name:
@@ -346,14 +358,18 @@ class InferenceServer(BoundedThreads, socketserver.UnixStreamServer):
 
 
 def _exchange(path: str | os.PathLike[str], body: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
-    """One request line to the agent's socket and its reply (maybe an error reply)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout_s)
-        s.connect(str(path))
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused early: read why
-            s.sendall(json.dumps(body).encode() + b"\n")
-        with s.makefile("rb") as f:
-            line = f.readline(MAX_REPLY_BYTES)
+    """One request line to the agent's socket and its reply (maybe an error reply); ``ServerUnreachable``,
+    naming the socket, when no agent answers there."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout_s)
+            s.connect(str(path))
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused early: read why
+                s.sendall(json.dumps(body).encode() + b"\n")
+            with s.makefile("rb") as f:
+                line = f.readline(MAX_REPLY_BYTES)
+    except OSError as exc:  # no such socket, nobody listening, or no reply within timeout_s
+        raise ServerUnreachable(f"agent socket {path}: {exc.strerror or exc}") from exc
     if not line:
         raise OtaError("the agent closed the connection without a reply")
     return json.loads(line)

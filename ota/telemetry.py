@@ -37,7 +37,7 @@ from typing import Any, BinaryIO
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .config import TelemetrySettings
-from .errors import OtaError, TelemetryError, TransportError
+from .errors import TelemetryError, TransportError
 from .protocol import TelemetryRecord, format_time
 from .serve import ModelRegistry
 from .store import read_json, write_json
@@ -451,16 +451,10 @@ class ServingWatch:
 
     def _read(self) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
         """(model name, scheduler metrics, what is served) of every loaded model."""
-        for host, _priority in self._models.entries():
-            m = host.metrics()
-            if m is None:
-                continue
-            try:
-                served = host.served()
-            except OtaError:  # unloaded since metrics() was read
-                continue
-            yield host.name, m, {"release": served.release, "version": served.version,
-                                 "variant": served.variant}
+        for host, _priority, m, served in self._models.states():
+            if m is not None and served is not None:
+                yield host.name, m, {"release": served.release, "version": served.version,
+                                     "variant": served.variant}
 
     def events(self) -> list[tuple[str, dict[str, Any]]]:
         """What happened in serving since the last call, as (event, data)."""

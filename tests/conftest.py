@@ -1,4 +1,5 @@
-"""Shared test helpers: the onnxruntime reference and the "same numbers as ORT" check.
+"""Shared test helpers: the onnxruntime reference and the "same numbers as ORT" check, and the fixtures
+several test folders use (``host_cli``, ``broker``).
 
 The nets live in ``cuvil_edge.testing.zoo`` and the onnxruntime helpers in ``cuvil_edge.oracle``. Op tests
 build a small graph with ``make_model`` and compile and compare it with ``check_with_ort``; whole nets
@@ -7,7 +8,7 @@ already compiled are compared on random inputs with ``assert_matches_ort`` (the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from onnx import helper, numpy_helper
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.oracle import ort_session, random_inputs
+from cuvil_edge.testing.broker import LocalBroker
 
 #: elementwise tolerance against onnxruntime (both fp32; only summation order differs)
 RTOL = ATOL = 1e-4
@@ -144,3 +146,10 @@ def host_cli(capsys):
         return capsys.readouterr().out
 
     return run
+
+
+@pytest.fixture
+def broker(tmp_path) -> Iterator[LocalBroker]:
+    """A fresh broker on 127.0.0.1 for one test (Mosquitto when installed, else amqtt), stopped after it."""
+    with LocalBroker(tmp_path / "broker") as b:
+        yield b

@@ -31,7 +31,6 @@ from test_model_lines import A, B, LinesWorld
 
 from cuvil_edge.dashboard import Dashboard, DashboardError, FleetView
 from cuvil_edge.fleet import Publisher
-from cuvil_edge.testing.broker import LocalBroker
 from ota import SelfTestFailed
 from ota.config import load_agent_config
 from ota.golden import decode_vector
@@ -139,12 +138,6 @@ def wait_for(pred: Callable[[], Any], what: str) -> Any:
 def state(dash: Dashboard) -> dict[str, Any]:
     with urllib.request.urlopen(dash.url + "api/state", timeout=10) as reply:
         return json.loads(reply.read())
-
-
-@pytest.fixture
-def broker(tmp_path):
-    with LocalBroker(tmp_path / "broker") as b:
-        yield b
 
 
 def test_dashboard_shows_a_halted_rollout_in_a_browser(broker, tmp_path):

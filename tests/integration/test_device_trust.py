@@ -61,12 +61,6 @@ def fleet_world(tmp_path_factory) -> FleetWorld:
     return fw
 
 
-@pytest.fixture
-def broker(tmp_path):
-    with LocalBroker(tmp_path / "broker") as b:
-        yield b
-
-
 def counter(state_dir: Path) -> int:
     return json.loads((state_dir / "trust.json").read_bytes())["release_counter"]
 

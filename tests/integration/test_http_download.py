@@ -11,7 +11,7 @@ import json
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -145,12 +145,6 @@ class BundleServer:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> FleetWorld:
     return FleetWorld(tmp_path_factory.mktemp("http"))
-
-
-@pytest.fixture
-def broker(tmp_path) -> Iterator[LocalBroker]:
-    with LocalBroker(tmp_path / "broker") as b:
-        yield b
 
 
 @pytest.fixture

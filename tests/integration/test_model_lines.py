@@ -83,12 +83,6 @@ def world(tmp_path_factory) -> LinesWorld:
     return LinesWorld(tmp_path_factory.mktemp("lines"))
 
 
-@pytest.fixture
-def broker(tmp_path):
-    with LocalBroker(tmp_path / "broker") as b:
-        yield b
-
-
 def load(path: Path) -> AgentConfig:
     return load_agent_config(path)
 

@@ -44,12 +44,6 @@ def fleet_world(tmp_path_factory) -> FleetWorld:
     return FleetWorld(tmp_path_factory.mktemp("fleet"))
 
 
-@pytest.fixture
-def broker(tmp_path):
-    with LocalBroker(tmp_path / "broker") as b:
-        yield b
-
-
 def spawn_agent(cfg_path: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "ota.cli", "run", "--config", str(cfg_path)], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE)

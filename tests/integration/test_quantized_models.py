@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel
+from cuvil_edge.quant import PRECISIONS
 
 pytestmark = pytest.mark.integration
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
@@ -142,7 +143,7 @@ def accuracy(model: CuvilModel, x: np.ndarray, y: np.ndarray) -> float:
 def test_precisions_on_trained_cnn(digits, tmp_path):
     proto, x, y, calib = digits
     acc = {}
-    for precision in ("fp32", "fp16", "int8", "int8-dynamic", "int4", "mixed"):
+    for precision in PRECISIONS:
         with CuvilModel.load(proto) as m:
             m.optimize(precision, calibration=calib, accuracy_budget=0.02)
             acc[precision] = accuracy(m, x, y)

@@ -36,12 +36,6 @@ def world(tmp_path_factory) -> FleetWorld:
     return FleetWorld(tmp_path_factory.mktemp("tele-world"))
 
 
-@pytest.fixture
-def broker(tmp_path):
-    with LocalBroker(tmp_path / "broker") as b:
-        yield b
-
-
 def device_config(world: FleetWorld, tmp_path: Path, broker: LocalBroker, interval_s: float = 0.0,
                   max_events: int = 1000, http: bool = False) -> AgentConfig:
     cfg = world.agent_config(tmp_path, "dev0", FLEET, broker.settings())

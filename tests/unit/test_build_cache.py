@@ -18,7 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import cuvil_edge.model
 from cuvil_edge import ALL_TARGETS, CuvilModel
-from cuvil_edge.buildcache import MANIFEST, BuildCache, BuildCacheConfig, BuildCacheError
+from cuvil_edge.buildcache import MANIFEST, BuildCache, BuildCacheConfig, BuildCacheError, data_digest
+from cuvil_edge.errors import QuantizationError
 from cuvil_edge.host import host_target
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE
 
@@ -98,6 +99,16 @@ def test_calibration_from_a_generator_is_hashed_and_still_fully_used(cache):
     first = build(cache, precision="int8", calibration=(s for s in calib()))
     assert first.quantization.record["calibration_samples"] == len(calib())
     assert build(cache, precision="int8", calibration=iter(calib())).build_cache_hit
+
+
+def test_calibration_holding_objects_is_not_cached_and_is_refused_as_a_quantization_error(cache):
+    """Python-API samples of objects: no digest (nothing to key a build on), then the quantizer's typed
+    error, never a ``TypeError``; nothing was stored."""
+    samples = [{"x": np.array([object()] * 16).reshape(1, 16)}]
+    assert data_digest(iter(samples))[0] is None and data_digest(calib())[0] is not None
+    with pytest.raises(QuantizationError, match="calibration data"):
+        build(cache, precision="int8", calibration=samples)
+    assert not cache.directory.exists() or entries(cache) == []
 
 
 def test_save_of_a_hit_writes_the_same_model_directory(cache, tmp_path):

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -43,8 +44,16 @@ PLAIN_ARGS = {"key_id": "0123", "device": "dev-1", "action": "report", "name": "
 BAD_VALUES = {"input_shape": "x=1,a", "precision": "int3", "targets": "foo", "broker": "no-port",
               "profile": "no-such-profile", "canary": "150%", "stages": "25,x", "halt_on": "-1"}
 #: optional arguments given in every case (unless under test), or the command would stop at "give
-#: --state-dir" / "give --sign-key" before the argument under test
-GIVEN = ("state_dir", "sign_key")
+#: --sign-key", "needs --release N and a --hardware-id", "give --state-dir", "holds no trust state", "no
+#: socket" or a bundle for another hardware id before the argument under test
+GIVEN = {"cuvil-edge": ("sign_key", "release", "hardware_id"),
+         "cuvil-agent": ("state_dir", "root", "socket", "hardware_id")}
+#: options the argument under test needs beside it to be read at all (calibration data only by a quantized
+#: build), and those that would be used instead of it (``--sign-key`` rather than ``--keyring``)
+WITH = {"calib": {"precision": "int8"}}
+WITHOUT = {"keyring": "sign_key"}
+#: GIVEN options a command declares only to refuse them with a hint (``status`` reads; trust rotates)
+REFUSES = {("status",): {"root"}}
 #: file arguments a command creates rather than reads: no malformed-input case for those
 CREATES = {("keys", "init"): {"keyring"}}
 #: commands whose valid model is a built model directory rather than an .onnx file
@@ -81,7 +90,15 @@ class Files:
     garbage: dict[str, Path]  # argument -> malformed file or directory
     spec_dirs: tuple[Path, ...]  # model directories without model.json, and with a malformed one
     port: int  # nothing listens there
-    given: dict[str, Path]  # values of GIVEN: an empty state directory, a valid release key
+    given: dict[str, Path | str]  # values of GIVEN: an empty state directory, a valid release key...
+    out: Path  # where a command writes (nothing should be written: every case fails)
+    valid: dict[str, Path]  # argument -> a file it accepts: a bundle signed for "hw", its root, inputs...
+
+    def valid_for(self, cli: str, words: tuple[str, ...]) -> dict[str, Path]:
+        """Valid files for every argument of ``cli words`` (``run`` wants a built model directory, the
+        agent's ``infer`` a .npy per input)."""
+        chosen = {"model": self.built if words in RUNS_BUILT else self.onnx}
+        return {**self.valid, **chosen, **({"inputs": self.valid["npy"]} if cli == "cuvil-agent" else {})}
 
 
 @pytest.fixture(scope="module")
@@ -108,21 +125,34 @@ def files(tmp_path_factory) -> Files:
     spec_dirs = (d / "no-spec.cuvil", d / "bad-spec.cuvil")
     Keyring.init(d / "keys", 1, 1, 1, 1)
     key = next((d / "keys").glob("release-*.key"))
-    given = {"state_dir": d / "state", "sign_key": key}
+    given: dict[str, Path | str] = {"state_dir": d / "state", "sign_key": key, "release": "1",
+                                    "hardware_id": PLAIN_ARGS["hardware_id"], "socket": d / "no-agent.sock",
+                                    "root": d / "keys" / "root.json"}
     with CuvilModel.load(d / "tiny.onnx").optimize(targets=[Target()]) as m:
         m.save(d / "tiny.cuvil")
-    return Files(d / "a-file" / "missing", d / "tiny.onnx", d / "tiny.cuvil", garbage, spec_dirs, port, given)
+    assert host.main(["bundle", str(d / "tiny.cuvil"), "-o", str(d / "tiny.cvb"), "--sign-key", str(key),
+                      "--release", "1", "--hardware-id", PLAIN_ARGS["hardware_id"]]) == 0
+    x = np.random.default_rng(0).standard_normal((4, 1, 4)).astype(np.float32)
+    np.savez(d / "calib.npz", x=x)
+    np.savez(d / "inputs.npz", x=x[0])
+    np.save(d / "x.npy", x[0])
+    valid = {"bundle": d / "tiny.cvb", "root": d / "keys" / "root.json", "keyring": d / "keys",
+             "calib": d / "calib.npz", "inputs": d / "inputs.npz", "npy": d / "x.npy"}
+    return Files(d / "a-file" / "missing", d / "tiny.onnx", d / "tiny.cuvil", garbage, spec_dirs, port, given,
+                 d / "out", valid)
 
 
 def _option(action: argparse.Action) -> str:
     return max(action.option_strings, key=len)
 
 
-def argv_for(words: tuple[str, ...], parser: argparse.ArgumentParser, files: Files, paths: dict[str, Path],
-             extra: dict[str, str] | None = None) -> list[str]:
+def argv_for(cli: str, words: tuple[str, ...], parser: argparse.ArgumentParser, files: Files,
+             paths: dict[str, Path], extra: dict[str, str] | None = None) -> list[str]:
     """``words`` and every positional and required option filled: files from ``paths`` (by dest, else a
-    missing one), the rest from ``PLAIN_ARGS``; ``extra`` sets options by dest. Brokers: a closed port."""
-    extra = dict(extra or {})
+    missing one), the rest from ``PLAIN_ARGS``; ``extra`` sets options by dest (the argument under test,
+    with its ``WITH``). Brokers: a closed port."""
+    extra = {k: v for dest in extra or {} for k, v in WITH.get(dest, {}).items()} | dict(extra or {})
+    given = set(GIVEN[cli]) - {WITHOUT[dest] for dest in extra if dest in WITHOUT} - REFUSES.get(words, set())
     dests = {a.dest for a in arguments(parser)}
     if "broker" in dests:
         extra.setdefault("broker", f"127.0.0.1:{files.port}")
@@ -130,12 +160,12 @@ def argv_for(words: tuple[str, ...], parser: argparse.ArgumentParser, files: Fil
     argv = list(words)
     for a in arguments(parser):
         value = extra.pop(a.dest, None)
-        if value is None and a.dest in GIVEN:
+        if value is None and a.dest in given:
             value = str(paths.get(a.dest, files.given[a.dest]))
         if value is None and not (a.required or not a.option_strings):
             continue
         if value is None:
-            plain = PLAIN_ARGS.get(a.dest, "out")
+            plain = PLAIN_ARGS.get(a.dest, str(files.out))
             value = str(paths.get(a.dest, files.missing)) if a.dest in FILE_ARGS else plain
         if a.dest == "inputs" and not a.option_strings:  # cuvil-agent infer: NAME=FILE.npy
             value = f"x={value}"
@@ -143,40 +173,42 @@ def argv_for(words: tuple[str, ...], parser: argparse.ArgumentParser, files: Fil
     return argv
 
 
-def cases(files: Files) -> Iterator[tuple[str, list[str]]]:
-    """(cli, argv) of every error case of every command."""
+def cases(files: Files) -> Iterator[tuple[str, list[str], tuple[str, ...]]]:
+    """(cli, argv, what the error must mention) of every error case of every command. A wrong value is
+    the only thing wrong in its invocation (every other file valid, every other option given validly),
+    and its error names the option or the value, so it cannot pass by failing on something else."""
     for cli, words, parser in COMMANDS:
         acts = arguments(parser)
         reads = [a for a in acts if a.dest in FILE_ARGS]
 
-        command = functools.partial(argv_for, words, parser, files)
+        command = functools.partial(argv_for, cli, words, parser, files)
         # (a) the files it reads do not exist (each optional one too, one at a time)
         if any(not a.option_strings or a.required for a in reads):
-            yield cli, command({})
+            yield cli, command({}), ()
+        valid = files.valid_for(cli, words)
         for a in reads:
             if a.option_strings and not a.required:
-                yield cli, command({}, {a.dest: str(files.missing)})
-        # (b) a wrong option value, with a valid model so that the value is what fails; every number here
-        # is a count, size, duration, port or threshold: none may be negative
-        valid = {"model": files.built if words in RUNS_BUILT else files.onnx}
-        yield cli, [*command(valid), "--no-such-option"]
+                yield cli, command(valid, {a.dest: str(files.missing)}), ()
+        # (b) a wrong option value; every number here is a count, size, duration, port or threshold: none
+        # may be negative
+        yield cli, [*command(valid), "--no-such-option"], ("--no-such-option",)
         for a in acts:
             if not a.option_strings or a.nargs == 0:
                 continue
-            if a.dest in BAD_VALUES:
-                yield cli, command(valid, {a.dest: BAD_VALUES[a.dest]})
-            elif a.choices or a.type is not None:  # every ``type`` here parses a number
-                yield cli, command(valid, {a.dest: "bogus"})
-            if a.type is not None and not a.choices and a.dest not in BAD_VALUES:
-                yield cli, command(valid, {a.dest: "-1"})
+            bad = [BAD_VALUES[a.dest]] if a.dest in BAD_VALUES else []
+            bad += ["bogus"] if a.dest not in BAD_VALUES and (a.choices or a.type is not None) else []
+            bad += ["-1"] if a.type is not None and not a.choices and a.dest not in BAD_VALUES else []
+            for value in bad:
+                yield cli, command(valid, {a.dest: value}), (_option(a), value)
         # (c) malformed models, bundles, configs, keys...; a model directory without a (readable) spec
         for a in reads:
             if a.dest in files.garbage and a.dest not in CREATES.get(words, ()):
                 garbage = files.garbage[a.dest]
-                yield cli, command({a.dest: garbage}, {a.dest: str(garbage)} if a.option_strings else None)
-        if any(a.dest == "model" for a in acts):
+                yield cli, command({**valid, a.dest: garbage},
+                                   {a.dest: str(garbage)} if a.option_strings else None), ()
+        if any(a.dest == "model" and not a.option_strings for a in acts):  # the agent's --model is a name
             for spec in files.spec_dirs:
-                yield cli, command({"model": spec})
+                yield cli, command({**valid, "model": spec}), ()
 
 
 def test_arguments_are_known():
@@ -189,10 +221,11 @@ def test_arguments_are_known():
 
 
 def test_every_command_fails_cleanly(files: Files, capsys):
-    """Each case exits with a documented code and one stderr line (or argparse's usage block)."""
+    """Each case exits with a documented code and one stderr line (or argparse's usage block) that, for a
+    wrong value, names it."""
     covered: set[tuple[str, tuple[str, ...]]] = set()
     failures = []
-    for cli, argv in cases(files):
+    for cli, argv, mentions in cases(files):
         main, _, codes = CLIS[cli]
         covered |= {(c, w) for c, w, _ in COMMANDS if c == cli and tuple(argv[:len(w)]) == w}
         try:
@@ -210,7 +243,9 @@ def test_every_command_fails_cleanly(files: Files, capsys):
             (f"exit {code} not in {sorted(codes)}", code not in codes),
             (f"{len(lines)} stderr lines", not usage and len(lines) != 1),
             ("usage block with an exit code other than 2", usage and code != 2),
-            ("a traceback", "Traceback" in out + err)) if bad]
+            ("a traceback", "Traceback" in out + err),
+            (f"the error mentions none of {mentions}", mentions and not any(m in err for m in mentions)),
+        ) if bad]
         if problems:
             failures.append(f"{cli} {' '.join(argv)}: {', '.join(problems)}\n{err[-1500:]}")
     assert not failures, "\n\n".join(failures)
@@ -223,10 +258,16 @@ def test_every_command_fails_cleanly(files: Files, capsys):
      "error: QuantizationError: int8 (static) needs calibration data: give --calib FILE"),
     ("ota.cli", ["install", "missing.cvb", "--state-dir", "{tmp}/state", "--root", "{tmp}/missing.json"], 1,
      "error: FileNotFoundError: "),
-], ids=["host-missing-file", "host-int8-without-calib", "agent-missing-root"])
+    ("ota.cli", ["run", "--config", "{config}"], 1, "error: ConfigError: {config}: not a TOML file: "),
+    ("ota.cli", ["infer", "--text", "hi", "--state-dir", "{tmp}", "--socket", "{tmp}/agent.sock"], 1,
+     "error: ServerUnreachable: agent socket {tmp}/agent.sock: No such file or directory"),
+], ids=["host-missing-file", "host-int8-without-calib", "agent-missing-root", "agent-binary-config",
+        "agent-no-socket"])
 def test_real_process(files: Files, tmp_path, module: str, argv: list[str], code: int, line: str):
-    """As a user sees it: a separate interpreter, the exit status and the first stderr line."""
-    argv = [a.format(onnx=files.onnx, tmp=tmp_path) for a in argv]
+    """As a user sees it: a separate interpreter, the exit status and the first stderr line (naming the
+    file at fault where there is one)."""
+    paths = {"onnx": files.onnx, "tmp": tmp_path, "config": files.garbage["config"]}
+    argv, line = [a.format(**paths) for a in argv], line.format(**paths)
     proc = subprocess.run([sys.executable, "-m", module, *argv], cwd=tmp_path, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     lines = [x for x in proc.stderr.splitlines() if x.strip()]

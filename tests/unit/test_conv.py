@@ -16,12 +16,12 @@ from conftest import assert_matches_ort
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel, Target
+from cuvil_edge.host import host_tiers
 from cuvil_edge.ops import conv as conv_op
 from cuvil_edge.ops.conv import WINOGRAD_FLOATS, conv_geometry, uses_direct, uses_winograd, winograd_tiling
 from runtime_wasm.variants import probe_host
 
 OPSET = 17
-TIERS = ("simd128", "relaxed") if probe_host().relaxed_simd else ("simd128",)
 
 
 def build(nodes: list[onnx.NodeProto], inputs: dict[str, Sequence[int]],
@@ -131,7 +131,7 @@ def test_conv(case: str, bias: bool) -> None:
 STRIDED_1X1 = [c for c, v in CONV_CASES.items() if v[3] == SUBSAMPLE]
 
 
-@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("tier", host_tiers())
 def test_strided_1x1_equals_the_im2col_path(tier: str) -> None:
     """Subsampling the planes, then the in-place 1x1 GEMM, gives the bits im2col + GEMM gave, per tier."""
     for case in STRIDED_1X1:

@@ -11,12 +11,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.compiler import optimize_graph
+from cuvil_edge.host import host_tiers
 from cuvil_edge.ops.qlinear import b4_tile
 from cuvil_edge.quant.rewrite import quantize_graph, quantize_int4_groups
 from cuvil_edge.quant.runner import Runner
 from runtime_wasm.variants import probe_host
-
-TIERS = ("simd128", "relaxed") if probe_host().relaxed_simd else ("simd128",)
 
 
 def _graph(nodes: list, inputs: dict[str, list[int]], outputs: dict[str, list[int]],
@@ -39,7 +38,7 @@ def _run(graph, feeds: Arrays, group: int) -> tuple[list[Arrays], dict[str, str]
     plan = {n.name: "int4" for n in graph.nodes if n.op in ("gemm", "conv")}
     q = quantize_graph(graph, plan, group=group)
     outs = []
-    for tier in TIERS:
+    for tier in host_tiers():
         with Runner(q, Target(tier, probe_host().family)) as run:
             kernels = dict(run.compiled.program.kernels_used)
             outs.append(run(feeds))

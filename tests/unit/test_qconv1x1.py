@@ -15,10 +15,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx import shape_inference as si
 from ort_quantized import check_ort_quantized
-from qs8_cases import TIERS, RunResult, dynamic_qparams, quantize_cases, run_cases
+from qs8_cases import TIERS, bit_for_bit_test, dynamic_qparams, every_tier, quantize_cases, run_cases
 
 from cuvil_edge.ops import qlinear
-from cuvil_edge.quant.rewrite import act_qparams, quantize_int8_rows
+from cuvil_edge.quant.rewrite import quantize_int8_rows
 
 #: name -> (input shape, output channels, groups, clip bounds after (None: no activation), kernel).
 #: Channels off multiples of 4 and 8, pixel counts off whole 16-pixel packing steps and 4-token blocks,
@@ -113,10 +113,7 @@ def quantized():
     return _quantized()
 
 
-@pytest.fixture(scope="module")
-def results(quantized) -> dict[str, RunResult]:
-    q, xs, _ = quantized
-    return {tier: run_cases(q, xs, tier) for tier in TIERS}
+results = every_tier()
 
 
 @pytest.mark.parametrize("name", sorted(CASES) + sorted(IM2COL_CASES))
@@ -127,14 +124,7 @@ def test_kernel_choice(results, name: str) -> None:
     assert kernels[f"pw_{name}"] == {**CASES, **IM2COL_CASES}[name][-1]
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("tier", TIERS)
-def test_matches_integer_reference_bit_for_bit(quantized, results, name: str, tier: str) -> None:
-    """Exact int32 sums and the shared f32 epilogue: equal to the numpy reference in every tier (so the
-    SIMD128 and relaxed-SIMD modules agree bit for bit)."""
-    _, xs, ranges = quantized
-    _, outs = results[tier]
-    np.testing.assert_array_equal(outs[f"y_{name}"], reference(name, xs[name], *act_qparams(ranges[name])))
+test_matches_integer_reference_bit_for_bit = bit_for_bit_test(CASES, reference)
 
 
 def test_dynamic_activations_bit_for_bit() -> None:

@@ -10,6 +10,7 @@ from onnx import shape_inference as si
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.compiler import optimize_graph
+from cuvil_edge.host import host_tiers
 from cuvil_edge.quant.calibrate import ActRange
 from cuvil_edge.quant.rewrite import (
     act_qparams,
@@ -54,13 +55,13 @@ def _plan(graph, choice: str) -> dict[str, str]:
 @pytest.mark.parametrize("choice", ["int8", "int4"])
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_tiers_agree_bit_for_bit(graph, choice, dynamic):
-    if not probe_host().relaxed_simd:
+    if len(host_tiers()) < 2:
         pytest.skip("this engine has no relaxed SIMD")
     x = np.random.default_rng(2).standard_normal((3, 3, 7, 7)).astype(np.float32)
     ranges = {n.inputs[0].name: ActRange(-3.0, 4.0) for n in graph.nodes}
     q = quantize_graph(graph, _plan(graph, choice), ranges, dynamic=dynamic)
     outs = []
-    for tier in ("simd128", "relaxed"):
+    for tier in host_tiers():
         with Runner(q, Target(tier, probe_host().family)) as run:
             outs.append(run({"x": x})["y"])
     np.testing.assert_array_equal(outs[0], outs[1])
@@ -86,9 +87,8 @@ def test_qgemm_matches_integer_reference(m):
     wq, ws = quantize_int8_rows(w.T)
     xq = np.clip(np.rint(x / np.float32(s)) + z, 0, 127).astype(np.int32)
     want = ((xq - z) @ wq.T.astype(np.int32)).astype(np.float32) * (ws * np.float32(s))
-    tiers = ("simd128", "relaxed") if probe_host().relaxed_simd else ("simd128",)
     outs = []
-    for tier in tiers:
+    for tier in host_tiers():
         with Runner(q, Target(tier, probe_host().family)) as run:
             assert list(run.compiled.program.kernels_used.values()) == [f"qs8-gemm-8x{4 if m >= 4 else 1}"]
             outs.append(run({"x": x})["y"])
@@ -140,9 +140,8 @@ def test_qb4_tiles_match_reference_and_agree(qb4_case):
     w, xs, q = qb4_case
     q4, scale, zp = quantize_int4_groups(w.T, 32)
     wdq = ((q4.reshape(w.shape[1], -1, 32).astype(np.float64) - zp[..., None]) * scale[..., None])
-    tiers = ("simd128", "relaxed") if probe_host().relaxed_simd else ("simd128",)
     outs = []
-    for tier in tiers:
+    for tier in host_tiers():
         with Runner(q, Target(tier, probe_host().family)) as run:
             kernels = run.compiled.program.kernels_used
             outs.append(run(xs))
