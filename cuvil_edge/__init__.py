@@ -3,6 +3,7 @@
 from .codegen.toolchain import ALL_TARGETS, Target
 from .compiler import CompiledModel, compile_graph, optimize_graph
 from .errors import (
+    AmbiguousPretrainedModel,
     CuvilError,
     GraphVerificationError,
     InputError,
@@ -20,8 +21,8 @@ from .errors import (
 from .model import CuvilModel
 
 __all__ = [
-    "ALL_TARGETS", "CompiledModel", "CuvilError", "CuvilModel", "GraphVerificationError", "InputError",
-    "MissingPretrainedFile", "ModelFormatError", "NotInCache", "PretrainedError", "ShapeError", "Target",
-    "TargetError", "ToolchainError", "UnknownTask", "UnsupportedOperator", "VocabularyMismatch",
-    "compile_graph", "optimize_graph",
+    "ALL_TARGETS", "AmbiguousPretrainedModel", "CompiledModel", "CuvilError", "CuvilModel",
+    "GraphVerificationError", "InputError", "MissingPretrainedFile", "ModelFormatError", "NotInCache",
+    "PretrainedError", "ShapeError", "Target", "TargetError", "ToolchainError", "UnknownTask",
+    "UnsupportedOperator", "VocabularyMismatch", "compile_graph", "optimize_graph",
 ]

@@ -59,6 +59,10 @@ class MissingPretrainedFile(PretrainedError, ModelFormatError):
     """The directory lacks a file the task needs (config.json, the ONNX export, tokenizer.json, ...)."""
 
 
+class AmbiguousPretrainedModel(PretrainedError):
+    """The directory holds several models and nothing names the one to build (several ``.tflite``)."""
+
+
 class UnknownTask(PretrainedError):
     """The task was neither given nor inferable from config.json, or is not one cuvil-edge processes."""
 

@@ -96,14 +96,16 @@ class CuvilModel:
     def from_pretrained(cls, path_or_id: str | os.PathLike[str], task: str | None = None,
                         input_shapes: Mapping[str, Sequence[int]] | None = None,
                         revision: str | None = None) -> CuvilModel:
-        """A Hugging Face-layout directory or hub id (``cuvil_edge.pretrained``): its ONNX export with
-        static shapes (batch 1, sequence up to 128 unless ``input_shapes`` say otherwise) and the
-        processing that lets ``predict`` take texts or images; ``save`` writes it beside the model, so it
-        travels in the signed bundle. ``task`` defaults to what config.json says."""
+        """A Hugging Face-layout directory or hub id (``cuvil_edge.pretrained``): its ONNX export or TFLite
+        model (``pretrained.find_model``) with static shapes (batch 1, sequence up to 128 unless
+        ``input_shapes`` say otherwise) and the processing that lets ``predict`` take texts or images;
+        ``save`` writes it beside the model, so it travels in the signed bundle. ``task`` defaults to what
+        config.json says. The tokenizer's vocabulary is checked against the imported graph's embedding
+        table (``index_bounds``), whichever format it came from."""
         from .pretrained import load_source
 
         source = load_source(path_or_id, task, input_shapes, revision)
-        model = cls.load(source.onnx_path, input_shapes=source.input_shapes)
+        model = cls.load(source.model_path, input_shapes=source.input_shapes)
         graph = model._graph
         model.processor = Processor(source.processing, source.files,
                                     {v.name: (v.type.shape, v.type.dtype) for v in graph.inputs})

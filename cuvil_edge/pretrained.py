@@ -1,9 +1,10 @@
 """Hugging Face-layout sources for ``CuvilModel.from_pretrained`` and ``cuvil-edge build <dir-or-id>``.
 
 A local directory (or a hub id, fetched through ``huggingface_hub`` into its cache, or read from the
-cache when offline) holds ``config.json``, the ONNX export (``model.onnx`` or Optimum's
-``onnx/model*.onnx``), a ``tokenizer.json`` for text tasks and a ``preprocessor_config.json`` for images
-and audio (a feature extractor's: raw waveforms, log-mel / MFCC frames, or Kaldi filter banks).
+cache when offline) holds ``config.json``, the model (the ONNX export, ``model.onnx`` or Optimum's
+``onnx/model*.onnx``, or a TFLite model: ``find_model``), a ``tokenizer.json`` for text tasks and a
+``preprocessor_config.json`` for images and audio (a feature extractor's: raw waveforms, log-mel / MFCC
+frames, or Kaldi filter banks).
 This module reads them once, on the host, and writes what a device needs as one normalized
 ``runtime_wasm.processing.ProcessingConfig``: the device never parses Hugging Face configs.
 """
@@ -21,7 +22,15 @@ from typing import Any
 
 from runtime_wasm.processing import TASKS, ProcessingConfig
 
-from .errors import MissingPretrainedFile, ModelFormatError, NotInCache, PretrainedError, UnknownTask
+from .errors import (
+    AmbiguousPretrainedModel,
+    MissingPretrainedFile,
+    ModelFormatError,
+    NotInCache,
+    PretrainedError,
+    UnknownTask,
+)
+from .frontend import source_format
 
 #: names people and pipelines use for the tasks cuvil-edge processes
 TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification",
@@ -35,16 +44,17 @@ _ARCHITECTURE_TASKS = (("ForAudioClassification", "audio-classification"),
 _RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 #: files a hub snapshot needs here (not the PyTorch/TF weights)
-_HUB_PATTERNS = ["*.json", "*.onnx", "onnx/*", "*.txt", "*.model"]
+_HUB_PATTERNS = ["*.json", "*.onnx", "onnx/*", "*.tflite", "*.txt", "*.model"]
 DEFAULT_SEQUENCE = 128
 
 
 @dataclass(frozen=True)
 class PretrainedSource:
-    """What ``from_pretrained`` builds from: the ONNX file, static input shapes and the processing."""
+    """What ``from_pretrained`` builds from: the model file (ONNX or TFLite), static input shapes and the
+    processing."""
 
     directory: Path
-    onnx_path: Path
+    model_path: Path
     input_shapes: dict[str, list[int]]
     processing: ProcessingConfig
     files: dict[str, bytes]  # the files ``processing`` names (the tokenizer)
@@ -95,16 +105,29 @@ def _json(path: Path, required: bool = True) -> dict[str, Any]:
     return data
 
 
-def find_onnx(directory: Path) -> Path:
-    """``model.onnx``, else Optimum's ``onnx/model.onnx``, else the first ``onnx/model*.onnx``."""
+def find_model(directory: Path) -> Path:
+    """The ONNX export first (``model.onnx``, else Optimum's ``onnx/model.onnx``, else the first
+    ``onnx/model*.onnx``), as the Hugging Face layout's reference format; else ``model.tflite``, else the
+    directory's one ``*.tflite``. Several ``*.tflite`` and none named ``model.tflite``: nothing says
+    which is the model (an int8 and a float one, say), so ``AmbiguousPretrainedModel``."""
     for candidate in (directory / "model.onnx", directory / "onnx" / "model.onnx"):
         if candidate.is_file():
             return candidate
     found = sorted((directory / "onnx").glob("model*.onnx"))
-    if not found:
-        raise MissingPretrainedFile(f"{directory} has no ONNX export (model.onnx or onnx/model*.onnx); "
-                                    "export one, e.g. with `optimum-cli export onnx`")
-    return found[0]
+    if found:
+        return found[0]
+    if (directory / "model.tflite").is_file():
+        return directory / "model.tflite"
+    tflite = sorted(p for p in directory.glob("*.tflite") if p.is_file())
+    if len(tflite) > 1:
+        raise AmbiguousPretrainedModel(f"{directory} holds {len(tflite)} TFLite models "
+                                       f"({', '.join(p.name for p in tflite)}) and no model.tflite: "
+                                       "name the one to build model.tflite")
+    if not tflite:
+        raise MissingPretrainedFile(f"{directory} has no model: no ONNX export (model.onnx or "
+                                    "onnx/model*.onnx; export one, e.g. with `optimum-cli export onnx`) "
+                                    "and no .tflite")
+    return tflite[0]
 
 
 def _has_audio_features(directory: Path) -> bool:
@@ -143,9 +166,26 @@ def _labels(config: Mapping[str, Any]) -> list[str]:
     return [by_id.get(i, f"LABEL_{i}") for i in range(max(by_id, default=-1) + 1)]
 
 
-def _onnx_io(path: Path) -> tuple[list[tuple[str, list[int | None], bool]], dict[str, list[int | None]]]:
-    """([(input name, dims with None for symbolic ones, is float)], {output name: dims}), weights not
-    read."""
+#: ([(input name, dims with None for symbolic ones, is float)], {output name: dims})
+ModelIO = tuple[list[tuple[str, list[int | None], bool]], dict[str, list[int | None]]]
+
+
+def _tflite_io(path: Path) -> ModelIO:
+    """Through the TFLite frontend's flatbuffer reader (no interpreter): the entry signature's tensors,
+    TFLite order (NHWC), an unknown dim (-1) as None."""
+    from .frontend.tflite import entry_io, read_tflite
+
+    _, inputs, outputs = entry_io(read_tflite(path))
+
+    def dims(shape: Sequence[int]) -> list[int | None]:
+        return [d if d > 0 else None for d in shape]
+
+    return ([(name, dims(t.shape), t.dtype in ("float32", "float16")) for name, t in inputs],
+            {name: dims(t.shape) for name, t in outputs})
+
+
+def _onnx_io(path: Path) -> ModelIO:
+    """Weights not read."""
     import onnx
 
     try:
@@ -190,7 +230,7 @@ def _text_processing(directory: Path, config: Mapping[str, Any], inputs: Sequenc
         raise MissingPretrainedFile(f"{directory} has no tokenizer.json (the fast tokenizer a text model "
                                     "needs; save it with tokenizer.save_pretrained)")
     if "input_ids" not in inputs:
-        raise PretrainedError(f"the ONNX model takes no input_ids (inputs: {list(inputs)})")
+        raise PretrainedError(f"the model takes no input_ids (inputs: {list(inputs)})")
     tok = json.loads(tok_path.read_bytes())
     tok_config = _json(directory / "tokenizer_config.json", required=False)
     padding = tok.get("padding") or {}
@@ -216,7 +256,7 @@ def _size(value: Any, what: str) -> dict[str, int] | None:
     raise PretrainedError(f"preprocessor_config.json: {what} {value!r} is not a size cuvil-edge understands")
 
 
-def _image_processing(directory: Path, input_name: str) -> dict[str, Any]:
+def _image_processing(directory: Path, input_name: str, layout: str) -> dict[str, Any]:
     pre = _json(directory / "preprocessor_config.json")
     resample = pre.get("resample", 2)
     if resample not in _RESAMPLE:
@@ -229,8 +269,9 @@ def _image_processing(directory: Path, input_name: str) -> dict[str, Any]:
         edge = resize["shortest_edge"]  # ConvNeXt: resize to edge / crop_pct, then crop edge x edge
         resize, crop = {"shortest_edge": int(edge / crop_pct)}, {"height": edge, "width": edge}
     normalize = pre.get("do_normalize", True)
-    return {"input": input_name, "resize": resize, "resample": _RESAMPLE[resample], "crop": crop,
-            "rescale": float(pre.get("rescale_factor", 1 / 255)) if pre.get("do_rescale", True) else 1.0,
+    rescale = float(pre.get("rescale_factor", 1 / 255)) if pre.get("do_rescale", True) else 1.0
+    return {"input": input_name, "layout": layout, "resize": resize, "resample": _RESAMPLE[resample],
+            "crop": crop, "rescale": rescale,
             "mean": [float(x) for x in pre.get("image_mean", [0.5] * 3)] if normalize else [0.0] * 3,
             "std": [float(x) for x in pre.get("image_std", [0.5] * 3)] if normalize else [1.0] * 3}
 
@@ -340,21 +381,26 @@ def load_source(path_or_id: str | os.PathLike[str], task: str | None = None,
     if task is not None and task not in TASK_ALIASES:
         raise UnknownTask(f"unknown task {task!r}; known: {', '.join(TASK_ALIASES)}")
     task = TASK_ALIASES[task] if task is not None else infer_task(config, directory)
-    onnx_path = find_onnx(directory)
-    inputs, outputs = _onnx_io(onnx_path)
+    model_path = find_model(directory)
+    tflite = source_format(model_path) == "tflite"
+    inputs, outputs = (_tflite_io if tflite else _onnx_io)(model_path)  # named as their import names them
     names = [name for name, _, _ in inputs]
     text = image = audio = None
     if task == "audio-classification":
         audio, shape = _audio_processing(directory, inputs)
         defaults = {audio["input"]: shape}
     elif task == "image-classification":
-        pixel = [name for name, dims, is_float in inputs if is_float and len(dims) == 4]
-        if len(pixel) != 1:
-            raise PretrainedError(f"an image model takes one NCHW float input, this one takes {names}")
-        image = _image_processing(directory, pixel[0])
+        # a TFLite model keeps its NHWC input through the import (frontend/tflite/layout.py)
+        layout = "NHWC" if tflite else "NCHW"
+        pixel = [(name, dims) for name, dims, is_float in inputs if is_float and len(dims) == 4]
+        channels = [dims[-1 if layout == "NHWC" else 1] for _, dims in pixel]
+        if len(pixel) != 1 or channels[0] not in (None, 3):
+            raise PretrainedError(f"an image model takes one {layout} float input of 3 channels, this one "
+                                  f"takes {[(name, dims) for name, dims, _ in inputs]}")
+        image = _image_processing(directory, pixel[0][0], layout)
         size = image["crop"] or image["resize"]
         hw = [size["height"], size["width"]] if size and "height" in size else [None, None]
-        defaults = {pixel[0]: [1, 3, *hw]}
+        defaults = {pixel[0][0]: [1, *hw, 3] if layout == "NHWC" else [1, 3, *hw]}
     else:
         text = _text_processing(directory, config, names)
         seq = _sequence_length(config, _json(directory / "tokenizer_config.json", required=False))
@@ -374,4 +420,4 @@ def load_source(path_or_id: str | os.PathLike[str], task: str | None = None,
         "text": text, "image": image, "audio": audio,
         "multi_label": config.get("problem_type") == "multi_label_classification", "normalize": True})
     files = {n: (directory / n).read_bytes() for n in processing.files}
-    return PretrainedSource(directory, onnx_path, shapes, processing, files)
+    return PretrainedSource(directory, model_path, shapes, processing, files)

@@ -32,6 +32,9 @@ TASKS = ("text-classification", "token-classification", "sentence-embeddings", "
          "audio-classification")
 TEXT_ROLES = ("input_ids", "attention_mask", "token_type_ids")
 RESAMPLE = ("nearest", "bilinear", "bicubic")
+#: an image model's input layout: ONNX exports take NCHW (the default, what configs without ``layout``
+#: mean), TFLite models NHWC, which their import keeps at the model's inputs
+IMAGE_LAYOUTS = ("NCHW", "NHWC")
 #: what an audio model takes: the (normalised) waveform itself, log-mel frames, MFCCs of them, or Kaldi
 #: filter banks (``compute-fbank-feats``, as ``torchaudio.compliance.kaldi.fbank``: AST, Speech2Text)
 AUDIO_FEATURES = ("waveform", "log-mel", "mfcc", "fbank")
@@ -181,7 +184,8 @@ class ProcessingConfig:
         if self.image is not None:
             im = self.image
             how = (f"image: resize {im.get('resize')} {im['resample']}, crop {im.get('crop')}, "
-                   f"rescale {im['rescale']:g}, mean {im['mean']}, std {im['std']}")
+                   f"rescale {im['rescale']:g}, mean {im['mean']}, std {im['std']}, "
+                   f"{im.get('layout', 'NCHW')}")
         elif self.audio is not None:
             au = self.audio
             how = f"audio: {au['sampling_rate']} Hz {au['features']}"
@@ -209,6 +213,8 @@ def _check_image(im: Mapping[str, Any]) -> Mapping[str, Any]:
     _field(im, "input", str, what)
     if im.get("resample") not in RESAMPLE:
         raise ProcessingError(f"{what}: resample must be one of {RESAMPLE}, got {im.get('resample')!r}")
+    if im.get("layout", "NCHW") not in IMAGE_LAYOUTS:
+        raise ProcessingError(f"{what}: layout must be one of {IMAGE_LAYOUTS}, got {im.get('layout')!r}")
     for key in ("resize", "crop"):
         size = im.get(key)
         if size is not None and not (isinstance(size, Mapping) and (
@@ -366,21 +372,24 @@ class Processor:
 
     # -- images -----------------------------------------------------------------------------------
     def preprocess_image(self, image: Image) -> np.ndarray:
-        """One image -> the model's CHW float input: to RGB, resize, center crop, rescale, normalise."""
+        """One image -> the model's float input, CHW or (``layout`` NHWC) HWC: to RGB, resize, center crop,
+        rescale, normalise."""
         im = self.config.image
         if im is None:
             raise ProcessingError(f"a {self.config.task} model takes no images")
         x = _rgb(read_image(image) if isinstance(image, (str, os.PathLike)) else image)
         shape, dtype = self._inputs[im["input"]]
+        nhwc = im.get("layout", "NCHW") == "NHWC"
+        hw = tuple(shape[1:3] if nhwc else shape[-2:])
         if im.get("resize") is not None:
             h, w = _target_size(x.shape[:2], im["resize"])
             x = resize(x, h, w, im["resample"])
-        crop = im.get("crop") or {"height": shape[-2], "width": shape[-1]}
+        crop = im.get("crop") or {"height": hw[0], "width": hw[1]}
         x = center_crop(x, crop["height"], crop["width"])
-        if x.shape[:2] != tuple(shape[-2:]):
-            raise ProcessingError(f"preprocessed image is {x.shape[:2]}, the model takes {tuple(shape[-2:])}")
+        if x.shape[:2] != hw:
+            raise ProcessingError(f"preprocessed image is {x.shape[:2]}, the model takes {hw}")
         y = (x.astype(np.float64) * im["rescale"] - np.asarray(im["mean"])) / np.asarray(im["std"])
-        return y.transpose(2, 0, 1).astype(dtype)
+        return (y if nhwc else y.transpose(2, 0, 1)).astype(dtype)
 
     # -- audio ------------------------------------------------------------------------------------
     @property

@@ -1,7 +1,8 @@
 """Shared builders of Hugging Face-layout model directories for the ``from_pretrained`` tests and the
 serving tests of processed models: a ``tokenizers`` WordPiece trained on a small corpus, DistilBERT-shaped
-encoders with seeded heads, a ResNet image classifier with its preprocessor config, and seeded keyword
-spotters with a feature extractor's config, test clips and WAV files. No network."""
+encoders with seeded heads, a ResNet image classifier with its preprocessor config, TFLite text and image
+classifiers (``tflite_builder``, no TensorFlow), and seeded keyword spotters with a feature extractor's
+config, test clips and WAV files. No network."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from tflite_builder import TfliteBuilder
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
 from cuvil_edge.testing.zoo import NetBuilder, audio, resnet
@@ -80,15 +82,24 @@ def encoder_with_head(vocab: int, head: str, classes: int, shift: float = 0.0) -
     return m
 
 
-def text_dir(path: Path, model: onnx.ModelProto, config: dict, tok: Tokenizer, optimum: bool = False) -> Path:
-    """A Hugging Face-layout directory; ``optimum``: the export under onnx/ as Optimum writes it."""
+def save_model(model: onnx.ModelProto | bytes, path: Path, onnx_name: str = "model.onnx") -> None:
+    """An ONNX model as ``onnx_name`` in directory ``path``, a TFLite one (its bytes) as model.tflite."""
+    if isinstance(model, bytes):
+        (path / "model.tflite").write_bytes(model)
+    else:
+        onnx.save(model, str(path / onnx_name))
+
+
+def text_dir(path: Path, model: onnx.ModelProto | bytes, config: dict, tok: Tokenizer,
+             optimum: bool = False) -> Path:
+    """A Hugging Face-layout directory; ``optimum``: the ONNX export under onnx/ as Optimum writes it."""
     path.mkdir(parents=True)
     tok.save(str(path / "tokenizer.json"))
     (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 512, "pad_token": "[PAD]"}))
     (path / "config.json").write_text(json.dumps(config))
     if optimum:
         (path / "onnx").mkdir()
-    onnx.save(model, str(path / ("onnx/model.onnx" if optimum else "model.onnx")))
+    save_model(model, path, "onnx/model.onnx" if optimum else "model.onnx")
     return path
 
 
@@ -99,9 +110,9 @@ def sst_dir(path: Path, tok: Tokenizer) -> Path:
     return text_dir(path, model, SST_CONFIG, tok, optimum=True)
 
 
-def image_dir(path: Path) -> Path:
-    """A ResNet classifier (batch 2, 32x32) with a preprocessor config: bilinear resize of the short side,
-    center crop, 1/255, ImageNet mean and std."""
+def image_dir(path: Path, model: onnx.ModelProto | bytes | None = None) -> Path:
+    """An image classifier (default: a ResNet, batch 2, 32x32) with a preprocessor config: bilinear resize
+    of the short side, center crop, 1/255, ImageNet mean and std."""
     path.mkdir(parents=True)
     (path / "preprocessor_config.json").write_text(json.dumps({
         "do_resize": True, "size": {"shortest_edge": IMAGE_SHORT}, "resample": 2, "do_center_crop": True,
@@ -109,8 +120,69 @@ def image_dir(path: Path) -> Path:
         "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": IMAGE_MEAN, "image_std": IMAGE_STD}))
     (path / "config.json").write_text(json.dumps({"architectures": ["ResNetForImageClassification"],
                                                   "id2label": IMAGE_LABELS}))
-    onnx.save(resnet(batch=2, size=IMAGE_CROP), str(path / "model.onnx"))
+    save_model(resnet(batch=2, size=IMAGE_CROP) if model is None else model, path)
     return path
+
+
+def _seeded(b: TfliteBuilder, seed: int):
+    """``w(*shape, scale=0.3)``: a seeded float32 constant of ``b``."""
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int, scale: float = 0.3) -> int:
+        return b.const(f"w{len(b.tensors)}", (rng.standard_normal(shape) * scale).astype(np.float32))
+
+    return w
+
+
+def text_tflite(vocab: int, ids_dtype: str = "int32", seq: int = SEQ, shift: float = 0.0) -> bytes:
+    """A bag-of-words sentiment classifier as a TFLite export has it: input_ids and attention_mask of
+    ``ids_dtype``, the embedding rows (GATHER) averaged under the mask (CAST, MUL, SUM, DIV), then two
+    FULLY_CONNECTED layers to the two SST labels' logits; ``shift`` is added to the last logit's bias."""
+    b = TfliteBuilder()
+    w = _seeded(b, 4)
+    ids, mask = b.tensor("input_ids", (1, seq), ids_dtype), b.tensor("attention_mask", (1, seq), ids_dtype)
+    emb, maskf, mask3 = (b.tensor("emb", (1, seq, HIDDEN)), b.tensor("mask_f", (1, seq)),
+                         b.tensor("mask_3d", (1, seq, 1)))
+    b.op("GATHER", [w(vocab, HIDDEN, scale=1.0), ids], [emb], ("GatherOptions", {"Axis": 0}))
+    b.op("CAST", [mask], [maskf])
+    b.op("RESHAPE", [maskf, b.const("mask_shape", np.array([1, seq, 1], np.int32))], [mask3])
+    masked, total, count = (b.tensor("masked", (1, seq, HIDDEN)), b.tensor("total", (1, HIDDEN)),
+                            b.tensor("count", (1, 1)))
+    b.op("MUL", [emb, mask3], [masked], ("MulOptions", {}))
+    axis = b.const("seq_axis", np.array([1], np.int32))
+    b.op("SUM", [masked, axis], [total], ("ReducerOptions", {"KeepDims": False}))
+    b.op("SUM", [maskf, axis], [count], ("ReducerOptions", {"KeepDims": True}))
+    mean, hidden = b.tensor("mean", (1, HIDDEN)), b.tensor("hidden", (1, 32))
+    logits = b.tensor("logits", (1, 2))
+    b.op("DIV", [total, count], [mean], ("DivOptions", {}))
+    b.op("FULLY_CONNECTED", [mean, w(32, HIDDEN), w(32, scale=0.1)], [hidden],
+         ("FullyConnectedOptions", {"FusedActivationFunction": 1}))
+    b.op("FULLY_CONNECTED", [hidden, w(2, 32, scale=1.0), b.const("b2", np.array([0.0, shift], np.float32))],
+         [logits], ("FullyConnectedOptions", {}))
+    return b.build([ids, mask], [logits])
+
+
+def image_tflite(batch: int = 2) -> bytes:
+    """An NHWC CNN over IMAGE_CROP x IMAGE_CROP RGB: CONV_2D (stride 2, RELU6), DEPTHWISE_CONV_2D,
+    MAX_POOL_2D, then a flatten read by FULLY_CONNECTED: the logits depend on where each pixel and channel
+    sits, so an image fed in another layout or channel order gives other scores."""
+    b = TfliteBuilder()
+    w = _seeded(b, 6)
+    half, pooled, classes = IMAGE_CROP // 2, IMAGE_CROP // 8, len(IMAGE_LABELS)
+    x = b.tensor("pixel_values", (batch, IMAGE_CROP, IMAGE_CROP, 3))
+    c1, d1 = b.tensor("conv", (batch, half, half, 8)), b.tensor("depthwise", (batch, half, half, 8))
+    b.op("CONV_2D", [x, w(8, 3, 3, 3), w(8)], [c1],
+         ("Conv2DOptions", {"Padding": 0, "StrideH": 2, "StrideW": 2, "FusedActivationFunction": 3}))
+    b.op("DEPTHWISE_CONV_2D", [c1, w(1, 3, 3, 8), w(8)], [d1],
+         ("DepthwiseConv2DOptions", {"Padding": 0, "StrideH": 1, "StrideW": 1, "DepthMultiplier": 1}))
+    pool, flat = b.tensor("pool", (batch, pooled, pooled, 8)), b.tensor("flat", (batch, pooled * pooled * 8))
+    b.op("MAX_POOL_2D", [d1], [pool], ("Pool2DOptions", {"Padding": 1, "StrideH": 4, "StrideW": 4,
+                                                           "FilterHeight": 4, "FilterWidth": 4}))
+    b.op("RESHAPE", [pool, b.const("flat_shape", np.array([batch, -1], np.int32))], [flat])
+    logits = b.tensor("logits", (batch, classes))
+    b.op("FULLY_CONNECTED", [flat, w(classes, pooled * pooled * 8), w(classes)], [logits],
+         ("FullyConnectedOptions", {}))
+    return b.build([x], [logits])
 
 
 KEYWORDS = ["yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go", "silence", "unknown"]

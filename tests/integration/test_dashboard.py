@@ -3,17 +3,20 @@ take a staged rollout that halts in its second stage; the page, after its script
 the halt and its reason, every device with its release and health, and latency per release from the
 agents' telemetry summaries. Then multi-model devices: two model lines rolling out at once, one halted and
 one in its second stage, both on the page, and every device's release and health per model line.
-Screenshots are kept (tmp dir, and ``$CUVIL_ARTIFACTS`` when set).
+Screenshots are kept (tmp dir, and ``$CUVIL_ARTIFACTS`` when set). Last, one page kept open in chromium
+(driven over the DevTools protocol on ``--remote-debugging-pipe``) follows a rollout without a reload.
 
 Every wait is a bounded loop on a condition; the timeouts only guard against hangs.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import threading
@@ -138,6 +141,87 @@ def wait_for(pred: Callable[[], Any], what: str) -> Any:
 def state(dash: Dashboard) -> dict[str, Any]:
     with urllib.request.urlopen(dash.url + "api/state", timeout=10) as reply:
         return json.loads(reply.read())
+
+
+class Page:
+    """One page in headless chromium, kept open and read through the DevTools protocol over
+    ``--remote-debugging-pipe``: chromium reads commands on its fd 3 and writes replies and events on its
+    fd 4, each a JSON message ended by NUL. Every read has a deadline: a browser that stops answering
+    fails the test instead of hanging it."""
+
+    def __init__(self, url: str, profile: Path) -> None:
+        assert CHROMIUM, "chromium is not installed (apt-get install -y chromium)"
+        to_browser, self._commands = os.pipe()
+        self._replies, from_browser = os.pipe()
+        # copies numbered above 4, so placing them on the child's fds 3 and 4 overwrites neither
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_browser, from_browser)]
+
+        def onto_3_and_4() -> None:
+            os.dup2(high[0], 3)
+            os.dup2(high[1], 4)
+
+        with open(profile.with_suffix(".log"), "wb") as log:
+            self.proc = subprocess.Popen(
+                [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=False, preexec_fn=onto_3_and_4)
+        for fd in (to_browser, from_browser, *high):
+            os.close(fd)
+        self._buf, self._id = b"", 0
+        try:
+            pages = wait_for(lambda: [t for t in self.call("Target.getTargets")["targetInfos"]
+                                      if t["type"] == "page"], "chromium's page")
+            self._session = self.call("Target.attachToTarget", {"targetId": pages[0]["targetId"],
+                                                                "flatten": True})["sessionId"]
+            # answered once the navigation commits: from then on every evaluate reads the page's document
+            self.call("Page.navigate", {"url": url}, self._session)
+        except BaseException:
+            self.close()
+            raise
+
+    def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> Any:
+        """One command's result (events in between are skipped)."""
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params or {}}
+        os.write(self._commands, json.dumps({**msg, **({"sessionId": session} if session else {})}).encode()
+                 + b"\0")
+        end = time.monotonic() + HANG_S
+        while True:
+            while b"\0" not in self._buf:
+                ready, _, _ = select.select([self._replies], [], [], max(0.0, end - time.monotonic()))
+                assert ready, f"chromium did not answer {method} within {HANG_S} s"
+                chunk = os.read(self._replies, 1 << 16)
+                assert chunk, f"chromium closed its DevTools pipe (exit {self.proc.poll()})"
+                self._buf += chunk
+            raw, self._buf = self._buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, f"{method}: {reply['error']}"
+                return reply["result"]
+
+    def evaluate(self, expression: str) -> Any:
+        """``expression``'s value in the page."""
+        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True},
+                           self._session)
+        assert "exceptionDetails" not in result, result["exceptionDetails"]
+        return result["result"].get("value")
+
+    def dom(self) -> str:
+        """The page's DOM now ("" while the document is still being created)."""
+        return self.evaluate("document.documentElement ? document.documentElement.outerHTML : ''")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(HANG_S)
+        os.close(self._commands)
+        os.close(self._replies)
+
+    def __enter__(self) -> Page:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def test_dashboard_shows_a_halted_rollout_in_a_browser(broker, tmp_path):
@@ -305,3 +389,47 @@ def test_cli_serves_until_its_duration_and_refuses_a_taken_port(broker, capsys):
             Dashboard(FleetView(broker.settings(), FLEET), port=int(port))
         assert main([*argv, "--port", port]) == 2  # the CLI's typed-error exit
     taken.close()  # twice: a no-op
+
+
+def test_an_open_page_follows_a_rollout_without_being_reloaded(broker, tmp_path):
+    """The page is loaded once, showing two devices on release 1 and no rollout; release 2 is then rolled
+    out while it stays open, and the same document (a mark set in it survives) comes to show the rollout
+    done and both devices active on release 2: its polling updates it, no reload needed."""
+    world = FleetWorld(tmp_path / "world")
+    settings = broker.settings()
+    devices = ["cam0", "cam1"]
+    agents = AgentThreads()
+    view = FleetView(settings, FLEET)
+    pub = Publisher(settings, FLEET, world.ring.release_keys(), tmp_path / "fleet.json")
+    with Dashboard(view, port=0) as dash:
+        try:
+            view.start()
+            dash.start()
+            for d in devices:
+                agents.add(world.agent_config(tmp_path, d, FLEET, settings))
+            pub.start()
+            assert pub.wait_for_devices(2, HANG_S) == 2
+            with Page(dash.url, tmp_path / "profile") as page:
+                on_release_1 = {(d, ""): ["active", "1"] for d in devices}
+                wait_for(lambda: {k: r[1:3] for k, r in device_rows(page.dom()).items()} == on_release_1,
+                         "both devices active on release 1 on the page")
+                assert "no rollout published yet" in page_text(page.dom())
+                polls = page.evaluate("window.cuvilMark = 'loaded once'; "
+                                      "Number(document.getElementById('updates').dataset.count)")
+
+                pub.publish(world.bundles[2], canary=100.0, halt_on=10.0)
+                rollout = pub.watch(timeout_s=HANG_S * 3, stage_timeout_s=HANG_S * 2, settle_s=0)
+                assert rollout.status == "complete", rollout
+
+                def updated() -> str | bool:
+                    dom = page.dom()
+                    rows, text = device_rows(dom), page_text(dom)
+                    return (all(r[1:3] == ["active", "2"] for r in rows.values()) and len(rows) == 2
+                            and "complete | · | stage 1 of 1" in text and "100% | done" in text and dom)
+
+                dom = wait_for(updated, "the open page to show release 2 rolled out")
+                assert page.evaluate("window.cuvilMark") == "loaded once"  # the same document: no reload
+                assert int(re.search(r'id="updates" data-count="(\d+)"', dom).group(1)) > polls
+        finally:
+            agents.close()
+            pub.close()

@@ -1,7 +1,8 @@
 """``from_pretrained``: Hugging Face-layout directories built here (a ``tokenizers`` WordPiece trained on a
 small corpus, config.json with id2label, DistilBERT-shaped encoders and a conv net from the zoo with
-seeded weights), compiled to wasm and compared with onnxruntime fed by the same tokenizer or by a numpy
-preprocessing written here; then the signed bundle through ``cuvil-agent install`` and ``infer --text``.
+seeded weights, or TFLite classifiers written with ``tflite_builder``), compiled to wasm and compared with
+onnxruntime or LiteRT fed by the same tokenizer or by a numpy preprocessing written here; then the signed
+bundle through ``cuvil-agent install`` and ``infer --text``.
 No network: hub ids resolve from a local cache laid out here.
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from ai_edge_litert.interpreter import Interpreter
 from fleetkit import wait_until, write_toml
 from huggingface_hub import constants as hf_constants
 from onnx import TensorProto, helper, numpy_helper
@@ -31,16 +33,20 @@ from pretrainedkit import (
     IMAGE_SHORT,
     IMAGE_STD,
     SEQ,
+    SST_CONFIG,
     SST_LABELS,
     encoder_with_head,
     image_dir,
+    image_tflite,
     text_dir,
+    text_tflite,
     train_tokenizer,
 )
 from pretrainedkit import sst_dir as build_sst_dir
 from tokenizers import Tokenizer
 
 from cuvil_edge import (
+    AmbiguousPretrainedModel,
     CuvilModel,
     MissingPretrainedFile,
     NotInCache,
@@ -50,6 +56,7 @@ from cuvil_edge import (
     VocabularyMismatch,
 )
 from cuvil_edge.cli import main as edge_main
+from cuvil_edge.pretrained import load_source
 from cuvil_edge.signing import Keyring, build_bundle
 from cuvil_edge.testing.broker import LocalBroker, free_port
 from ota import Installer, VerificationError
@@ -57,6 +64,7 @@ from ota.cli import main as agent_main
 from ota.config import AgentConfig
 from ota.serve import InferenceServer, ModelHost, infer_items
 from runtime_wasm import Classification, ProcessingError, Span
+from runtime_wasm.loader import load_model_dir
 from runtime_wasm.processing import Processor, read_image
 
 pytestmark = pytest.mark.integration
@@ -120,6 +128,19 @@ def ort_run(model_path: Path, feeds: list[dict[str, np.ndarray]]) -> list[np.nda
     return [sess.run(None, f)[0][0] for f in feeds]
 
 
+def litert_run(model_path: Path, feeds: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    """LiteRT's first output for each feed, every input cast to the dtype the model declares for it."""
+    it = Interpreter(model_path=str(model_path), num_threads=1)
+    it.allocate_tensors()
+    out = []
+    for f in feeds:
+        for d in it.get_input_details():
+            it.set_tensor(d["index"], f[d["name"]].astype(d["dtype"]))
+        it.invoke()
+        out.append(it.get_tensor(it.get_output_details()[0]["index"])[0])
+    return out
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
@@ -146,6 +167,43 @@ def test_text_classification_matches_onnxruntime_fed_by_the_same_tokenizer(sst_d
         np.testing.assert_allclose(b.scores, p, atol=tol)
         np.testing.assert_allclose(s.scores, b.scores, atol=1e-6)
         assert b.score == pytest.approx(p.max(), abs=tol)
+
+
+@pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
+def test_tflite_text_classification_matches_litert_fed_by_the_same_tokenizer(tmp_path, tok, ids_dtype):
+    """A model.tflite in the Hugging Face layout: found, its inputs (ids as the export types them) read by
+    the TFLite frontend, fed by the model's own tokenizer, labelled from config.json."""
+    path = text_dir(tmp_path / "tflite-sst", text_tflite(tok.get_vocab_size(), ids_dtype), SST_CONFIG, tok)
+    expected = [softmax(y) for y in litert_run(path / "model.tflite",
+                                               reference_feeds(path / "tokenizer.json", TEXTS))]
+    assert {SST_LABELS[str(int(np.argmax(p)))] for p in expected} == set(SST_LABELS.values())
+    model = CuvilModel.from_pretrained(path).optimize("fp32", targets=[Target()])
+    assert model.processing.task == "text-classification"
+    assert [(t.name, t.dtype) for t in model.spec.inputs] == [("input_ids", ids_dtype),
+                                                              ("attention_mask", ids_dtype)]
+    for p, got in zip(expected, model.predict(TEXTS)):
+        assert got.label == SST_LABELS[str(int(np.argmax(p)))]
+        np.testing.assert_allclose(got.scores, p, atol=1e-4)
+        assert got.score == pytest.approx(p.max(), abs=1e-4)
+
+
+def test_cuvil_edge_build_of_a_tflite_directory_makes_a_bundle_inspect_describes(tmp_path, tok, capsys):
+    path = text_dir(tmp_path / "tflite-sst", text_tflite(tok.get_vocab_size()), SST_CONFIG, tok)
+    out = tmp_path / "tflite-sst.cuvil"
+    assert edge_main(["build", str(path), "-o", str(out), "-q", "--targets", "simd128-x86"]) == 0
+    capsys.readouterr()
+    assert edge_main(["inspect", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "task text-classification" in shown and "'NEGATIVE', 'POSITIVE'" in shown
+    ring = Keyring.init(tmp_path / "keys", root_keys=1, root_threshold=1)
+    manifest = build_bundle(out, tmp_path / "tflite-sst.cvb", ring.release_keys(), version="1.0.0", release=1,
+                            hardware_ids=[HW])
+    assert {"processing.json", "tokenizer.json"} <= {f.name for f in manifest.files}
+    want = litert_run(path / "model.tflite", reference_feeds(path / "tokenizer.json", TEXTS))
+    with load_model_dir(out) as m:  # the device side: the built directory's own processing
+        got = Processor.from_dir(out).run(TEXTS, m.predict)
+    for g, y in zip(got, want):
+        np.testing.assert_allclose(g.scores, softmax(y), atol=1e-4)
 
 
 def test_symbolic_dims_are_fixed_and_the_last_chunk_padded(tmp_path, tok):
@@ -232,11 +290,18 @@ def reference_preprocess(image: np.ndarray, short: int, crop: int, mean, std) ->
     return ((x - mean) / std).transpose(2, 0, 1).astype(np.float32)
 
 
+def sample_images() -> list[np.ndarray]:
+    """Landscape, portrait and square HWC uint8 images, each resized then cropped. (Other seeds can give a
+    resized sample exactly halfway between two levels, which the reference's and the processor's float
+    sums may round apart.)"""
+    rng = np.random.default_rng(5)
+    return [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), rng.integers(0, 256, (70, 50, 3), np.uint8),
+            rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)]
+
+
 def test_image_classification_top5_matches_onnxruntime_with_numpy_preprocessing(tmp_path):
     path = image_dir(tmp_path / "tiny-resnet")
-    rng = np.random.default_rng(5)
-    images = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), rng.integers(0, 256, (70, 50, 3), np.uint8),
-              rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)]
+    images = sample_images()
     np.save(tmp_path / "img.npy", images[1])
     ppm = tmp_path / "img.ppm"
     ppm.write_bytes(b"P6\n# a comment\n64 48\n255\n" + images[0].tobytes())
@@ -255,6 +320,24 @@ def test_image_classification_top5_matches_onnxruntime_with_numpy_preprocessing(
         np.testing.assert_allclose(result.scores, softmax(logits), atol=1e-4)
         if i < 2:
             np.testing.assert_allclose(from_files[i].scores, result.scores, atol=1e-6)
+
+
+def test_tflite_nhwc_image_classification_top5_matches_litert_with_numpy_preprocessing(tmp_path):
+    """The TFLite model keeps its NHWC input through the import, so the processing lays the preprocessed
+    image out HWC for it (``layout`` NHWC in processing.json)."""
+    path = image_dir(tmp_path / "tflite-cnn", image_tflite(batch=2))
+    images = sample_images()
+    model = CuvilModel.from_pretrained(path).optimize(targets=[Target()])
+    assert model.processing.image["layout"] == "NHWC"
+    assert [t.shape for t in model.spec.inputs] == [(2, IMAGE_CROP, IMAGE_CROP, 3)]
+    got = model.predict(images)  # batch 2: a full chunk, then one image padded
+    for image, result in zip(images, got):
+        x = reference_preprocess(image, IMAGE_SHORT, IMAGE_CROP, np.array(IMAGE_MEAN), np.array(IMAGE_STD))
+        hwc = x.transpose(1, 2, 0)
+        logits = litert_run(path / "model.tflite", [{"pixel_values": np.stack([hwc, hwc])}])[0]
+        order = np.argsort(-logits)[:5]
+        assert [label for label, _ in result.top(5)] == [IMAGE_LABELS[str(k)] for k in order]
+        np.testing.assert_allclose(result.scores, softmax(logits), atol=1e-4)
 
 
 # -- the bundle on a device ---------------------------------------------------------------------------
@@ -403,6 +486,26 @@ def test_missing_files_unknown_task_and_a_too_small_embedding_table_are_typed_er
     small = text_dir(tmp_path / "small-vocab", encoder_with_head(tok.get_vocab_size() - 10, "cls", 2),
                      {"architectures": ["DistilBertForSequenceClassification"], "id2label": SST_LABELS}, tok)
     with pytest.raises(VocabularyMismatch, match=f"{tok.get_vocab_size()} tokens"):
+        CuvilModel.from_pretrained(small)
+
+
+def test_the_onnx_export_goes_before_a_tflite_and_several_tflite_need_a_model_tflite(sst_dir, tmp_path, tok):
+    """Precedence: model.onnx / onnx/model*.onnx, then model.tflite, then a lone *.tflite; two *.tflite and
+    no model.tflite is ambiguous. The vocabulary check reads the TFLite embedding table too."""
+    both = Path(shutil.copytree(sst_dir, tmp_path / "both"))
+    (both / "model.tflite").write_bytes(text_tflite(tok.get_vocab_size()))
+    assert load_source(both).model_path == both / "onnx" / "model.onnx"
+    lone = text_dir(tmp_path / "lone", text_tflite(tok.get_vocab_size()), SST_CONFIG, tok)
+    (lone / "model.tflite").rename(lone / "sst-float.tflite")
+    assert load_source(lone).model_path == lone / "sst-float.tflite"
+    (lone / "sst-int64.tflite").write_bytes(text_tflite(tok.get_vocab_size(), "int64"))
+    with pytest.raises(AmbiguousPretrainedModel, match="sst-float.tflite, sst-int64.tflite.*model.tflite"):
+        CuvilModel.from_pretrained(lone)
+    (lone / "sst-int64.tflite").rename(lone / "model.tflite")
+    assert CuvilModel.from_pretrained(lone).graph.inputs[0].type.dtype == "int64"
+    small = text_dir(tmp_path / "small-tflite", text_tflite(tok.get_vocab_size() - 10), SST_CONFIG, tok)
+    with pytest.raises(VocabularyMismatch, match=f"{tok.get_vocab_size()} tokens.*only "
+                                                 f"{tok.get_vocab_size() - 10} rows"):
         CuvilModel.from_pretrained(small)
 
 

@@ -315,11 +315,12 @@ def test_op_zoo_matches_litert_with_no_interior_transposes() -> None:
 
 def test_every_builtin_converter_is_checked_against_litert() -> None:
     """A converter joins the table only with a model above that runs it (a list that only grows)."""
+    from pretrainedkit import image_tflite, text_tflite  # checked in test_pretrained
     from test_tflite_stateful import streaming
     from test_tflite_third_party import builder_models
 
     used = {op.op for data in (cnn(), cnn(fp16_weights=True), matmul_slices(), op_zoo(), int8_cnn(),
-                               streaming(), *builder_models())
+                               streaming(), *builder_models(), text_tflite(100), image_tflite())
             for sg in read_tflite(data).subgraphs for op in sg.operators}
     assert set(BUILTINS) - used == set()
 

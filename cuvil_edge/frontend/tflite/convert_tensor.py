@@ -1,6 +1,6 @@
 """Converters for data movement: reshapes (TFLite order), and concat / pad / slice / gather / split /
 transpose, which keep the layout they are given with their axes remapped (TRANSPOSE only relabels it);
-depth-to-space and back as their own ops on NCHW."""
+depth-to-space and back as their own ops on NCHW; CAST, which keeps the layout too."""
 
 from __future__ import annotations
 
@@ -8,12 +8,26 @@ import math
 
 import numpy as np
 
+from ...ops.cast import RUNTIME_CASTS
 from .layout import NCHW, Laid, compose, dropped, identity, inverse, keeps_order_flat
 from .registry import TflContext, converter
 
 
 def _ints(a: np.ndarray | list[int]) -> list[int]:
     return [int(x) for x in np.asarray(a).reshape(-1)]
+
+
+@converter("CAST")
+def cast(ctx: TflContext) -> None:
+    """A dtype change (a text model's integer attention mask to float, say), on real values only: a
+    quantized CAST would convert held integers, not the values they stand for."""
+    src, out = ctx.sg.tensors[ctx.op.inputs[0]], ctx.sg.tensors[ctx.op.outputs[0]]
+    if src.quant is not None or out.quant is not None:
+        raise ctx.unsupported("a CAST of quantized tensors is not supported")
+    if (src.dtype, out.dtype) not in RUNTIME_CASTS and src.data is None:
+        raise ctx.unsupported(f"no cast from {src.dtype} to {out.dtype}")
+    x = ctx.laid(0)
+    ctx.set_output(ctx.emit1("cast", [x.value], {"to": out.dtype}), x.perm)
 
 
 @converter("RESHAPE")

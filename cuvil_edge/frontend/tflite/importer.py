@@ -28,37 +28,33 @@ def import_tflite(model: str | os.PathLike[str] | bytes | TflModel,
     """Import the subgraph of ``signature`` (default: the first signature, else subgraph 0); inputs and
     outputs take the signature's names when it has them."""
     tm = model if isinstance(model, TflModel) else read_tflite(model)
-    sg_index, in_names, out_names = _entry(tm, signature)
-    sg = tm.subgraphs[sg_index]
+    sg, inputs, outputs = entry_io(tm, signature)
     graph = Graph(name or sg.name or "model")
     graph.meta.update(source="tflite", tflite_version=tm.version)
     state = ImportState(Variables(tm, _assigned_variables(sg)))
     _constants(graph, state, sg)
     shapes = dict(input_shapes or {})
-    for idx in sg.inputs:
-        t = sg.tensors[idx]
-        label = in_names.get(idx, t.name)
+    for label, t in inputs:
         v = graph.value(label, _input_type(t, label, shapes.pop(label, None)))
         graph.inputs.append(v)
-        held = _to_held(graph, v) if idx in state.held_quant else v
-        state.env[idx] = Laid(held, identity(len(v.type.shape)))
+        held = _to_held(graph, v) if t.index in state.held_quant else v
+        state.env[t.index] = Laid(held, identity(len(v.type.shape)))
     if shapes:
         raise ShapeError(f"--input-shape names unknown inputs {sorted(shapes)}; "
                          f"model inputs are {[v.name for v in graph.inputs]}")
     for op in sg.operators:
         _convert(graph, state, sg, op)
-    names = []
-    for idx in sg.outputs:
+    for _, t in outputs:
+        idx = t.index
         if idx not in state.env:
-            raise ModelFormatError(f"graph output {sg.tensors[idx].name!r} is never written")
+            raise ModelFormatError(f"graph output {t.name!r} is never written")
         probe = TflContext(graph, state, sg, _output_probe(sg, idx))
         held = probe.held(0)
         v = probe.relaid(held, identity(len(held.perm)), key=idx)
-        graph.outputs.append(_from_held(graph, v) if sg.tensors[idx].dtype == "int8" and
-                             idx in state.held_quant else v)
-        names.append(out_names.get(idx, sg.tensors[idx].name))
+        graph.outputs.append(_from_held(graph, v) if t.dtype == "int8" and idx in state.held_quant else v)
+    names = [name for name, _ in outputs]
     graph.meta["output_names"] = names
-    record = _quant_record(sg, [in_names.get(i, sg.tensors[i].name) for i in sg.inputs], names)
+    record = _quant_record(sg, [name for name, _ in inputs], names)
     if record is not None:
         graph.meta["source_quantization"] = record
     _keep_states(graph, state)
@@ -160,6 +156,17 @@ def _from_held(graph: Graph, v: Value) -> Value:
     one, shift = _shift(graph, v)
     f = emit_node(graph, "dequantize", [v, one, shift], {"axis": 1}, f"{v.name}/f32")[0]
     return emit_node(graph, "cast", [f], {"to": "int8"}, f"{v.name}/int8")[0]
+
+
+def entry_io(tm: TflModel, signature: str | None = None
+             ) -> tuple[TflSubgraph, list[tuple[str, TflTensor]], list[tuple[str, TflTensor]]]:
+    """The subgraph ``import_tflite`` imports for ``signature`` and its inputs and outputs, each under
+    the name the graph gives it (the signature's, else the tensor's): what a caller that only needs the
+    model's interface reads (``pretrained``), without converting an operator."""
+    sg_index, in_names, out_names = _entry(tm, signature)
+    sg = tm.subgraphs[sg_index]
+    return (sg, [(in_names.get(i, sg.tensors[i].name), sg.tensors[i]) for i in sg.inputs],
+            [(out_names.get(i, sg.tensors[i].name), sg.tensors[i]) for i in sg.outputs])
 
 
 def _entry(tm: TflModel, signature: str | None) -> tuple[int, dict[int, str], dict[int, str]]:
