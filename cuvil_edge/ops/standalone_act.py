@@ -1,6 +1,6 @@
 """``standalone_act`` (attrs ``kind``, ``a``, ``b``): activations that have no fused-epilogue form (Mish,
 Softplus, Elu, Celu, Selu, Softsign, ThresholdedRelu, Shrink), so never fold into a producer as an
-``epilogue_act`` does. One vector pass each (kernel family ``f32-act2``)."""
+``epilogue_act`` does. One vector pass each (kernel family ``f32-act-param``)."""
 
 from __future__ import annotations
 
@@ -54,4 +54,4 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         f"f32_v{kind}({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {a!r}f, {b!r}f);"), unit=16, by_row=(x, y))
 
 
-register(OpDef("standalone_act", _infer, _fold, _emit, kernels=("f32-unary", "f32-act2"), inplace=True))
+register(OpDef("standalone_act", _infer, _fold, _emit, kernels=("f32-unary", "f32-act-param"), inplace=True))

@@ -20,7 +20,7 @@ from . import kernel_source
 #: family -> the families whose functions its C calls (``common`` comes first in every module)
 NEEDS: dict[str, tuple[str, ...]] = {
     "common": (),
-    "f32-act2": ("f32-unary",),
+    "f32-act-param": ("f32-unary",),
     "f32-binary": ("f32-unary",),
     "f32-bmm": ("f32-gemm",),
     "f32-cast": (),
@@ -105,7 +105,7 @@ KERNELS: tuple[Kernel, ...] = (
     # f32 elementwise, 4 lanes per step
     Kernel("f32-v{kind}-4", "f32-unary", ("f32_v{kind}",)),
     Kernel("f32-v{kind}-4", "f32-binary", ("f32_v{kind}",)),
-    Kernel("f32-v{kind}-4", "f32-act2", ("f32_v{kind}",)),
+    Kernel("f32-v{kind}-4", "f32-act-param", ("f32_v{kind}",)),
     Kernel("f32-v{act}-4", "common", ("f32_act",), "a standalone fused activation (relu, clip, silu, ...)"),
     Kernel("f32-vaffinec-4", "f32-norm", ("f32_channel_affine",)),
     Kernel("f32-vprelu-4", "f32-prelu", ("f32_prelu_planes", "f32_prelu_rows"), "slope per channel"),

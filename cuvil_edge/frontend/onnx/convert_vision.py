@@ -1,5 +1,6 @@
 """Converters for vision-head ops: DepthToSpace/SpaceToDepth (one node each), Instance and Group
-normalisation (layernorm over the group, then a per-channel affine), PRelu and the ``act2`` family."""
+normalisation (layernorm over the group, then a per-channel affine), PRelu and the
+activations with parameters (kernel family ``f32-act-param``)."""
 
 from __future__ import annotations
 
@@ -81,8 +82,8 @@ def prelu(ctx: ConvertContext) -> None:
     ctx.set_outputs(ctx.emit1("binary_f32", [pos, neg], {"kind": "add"}))
 
 
-#: ONNX op -> (act2 kind, attr a and its default, attr b and its default)
-_ACT2 = {"Softplus": ("softplus", None, None), "Mish": ("mish", None, None),
+#: ONNX op -> (f32-act-param kind, attr a and its default, attr b and its default)
+_PARAM_ACTS = {"Softplus": ("softplus", None, None), "Mish": ("mish", None, None),
          "Softsign": ("softsign", None, None), "Elu": ("elu", ("alpha", 1.0), None),
          "Celu": ("celu", ("alpha", 1.0), None),
          "Selu": ("selu", ("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875)),
@@ -90,8 +91,8 @@ _ACT2 = {"Softplus": ("softplus", None, None), "Mish": ("mish", None, None),
          "Shrink": ("shrink", ("lambd", 0.5), ("bias", 0.0))}
 
 
-@converter(*_ACT2)
-def act2(ctx: ConvertContext) -> None:
-    kind, a, b = _ACT2[ctx.op_type]
+@converter(*_PARAM_ACTS)
+def param_act(ctx: ConvertContext) -> None:
+    kind, a, b = _PARAM_ACTS[ctx.op_type]
     attrs = {"kind": kind, "a": float(ctx.attr(*a)) if a else 0.0, "b": float(ctx.attr(*b)) if b else 0.0}
     ctx.set_outputs(ctx.emit1("standalone_act", [ctx.input(0)], attrs))

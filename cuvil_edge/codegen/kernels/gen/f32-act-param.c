@@ -1,4 +1,4 @@
-/* generated from templates/f32-act2.c.in by cuvil_edge/codegen/kernels/generate.py; do not edit */
+/* generated from templates/f32-act-param.c.in by cuvil_edge/codegen/kernels/generate.py; do not edit */
 /* Activations that are not fused epilogues: f32_v<kind>(n, x, y, a, b) with two float parameters.
  * mish x*tanh(softplus(x)); softplus log(1+e^x); elu/celu (alpha a); selu (alpha a,
  * gamma b); softsign x/(1+|x|); thresholdedrelu (alpha a); shrink (lambd a, bias b). Needs f32-unary. */
