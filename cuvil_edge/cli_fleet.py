@@ -172,7 +172,7 @@ def _broker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mqtt-version", type=int, choices=(4, 5), default=5, help="5 (default) or 4 (3.1.1)")
     p.add_argument("--topic-prefix", default="cuvil")
     p.add_argument("--state", help="publisher state file (default fleet-<fleet>[-<model>].json)")
-    p.add_argument("--connect-timeout-s", type=float, default=15.0,
+    p.add_argument("--connect-timeout-s", type=bounded(float, 0.001), default=15.0,
                    help="give up (exit 1) when the broker is not reached within this time")
 
 
