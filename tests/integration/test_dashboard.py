@@ -11,6 +11,7 @@ Every wait is a bounded loop on a condition; the timeouts only guard against han
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -22,7 +23,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -224,18 +225,15 @@ class Page:
         self.close()
 
 
-def test_dashboard_shows_a_halted_rollout_in_a_browser(broker, tmp_path):
+Served = tuple[FleetWorld, Any, AgentThreads, Publisher, Dashboard]
+
+
+@contextlib.contextmanager
+def served_fleet(broker: Any, tmp_path: Path) -> Iterator[Served]:
+    """A fleet world on ``broker``: its view served by a started dashboard, an agent pool and a publisher,
+    all closed afterwards (the agents before the publisher)."""
     world = FleetWorld(tmp_path / "world")
     settings = broker.settings()
-    devices = [f"cam{i}" for i in range(6)]
-    sha = hashlib.sha256(world.bundles[2].read_bytes()).hexdigest()
-    order = sorted(devices, key=lambda d: bucket(sha, d))  # canary (34%) = order[:3]; then all six
-    failing = order[4]
-
-    def fail_selftest(step: str) -> None:
-        if step == "precompiled":
-            raise SelfTestFailed("injected: golden output differs on this device")
-
     agents = AgentThreads()
     view = FleetView(settings, FLEET)
     pub = Publisher(settings, FLEET, world.ring.release_keys(), tmp_path / "fleet.json")
@@ -243,32 +241,46 @@ def test_dashboard_shows_a_halted_rollout_in_a_browser(broker, tmp_path):
         try:
             view.start()
             dash.start()
-            cfgs = {d: world.agent_config(tmp_path, d, FLEET, settings, socket=True) for d in devices}
-            by_name = {d: agents.add(c, on_step=fail_selftest if d == failing else None)
-                       for d, c in cfgs.items()}
-            pub.start()
-            assert pub.wait_for_devices(6, HANG_S) == 6
-            pub.publish(world.bundles[2], canary=34.0, halt_on=10.0, stages=[34.0, 100.0])
-            rollout = pub.watch(timeout_s=900, stage_timeout_s=600, settle_s=0)
-            assert rollout.status == "halted" and rollout.stage == 1, rollout
-            # traffic on a device of each release, then a signed report: summaries with latency
-            for d in (order[0], failing):
-                inputs, _ = decode_vector(by_name[d].installer.active_manifest().golden[0])
-                for _ in range(5):
-                    infer(cfgs[d].socket, inputs)
-                pub.command(d, "report")
-            s = wait_for(lambda: (s := state(dash))["rollouts"].get("", {}).get("status") == "halted"
-                         and {r["release"] for r in s["releases"] if r["requests"]} == {1, 2} and s,
-                         "the view to hold the halt and both releases' latency")
-            assert len(s["devices"]) == 6 and s["rollouts"][""]["failed"] == [failing]
-            assert {d["device"]: d["health"] for d in s["devices"]}[failing] == "failed"
-
-            dom = chromium(dash.url, tmp_path / "profile", "--dump-dom").stdout
-            shot = tmp_path / "dashboard.png"
-            chromium(dash.url, tmp_path / "profile", "--window-size=1280,1000", f"--screenshot={shot}")
+            yield world, settings, agents, pub, dash
         finally:
             agents.close()
             pub.close()
+
+
+def test_dashboard_shows_a_halted_rollout_in_a_browser(broker, tmp_path):
+    devices = [f"cam{i}" for i in range(6)]
+
+    def fail_selftest(step: str) -> None:
+        if step == "precompiled":
+            raise SelfTestFailed("injected: golden output differs on this device")
+
+    with served_fleet(broker, tmp_path) as (world, settings, agents, pub, dash):
+        sha = hashlib.sha256(world.bundles[2].read_bytes()).hexdigest()
+        order = sorted(devices, key=lambda d: bucket(sha, d))  # canary (34%) = order[:3]; then all six
+        failing = order[4]
+        cfgs = {d: world.agent_config(tmp_path, d, FLEET, settings, socket=True) for d in devices}
+        by_name = {d: agents.add(c, on_step=fail_selftest if d == failing else None)
+                   for d, c in cfgs.items()}
+        pub.start()
+        assert pub.wait_for_devices(6, HANG_S) == 6
+        pub.publish(world.bundles[2], canary=34.0, halt_on=10.0, stages=[34.0, 100.0])
+        rollout = pub.watch(timeout_s=900, stage_timeout_s=600, settle_s=0)
+        assert rollout.status == "halted" and rollout.stage == 1, rollout
+        # traffic on a device of each release, then a signed report: summaries with latency
+        for d in (order[0], failing):
+            inputs, _ = decode_vector(by_name[d].installer.active_manifest().golden[0])
+            for _ in range(5):
+                infer(cfgs[d].socket, inputs)
+            pub.command(d, "report")
+        s = wait_for(lambda: (s := state(dash))["rollouts"].get("", {}).get("status") == "halted"
+                     and {r["release"] for r in s["releases"] if r["requests"]} == {1, 2} and s,
+                     "the view to hold the halt and both releases' latency")
+        assert len(s["devices"]) == 6 and s["rollouts"][""]["failed"] == [failing]
+        assert {d["device"]: d["health"] for d in s["devices"]}[failing] == "failed"
+
+        dom = chromium(dash.url, tmp_path / "profile", "--dump-dom").stdout
+        shot = tmp_path / "dashboard.png"
+        chromium(dash.url, tmp_path / "profile", "--window-size=1280,1000", f"--screenshot={shot}")
     keep(shot)
 
     text = page_text(dom)
@@ -395,41 +407,30 @@ def test_an_open_page_follows_a_rollout_without_being_reloaded(broker, tmp_path)
     """The page is loaded once, showing two devices on release 1 and no rollout; release 2 is then rolled
     out while it stays open, and the same document (a mark set in it survives) comes to show the rollout
     done and both devices active on release 2: its polling updates it, no reload needed."""
-    world = FleetWorld(tmp_path / "world")
-    settings = broker.settings()
     devices = ["cam0", "cam1"]
-    agents = AgentThreads()
-    view = FleetView(settings, FLEET)
-    pub = Publisher(settings, FLEET, world.ring.release_keys(), tmp_path / "fleet.json")
-    with Dashboard(view, port=0) as dash:
-        try:
-            view.start()
-            dash.start()
-            for d in devices:
-                agents.add(world.agent_config(tmp_path, d, FLEET, settings))
-            pub.start()
-            assert pub.wait_for_devices(2, HANG_S) == 2
-            with Page(dash.url, tmp_path / "profile") as page:
-                on_release_1 = {(d, ""): ["active", "1"] for d in devices}
-                wait_for(lambda: {k: r[1:3] for k, r in device_rows(page.dom()).items()} == on_release_1,
-                         "both devices active on release 1 on the page")
-                assert "no rollout published yet" in page_text(page.dom())
-                polls = page.evaluate("window.cuvilMark = 'loaded once'; "
-                                      "Number(document.getElementById('updates').dataset.count)")
+    with served_fleet(broker, tmp_path) as (world, settings, agents, pub, dash):
+        for d in devices:
+            agents.add(world.agent_config(tmp_path, d, FLEET, settings))
+        pub.start()
+        assert pub.wait_for_devices(2, HANG_S) == 2
+        with Page(dash.url, tmp_path / "profile") as page:
+            on_release_1 = {(d, ""): ["active", "1"] for d in devices}
+            wait_for(lambda: {k: r[1:3] for k, r in device_rows(page.dom()).items()} == on_release_1,
+                     "both devices active on release 1 on the page")
+            assert "no rollout published yet" in page_text(page.dom())
+            polls = page.evaluate("window.cuvilMark = 'loaded once'; "
+                                  "Number(document.getElementById('updates').dataset.count)")
 
-                pub.publish(world.bundles[2], canary=100.0, halt_on=10.0)
-                rollout = pub.watch(timeout_s=HANG_S * 3, stage_timeout_s=HANG_S * 2, settle_s=0)
-                assert rollout.status == "complete", rollout
+            pub.publish(world.bundles[2], canary=100.0, halt_on=10.0)
+            rollout = pub.watch(timeout_s=HANG_S * 3, stage_timeout_s=HANG_S * 2, settle_s=0)
+            assert rollout.status == "complete", rollout
 
-                def updated() -> str | bool:
-                    dom = page.dom()
-                    rows, text = device_rows(dom), page_text(dom)
-                    return (all(r[1:3] == ["active", "2"] for r in rows.values()) and len(rows) == 2
-                            and "complete | · | stage 1 of 1" in text and "100% | done" in text and dom)
+            def updated() -> str | bool:
+                dom = page.dom()
+                rows, text = device_rows(dom), page_text(dom)
+                return (all(r[1:3] == ["active", "2"] for r in rows.values()) and len(rows) == 2
+                        and "complete | · | stage 1 of 1" in text and "100% | done" in text and dom)
 
-                dom = wait_for(updated, "the open page to show release 2 rolled out")
-                assert page.evaluate("window.cuvilMark") == "loaded once"  # the same document: no reload
-                assert int(re.search(r'id="updates" data-count="(\d+)"', dom).group(1)) > polls
-        finally:
-            agents.close()
-            pub.close()
+            dom = wait_for(updated, "the open page to show release 2 rolled out")
+            assert page.evaluate("window.cuvilMark") == "loaded once"  # the same document: no reload
+            assert int(re.search(r'id="updates" data-count="(\d+)"', dom).group(1)) > polls
