@@ -38,8 +38,11 @@ INLINE void qdw_fill_plane(uint8_t* plane, const uint8_t* xc, int H, int W, int 
 /* 8 outputs (f32 epilogue, fused activation; QOut: f32 or requantized), the first n of them stored. */
 INLINE void qdw_store8(QOut y, int n, v128_t a0, v128_t a1, v128_t zs, v128_t sc, v128_t b, Act act) {
   const v128_t f0 = act_apply(q_dequant(a0, zs, sc, b), act), f1 = act_apply(q_dequant(a1, zs, sc, b), act);
-  if (y.qmax && n >= 8) {
-    wasm_v128_store64_lane(y.p, wasm_i32x4_shuffle(qo_bytes(y, f0), qo_bytes(y, f1), 0, 4, 0, 4), 0);
+  if (y.qmax && n >= 8) {  /* both halves quantized, then narrowed together: bytes 0-7 */
+    const v128_t vs = VSPLAT(y.s), vz = VSPLAT((float)y.z), vm = VSPLAT((float)y.qmax);
+    const v128_t q0 = qu8_quant4(f0, vs, vz, vm), q1 = qu8_quant4(f1, vs, vz, vm);
+    const v128_t q[4] = {q0, q1, q0, q1};
+    wasm_v128_store64_lane(y.p, qu8_narrow16(q), 0);
     return;
   }
   qo_store(y, f0, n < 4 ? n : 4);

@@ -86,6 +86,11 @@ INLINE v128_t qu8_quant4(v128_t x, v128_t vs, v128_t vz, v128_t vmax) {
   return wasm_i32x4_sub(wasm_f32x4_add(v, magic), magic);
 }
 
+/* 16 int32 lanes in 0..255 (four qu8_quant4 results) as 16 bytes, in order (exact: nothing saturates). */
+INLINE v128_t qu8_narrow16(const v128_t* q) {
+  return wasm_u8x16_narrow_i16x8(wasm_i16x8_narrow_i32x4(q[0], q[1]), wasm_i16x8_narrow_i32x4(q[2], q[3]));
+}
+
 /* A qs8 kernel's outputs: f32 at p (qmax 0), or uint8 at p on the grid (s, z, 0..qmax). */
 typedef struct { void* p; float s; int32_t z; int qmax; } QOut;
 
@@ -114,6 +119,24 @@ INLINE void qo_store(QOut y, v128_t f, int n) {
   uint8_t t[16] __attribute__((aligned(16)));
   VSTORE(t, b);
   for (int l = 0; l < n; l++) ((uint8_t*)y.p)[l] = t[l];
+}
+
+/* Rows r < ni of a transposed 4x4 tile of activated outputs (f[r]: 4 adjacent outputs of row r, rows si
+ * apart): uint8 ones quantized and narrowed together, 4 bytes a row. */
+INLINE void qo_store_rows(QOut y, const v128_t* f, int si, int ni) {
+  if (!y.qmax) {
+    for (int r = 0; r < ni; r++) VSTORE((float*)y.p + (size_t)r * si, f[r]);
+    return;
+  }
+  const v128_t vs = VSPLAT(y.s), vz = VSPLAT((float)y.z), vm = VSPLAT((float)y.qmax);
+  const v128_t q[4] = {qu8_quant4(f[0], vs, vz, vm), qu8_quant4(f[1], vs, vz, vm), qu8_quant4(f[2], vs, vz, vm),
+                       qu8_quant4(f[3], vs, vz, vm)};
+  const v128_t b = qu8_narrow16(q);
+  uint8_t* p = (uint8_t*)y.p;
+  wasm_v128_store32_lane(p, b, 0);
+  if (ni > 1) wasm_v128_store32_lane(p + si, b, 1);
+  if (ni > 2) wasm_v128_store32_lane(p + 2 * (size_t)si, b, 2);
+  if (ni > 3) wasm_v128_store32_lane(p + 3 * (size_t)si, b, 3);
 }
 
 /* q_store4 on either output type. */
@@ -154,8 +177,7 @@ KERNEL void qu8_quantize(int n, const float* x, uint8_t* y, const float* scale, 
     }
     v128_t q[4];
     for (int l = 0; l < 4; l++) q[l] = qu8_quant4(VLOAD(src + 4 * l), vs, vz, vmax);
-    const v128_t b = wasm_u8x16_narrow_i16x8(wasm_i16x8_narrow_i32x4(q[0], q[1]),
-                                             wasm_i16x8_narrow_i32x4(q[2], q[3]));
+    const v128_t b = qu8_narrow16(q);
     if (left >= 16) {
       VSTORE(y + i, b);
     } else {
@@ -557,7 +579,7 @@ KERNEL void qs8_gemm_packed_x7(int I, int J, int K, const int8_t* w, const uint8
         if (nt == 4 && sj == 1) {  /* tokens adjacent in y (conv output rows): one vector per row */
           for (int t = 0; t < 4; t++) f[t] = act_apply(f[t], act);
           q_transpose4(f);
-          for (int r = 0; r < ni; r++) qo_store(qo_at(yt, (size_t)r * si), f[r], 4);
+          qo_store_rows(yt, f, si, ni);
         } else {
           for (int t = 0; t < nt; t++) qo_store4(f[t], qo_at(yt, (size_t)t * sj), si, ni, act);
         }
@@ -728,7 +750,7 @@ KERNEL void qs8_gemm_packed_x8(int I, int J, int K, const int8_t* w, const uint8
         if (nt == 4 && sj == 1) {  /* tokens adjacent in y (conv output rows): one vector per row */
           for (int t = 0; t < 4; t++) f[t] = act_apply(f[t], act);
           q_transpose4(f);
-          for (int r = 0; r < ni; r++) qo_store(qo_at(yt, (size_t)r * si), f[r], 4);
+          qo_store_rows(yt, f, si, ni);
         } else {
           for (int t = 0; t < nt; t++) qo_store4(f[t], qo_at(yt, (size_t)t * sj), si, ni, act);
         }
