@@ -92,6 +92,14 @@ def test_input_shape_fixes_dynamic_dim() -> None:
     assert model.graph.inputs[0].type.shape == (1, 5)
 
 
+def test_input_shape_fixes_minus_one_dims_and_still_checks_the_static_ones() -> None:
+    """paddle2onnx marks dynamic dimensions with -1 instead of a dim_param (PaddleOCR's classifiers)."""
+    model = CuvilModel.load(_relu_model([-1, 4, -1]), input_shapes={"x": [2, 4, 3]})
+    assert model.graph.inputs[0].type.shape == (2, 4, 3)
+    with pytest.raises(ShapeError, match="conflicts with the model's"):
+        CuvilModel.load(_relu_model([-1, 4, -1]), input_shapes={"x": [2, 5, 3]})
+
+
 def test_input_shape_for_unknown_input() -> None:
     with pytest.raises(ShapeError, match="unknown inputs"):
         CuvilModel.load(_relu_model([1, 4]), input_shapes={"y": [1, 4]})

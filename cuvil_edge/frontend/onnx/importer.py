@@ -162,7 +162,7 @@ def _declared_shapes(graph_proto: Any) -> dict[str, tuple[int, ...]]:
     out = {}
     for vi in [*graph_proto.value_info, *graph_proto.output]:
         tt = vi.type.tensor_type
-        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+        if tt.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0 for d in tt.shape.dim):
             out[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
     return out
 
@@ -290,7 +290,9 @@ def _input_type(inp: Any, override: Sequence[int] | None, max_string_bytes: int)
                                   f"input element type {tt.elem_type} is not supported")
     if override is not None:
         shape = tuple(int(d) for d in override)
-        declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        # -1 marks a dynamic dimension in some exporters' models (paddle2onnx's), as a dim_param does
+        declared = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                    for d in tt.shape.dim]
         if tt.HasField("shape") and (len(declared) != len(shape) or any(
                 d is not None and d != s for d, s in zip(declared, shape))):
             raise ShapeError(f"input {inp.name!r}: shape {shape} conflicts with the model's {declared}")
