@@ -111,6 +111,33 @@ INLINE void qdw_row_sN_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, in
   }
 }
 
+/* Two adjacent output rows, s1, 7-bit activations, vertical stride and dilation 1: the kh - 1 input
+ * rows both read are loaded and shuffled once for both (row 0 from r, row 1 from r + rs). */
+INLINE void qdw_rows2_s1_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, int kwg, int OW, QOut y0,
+                            QOut y1, v128_t zs, v128_t sc, v128_t b, Act act) {
+  for (int ox = 0; ox < OW; ox += 8) {
+    v128_t a0 = wasm_i32x4_const_splat(0), a1 = a0, c0 = a0, c1 = a0;
+    const uint8_t* p = r + ox;
+    for (int iy = 0; iy <= kh; iy++, p += rs) {
+      for (int g = 0; g < kwg; g++) {
+        const v128_t v = VLOAD(p + 4 * g);
+        const v128_t lo = wasm_i8x16_shuffle(v, v, 0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6);
+        const v128_t hi = wasm_i8x16_shuffle(v, v, 4, 5, 6, 7, 5, 6, 7, 8, 6, 7, 8, 9, 7, 8, 9, 10);
+        if (iy < kh) {
+          a0 = QDOT7(wv[iy * kwg + g], lo, a0);
+          a1 = QDOT7(wv[iy * kwg + g], hi, a1);
+        }
+        if (iy > 0) {
+          c0 = QDOT7(wv[(iy - 1) * kwg + g], lo, c0);
+          c1 = QDOT7(wv[(iy - 1) * kwg + g], hi, c1);
+        }
+      }
+    }
+    qdw_store8(qo_at(y0, ox), OW - ox, a0, a1, zs, sc, b, act);
+    qdw_store8(qo_at(y1, ox), OW - ox, c0, c1, zs, sc, b, act);
+  }
+}
+
 /* Whole tensor, 3x3s1, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
@@ -139,7 +166,12 @@ KERNEL void qs8_dwconv_x7_3x3s1(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
+        for (; oy + 2 <= OH; oy += 2)
+          qdw_rows2_s1_x7(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
+                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
+      for (; oy < OH; oy++)
         qdw_row_s1_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -174,7 +206,8 @@ KERNEL void qs8_dwconv_x7_3x3s2(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      for (; oy < OH; oy++)
         qdw_row_s2_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -209,7 +242,12 @@ KERNEL void qs8_dwconv_x7_5x5s1(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
+        for (; oy + 2 <= OH; oy += 2)
+          qdw_rows2_s1_x7(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
+                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
+      for (; oy < OH; oy++)
         qdw_row_s1_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -244,7 +282,8 @@ KERNEL void qs8_dwconv_x7_5x5s2(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      for (; oy < OH; oy++)
         qdw_row_s2_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -278,7 +317,12 @@ KERNEL void qs8_dwconv_x7_kxks1(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
+        for (; oy + 2 <= OH; oy += 2)
+          qdw_rows2_s1_x7(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
+                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
+      for (; oy < OH; oy++)
         qdw_row_s1_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -312,7 +356,8 @@ KERNEL void qs8_dwconv_x7_kxks2(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      for (; oy < OH; oy++)
         qdw_row_s2_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -346,7 +391,8 @@ KERNEL void qs8_dwconv_x7_kxksN(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      for (; oy < OH; oy++)
         qdw_row_sN_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -415,6 +461,33 @@ INLINE void qdw_row_sN_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, in
   }
 }
 
+/* Two adjacent output rows, s1, 8-bit activations, vertical stride and dilation 1: the kh - 1 input
+ * rows both read are loaded and shuffled once for both (row 0 from r, row 1 from r + rs). */
+INLINE void qdw_rows2_s1_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, int kwg, int OW, QOut y0,
+                            QOut y1, v128_t zs, v128_t sc, v128_t b, Act act) {
+  for (int ox = 0; ox < OW; ox += 8) {
+    v128_t a0 = wasm_i32x4_const_splat(0), a1 = a0, c0 = a0, c1 = a0;
+    const uint8_t* p = r + ox;
+    for (int iy = 0; iy <= kh; iy++, p += rs) {
+      for (int g = 0; g < kwg; g++) {
+        const v128_t v = VLOAD(p + 4 * g);
+        const v128_t lo = wasm_i8x16_shuffle(v, v, 0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6);
+        const v128_t hi = wasm_i8x16_shuffle(v, v, 4, 5, 6, 7, 5, 6, 7, 8, 6, 7, 8, 9, 7, 8, 9, 10);
+        if (iy < kh) {
+          a0 = qdot_widen(wv[iy * kwg + g], lo, a0);
+          a1 = qdot_widen(wv[iy * kwg + g], hi, a1);
+        }
+        if (iy > 0) {
+          c0 = qdot_widen(wv[(iy - 1) * kwg + g], lo, c0);
+          c1 = qdot_widen(wv[(iy - 1) * kwg + g], hi, c1);
+        }
+      }
+    }
+    qdw_store8(qo_at(y0, ox), OW - ox, a0, a1, zs, sc, b, act);
+    qdw_store8(qo_at(y1, ox), OW - ox, c0, c1, zs, sc, b, act);
+  }
+}
+
 /* Whole tensor, 3x3s1, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
@@ -443,7 +516,12 @@ KERNEL void qs8_dwconv_x8_3x3s1(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
+        for (; oy + 2 <= OH; oy += 2)
+          qdw_rows2_s1_x8(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
+                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
+      for (; oy < OH; oy++)
         qdw_row_s1_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -478,7 +556,8 @@ KERNEL void qs8_dwconv_x8_3x3s2(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      for (; oy < OH; oy++)
         qdw_row_s2_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -513,7 +592,12 @@ KERNEL void qs8_dwconv_x8_5x5s1(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
+        for (; oy + 2 <= OH; oy += 2)
+          qdw_rows2_s1_x8(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
+                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
+      for (; oy < OH; oy++)
         qdw_row_s1_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -548,7 +632,8 @@ KERNEL void qs8_dwconv_x8_5x5s2(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      for (; oy < OH; oy++)
         qdw_row_s2_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -582,7 +667,12 @@ KERNEL void qs8_dwconv_x8_kxks1(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
+        for (; oy + 2 <= OH; oy += 2)
+          qdw_rows2_s1_x8(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
+                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
+      for (; oy < OH; oy++)
         qdw_row_s1_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -616,7 +706,8 @@ KERNEL void qs8_dwconv_x8_kxks2(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      for (; oy < OH; oy++)
         qdw_row_s2_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }
@@ -650,7 +741,8 @@ KERNEL void qs8_dwconv_x8_kxksN(const float* xf, const uint8_t* xq, int N, int C
       for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
       const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
       const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      for (int oy = 0; oy < OH; oy++)
+      int oy = 0;
+      for (; oy < OH; oy++)
         qdw_row_sN_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
                       qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
     }

@@ -570,11 +570,17 @@ KERNEL void qs8_gemm_packed_x7(int I, int J, int K, const int8_t* w, const uint8
         if (ni <= 0) break;
         const v128_t vsum = VLOAD(wsum + ih), vws = VLOAD(ws + ih), vb = VLOAD(bias + ih);
         const QOut yt = qo_at(y, (size_t)ih * si + (size_t)j * sj);
+        /* the rows' products with the activation grid: once per tile when all tokens share one (xstep
+         * 0: convs), per token otherwise (the same operations either way, so the same bits) */
+        v128_t zs = wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[j * xstep]));
+        v128_t sc = wasm_f32x4_mul(vws, VSPLAT(xs[j * xstep]));
         v128_t f[4];
         for (int t = 0; t < nt; t++) {
-          const int jj = (j + t) * xstep;
-          f[t] = q_dequant(acc[h * nt + t], wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[jj])),
-                           wasm_f32x4_mul(vws, VSPLAT(xs[jj])), vb);
+          if (xstep && t) {
+            zs = wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[j + t]));
+            sc = wasm_f32x4_mul(vws, VSPLAT(xs[j + t]));
+          }
+          f[t] = q_dequant(acc[h * nt + t], zs, sc, vb);
         }
         if (nt == 4 && sj == 1) {  /* tokens adjacent in y (conv output rows): one vector per row */
           for (int t = 0; t < 4; t++) f[t] = act_apply(f[t], act);
@@ -741,11 +747,17 @@ KERNEL void qs8_gemm_packed_x8(int I, int J, int K, const int8_t* w, const uint8
         if (ni <= 0) break;
         const v128_t vsum = VLOAD(wsum + ih), vws = VLOAD(ws + ih), vb = VLOAD(bias + ih);
         const QOut yt = qo_at(y, (size_t)ih * si + (size_t)j * sj);
+        /* the rows' products with the activation grid: once per tile when all tokens share one (xstep
+         * 0: convs), per token otherwise (the same operations either way, so the same bits) */
+        v128_t zs = wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[j * xstep]));
+        v128_t sc = wasm_f32x4_mul(vws, VSPLAT(xs[j * xstep]));
         v128_t f[4];
         for (int t = 0; t < nt; t++) {
-          const int jj = (j + t) * xstep;
-          f[t] = q_dequant(acc[h * nt + t], wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[jj])),
-                           wasm_f32x4_mul(vws, VSPLAT(xs[jj])), vb);
+          if (xstep && t) {
+            zs = wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[j + t]));
+            sc = wasm_f32x4_mul(vws, VSPLAT(xs[j + t]));
+          }
+          f[t] = q_dequant(acc[h * nt + t], zs, sc, vb);
         }
         if (nt == 4 && sj == 1) {  /* tokens adjacent in y (conv output rows): one vector per row */
           for (int t = 0; t < 4; t++) f[t] = act_apply(f[t], act);
