@@ -143,47 +143,58 @@ INLINE void qdw_rows2_s1_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, 
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
+INLINE void qs8_dwconv_body_x7_3x3s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
+  (void)kh; (void)kw;
+  const int KH = 3, KWG = 1;
+  v128_t wv[3];
+  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
+  const uint8_t zp = (uint8_t)xz[0];
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  for (int n = 0; n < N; n++) {
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
+      const int8_t* wc = w + (size_t)c * KH * KWG * 4;
+      for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
+      const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
+      int oy = 0;
+      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
+        for (; oy + 2 <= OH; oy += 2)
+          qdw_rows2_s1_x7(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
+                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
+      for (; oy < OH; oy++)
+        qdw_row_s1_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
+    }
+  }
+}
+
+/* 3x3s1, 7-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
 KERNEL void qs8_dwconv_x7_3x3s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
-  uint8_t* plane = scratch;
-  (void)kh; (void)kw;
-  const int KH = 3, KWG = 1;
-  v128_t wv[3];
-  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
-  const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
-      const size_t nc = ((size_t)n * C + c) * H * W;
-      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
-      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
-      const int8_t* wc = w + (size_t)c * KH * KWG * 4;
-      for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
-      const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      int oy = 0;
-      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
-        for (; oy + 2 <= OH; oy += 2)
-          qdw_rows2_s1_x7(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
-                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
-      for (; oy < OH; oy++)
-        qdw_row_s1_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
-    }
-  }
+#define QS8_DW(a) qs8_dwconv_body_x7_3x3s1(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
 }
-
 /* Whole tensor, 3x3s2, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
-KERNEL void qs8_dwconv_x7_3x3s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+INLINE void qs8_dwconv_body_x7_3x3s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
@@ -214,52 +225,74 @@ KERNEL void qs8_dwconv_x7_3x3s2(const float* xf, const uint8_t* xq, int N, int C
   }
 }
 
+/* 3x3s2, 7-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
+KERNEL void qs8_dwconv_x7_3x3s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+#define QS8_DW(a) qs8_dwconv_body_x7_3x3s2(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
+}
 /* Whole tensor, 5x5s1, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
+INLINE void qs8_dwconv_body_x7_5x5s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
+  (void)kh; (void)kw;
+  const int KH = 5, KWG = 2;
+  v128_t wv[10];
+  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
+  const uint8_t zp = (uint8_t)xz[0];
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  for (int n = 0; n < N; n++) {
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
+      const int8_t* wc = w + (size_t)c * KH * KWG * 4;
+      for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
+      const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
+      int oy = 0;
+      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
+        for (; oy + 2 <= OH; oy += 2)
+          qdw_rows2_s1_x7(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
+                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
+      for (; oy < OH; oy++)
+        qdw_row_s1_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
+    }
+  }
+}
+
+/* 5x5s1, 7-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
 KERNEL void qs8_dwconv_x7_5x5s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
-  uint8_t* plane = scratch;
-  (void)kh; (void)kw;
-  const int KH = 5, KWG = 2;
-  v128_t wv[10];
-  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
-  const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
-      const size_t nc = ((size_t)n * C + c) * H * W;
-      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
-      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
-      const int8_t* wc = w + (size_t)c * KH * KWG * 4;
-      for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
-      const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      int oy = 0;
-      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
-        for (; oy + 2 <= OH; oy += 2)
-          qdw_rows2_s1_x7(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
-                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
-      for (; oy < OH; oy++)
-        qdw_row_s1_x7(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
-    }
-  }
+#define QS8_DW(a) qs8_dwconv_body_x7_5x5s1(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
 }
-
 /* Whole tensor, 5x5s2, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
-KERNEL void qs8_dwconv_x7_5x5s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+INLINE void qs8_dwconv_body_x7_5x5s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
@@ -290,12 +323,23 @@ KERNEL void qs8_dwconv_x7_5x5s2(const float* xf, const uint8_t* xq, int N, int C
   }
 }
 
+/* 5x5s2, 7-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
+KERNEL void qs8_dwconv_x7_5x5s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+#define QS8_DW(a) qs8_dwconv_body_x7_5x5s2(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
+}
 /* Whole tensor, kxks1, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
-KERNEL void qs8_dwconv_x7_kxks1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+INLINE void qs8_dwconv_body_x7_kxks1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
@@ -329,12 +373,23 @@ KERNEL void qs8_dwconv_x7_kxks1(const float* xf, const uint8_t* xq, int N, int C
   }
 }
 
+/* kxks1, 7-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
+KERNEL void qs8_dwconv_x7_kxks1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+#define QS8_DW(a) qs8_dwconv_body_x7_kxks1(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
+}
 /* Whole tensor, kxks2, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
-KERNEL void qs8_dwconv_x7_kxks2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+INLINE void qs8_dwconv_body_x7_kxks2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
@@ -364,12 +419,23 @@ KERNEL void qs8_dwconv_x7_kxks2(const float* xf, const uint8_t* xq, int N, int C
   }
 }
 
+/* kxks2, 7-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
+KERNEL void qs8_dwconv_x7_kxks2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+#define QS8_DW(a) qs8_dwconv_body_x7_kxks2(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
+}
 /* Whole tensor, kxksN, 7-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
-KERNEL void qs8_dwconv_x7_kxksN(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+INLINE void qs8_dwconv_body_x7_kxksN(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
@@ -399,6 +465,17 @@ KERNEL void qs8_dwconv_x7_kxksN(const float* xf, const uint8_t* xq, int N, int C
   }
 }
 
+/* kxksN, 7-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
+KERNEL void qs8_dwconv_x7_kxksN(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+#define QS8_DW(a) qs8_dwconv_body_x7_kxksN(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
+}
 /* One output row, s1, 8-bit activations: tap row ky of output 0 starts at r + ky * rs (plane
  * bytes); wv[ky * kwg + g] holds tap group g's 4 taps in every lane. */
 INLINE void qdw_row_s1_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, int kwg, int sw, int dw,
@@ -493,47 +570,58 @@ INLINE void qdw_rows2_s1_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, 
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
+INLINE void qs8_dwconv_body_x8_3x3s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
+  (void)kh; (void)kw;
+  const int KH = 3, KWG = 1;
+  v128_t wv[3];
+  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
+  const uint8_t zp = (uint8_t)xz[0];
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  for (int n = 0; n < N; n++) {
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
+      const int8_t* wc = w + (size_t)c * KH * KWG * 4;
+      for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
+      const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
+      int oy = 0;
+      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
+        for (; oy + 2 <= OH; oy += 2)
+          qdw_rows2_s1_x8(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
+                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
+      for (; oy < OH; oy++)
+        qdw_row_s1_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
+    }
+  }
+}
+
+/* 3x3s1, 8-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
 KERNEL void qs8_dwconv_x8_3x3s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
-  uint8_t* plane = scratch;
-  (void)kh; (void)kw;
-  const int KH = 3, KWG = 1;
-  v128_t wv[3];
-  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
-  const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
-      const size_t nc = ((size_t)n * C + c) * H * W;
-      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
-      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
-      const int8_t* wc = w + (size_t)c * KH * KWG * 4;
-      for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
-      const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      int oy = 0;
-      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
-        for (; oy + 2 <= OH; oy += 2)
-          qdw_rows2_s1_x8(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
-                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
-      for (; oy < OH; oy++)
-        qdw_row_s1_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
-    }
-  }
+#define QS8_DW(a) qs8_dwconv_body_x8_3x3s1(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
 }
-
 /* Whole tensor, 3x3s2, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
-KERNEL void qs8_dwconv_x8_3x3s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+INLINE void qs8_dwconv_body_x8_3x3s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
@@ -564,52 +652,74 @@ KERNEL void qs8_dwconv_x8_3x3s2(const float* xf, const uint8_t* xq, int N, int C
   }
 }
 
+/* 3x3s2, 8-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
+KERNEL void qs8_dwconv_x8_3x3s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+#define QS8_DW(a) qs8_dwconv_body_x8_3x3s2(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
+}
 /* Whole tensor, 5x5s1, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
+INLINE void qs8_dwconv_body_x8_5x5s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+  uint8_t* plane = scratch;
+  (void)kh; (void)kw;
+  const int KH = 5, KWG = 2;
+  v128_t wv[10];
+  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
+  const uint8_t zp = (uint8_t)xz[0];
+  int c0, c1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
+  for (int n = 0; n < N; n++) {
+    for (int c = c0; c < c1; c++) {
+      const size_t nc = ((size_t)n * C + c) * H * W;
+      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
+      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
+      const int8_t* wc = w + (size_t)c * KH * KWG * 4;
+      for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
+      const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
+      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
+      int oy = 0;
+      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
+        for (; oy + 2 <= OH; oy += 2)
+          qdw_rows2_s1_x8(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
+                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
+      for (; oy < OH; oy++)
+        qdw_row_s1_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
+                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
+    }
+  }
+}
+
+/* 5x5s1, 8-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
 KERNEL void qs8_dwconv_x8_5x5s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
                              uint8_t* scratch, Act act, int tid, int nt) {
-  uint8_t* plane = scratch;
-  (void)kh; (void)kw;
-  const int KH = 5, KWG = 2;
-  v128_t wv[10];
-  uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
-  const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
-      const size_t nc = ((size_t)n * C + c) * H * W;
-      if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
-      qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
-      const int8_t* wc = w + (size_t)c * KH * KWG * 4;
-      for (int i = 0; i < KH * KWG; i++) wv[i] = wasm_v128_load32_splat(wc + 4 * i);
-      const v128_t zs = wasm_i32x4_splat(xz[0] * wsum[c]), sc = VSPLAT(ws[c] * xs[0]), b = VSPLAT(bias[c]);
-      const QOut yc = qo_at(y, ((size_t)n * C + c) * OH * OW);
-      int oy = 0;
-      if (sh == 1 && dh == 1)  /* rows in pairs, each input row read once for both */
-        for (; oy + 2 <= OH; oy += 2)
-          qdw_rows2_s1_x8(plane + (size_t)oy * Wp, Wp, wv, KH, KWG, OW, qo_at(yc, (size_t)oy * OW),
-                          qo_at(yc, (size_t)(oy + 1) * OW), zs, sc, b, act);
-      for (; oy < OH; oy++)
-        qdw_row_s1_x8(plane + (size_t)oy * sh * Wp, dh * Wp, wv, KH, KWG, sw, dw, OW,
-                      qo_at(yc, (size_t)oy * OW), zs, sc, b, act);
-    }
-  }
+#define QS8_DW(a) qs8_dwconv_body_x8_5x5s1(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
 }
-
 /* Whole tensor, 5x5s2, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
-KERNEL void qs8_dwconv_x8_5x5s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+INLINE void qs8_dwconv_body_x8_5x5s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
@@ -640,12 +750,23 @@ KERNEL void qs8_dwconv_x8_5x5s2(const float* xf, const uint8_t* xq, int N, int C
   }
 }
 
+/* 5x5s2, 8-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
+KERNEL void qs8_dwconv_x8_5x5s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+#define QS8_DW(a) qs8_dwconv_body_x8_5x5s2(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
+}
 /* Whole tensor, kxks1, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
-KERNEL void qs8_dwconv_x8_kxks1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+INLINE void qs8_dwconv_body_x8_kxks1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
@@ -679,12 +800,23 @@ KERNEL void qs8_dwconv_x8_kxks1(const float* xf, const uint8_t* xq, int N, int C
   }
 }
 
+/* kxks1, 8-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
+KERNEL void qs8_dwconv_x8_kxks1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+#define QS8_DW(a) qs8_dwconv_body_x8_kxks1(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
+}
 /* Whole tensor, kxks2, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
-KERNEL void qs8_dwconv_x8_kxks2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+INLINE void qs8_dwconv_body_x8_kxks2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
@@ -714,12 +846,23 @@ KERNEL void qs8_dwconv_x8_kxks2(const float* xf, const uint8_t* xq, int N, int C
   }
 }
 
+/* kxks2, 8-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
+KERNEL void qs8_dwconv_x8_kxks2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+#define QS8_DW(a) qs8_dwconv_body_x8_kxks2(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
+}
 /* Whole tensor, kxksN, 8-bit activations: uint8 xq [N][C][H][W], or f32 xf quantized here channel by
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
  * 16. The threads split the channels. */
-KERNEL void qs8_dwconv_x8_kxksN(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+INLINE void qs8_dwconv_body_x8_kxksN(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
                              int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
@@ -749,3 +892,14 @@ KERNEL void qs8_dwconv_x8_kxksN(const float* xf, const uint8_t* xq, int N, int C
   }
 }
 
+/* kxksN, 8-bit activations: qs8_dwconv_body with the common activations' kinds constant (ACT_SPECIALIZED). */
+KERNEL void qs8_dwconv_x8_kxksN(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
+                             const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
+                             const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
+                             int kw, int sh, int sw, int dh, int dw, int pt, int pl, int pr, int Hp, int Wp,
+                             uint8_t* scratch, Act act, int tid, int nt) {
+#define QS8_DW(a) qs8_dwconv_body_x8_kxksN(xf, xq, N, C, H, W, w, wsum, ws, bias, xs, xz, qmax, y, OH, OW, kh, kw, \
+                                           sh, sw, dh, dw, pt, pl, pr, Hp, Wp, scratch, a, tid, nt)
+  ACT_SPECIALIZED(act, QS8_DW);
+#undef QS8_DW
+}

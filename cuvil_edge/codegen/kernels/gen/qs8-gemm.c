@@ -553,9 +553,9 @@ INLINE void qs8_tile_x7_8x1(int K4, const int8_t* w, const uint8_t* xp, v128_t* 
 /* y[i*si + j*sj] for i < I, j < J (see the header for operands and the epilogue) from activations
  * already packed in xp (qu8_pack_x4's layout). w is packed in 8-row panels [ceil(I/8)][K4/4][8][4]
  * (K4 = ceil4(K)); every panel meets 4 tokens at a time, the last 1-3 tokens one by one. */
-KERNEL void qs8_gemm_packed_x7(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
-                                 const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
-                                 const float* bias, QOut y, int si, int sj, Act act) {
+INLINE void qs8_gemm_tiles_x7(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
+                                const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
+                                const float* bias, QOut y, int si, int sj, Act act) {
   const int K4 = (K + 3) & ~3, J4 = J & ~3;
   for (int i = 0; i < I; i += 8) {
     const int8_t* wi = w + (size_t)i * K4;
@@ -593,6 +593,15 @@ KERNEL void qs8_gemm_packed_x7(int I, int J, int K, const int8_t* w, const uint8
       j += nt;
     }
   }
+}
+
+/* qs8_gemm_tiles with the common activations' kinds constant (ACT_SPECIALIZED). */
+KERNEL void qs8_gemm_packed_x7(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
+                                 const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
+                                 const float* bias, QOut y, int si, int sj, Act act) {
+#define QS8_TILES(a) qs8_gemm_tiles_x7(I, J, K, w, xp, xs, xz, xstep, wsum, ws, bias, y, si, sj, a)
+  ACT_SPECIALIZED(act, QS8_TILES);
+#undef QS8_TILES
 }
 
 /* Thread tid's share of qs8_gemm_packed: whole 8-row panels (every tile as in one call). */
@@ -730,9 +739,9 @@ INLINE void qs8_tile_x8_8x1(int K4, const int8_t* w, const uint8_t* xp, v128_t* 
 /* y[i*si + j*sj] for i < I, j < J (see the header for operands and the epilogue) from activations
  * already packed in xp (qu8_pack_x4's layout). w is packed in 8-row panels [ceil(I/8)][K4/4][8][4]
  * (K4 = ceil4(K)); every panel meets 4 tokens at a time, the last 1-3 tokens one by one. */
-KERNEL void qs8_gemm_packed_x8(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
-                                 const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
-                                 const float* bias, QOut y, int si, int sj, Act act) {
+INLINE void qs8_gemm_tiles_x8(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
+                                const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
+                                const float* bias, QOut y, int si, int sj, Act act) {
   const int K4 = (K + 3) & ~3, J4 = J & ~3;
   for (int i = 0; i < I; i += 8) {
     const int8_t* wi = w + (size_t)i * K4;
@@ -770,6 +779,15 @@ KERNEL void qs8_gemm_packed_x8(int I, int J, int K, const int8_t* w, const uint8
       j += nt;
     }
   }
+}
+
+/* qs8_gemm_tiles with the common activations' kinds constant (ACT_SPECIALIZED). */
+KERNEL void qs8_gemm_packed_x8(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
+                                 const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
+                                 const float* bias, QOut y, int si, int sj, Act act) {
+#define QS8_TILES(a) qs8_gemm_tiles_x8(I, J, K, w, xp, xs, xz, xstep, wsum, ws, bias, y, si, sj, a)
+  ACT_SPECIALIZED(act, QS8_TILES);
+#undef QS8_TILES
 }
 
 /* Thread tid's share of qs8_gemm_packed: whole 8-row panels (every tile as in one call). */
