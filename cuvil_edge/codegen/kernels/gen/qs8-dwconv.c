@@ -35,12 +35,17 @@ INLINE void qdw_fill_plane(uint8_t* plane, const uint8_t* xc, int H, int W, int 
   }
 }
 
+/* The 4-byte tap windows of pixels 0-3 (lo) and 4-7 (hi) in 16 bytes of a row, width stride 1. */
+INLINE void qdw_windows_s1(v128_t v, v128_t* lo, v128_t* hi) {
+  *lo = wasm_i8x16_shuffle(v, v, 0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6);
+  *hi = wasm_i8x16_shuffle(v, v, 4, 5, 6, 7, 5, 6, 7, 8, 6, 7, 8, 9, 7, 8, 9, 10);
+}
+
 /* 8 outputs (f32 epilogue, fused activation; QOut: f32 or requantized), the first n of them stored. */
 INLINE void qdw_store8(QOut y, int n, v128_t a0, v128_t a1, v128_t zs, v128_t sc, v128_t b, Act act) {
   const v128_t f0 = act_apply(q_dequant(a0, zs, sc, b), act), f1 = act_apply(q_dequant(a1, zs, sc, b), act);
   if (y.qmax && n >= 8) {  /* both halves quantized, then narrowed together: bytes 0-7 */
-    const v128_t vs = VSPLAT(y.s), vz = VSPLAT((float)y.z), vm = VSPLAT((float)y.qmax);
-    const v128_t q0 = qu8_quant4(f0, vs, vz, vm), q1 = qu8_quant4(f1, vs, vz, vm);
+    const v128_t q0 = qo_quant4(y, f0), q1 = qo_quant4(y, f1);
     const v128_t q[4] = {q0, q1, q0, q1};
     wasm_v128_store64_lane(y.p, qu8_narrow16(q), 0);
     return;
@@ -60,9 +65,10 @@ INLINE void qdw_row_s1_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, in
     for (int ky = 0; ky < kh; ky++, p += rs) {
       for (int g = 0; g < kwg; g++) {
         const v128_t w = wv[ky * kwg + g];
-        const v128_t v = VLOAD(p + 4 * g);
-        a0 = QDOT7(w, wasm_i8x16_shuffle(v, v, 0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6), a0);
-        a1 = QDOT7(w, wasm_i8x16_shuffle(v, v, 4, 5, 6, 7, 5, 6, 7, 8, 6, 7, 8, 9, 7, 8, 9, 10), a1);
+        v128_t lo, hi;
+        qdw_windows_s1(VLOAD(p + 4 * g), &lo, &hi);
+        a0 = QDOT7(w, lo, a0);
+        a1 = QDOT7(w, hi, a1);
       }
     }
     qdw_store8(qo_at(y, ox), OW - ox, a0, a1, zs, sc, b, act);
@@ -120,9 +126,8 @@ INLINE void qdw_rows2_s1_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, 
     const uint8_t* p = r + ox;
     for (int iy = 0; iy <= kh; iy++, p += rs) {
       for (int g = 0; g < kwg; g++) {
-        const v128_t v = VLOAD(p + 4 * g);
-        const v128_t lo = wasm_i8x16_shuffle(v, v, 0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6);
-        const v128_t hi = wasm_i8x16_shuffle(v, v, 4, 5, 6, 7, 5, 6, 7, 8, 6, 7, 8, 9, 7, 8, 9, 10);
+        v128_t lo, hi;
+        qdw_windows_s1(VLOAD(p + 4 * g), &lo, &hi);
         if (iy < kh) {
           a0 = QDOT7(wv[iy * kwg + g], lo, a0);
           a1 = QDOT7(wv[iy * kwg + g], hi, a1);
@@ -487,9 +492,10 @@ INLINE void qdw_row_s1_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, in
     for (int ky = 0; ky < kh; ky++, p += rs) {
       for (int g = 0; g < kwg; g++) {
         const v128_t w = wv[ky * kwg + g];
-        const v128_t v = VLOAD(p + 4 * g);
-        a0 = qdot_widen(w, wasm_i8x16_shuffle(v, v, 0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6), a0);
-        a1 = qdot_widen(w, wasm_i8x16_shuffle(v, v, 4, 5, 6, 7, 5, 6, 7, 8, 6, 7, 8, 9, 7, 8, 9, 10), a1);
+        v128_t lo, hi;
+        qdw_windows_s1(VLOAD(p + 4 * g), &lo, &hi);
+        a0 = qdot_widen(w, lo, a0);
+        a1 = qdot_widen(w, hi, a1);
       }
     }
     qdw_store8(qo_at(y, ox), OW - ox, a0, a1, zs, sc, b, act);
@@ -547,9 +553,8 @@ INLINE void qdw_rows2_s1_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, 
     const uint8_t* p = r + ox;
     for (int iy = 0; iy <= kh; iy++, p += rs) {
       for (int g = 0; g < kwg; g++) {
-        const v128_t v = VLOAD(p + 4 * g);
-        const v128_t lo = wasm_i8x16_shuffle(v, v, 0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6);
-        const v128_t hi = wasm_i8x16_shuffle(v, v, 4, 5, 6, 7, 5, 6, 7, 8, 6, 7, 8, 9, 7, 8, 9, 10);
+        v128_t lo, hi;
+        qdw_windows_s1(VLOAD(p + 4 * g), &lo, &hi);
         if (iy < kh) {
           a0 = qdot_widen(wv[iy * kwg + g], lo, a0);
           a1 = qdot_widen(wv[iy * kwg + g], hi, a1);

@@ -100,9 +100,14 @@ INLINE QOut qo_at(QOut y, size_t i) {
   return y;
 }
 
+/* 4 activated f32 lanes quantized onto y's grid (int32 lanes; qu8_quant4). */
+INLINE v128_t qo_quant4(QOut y, v128_t f) {
+  return qu8_quant4(f, VSPLAT(y.s), VSPLAT((float)y.z), VSPLAT((float)y.qmax));
+}
+
 /* 4 activated f32 lanes as bytes (lane l in byte l; also in bytes 4-15). */
 INLINE v128_t qo_bytes(QOut y, v128_t f) {
-  const v128_t q = qu8_quant4(f, VSPLAT(y.s), VSPLAT((float)y.z), VSPLAT((float)y.qmax));
+  const v128_t q = qo_quant4(y, f);
   const v128_t h = wasm_i16x8_narrow_i32x4(q, q);
   return wasm_u8x16_narrow_i16x8(h, h);
 }
@@ -128,9 +133,7 @@ INLINE void qo_store_rows(QOut y, const v128_t* f, int si, int ni) {
     for (int r = 0; r < ni; r++) VSTORE((float*)y.p + (size_t)r * si, f[r]);
     return;
   }
-  const v128_t vs = VSPLAT(y.s), vz = VSPLAT((float)y.z), vm = VSPLAT((float)y.qmax);
-  const v128_t q[4] = {qu8_quant4(f[0], vs, vz, vm), qu8_quant4(f[1], vs, vz, vm), qu8_quant4(f[2], vs, vz, vm),
-                       qu8_quant4(f[3], vs, vz, vm)};
+  const v128_t q[4] = {qo_quant4(y, f[0]), qo_quant4(y, f[1]), qo_quant4(y, f[2]), qo_quant4(y, f[3])};
   const v128_t b = qu8_narrow16(q);
   uint8_t* p = (uint8_t*)y.p;
   wasm_v128_store32_lane(p, b, 0);
