@@ -11,18 +11,22 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+import wasmtime
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel
 from cuvil_edge.buildcache import BuildCache, BuildCacheConfig
 from cuvil_edge.host import host_target
 from runtime_wasm import ModelSource, ModuleCache, SpecError, SupervisedModel
-from runtime_wasm.loader import WEIGHTS_FILE, load_model_dir
+from runtime_wasm.engine import EngineConfig, engine_for
+from runtime_wasm.instance import _shared_memory_type, _SharedMemory
+from runtime_wasm.loader import WEIGHTS_FILE, load_model_dir, read_model_dir
 
 pytestmark = pytest.mark.integration
 NO_CACHE = BuildCache(BuildCacheConfig(enabled=False))
@@ -83,9 +87,11 @@ def tamper(src: Path, dst: Path, how: str) -> Path:
 
 @pytest.mark.parametrize("how", ["flip", "truncate"])
 def test_a_tampered_weights_file_is_refused(small, modules, tmp_path, how):
+    """Whether the hash (on a thread of its own, behind the reads) or the read finds it, the thread ends."""
     bad = tamper(small[0], tmp_path / "bad", how)
     with pytest.raises(SpecError, match="weights"):
         load_model_dir(bad, cache=modules)
+    assert not [t for t in threading.enumerate() if t.name == "cuvil-weights-sha256"]
 
 
 def test_workers_read_the_weights_file_themselves(small, tmp_path):
@@ -129,11 +135,36 @@ def peak_growth(path: Path, cache: Path, mode: str) -> tuple[int, int]:
     return r["peak"] - r["base"], r["weights"]
 
 
-def test_peak_rss_holds_the_weights_once(tmp_path):
+@pytest.fixture(scope="module")
+def big(tmp_path_factory) -> Path:
+    return build_dir(tmp_path_factory.mktemp("lean") / "big.cuvil", 5000)[0]  # 100 MB of weights
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def test_instantiating_a_threaded_module_touches_none_of_its_weights(big, modules):
+    """Its weights lie above the static data, not in ``.bss``: the start function zero-filled ``.bss`` of the
+    imported shared memory, faulting in every page of the weights before they were read (RSS +100 MB)."""
+    spec, variant, wasm, _ = read_model_dir(big)
+    config = EngineConfig(variant.tier)
+    module = modules.load(wasm, config)
+    memory_type = _shared_memory_type(module)
+    assert spec.threads > 1 and memory_type is not None
+    memory = _SharedMemory(engine_for(config), memory_type)
+    before = _rss()
+    wasmtime.Instance(wasmtime.Store(engine_for(config)), module, [memory])
+    grown = _rss() - before
+    assert grown < spec.weights_size / 10, f"instantiation faulted in {grown / 1e6:.0f} MB"
+
+
+def test_peak_rss_holds_the_weights_once(big, tmp_path):
     """Loading ~100 MB of weights grows peak RSS by the weights (in linear memory) plus at most half their
     size for everything else (module, arena, chunk buffers; measured: a few MB). Read into bytes first, the
     weights were held twice (the ``bytes`` mode, kept here to show the measurement tells them apart)."""
-    path, _, _ = build_dir(tmp_path / "big.cuvil", 5000)  # 100 MB of weights
+    path = big
     cache = tmp_path / "modules"
     peak_growth(path, cache, "file")  # compile once: both measured loads hit the module cache
     lean, weights = peak_growth(path, cache, "file")

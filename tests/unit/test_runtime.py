@@ -120,6 +120,21 @@ def test_module_with_imports_or_missing_exports_is_rejected():
         _instance(MODULE_WAT.replace('(export "cuvil_arena")', ""))
 
 
+def test_threaded_module_reporting_no_room_for_its_weights_is_refused():
+    """A threaded module's weights sit at a fixed address above its static data; its getter says 0 when
+    the data reached them, and running it would overwrite its own tables."""
+    threaded = "".join(f' (func (export "{name}"))' for name in ("cuvil_worker", "cuvil_stop", "cuvil_reset"))
+    threaded = ('(import "env" "memory" (memory 1 1 shared)) (global (export "__stack_pointer") (mut i32) '
+                '(i32.const 0)) (func (export "cuvil_set_threads") (param i32)) '
+                f'(func (export "cuvil_stacks") (result i32) i32.const 0){threaded}')
+    wat = MODULE_WAT.replace('(memory (export "memory") 1)', threaded)
+    with pytest.raises(ModuleLoadError, match="no room for its weights"):
+        _instance(wat)
+    room = wat.replace("(result i32) i32.const 0)\n", "(result i32) i32.const 512)\n", 1)
+    with _instance(room.replace("(f32.load (i32.const 0))", "(f32.load (i32.const 512))")) as m:
+        assert m.predict({"x": np.float32([1, 1, 1, 1])})["y"].tolist() == [2.5] * 4
+
+
 def test_memory_limit_refuses_oversized_module():
     big = MODULE_WAT.replace('(memory (export "memory") 1)', '(memory (export "memory") 64)')
     with pytest.raises(ModuleLoadError):
