@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from .codegen.emit import DEFAULT_THREADS
 from .codegen.memplan import graph_states, user_io
 from .codegen.toolchain import ALL_TARGETS, Target
 from .compiler import CompiledModel, compile_graph, index_bounds, optimize_graph
-from .errors import InputError, QuantizationError, TargetError, VocabularyMismatch
+from .errors import InputError, ModelFormatError, QuantizationError, TargetError, VocabularyMismatch
 from .host import host_target, instantiate_here
 from .ir.graph import Graph
 from .quant import QuantResult, check_precision, quantize
@@ -40,10 +41,13 @@ class CuvilModel:
     ``compiled``, ``quantization``) is rebuilt on first access, so a process that only predicts never
     runs the passes, calibrates or compiles."""
 
-    def __init__(self, graph: Graph, source_digest: str | None = None) -> None:
+    def __init__(self, graph: Graph | Callable[[], Graph], source_digest: str | None = None,
+                 stateful: bool | None = None) -> None:
         """``source_digest`` identifies the imported model (bytes, input shapes, name) for the build
-        cache; None: its builds are not cached."""
-        self._graph = graph
+        cache; None: its builds are not cached. ``graph`` may be the import still to run (``load`` on a
+        source known to import: ``_import_known``), with ``stateful`` what it will say about states."""
+        self._graph_or_import = graph
+        self._stateful = stateful
         self._source_digest = source_digest
         self._compiled: CompiledModel | None = None
         self._quantization: QuantResult | None = None
@@ -70,27 +74,53 @@ class CuvilModel:
         default 64) the UTF-8 bytes each string may hold. A file is read once and imported from those
         bytes, so the build cache's key is the digest of what was built."""
         from .frontend import source_format
-        from .frontend.onnx import import_onnx
-        from .frontend.tflite import import_tflite
 
         name = Path(os.fspath(path)).stem if isinstance(path, (str, os.PathLike)) else None
         tflite = source_format(path) == "tflite"
-        data = _model_bytes(path, tflite)
+        data, data_sha256 = _model_bytes(path, tflite)
         strings = {} if max_string_bytes is None else {"max_string_bytes": int(max_string_bytes)}
+
+        def import_from(source: Any) -> Graph:
+            if tflite:
+                from .frontend.tflite import import_tflite
+
+                return import_tflite(source, input_shapes, name=name)
+            from .frontend.onnx import import_onnx
+
+            return import_onnx(source, input_shapes, name=name, max_trip_count=max_trip_count, **strings)
+
         if data is None:  # tensors in external files: onnx reads them itself, and builds are not cached
-            return cls(import_onnx(path, input_shapes, name=name, max_trip_count=max_trip_count, **strings))
+            return cls(import_from(path))
         shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
-        key: list[Any] = [hashlib.sha256(data).hexdigest(), shapes, name]
+        key: list[Any] = [data_sha256, shapes, name]
         if max_trip_count:  # only then: keys of builds without loop bounds stay as they were
             key.append({k: int(v) for k, v in max_trip_count.items()})
         if strings:  # likewise
             key.append(strings)
-        digest = hashlib.sha256(json.dumps(key).encode())
-        if tflite:
-            return cls(import_tflite(data, input_shapes, name=name), digest.hexdigest())
-        source = data if isinstance(path, (str, os.PathLike, bytes, bytearray)) else path
-        return cls(import_onnx(source, input_shapes, name=name, max_trip_count=max_trip_count, **strings),
-                   digest.hexdigest())
+        digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()
+        now = functools.partial(import_from, data if isinstance(path, (str, os.PathLike, bytes, bytearray))
+                                else path)
+        # later: a file is read again (and checked), a ModelProto (which may change) imported from its bytes
+        later = ((lambda: import_from(_same_bytes(path, data_sha256))) if isinstance(path, (str, os.PathLike))
+                 else functools.partial(import_from, data))
+        return cls._import_known(now, later, digest)
+
+    @classmethod
+    def _import_known(cls, now: Callable[[], Graph], later: Callable[[], Graph], digest: str) -> CuvilModel:
+        """Import now, unless this source imported here before (the build cache's import record; an import
+        is a pure function of the bytes, shapes and compiler): then ``later``, when the graph is needed, so a
+        new process whose ``optimize`` hits the build cache never parses, checks or converts the model (the
+        180 MB encoder: 1.1 s). A source that fails to import has no record, so it still fails here."""
+        cache = BuildCache()
+        record_key = build_key({"import": digest})
+        stateful = _import_record(cache.get(record_key)) if cache.config.enabled else None
+        if stateful is not None:
+            return cls(later, digest, stateful)
+        graph = now()
+        if cache.config.enabled:
+            record = {"stateful": bool(graph_states(graph))}
+            cache.put(record_key, {IMPORT_RECORD: json.dumps(record).encode()})
+        return cls(graph, digest)
 
     @classmethod
     def from_pretrained(cls, path_or_id: str | os.PathLike[str], task: str | None = None,
@@ -119,6 +149,18 @@ class CuvilModel:
                                          f"model's embedding table only {table} rows: ids past {table - 1} "
                                          "would read no row (a tokenizer from another model?)")
         return model
+
+    @property
+    def _graph(self) -> Graph:
+        """The imported graph, importing it now if ``load`` left that for later."""
+        if not isinstance(self._graph_or_import, Graph):
+            self._graph_or_import = self._graph_or_import()
+        return self._graph_or_import
+
+    def _has_states(self) -> bool:
+        if self._stateful is not None and not isinstance(self._graph_or_import, Graph):
+            return self._stateful
+        return bool(graph_states(self._graph))
 
     @property
     def processing(self) -> ProcessingConfig | None:
@@ -165,7 +207,7 @@ class CuvilModel:
         ``max_threads``: most threads the modules can run on (the device picks how many; 1: plain modules
         without shared memory); default: the most any of ``profiles`` runs (their ``threads``), else 4."""
         check_precision(precision)
-        if precision != "fp32" and graph_states(self._graph):
+        if precision != "fp32" and self._has_states():
             raise QuantizationError("a stateful model builds at fp32 only: calibration cannot feed its state "
                                     "(a quantized TFLite model keeps its own quantization)")
         if profiles and targets is not None:
@@ -355,18 +397,47 @@ def _artifact_from_files(files: Mapping[str, bytes] | None) -> Artifact | None:
         return None
 
 
-def _model_bytes(model: Any, tflite: bool = False) -> bytes | None:
-    """The serialized model to hash, or None when the bytes may not hold all of it: ONNX tensors in
+def _model_bytes(model: Any, tflite: bool = False) -> tuple[bytes, str] | tuple[None, None]:
+    """The serialized model and its sha256, or Nones when the bytes may not hold all of it: ONNX tensors in
     external files name them under the key ``location``, so a model without that string has none (a chance
-    match inside weights only turns caching off); a TFLite file is always whole."""
-    import onnx
+    match inside weights only turns caching off); a TFLite file is always whole. The search (which holds
+    the GIL) and the hash (which does not) run side by side: each is ~0.1 s for a 180 MB model."""
+    if not isinstance(model, (str, os.PathLike, bytes, bytearray)):
+        import onnx  # only here: a path or bytes is hashed without it (importing onnx costs ~0.1 s)
 
-    if isinstance(model, onnx.ModelProto):
-        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-            return None
-        return model.SerializeToString(deterministic=True)
+        if isinstance(model, onnx.ModelProto):
+            if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+                return None, None
+            data = model.SerializeToString(deterministic=True)
+            return data, hashlib.sha256(data).hexdigest()
     data = bytes(model) if isinstance(model, (bytes, bytearray)) else Path(os.fspath(model)).read_bytes()
-    return None if b"location" in data and not tflite else data
+    sha = hashlib.sha256()
+    hashing = threading.Thread(target=sha.update, args=(data,), name="cuvil-model-sha256")
+    hashing.start()
+    external = not tflite and b"location" in data
+    hashing.join()
+    return (None, None) if external else (data, sha.hexdigest())
+
+
+#: the one file of a build-cache import record: what ``optimize`` asks of a graph not yet imported
+IMPORT_RECORD = "import.json"
+
+
+def _import_record(files: Mapping[str, bytes] | None) -> bool | None:
+    """Whether the recorded import has states; None: no record, or one that does not parse."""
+    try:
+        stateful = json.loads(files[IMPORT_RECORD])["stateful"] if files is not None else None
+    except (KeyError, ValueError, TypeError):
+        return None
+    return stateful if isinstance(stateful, bool) else None
+
+
+def _same_bytes(path: str | os.PathLike[str], sha256: str) -> bytes:
+    """The file's bytes, which must still be those ``load`` hashed (its builds are keyed by them)."""
+    data = Path(os.fspath(path)).read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ModelFormatError(f"{path} changed since CuvilModel.load read it: load it again")
+    return data
 
 
 def _raw_items(calibration: Any, processor: Processor) -> bool:

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 import cuvil_edge.model
 from cuvil_edge import ALL_TARGETS, CuvilModel
 from cuvil_edge.buildcache import MANIFEST, BuildCache, BuildCacheConfig, BuildCacheError, data_digest
-from cuvil_edge.errors import QuantizationError
+from cuvil_edge.errors import ModelFormatError, QuantizationError
 from cuvil_edge.host import host_target
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE
 
@@ -235,3 +235,66 @@ def test_manifest_lists_every_file_with_its_digest(cache):
     (entry,) = entries(cache)
     manifest = json.loads((entry / MANIFEST).read_bytes())
     assert set(manifest["files"]) == {p.name for p in entry.iterdir()} - {MANIFEST}
+
+
+@pytest.fixture
+def imports(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
+    """One entry per ONNX import; ``load``'s import records go to a fresh default cache."""
+    import cuvil_edge.frontend.onnx as frontend
+
+    monkeypatch.setenv("CUVIL_BUILD_CACHE_DIR", str(tmp_path / "default-builds"))
+    calls: list[int] = []
+    real = frontend.import_onnx
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(frontend, "import_onnx", counting)
+    return calls
+
+
+def test_a_model_imported_before_is_imported_only_when_its_graph_is_needed(cache, imports, tmp_path):
+    """A second process's ``load().optimize()`` of a cached build is a lookup: no ONNX parse, check or
+    conversion (the import record says the bytes import); ``graph`` still gives the model's graph."""
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny(), path)
+    first = CuvilModel.load(path).optimize(targets=[host_target()], build_cache=cache)
+    assert len(imports) == 1 and not first.build_cache_hit
+    second = CuvilModel.load(path).optimize(targets=[host_target()], build_cache=cache)
+    assert len(imports) == 1 and second.build_cache_hit
+    np.testing.assert_array_equal(second.predict({"x": X})["y"], first.predict({"x": X})["y"])
+    assert [n.op for n in second.graph.nodes] == [n.op for n in first.graph.nodes] and len(imports) == 2
+    # a build not cached yet imports on the way (the record only says the import succeeds)
+    int8 = CuvilModel.load(path)
+    assert len(imports) == 2
+    int8.optimize("int8", targets=[host_target()], calibration=calib(), build_cache=cache)
+    assert len(imports) == 3 and int8.quantization is not None
+
+
+def test_a_file_changed_after_load_is_refused_when_its_import_runs(cache, imports, tmp_path):
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny(), path)
+    CuvilModel.load(path)
+    model = CuvilModel.load(path)  # import deferred
+    onnx.save(tiny(seed=1), path)
+    with pytest.raises(ModelFormatError, match="changed since"):
+        model.optimize(targets=[host_target()], build_cache=cache)
+
+
+def test_a_corrupt_import_record_means_importing_at_load(imports, tmp_path):
+    CuvilModel.load(tiny())
+    (record,) = (p for p in (tmp_path / "default-builds").iterdir() if not p.name.startswith("."))
+    (record / cuvil_edge.model.IMPORT_RECORD).write_bytes(b'{"stateful": "maybe"}')
+    CuvilModel.load(tiny())
+    assert len(imports) == 2, "an entry failing its manifest is discarded"
+    CuvilModel.load(tiny())
+    assert len(imports) == 2, "and replaced by a good one"
+
+
+def test_a_model_that_fails_to_import_fails_at_every_load(imports):
+    bad = tiny()
+    bad.graph.node[0].op_type = "NoSuchOp"
+    for _ in range(2):
+        with pytest.raises(ModelFormatError, match="NoSuchOp"):
+            CuvilModel.load(bad)
