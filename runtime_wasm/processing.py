@@ -603,6 +603,11 @@ _FILTERS: dict[str, tuple[float, Callable[[np.ndarray], np.ndarray]]] = {
 }
 
 
+#: how far below halfway a resized sample still rounds up: far above float64 summation error (~1e-13 of
+#: 255), far below the distance from halfway of a sample that is not one (weights are short fractions)
+TIE_SLACK = 1e-7
+
+
 def resize_weights(n_in: int, n_out: int, resample: str) -> np.ndarray:
     """[n_out, n_in] interpolation matrix: each output sample's filter over the input, widened by the scale
     when shrinking (an antialiasing low-pass) and normalised to sum to one."""
@@ -616,7 +621,10 @@ def resize_weights(n_in: int, n_out: int, resample: str) -> np.ndarray:
 
 
 def resize(image: np.ndarray, height: int, width: int, resample: str = "bilinear") -> np.ndarray:
-    """HWC uint8 -> HWC uint8 of ``height`` x ``width`` (rounded and clipped, as Pillow returns it)."""
+    """HWC uint8 -> HWC uint8 of ``height`` x ``width``, rounded half up (as Pillow's fixed-point sums
+    round) and clipped. Halfway samples are common (a 48 -> 40 shrink gives dozens per image) and a float
+    sum lands an ulp either side of one depending on its order (numpy's einsum paths change between
+    releases): ``TIE_SLACK`` puts every one of them above, so the result does not depend on that order."""
     if resample not in _FILTERS:
         raise ProcessingError(f"unknown resample {resample!r}; known: {RESAMPLE}")
     x = image.astype(np.float64)
@@ -624,7 +632,7 @@ def resize(image: np.ndarray, height: int, width: int, resample: str = "bilinear
         x = np.einsum("oh,hwc->owc", resize_weights(image.shape[0], height, resample), x)
     if image.shape[1] != width:
         x = np.einsum("pw,owc->opc", resize_weights(image.shape[1], width, resample), x)
-    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
+    return np.clip(np.floor(x + (0.5 + TIE_SLACK)), 0, 255).astype(np.uint8)
 
 
 def center_crop(image: np.ndarray, height: int, width: int) -> np.ndarray:
