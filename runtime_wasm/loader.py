@@ -19,10 +19,11 @@ WEIGHTS_FILE = "weights.bin"
 
 def instantiate(spec: ModelSpec, wasm: bytes, weights: Weights, variant: VariantSpec,
                 cache: ModuleCache | None = None, memory_limit: int | None = None,
-                deterministic: bool = False, threads: int = 1) -> WasmModel:
+                deterministic: bool = False, threads: int = 1, check_weights: bool = True) -> WasmModel:
     """Check the module against the spec's hash, compile it (cached) and instantiate it; the weights
     (bytes, or a file read straight into linear memory) are checked against the spec's hash as they are
-    copied in. ``deterministic``: the engine settings of determinism mode (``EngineConfig``);
+    copied in, unless ``check_weights`` is False (bytes this process built or already verified: the
+    host's own builds). ``deterministic``: the engine settings of determinism mode (``EngineConfig``);
     ``threads``: how many to run on (0: every available core; at most what the module was built for)."""
     digest = hashlib.sha256(wasm).digest()  # checked here, and the cache key: hashed once
     if variant.sha256 and digest.hex() != variant.sha256:
@@ -30,7 +31,8 @@ def instantiate(spec: ModelSpec, wasm: bytes, weights: Weights, variant: Variant
     config = EngineConfig(variant.tier, deterministic=deterministic)
     module = (cache or ModuleCache()).load(wasm, config, digest)
     return WasmModel(engine_for(config), module, spec, weights, memory_limit=memory_limit,
-                     weights_sha256=spec.weights_sha256, threads=resolve_threads(threads, spec.threads))
+                     weights_sha256=spec.weights_sha256 if check_weights else "",
+                     threads=resolve_threads(threads, spec.threads))
 
 
 def read_model_dir(path: str | os.PathLike[str], variant: str | None = None,
