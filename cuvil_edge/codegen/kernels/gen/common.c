@@ -157,14 +157,9 @@ INLINE void store_partial(float* dst, v128_t v, int n) {
   for (int i = 0; i < n; i++) dst[i] = t[i];
 }
 
-/* exp(x) for 4 lanes: 2^n * p(r), r = x - n ln2, |r| <= ln2/2; about 1 ulp on [-87, 88]. */
-/* e^x; below ln(FLT_MIN) exactly 0 (the subnormal tail flushed, error under 1.2e-38): a subnormal that
- * reaches a later product costs a microcode assist on x86 per operation, so a padded attention mask's
- * e^(-10000) must not be FLT_MIN (it made the whole P.V GEMM of a padded sequence 1.5x slower) */
-INLINE v128_t v_exp(v128_t x) {
-  const v128_t under = wasm_f32x4_lt(x, VSPLAT(-87.33654f));
-  x = wasm_f32x4_min(wasm_f32x4_max(x, VSPLAT(-87.33654f)), VSPLAT(88.72283f));
-  v128_t n = wasm_f32x4_nearest(wasm_f32x4_mul(x, VSPLAT(1.44269504f)));
+/* e^x = 2^n p(r), r = x - n ln2, |r| <= ln2/2: p(r) (about 1 ulp), and n, for x already in [-87.4, 88.8] */
+INLINE v128_t v_exp_poly(v128_t x, v128_t* n_out) {
+  const v128_t n = wasm_f32x4_nearest(wasm_f32x4_mul(x, VSPLAT(1.44269504f)));
   v128_t r = VFMA(n, VSPLAT(-0.693359375f), x);
   r = VFMA(n, VSPLAT(2.12194440e-4f), r);
   v128_t p = VSPLAT(1.9875691500e-4f);
@@ -173,7 +168,16 @@ INLINE v128_t v_exp(v128_t x) {
   p = VFMA(p, r, VSPLAT(4.1665795894e-2f));
   p = VFMA(p, r, VSPLAT(1.6666665459e-1f));
   p = VFMA(p, r, VSPLAT(5.0000001201e-1f));
-  p = VFMA(p, wasm_f32x4_mul(r, r), wasm_f32x4_add(r, VSPLAT(1.0f)));
+  *n_out = n;
+  return VFMA(p, wasm_f32x4_mul(r, r), wasm_f32x4_add(r, VSPLAT(1.0f)));
+}
+/* e^x; below ln(FLT_MIN) exactly 0 (the subnormal tail flushed, error under 1.2e-38): a subnormal that
+ * reaches a later product costs a microcode assist on x86 per operation, so a padded attention mask's
+ * e^(-10000) must not be FLT_MIN (it made the whole P.V GEMM of a padded sequence 1.5x slower) */
+INLINE v128_t v_exp(v128_t x) {
+  const v128_t under = wasm_f32x4_lt(x, VSPLAT(-87.33654f));
+  v128_t n;
+  const v128_t p = v_exp_poly(wasm_f32x4_min(wasm_f32x4_max(x, VSPLAT(-87.33654f)), VSPLAT(88.72283f)), &n);
   /* n may be 128 at the top of the range: scale in two steps so 2^n never overflows the exponent */
   v128_t ni = wasm_i32x4_trunc_sat_f32x4(n);
   v128_t half = wasm_i32x4_shr(ni, 1);
@@ -181,11 +185,18 @@ INLINE v128_t v_exp(v128_t x) {
   v128_t s2 = wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_sub(ni, half), wasm_i32x4_splat(127)), 23);
   return wasm_v128_andnot(wasm_f32x4_mul(wasm_f32x4_mul(p, s1), s2), under);
 }
+/* 1 + e^-x for the gates (sigmoid, SiLU: x / (1 + e^-x)), -x held in [-87.3, 87]: 2^n then scales in one
+ * step and is never subnormal, and past either bound the gate is already 0 or 1 to within 1.2e-38
+ * (about 40% fewer instructions than v_exp's range handling: SiLU ends every conv of a YOLO net) */
+INLINE v128_t v_gate_denominator(v128_t x) {
+  v128_t n;
+  const v128_t p = v_exp_poly(wasm_f32x4_min(wasm_f32x4_max(wasm_f32x4_neg(x), VSPLAT(-87.33654f)),
+                                             VSPLAT(87.0f)), &n);
+  const v128_t scale = wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_trunc_sat_f32x4(n), wasm_i32x4_splat(127)), 23);
+  return VFMA(p, scale, VSPLAT(1.0f));
+}
 INLINE v128_t v_sigmoid(v128_t x) {
-  /* 1/(1+e^-x), computed from e^-|x| so neither tail overflows */
-  v128_t e = v_exp(wasm_f32x4_neg(wasm_f32x4_abs(x)));
-  v128_t s = wasm_f32x4_div(VSPLAT(1.0f), wasm_f32x4_add(VSPLAT(1.0f), e));
-  return wasm_v128_bitselect(s, wasm_f32x4_sub(VSPLAT(1.0f), s), wasm_f32x4_ge(x, VSPLAT(0.0f)));
+  return wasm_f32x4_div(VSPLAT(1.0f), v_gate_denominator(x));
 }
 INLINE v128_t v_tanh(v128_t x) {
   /* tanh x = sign(x) (1 - e^-2|x|) / (1 + e^-2|x|); small |x| uses the odd series for accuracy */
@@ -220,7 +231,7 @@ INLINE v128_t act_apply(v128_t x, Act act) {
     case ACT_LEAKYRELU:
       return wasm_v128_bitselect(x, wasm_f32x4_mul(x, VSPLAT(act.a)), wasm_f32x4_ge(x, VSPLAT(0.0f)));
     case ACT_TANH: return v_tanh(x);
-    case ACT_SILU: return wasm_f32x4_mul(x, v_sigmoid(x));  /* x * sigmoid(x): YOLO-style convs end in it */
+    case ACT_SILU: return wasm_f32x4_div(x, v_gate_denominator(x));  /* x sigmoid(x): YOLO convs end in it */
     default: return x;
   }
 }
