@@ -74,6 +74,7 @@ class CuvilModel:
         default 64) the UTF-8 bytes each string may hold. A file is read once and imported from those
         bytes, so the build cache's key is the digest of what was built."""
         from .frontend import source_format
+        from .frontend.registry import user_converters_digest
 
         name = Path(os.fspath(path)).stem if isinstance(path, (str, os.PathLike)) else None
         tflite = source_format(path) == "tflite"
@@ -97,6 +98,8 @@ class CuvilModel:
             key.append({k: int(v) for k, v in max_trip_count.items()})
         if strings:  # likewise
             key.append(strings)
+        if user_converters := user_converters_digest():  # a custom op's converter shapes the import too
+            key.append({"converters": user_converters})
         digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()
         now = functools.partial(import_from, data if isinstance(path, (str, os.PathLike, bytes, bytearray))
                                 else path)

@@ -3,7 +3,9 @@ loaded on first use (each public module of the frontend's package registers one 
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import marshal
 import pkgutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -21,10 +23,14 @@ class ConverterTable(Generic[F]):
     """``what`` names the table in errors ("TFLite builtin", "TFLite custom"); ``package`` is loaded
     (every module not starting with ``_`` and not in ``skip``) before the first lookup."""
 
+    #: every table made, for ``user_converters_digest``
+    tables: list[ConverterTable[Any]] = []
+
     def __init__(self, what: str, package: str | None = None, skip: tuple[str, ...] = ()) -> None:
         self.what, self._package, self._skip = what, package, skip
         self._table: dict[str, F] = {}
         self._loaded = package is None
+        ConverterTable.tables.append(self)
 
     def register(self, *names: str) -> Callable[[F], F]:
         """Decorator: ``fn`` converts ops ``names``; a second converter for one name is a bug."""
@@ -54,6 +60,17 @@ class ConverterTable(Generic[F]):
     def __iter__(self) -> Iterator[str]:
         self._load()
         return iter(sorted(self._table))
+
+
+def user_converters_digest() -> str | None:
+    """A digest of the converters registered from outside cuvil_edge (a user's custom ops: name, function
+    and its code), which shape an import as much as the bytes do; None when there are none. The compiler
+    fingerprint covers cuvil_edge's own."""
+    own = __name__.split(".")[0]
+    found = sorted((t.what, name, f"{fn.__module__}.{fn.__qualname__}", hashlib.sha256(
+        marshal.dumps(fn.__code__)).hexdigest()) for t in ConverterTable.tables
+        for name, fn in t._table.items() if fn.__module__.split(".")[0] != own)
+    return hashlib.sha256(repr(found).encode()).hexdigest() if found else None
 
 
 #: ops whose fold only moves a constant's numbers, so its quantization record (``Value.quant``) follows

@@ -298,3 +298,17 @@ def test_a_model_that_fails_to_import_fails_at_every_load(imports):
     for _ in range(2):
         with pytest.raises(ModelFormatError, match="NoSuchOp"):
             CuvilModel.load(bad)
+
+
+def test_a_users_converter_is_part_of_the_model_key(imports):
+    """A custom op's converter shapes the import: builds and import records made with one registered must
+    not serve a process without it (there, the op fails at load, naming it)."""
+    from cuvil_edge.frontend.onnx import converter
+
+    before = CuvilModel.load(tiny())._source_digest
+
+    @converter("CuvilTestBuildCacheNoop")
+    def noop(ctx) -> None:  # never called: tiny() has no such node
+        raise AssertionError
+
+    assert CuvilModel.load(tiny())._source_digest not in (before, None)
