@@ -415,7 +415,7 @@ def _model_bytes(model: Any, tflite: bool = False) -> tuple[bytes, str] | tuple[
             return data, hashlib.sha256(data).hexdigest()
     data = bytes(model) if isinstance(model, (bytes, bytearray)) else Path(os.fspath(model)).read_bytes()
     sha = hashlib.sha256()
-    # not runtime_wasm's Sha256Behind: its thread parks on a queue, and the search below holds the GIL, so
+    # not runtime_wasm's _Sha256Behind: its thread parks on a queue, and the search below holds the GIL, so
     # the hash would wait for it (measured: 0.32 vs 0.21 s for 180 MB); a thread started inside the update
     # is already hashing (GIL released) when start() returns
     hashing = threading.Thread(target=sha.update, args=(data,), name="cuvil-model-sha256")
