@@ -305,6 +305,72 @@ KERNEL void qu8_im2col_rows(const uint8_t* x, int C, int H, int W, int kh, int k
   }
 }
 
+/* n bytes of pad at d: 16 a store, the last store overlapping the one before (n >= 16). */
+INLINE void qu8_fill(uint8_t* d, int n, uint8_t pad) {
+  if (n < 16) {
+    for (int i = 0; i < n; i++) d[i] = pad;
+    return;
+  }
+  const v128_t v = wasm_u8x16_splat(pad);
+  for (int i = 0; i + 16 < n; i += 16) VSTORE(d + i, v);
+  VSTORE(d + n - 16, v);
+}
+
+/* d[i] = s[i * sw] for i < n: stride 1 and 2 a vector of 16 at a time (stride 2 keeps the even bytes of
+ * 32, the last of which may lie one past the run: regions have guards), the last vector overlapping the
+ * one before; short runs and other strides byte by byte. */
+INLINE void qu8_copy_run(uint8_t* d, const uint8_t* s, int n, int sw) {
+  if (n < 16 || sw > 2) {
+    for (int i = 0; i < n; i++) d[i] = s[(size_t)i * sw];
+    return;
+  }
+  for (int i = 0;; i += 16) {
+    if (i + 16 > n) i = n - 16;
+    VSTORE(d + i, sw == 1 ? VLOAD(s + i)
+                          : wasm_i8x16_shuffle(VLOAD(s + 2 * i), VLOAD(s + 2 * i + 16), 0, 2, 4, 6, 8, 10, 12,
+                                               14, 16, 18, 20, 22, 24, 26, 28, 30));
+    if (i + 16 >= n) return;
+  }
+}
+
+/* im2col on quantized NCHW input, channel-major: output pixels [p0, p0+pc) of tap k = (c, ky, kx) as
+ * row k of col (stride ldk bytes), the planes' layout qu8_pack_nchw_x4 packs. Per output row and tap the
+ * pixels reading the image are one strided run of an input row, the rest the zero point `pad` (the
+ * quantized 0.0): a row copy and two fills, where a byte-wise patch gather cost more than the GEMM on
+ * K = 144-720 (measured 2026-12-03: YOLOv8n-style int8's 3x3 convs). */
+static void qu8_im2col_kmajor(const uint8_t* x, int C, int H, int W, int kh, int kw, int sh, int sw, int dh,
+                              int dw, int pt, int pl, int OW, int p0, int pc, uint8_t pad, uint8_t* col,
+                              int ldk) {
+  const size_t tap = (size_t)ldk, plane = (size_t)kh * kw * ldk;
+  for (int j = 0; j < pc;) {
+    const int oy = (p0 + j) / OW, ox0 = (p0 + j) % OW;
+    const int n = OW - ox0 < pc - j ? OW - ox0 : pc - j;
+    for (int ky = 0; ky < kh; ky++) {
+      const int iy = oy * sh - pt + ky * dh;
+      for (int kx = 0; kx < kw; kx++) {
+        uint8_t* d = col + (size_t)(ky * kw + kx) * tap + j;
+        if (iy < 0 || iy >= H) {
+          for (int c = 0; c < C; c++) qu8_fill(d + c * plane, n, pad);
+          continue;
+        }
+        /* input column ox * sw + off lies in the row for ox in [lo, hi) */
+        const int off = kx * dw - pl;
+        int lo = off >= 0 ? 0 : (sw - 1 - off) / sw, hi = W - 1 - off >= 0 ? (W - 1 - off) / sw + 1 : 0;
+        lo = lo < ox0 ? ox0 : lo > ox0 + n ? ox0 + n : lo;
+        hi = hi > ox0 + n ? ox0 + n : hi < lo ? lo : hi;
+        const uint8_t* src = x + (size_t)iy * W + (size_t)lo * sw + off;
+        for (int c = 0; c < C; c++, src += (size_t)H * W) {
+          uint8_t* dc = d + c * plane;
+          qu8_fill(dc, lo - ox0, pad);
+          qu8_copy_run(dc + (lo - ox0), src, hi - lo, sw);
+          qu8_fill(dc + (hi - ox0), ox0 + n - hi, pad);
+        }
+      }
+    }
+    j += n;
+  }
+}
+
 /* Pack activation rows x (J rows of K bytes, stride ldx) for the GEMM loops: [ceil(J/4)][K4/4][4 rows][4
  * bytes], K4 = ceil4(K), so one 16-byte load per 4 k holds 4 tokens' 4-byte groups and a token's group
  * is broadcast with one shuffle (a 4x4 transpose of i32 lanes per 16 k). A last partial block repeats
@@ -650,9 +716,10 @@ INLINE void qs8_chunk_gemm_x7(int by_px, int lo, int hi, int I, int pc, int K, c
   }
 }
 
-/* NCHW convolution on quantized input xq: im2col rows per chunk of output pixels, then the GEMM with
- * output channels as i (rows padded to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; col and xp,
- * shared by the threads, hold the rows and packed tokens of pchunk pixels). */
+/* NCHW convolution on quantized input xq: channel-major im2col per chunk of output pixels
+ * (qu8_im2col_kmajor, packed as a 1x1 conv's planes), then the GEMM with output channels as i (rows padded
+ * to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; col and xp, shared by the threads, hold the taps
+ * and packed tokens of pchunk pixels). The same bytes in the same panels as patch rows + qu8_pack_x4. */
 KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
                             const int32_t* xz, QOut y, int M, int OH, int OW, int G, int kh, int kw,
@@ -667,9 +734,9 @@ KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const i
         if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
         const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi);
         if (lo < hi) {
-          qu8_im2col_rows(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
-                          pt, pl, OW, p0 + lo, hi - lo, xz[0], col + (size_t)lo * K);
-          qu8_pack_x4(hi - lo, K, col + (size_t)lo * K, K, xp + (size_t)lo * K4);
+          qu8_im2col_kmajor(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
+                            pt, pl, OW, p0 + lo, hi - lo, (uint8_t)xz[0], col + lo, pc);
+          qu8_pack_nchw_x4(hi - lo, K, col + lo, pc, xp + (size_t)lo * K4);
         }
         qs8_chunk_gemm_x7(by_px, lo, hi, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
                             ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
@@ -836,9 +903,10 @@ INLINE void qs8_chunk_gemm_x8(int by_px, int lo, int hi, int I, int pc, int K, c
   }
 }
 
-/* NCHW convolution on quantized input xq: im2col rows per chunk of output pixels, then the GEMM with
- * output channels as i (rows padded to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; col and xp,
- * shared by the threads, hold the rows and packed tokens of pchunk pixels). */
+/* NCHW convolution on quantized input xq: channel-major im2col per chunk of output pixels
+ * (qu8_im2col_kmajor, packed as a 1x1 conv's planes), then the GEMM with output channels as i (rows padded
+ * to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; col and xp, shared by the threads, hold the taps
+ * and packed tokens of pchunk pixels). The same bytes in the same panels as patch rows + qu8_pack_x4. */
 KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
                             const int32_t* xz, QOut y, int M, int OH, int OW, int G, int kh, int kw,
@@ -853,9 +921,9 @@ KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const i
         if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
         const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi);
         if (lo < hi) {
-          qu8_im2col_rows(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
-                          pt, pl, OW, p0 + lo, hi - lo, xz[0], col + (size_t)lo * K);
-          qu8_pack_x4(hi - lo, K, col + (size_t)lo * K, K, xp + (size_t)lo * K4);
+          qu8_im2col_kmajor(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
+                            pt, pl, OW, p0 + lo, hi - lo, (uint8_t)xz[0], col + lo, pc);
+          qu8_pack_nchw_x4(hi - lo, K, col + lo, pc, xp + (size_t)lo * K4);
         }
         qs8_chunk_gemm_x8(by_px, lo, hi, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
                             ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
