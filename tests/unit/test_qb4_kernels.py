@@ -103,23 +103,27 @@ def test_block_dot_at_the_i16_bound():
         _close(out["y1"], want[:1], "M=1")
 
 
-@pytest.mark.parametrize(("c", "kh", "hw", "kernel"), [(8, 2, 6, "qb4-conv-im2col-gemm-8x4"),
-                                                      (64, 1, 5, "qb4-conv-im2col-gemm-8x4"),
-                                                      (32, 1, 1, "qb4-conv-im2col-gemm-8x1")])
-def test_conv_matches_reference(c, kh, hw, kernel):
+@pytest.mark.parametrize(("c", "kh", "hw", "stride", "pad", "kernel"),
+                         [(8, 2, 6, 1, 0, "qb4-conv-im2col-gemm-8x4"),
+                          (64, 1, 5, 1, 0, "qb4-conv-im2col-gemm-8x4"),
+                          (32, 1, 1, 1, 0, "qb4-conv-im2col-gemm-8x1"),
+                          (32, 3, 41, 2, 1, "qb4-conv-im2col-gemm-8x4")])
+def test_conv_matches_reference(c, kh, hw, stride, pad, kernel):
     """4-bit convs (K = C * kh * kw a multiple of 32) through im2col: pixels adjacent in the output, so
-    full 4-pixel tiles take the transposed store; 13 output channels (a partial panel)."""
+    full 4-pixel tiles take the transposed store; 13 output channels (a partial panel); padding (the
+    zero point, 0.0 dequantized) and stride 2 on 21-pixel output rows."""
     rng = np.random.default_rng(12)
     m = 13
     w = rng.standard_normal((m, c, kh, kh)).astype(np.float32)
     x = rng.standard_normal((1, c, hw, hw)).astype(np.float32)
-    oh = hw - kh + 1
-    graph = _graph([helper.make_node("Conv", ["x", "w"], ["y"])], {"x": [1, c, hw, hw]},
-                   {"y": [1, m, oh, oh]}, {"w": w})
+    oh = (hw + 2 * pad - kh) // stride + 1
+    graph = _graph([helper.make_node("Conv", ["x", "w"], ["y"], strides=[stride] * 2, pads=[pad] * 4)],
+                   {"x": [1, c, hw, hw]}, {"y": [1, m, oh, oh]}, {"w": w})
     outs, kernels = _run(graph, {"x": x}, 32)
     assert list(kernels.values()) == [kernel]
-    xd = _qrows(x.reshape(1, -1)).reshape(c, hw, hw)
-    cols = np.stack([xd[:, i:i + kh, j:j + kh].reshape(-1) for i in range(oh) for j in range(oh)])
+    xd = np.pad(_qrows(x.reshape(1, -1)).reshape(c, hw, hw), [(0, 0), (pad, pad), (pad, pad)])
+    cols = np.stack([xd[:, i:i + kh, j:j + kh].reshape(-1)
+                     for i in range(0, stride * oh, stride) for j in range(0, stride * oh, stride)])
     want = (cols @ _dequant(w.reshape(m, -1), 32).T).T.reshape(1, m, oh, oh)
     _close(outs[0]["y"], want, kernel)
     for other in outs[1:]:

@@ -211,6 +211,18 @@ static void qb4_gemm_packed(int I, int J, int K, const uint8_t* w, const float* 
   (tid ? (int8_t*)__builtin_alloca(8 * (size_t)(K)) \
        : (int8_t*)((scratch) + (size_t)(((J) + 3) & ~3) * (K) + 64))
 
+/* Thread tid's 8-row panels of the J >= 4 tokens packed in scratch (qu8_pack_x4's layout). */
+INLINE void qb4_gemm_rows(int I, int J, int K, const uint8_t* w, const float* ws, const uint8_t* wz,
+                          const float* wsc, const float* xs, const int32_t* xz, int xstep, const float* bias,
+                          float* y, int si, int sj, uint8_t* scratch, Act act, int tid, int nt) {
+  const int nb = K / 32;
+  int r0, r1;
+  cuvil_split(I, 8, tid, nt, &r0, &r1);
+  if (r0 < r1)
+    qb4_gemm_packed(r1 - r0, J, K, w + (size_t)r0 * K / 2, ws + (size_t)r0 * nb, wz + (size_t)r0 * nb, wsc + r0,
+                    scratch, xs, xz, xstep, bias + r0, y + (size_t)r0 * si, si, sj, QB4_PANEL(scratch, J, K), act);
+}
+
 /* y[i*si + j*sj] for i < I, j < J (operands in the header; x rows of K bytes, stride ldx), each thread
  * its 8-row panels. J >= 4: the threads pack the tokens together into scratch (ceil4(J) * K + 64 bytes,
  * then the first thread's unpacked panel: ops/qlinear.py's b4_scratch_bytes); J < 4: each thread sums
@@ -243,15 +255,14 @@ KERNEL void qb4_gemm(int I, int J, int K, const uint8_t* w, const float* ws, con
   cuvil_split(J, 4, tid, nt, &lo, &hi);
   if (lo < hi) qu8_pack_x4(hi - lo, K, x + (size_t)lo * ldx, ldx, scratch + (size_t)lo * K);
   q_meet(nt);
-  if (r0 < r1)
-    qb4_gemm_packed(r1 - r0, J, K, w + (size_t)r0 * K / 2, ws + (size_t)r0 * nb, wz + (size_t)r0 * nb, wsc + r0,
-                    scratch, xs, xz, xstep, bias + r0, y + (size_t)r0 * si, si, sj, QB4_PANEL(scratch, J, K), act);
+  qb4_gemm_rows(I, J, K, w, ws, wz, wsc, xs, xz, xstep, bias, y, si, sj, scratch, act, tid, nt);
 }
 
-/* Group-1 NCHW convolution with 4-bit weights ([M][C*kh*kw], K a multiple of 32): im2col rows per chunk
- * of output pixels (col, shared), then the GEMM with output channels as i (scratch: its working space,
- * shared). Each thread writes the rows of its pixels (q_chunk_split); with enough pixels it packs and
- * multiplies them itself, else the threads meet and run qb4_gemm together (the GEMV below 4 pixels). */
+/* Group-1 NCHW convolution with 4-bit weights ([M][C*kh*kw], K a multiple of 32): channel-major im2col
+ * per chunk of output pixels (qu8_im2col_kmajor into col, shared), then the GEMM with output channels as i
+ * (scratch: its working space, shared). Each thread writes the taps of its pixels and packs them
+ * (q_chunk_split); with enough pixels it multiplies them itself, else the threads meet and split the
+ * rows; a chunk of 1-3 pixels (the GEMV) turns its taps into pixel rows on each thread's stack. */
 KERNEL void qb4_conv2d(const uint8_t* xq, int N, int C, int H, int W, const uint8_t* w, const float* ws,
                        const uint8_t* wz, const float* wsc, const float* bias, const float* xs,
                        const int32_t* xz, float* y, int M, int OH, int OW, int kh, int kw, int sh, int sw,
@@ -259,6 +270,7 @@ KERNEL void qb4_conv2d(const uint8_t* xq, int N, int C, int H, int W, const uint
                        int tid, int nt) {
   const int K = C * kh * kw, P = OH * OW;
   int8_t* panel = QB4_PANEL(scratch, pchunk, K);
+  uint8_t* rows = (uint8_t*)__builtin_alloca((size_t)3 * K);  /* a 1-3 pixel chunk's rows */
   for (int n = 0; n < N; n++)
     for (int p0 = 0; p0 < P; p0 += pchunk) {
       const int pc = P - p0 < pchunk ? P - p0 : pchunk;
@@ -266,16 +278,24 @@ KERNEL void qb4_conv2d(const uint8_t* xq, int N, int C, int H, int W, const uint
       int lo, hi;
       if (n + p0) q_meet(nt);  /* everyone is done with the last chunk's col and scratch */
       const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi) && pc >= 4;
-      if (lo < hi)
-        qu8_im2col_rows(xq + (size_t)n * C * H * W, C, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0 + lo,
-                        hi - lo, xz[0], col + (size_t)lo * K);
-      if (!by_px) {
-        q_meet(nt);
-        qb4_gemm(M, pc, K, w, ws, wz, wsc, col, K, xs, xz, 0, bias, yc, P, 1, scratch, act, tid, nt);
-      } else if (lo < hi) {
-        qu8_pack_x4(hi - lo, K, col + (size_t)lo * K, K, scratch + (size_t)lo * K);
-        qb4_gemm_packed(M, hi - lo, K, w, ws, wz, wsc, scratch + (size_t)lo * K, xs, xz, 0, bias, yc + lo, P, 1,
-                        panel, act);
+      if (lo < hi) {
+        qu8_im2col_kmajor(xq + (size_t)n * C * H * W, C, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0 + lo,
+                          hi - lo, (uint8_t)xz[0], col + lo, pc);
+        if (pc >= 4) qu8_pack_nchw_x4(hi - lo, K, col + lo, pc, scratch + (size_t)lo * K);
       }
+      if (by_px) {
+        if (lo < hi)
+          qb4_gemm_packed(M, hi - lo, K, w, ws, wz, wsc, scratch + (size_t)lo * K, xs, xz, 0, bias, yc + lo, P,
+                          1, panel, act);
+        continue;
+      }
+      q_meet(nt);
+      if (pc >= 4) {
+        qb4_gemm_rows(M, pc, K, w, ws, wz, wsc, xs, xz, 0, bias, yc, P, 1, scratch, act, tid, nt);
+        continue;
+      }
+      for (int j = 0; j < pc; j++)
+        for (int k = 0; k < K; k++) rows[(size_t)j * K + k] = col[(size_t)k * pc + j];
+      qb4_gemm(M, pc, K, w, ws, wz, wsc, rows, K, xs, xz, 0, bias, yc, P, 1, scratch, act, tid, nt);
     }
 }

@@ -284,27 +284,6 @@ KERNEL void qu8_quantize_dyn(int rows, int K, const float* x, uint8_t* y, float*
   }
 }
 
-/* im2col on quantized NCHW input: output pixels [p0, p0+pc) as rows of K = C*kh*kw bytes; taps in the
- * padding read the zero point `pad` (the quantized 0.0). */
-KERNEL void qu8_im2col_rows(const uint8_t* x, int C, int H, int W, int kh, int kw, int sh, int sw, int dh,
-                            int dw, int pt, int pl, int OW, int p0, int pc, int pad, uint8_t* col) {
-  const int K = C * kh * kw;
-  for (int j = 0; j < pc; j++) {
-    const int p = p0 + j, oy = p / OW, ox = p % OW;
-    uint8_t* dst = col + (size_t)j * K;
-    for (int c = 0; c < C; c++) {
-      const uint8_t* xc = x + (size_t)c * H * W;
-      for (int ky = 0; ky < kh; ky++) {
-        const int iy = oy * sh - pt + ky * dh;
-        for (int kx = 0; kx < kw; kx++) {
-          const int ix = ox * sw - pl + kx * dw;
-          *dst++ = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? xc[(size_t)iy * W + ix] : (uint8_t)pad;
-        }
-      }
-    }
-  }
-}
-
 /* n bytes of pad at d: 16 a store, the last store overlapping the one before (n >= 16). */
 INLINE void qu8_fill(uint8_t* d, int n, uint8_t pad) {
   if (n < 16) {
@@ -338,7 +317,7 @@ INLINE void qu8_copy_run(uint8_t* d, const uint8_t* s, int n, int sw) {
  * pixels reading the image are one strided run of an input row, the rest the zero point `pad` (the
  * quantized 0.0): a row copy and two fills, where a byte-wise patch gather cost more than the GEMM on
  * K = 144-720 (measured 2026-12-03: YOLOv8n-style int8's 3x3 convs). */
-static void qu8_im2col_kmajor(const uint8_t* x, int C, int H, int W, int kh, int kw, int sh, int sw, int dh,
+KERNEL void qu8_im2col_kmajor(const uint8_t* x, int C, int H, int W, int kh, int kw, int sh, int sw, int dh,
                               int dw, int pt, int pl, int OW, int p0, int pc, uint8_t pad, uint8_t* col,
                               int ldk) {
   const size_t tap = (size_t)ldk, plane = (size_t)kh * kw * ldk;
