@@ -6,6 +6,8 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from runtime_wasm.digest import TREE_CHUNK, weights_tree_sha256
+from runtime_wasm.instance import available_cores
 from runtime_wasm.spec import ModelSpec, TensorSpec, VariantSpec
 
 from .codegen.emit import DEFAULT_THREADS, CProgram, emit_c
@@ -103,6 +105,8 @@ def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
         arena_size=program.arena_size,
         variants=tuple(variants),
         weights_sha256=hashlib.sha256(program.weights).hexdigest(),
+        weights_tree_sha256=weights_tree_sha256(program.weights, TREE_CHUNK, available_cores()),
+        weights_tree_chunk=TREE_CHUNK,
         extra={"nodes": node_table(graph, program), **(extra or {})},
         threads=program.threads,
         states=program.states,

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
 import os
-import queue
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -16,6 +14,7 @@ import numpy as np
 import wasmtime
 from wasmtime import _ffi as ffi  # private: the unchecked call path (wasmtime is pinned for this)
 
+from .digest import FlatDigest, TreeDigest
 from .errors import InferenceInputError, InferenceTrap, ModuleLoadError, SpecError
 from .spec import (
     EXPORT_ARENA,
@@ -157,13 +156,13 @@ class WasmModel:
     A stateful model (``spec.states``) carries its state from one run to the next in linear memory,
     starting from the initial values; ``reset_state`` restores them.
     ``weights`` given as a path are read in chunks straight into linear memory, so no copy of their size
-    exists outside it; with ``weights_sha256`` they are hashed on the way in and a mismatch is a
-    ``SpecError`` (one pass over the bytes, however they come).
+    exists outside it; with ``check_weights`` they are hashed on the way in against the spec's tree hash
+    (else its flat sha256) and a mismatch is a ``SpecError`` (one pass over the bytes, however they come).
     """
 
     def __init__(self, engine: wasmtime.Engine, module: wasmtime.Module, spec: ModelSpec,
                  weights: Weights, memory_limit: int | None = None,
-                 epoch_deadline: int | None = None, weights_sha256: str = "", threads: int = 1) -> None:
+                 epoch_deadline: int | None = None, check_weights: bool = False, threads: int = 1) -> None:
         self.spec = spec
         self.threads = 1
         self._closed = True  # until fully built: close() of a half-built model does nothing
@@ -205,7 +204,7 @@ class WasmModel:
                                   f"{arena_base})")
         if weights_base + spec.weights_size > mem_len or arena_base + spec.arena_size > mem_len:
             raise SpecError("spec does not fit the module's memory (module and spec do not match)")
-        self._load_weights(weights_base, weights, weights_sha256)
+        self._load_weights(weights_base, weights, check_weights)
         self._exports = ex
         self._run = _FastCall(self._store, ex[EXPORT_RUN])
         self.input_views = {t.name: self._tensor_view(arena_base, t) for t in spec.inputs}
@@ -236,8 +235,9 @@ class WasmModel:
     def _mem_len(self) -> int:
         return self._shared.data_len() if self._shared is not None else self._memory.data_len(self._store)
 
-    def _load_weights(self, base: int, weights: Weights, sha256: str) -> None:
-        size = self.spec.weights_size
+    def _load_weights(self, base: int, weights: Weights, check: bool) -> None:
+        spec = self.spec
+        size = spec.weights_size
         dst = self._view(base, np.dtype(np.uint8), (size,)) if size else np.empty(0, np.uint8)
         with contextlib.ExitStack() as stack:
             if isinstance(weights, (str, os.PathLike)):
@@ -251,14 +251,22 @@ class WasmModel:
                     raise SpecError(f"weights are {w.nbytes} bytes, spec says {size}")
                 w = w.view(np.uint8).reshape(-1)
                 fill = lambda chunk, start: np.copyto(chunk, w[start:start + chunk.nbytes])  # noqa: E731
-            digest = stack.enter_context(_Sha256Behind()) if sha256 else None
-            for start in range(0, size, WEIGHTS_CHUNK):
-                chunk = dst[start:start + WEIGHTS_CHUNK]
+            digest: TreeDigest | FlatDigest | None = None
+            if check and spec.weights_tree_sha256:  # its chunks hash on several cores behind the reads
+                digest = TreeDigest(spec.weights_tree_sha256, spec.weights_tree_chunk, size,
+                                    available_cores())
+            elif check and spec.weights_sha256:
+                digest = FlatDigest(spec.weights_sha256, WEIGHTS_CHUNK)
+            if digest is not None:
+                stack.enter_context(digest)
+            step = WEIGHTS_CHUNK if digest is None else digest.step
+            for start in range(0, size, step):
+                chunk = dst[start:start + step]
                 fill(chunk, start)
                 if digest is not None:
                     digest.update(chunk)
-        if digest is not None and digest.hexdigest() != sha256:
-            raise SpecError("weights do not match their recorded sha256")
+            if digest is not None:
+                digest.check()
 
     def _view(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         """A view of linear memory; ``get_buffer_ptr`` does no bounds check, so one outside memory is refused
@@ -342,41 +350,6 @@ class WasmModel:
             self._store = None  # type: ignore[assignment]
 
     def __enter__(self) -> WasmModel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class _Sha256Behind:
-    """SHA-256 of the chunks given, in order, on a thread of its own while the next ones are read in:
-    hashlib drops the GIL, and the hash (~1.4 GB/s) was most of a large model's load (180 MB encoder:
-    130 of 225 ms, the reads and page faults the rest; now they overlap). Chunks are views, not copies,
-    and must not change until ``hexdigest``; leaving the context stops the thread whatever happened."""
-
-    def __init__(self) -> None:
-        self._sha = hashlib.sha256()
-        self._chunks: queue.SimpleQueue[np.ndarray | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._work, daemon=True, name="cuvil-weights-sha256")
-        self._thread.start()
-
-    def _work(self) -> None:
-        while (chunk := self._chunks.get()) is not None:
-            self._sha.update(chunk)
-
-    def update(self, chunk: np.ndarray) -> None:
-        self._chunks.put(chunk)
-
-    def hexdigest(self) -> str:
-        self.close()
-        return self._sha.hexdigest()
-
-    def close(self) -> None:
-        if self._thread.is_alive():
-            self._chunks.put(None)
-            self._thread.join()
-
-    def __enter__(self) -> _Sha256Behind:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -31,7 +31,7 @@ def instantiate(spec: ModelSpec, wasm: bytes, weights: Weights, variant: Variant
     config = EngineConfig(variant.tier, deterministic=deterministic)
     module = (cache or ModuleCache()).load(wasm, config, digest)
     return WasmModel(engine_for(config), module, spec, weights, memory_limit=memory_limit,
-                     weights_sha256=spec.weights_sha256 if check_weights else "",
+                     check_weights=check_weights,
                      threads=resolve_threads(threads, spec.threads))
 
 

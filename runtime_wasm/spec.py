@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .digest import check_tree_chunk
 from .errors import InferenceInputError, SpecError
 
 SPEC_FORMAT = 1
@@ -40,6 +42,10 @@ THREAD_EXPORTS = (EXPORT_SET_THREADS, EXPORT_WORKER, EXPORT_STOP, EXPORT_RESET, 
 def node_export(index: int) -> str:
     """The export of a profiling build's ``index``-th node (run on its own to time it)."""
     return f"cuvil_node_{index}"
+
+
+def _is_sha256_hex(text: object) -> bool:
+    return isinstance(text, str) and re.fullmatch(r"[0-9a-f]{64}", text) is not None
 
 
 def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
@@ -150,6 +156,10 @@ class ModelSpec:
     threads: int = 1
     #: state kept across runs (non-empty: a stateful model, served by one instance: docs/RUNTIME.md)
     states: tuple[StateSpec, ...] = ()
+    #: tree hash of the weights and its chunk size (``runtime_wasm.digest``: its chunks verify in parallel);
+    #: absent in specs built before it, which are checked against ``weights_sha256`` alone
+    weights_tree_sha256: str = ""
+    weights_tree_chunk: int = 0
 
     @property
     def stateful(self) -> bool:
@@ -162,6 +172,8 @@ class ModelSpec:
             del d["threads"]
         if not self.states:  # absent: stateless specs stay as they were
             del d["states"]
+        if not self.weights_tree_sha256:  # absent: specs without a tree stay as they were
+            del d["weights_tree_sha256"], d["weights_tree_chunk"]
         for t in (*d["inputs"], *d["outputs"]):  # absent rather than null: older specs stay byte-identical
             if t["index_bound"] is None:
                 del t["index_bound"]
@@ -181,8 +193,8 @@ class ModelSpec:
             variants = tuple(VariantSpec(**v) for v in d.pop("variants", []))
             states = tuple(StateSpec(s["name"], s["dtype"], tuple(int(x) for x in s["shape"]),
                                      int(s["offset"]), int(s["init_offset"])) for s in d.pop("states", []))
-            known = {k: d.pop(k) for k in ("name", "weights_size", "arena_size", "weights_sha256", "threads")
-                     if k in d}
+            known = {k: d.pop(k) for k in ("name", "weights_size", "arena_size", "weights_sha256", "threads",
+                                           "weights_tree_sha256", "weights_tree_chunk") if k in d}
             extra = d.pop("extra", {})
             extra.update(d)
             spec = cls(inputs=inputs, outputs=outputs, variants=variants, extra=extra, states=states, **known)
@@ -200,6 +212,10 @@ class ModelSpec:
             raise SpecError("weights_size and arena_size must be non-negative")
         if not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
             raise SpecError(f"threads must be 1..{MAX_THREADS}, got {self.threads!r}")
+        if self.weights_tree_sha256 or self.weights_tree_chunk:
+            if not _is_sha256_hex(self.weights_tree_sha256):
+                raise SpecError(f"weights_tree_sha256 is not a sha256 digest: {self.weights_tree_sha256!r}")
+            check_tree_chunk(self.weights_tree_chunk)
         for t in (*self.inputs, *self.outputs, *self.states):
             try:
                 kind = np.dtype(t.dtype).kind

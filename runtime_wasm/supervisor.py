@@ -56,7 +56,7 @@ class ModelSource:
     """Everything a worker needs to (re)load one model variant; it travels to each new worker.
 
     ``weights`` is bytes, or the path of a weights file (``from_dir``): each worker then reads it straight
-    into its linear memory, checked against ``spec.weights_sha256``, so weights are neither pickled to
+    into its linear memory, checked against the spec's (tree) hash, so weights are neither pickled to
     workers nor held by the supervising process."""
 
     spec: ModelSpec

@@ -24,9 +24,10 @@ from cuvil_edge import CuvilModel
 from cuvil_edge.buildcache import BuildCache, BuildCacheConfig
 from cuvil_edge.host import host_target
 from runtime_wasm import ModelSource, ModuleCache, SpecError, SupervisedModel
+from runtime_wasm.digest import TREE_CHUNK, TREE_CHUNK_MIN, weights_tree_sha256
 from runtime_wasm.engine import EngineConfig, engine_for
 from runtime_wasm.instance import _shared_memory_type, _SharedMemory
-from runtime_wasm.loader import WEIGHTS_FILE, load_model_dir, read_model_dir
+from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE, load_model_dir, read_model_dir
 
 pytestmark = pytest.mark.integration
 NO_CACHE = BuildCache(BuildCacheConfig(enabled=False))
@@ -91,7 +92,60 @@ def test_a_tampered_weights_file_is_refused(small, modules, tmp_path, how):
     bad = tamper(small[0], tmp_path / "bad", how)
     with pytest.raises(SpecError, match="weights"):
         load_model_dir(bad, cache=modules)
-    assert not [t for t in threading.enumerate() if t.name == "cuvil-weights-sha256"]
+    assert not [t for t in threading.enumerate() if t.name.startswith("cuvil-weights-sha256")]
+
+
+def respec(src: Path, dst: Path, **fields: object) -> Path:
+    """A copy of a model directory whose spec has ``fields`` replaced (``None``: removed)."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    d = json.loads((dst / SPEC_FILE).read_text())
+    d.update(fields)
+    (dst / SPEC_FILE).write_text(json.dumps({k: v for k, v in d.items() if v is not None}))
+    return dst
+
+
+def test_the_tree_hash_is_what_a_load_checks(small, modules, tmp_path):
+    """A built spec carries the tree; a load checks it (and not the flat hash) when it is there."""
+    path, x, want = small
+    spec = read_model_dir(path)[0]
+    weights = (path / WEIGHTS_FILE).read_bytes()
+    assert spec.weights_tree_chunk == TREE_CHUNK
+    assert spec.weights_tree_sha256 == weights_tree_sha256(weights, TREE_CHUNK)
+    flat_wrong = respec(path, tmp_path / "flat", weights_sha256="0" * 64)
+    with load_model_dir(flat_wrong, cache=modules) as m:
+        np.testing.assert_array_equal(m.predict(x)["y"], want)
+    tree_wrong = respec(path, tmp_path / "tree", weights_tree_sha256="0" * 64)
+    with pytest.raises(SpecError, match="tree sha256"):
+        load_model_dir(tree_wrong, cache=modules)
+
+
+def test_a_chunk_of_many_is_checked(small, modules, tmp_path):
+    """Small chunks (the 256 KB weights in four): a flipped byte in the last but one is found."""
+    path, x, want = small
+    root = weights_tree_sha256((path / WEIGHTS_FILE).read_bytes(), TREE_CHUNK_MIN, 4)
+    many = respec(path, tmp_path / "many", weights_tree_chunk=TREE_CHUNK_MIN, weights_tree_sha256=root)
+    with load_model_dir(many, cache=modules) as m:
+        np.testing.assert_array_equal(m.predict(x)["y"], want)
+    w = many / WEIGHTS_FILE
+    data = bytearray(w.read_bytes())
+    data[2 * TREE_CHUNK_MIN + 5] ^= 0x80
+    w.write_bytes(bytes(data))
+    with pytest.raises(SpecError, match="tree sha256"):
+        load_model_dir(many, cache=modules)
+    assert not [t for t in threading.enumerate() if t.name.startswith("cuvil-weights-sha256")]
+
+
+def test_a_spec_from_before_the_tree_still_loads_and_is_checked(small, modules, tmp_path):
+    path, x, want = small
+    old = respec(path, tmp_path / "old", weights_tree_sha256=None, weights_tree_chunk=None)
+    assert not read_model_dir(old)[0].weights_tree_sha256
+    with load_model_dir(old, cache=modules) as m:
+        np.testing.assert_array_equal(m.predict(x)["y"], want)
+    bad = tamper(old, tmp_path / "old-bad", "flip")
+    with pytest.raises(SpecError, match="recorded sha256"):
+        load_model_dir(bad, cache=modules)
 
 
 def test_workers_read_the_weights_file_themselves(small, tmp_path):
