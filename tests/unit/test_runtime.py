@@ -24,6 +24,7 @@ from runtime_wasm import (
     probe_host,
     select_variant,
 )
+from runtime_wasm.instance import huge_page_span
 from runtime_wasm.loader import load_model_dir
 
 VARIANTS = (
@@ -133,6 +134,17 @@ def test_threaded_module_reporting_no_room_for_its_weights_is_refused():
     room = wat.replace("(result i32) i32.const 0)\n", "(result i32) i32.const 512)\n", 1)
     with _instance(room.replace("(f32.load (i32.const 0))", "(f32.load (i32.const 512))")) as m:
         assert m.predict({"x": np.float32([1, 1, 1, 1])})["y"].tolist() == [2.5] * 4
+
+
+@pytest.mark.parametrize("address, size, span", [
+    (0, 4 << 20, (0, 4 << 20)),
+    (1, 4 << 20, (2 << 20, 2 << 20)),  # the partial pages at both ends are left alone
+    (1, 3 << 20, (2 << 20, 0)),
+    ((2 << 20) - 4096, (4 << 20) + 8192, (2 << 20, 4 << 20)),
+    (4096, 100, (2 << 20, 0)),
+])
+def test_huge_page_advice_covers_only_whole_huge_pages_inside(address, size, span):
+    assert huge_page_span(address, size) == span
 
 
 def test_memory_limit_refuses_oversized_module():
