@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import os
-import sys
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -16,8 +14,9 @@ import numpy as np
 import wasmtime
 from wasmtime import _ffi as ffi  # private: the unchecked call path (wasmtime is pinned for this)
 
-from .digest import FlatDigest, TreeDigest
+from .digest import FlatDigest, TreeDigest, read_exactly
 from .errors import InferenceInputError, InferenceTrap, ModuleLoadError, SpecError
+from .pages import advise_huge_pages
 from .spec import (
     EXPORT_ARENA,
     EXPORT_MEMORY,
@@ -46,10 +45,6 @@ THREAD_STACK_BYTES = 1 << 20
 #: epoch ticks a parked thread may wait: it must never be interrupted (only the caller's run has a deadline)
 _NO_DEADLINE = 1 << 40
 
-#: a transparent huge page (x86-64, and arm64 with 4 KiB pages): one fault per 2 MiB instead of 512
-_HUGE_PAGE = 2 << 20
-_MADV_HUGEPAGE = 14
-
 #: weights in memory, or the path of a weights file read straight into linear memory
 Weights = bytes | np.ndarray | str | os.PathLike[str]
 
@@ -76,29 +71,6 @@ class _FastCall:
             t = wasmtime.Trap._from_ptr(trap)
             self._trap = ctypes.POINTER(ffi.wasm_trap_t)()
             raise InferenceTrap(f"module trapped: {t.message}")
-
-
-@functools.cache
-def _madvise() -> Any:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return libc.madvise
-
-
-def huge_page_span(address: int, size: int) -> tuple[int, int]:
-    """The whole huge pages inside ``[address, address + size)``, as (start, length); length 0 if none."""
-    start = -(-address // _HUGE_PAGE) * _HUGE_PAGE
-    return start, max(0, (address + size - start) // _HUGE_PAGE * _HUGE_PAGE)
-
-
-def advise_huge_pages(view: np.ndarray) -> bool:
-    """Ask Linux to back this stretch of linear memory with transparent huge pages before it is first
-    written. Why: reading the encoder's 180 MB of weights into fresh memory took 0.09 s, mostly 44k page
-    faults; with the advice 0.03 s. Advice only (False where it was not taken: not Linux, no THP)."""
-    start, length = huge_page_span(view.ctypes.data, view.nbytes)
-    if not length or not sys.platform.startswith("linux"):
-        return False
-    return _madvise()(start, length, _MADV_HUGEPAGE) == 0
 
 
 def available_cores() -> int:
@@ -274,7 +246,7 @@ class WasmModel:
                 f = stack.enter_context(open(weights, "rb", buffering=0))
                 if (n := os.fstat(f.fileno()).st_size) != size:
                     raise SpecError(f"weights file is {n} bytes, spec says {size}")
-                fill = lambda chunk, _start: _read_exactly(f, chunk)  # noqa: E731
+                fill = lambda chunk, _start: read_exactly(f, chunk)  # noqa: E731
             else:
                 w = np.frombuffer(weights, dtype=np.uint8) if not isinstance(weights, np.ndarray) else weights
                 if w.nbytes != size:
@@ -384,15 +356,6 @@ class WasmModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _read_exactly(f: Any, buf: np.ndarray) -> None:
-    got = 0
-    while got < buf.nbytes:  # a raw read may return less than asked
-        n = f.readinto(buf[got:])
-        if not n:
-            raise SpecError("weights file shrank while it was being read")
-        got += n
 
 
 def check_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
+
 import numpy as np
 import pytest
 import wasmtime
@@ -24,8 +27,8 @@ from runtime_wasm import (
     probe_host,
     select_variant,
 )
-from runtime_wasm.instance import huge_page_span
 from runtime_wasm.loader import load_model_dir
+from runtime_wasm.pages import fresh_buffer, huge_page_span
 
 VARIANTS = (
     VariantSpec("f32-wasmsimd-x86", "simd128", "x86", "a.wasm"),
@@ -145,6 +148,25 @@ def test_threaded_module_reporting_no_room_for_its_weights_is_refused():
 ])
 def test_huge_page_advice_covers_only_whole_huge_pages_inside(address, size, span):
     assert huge_page_span(address, size) == span
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel/mm/transparent_hugepage"),
+                    reason="this kernel has no transparent huge pages")
+def test_a_fresh_buffer_is_advised_huge_pages():
+    """``pages.fresh_buffer`` (what host files are read into): its mapping is private (a shared anonymous
+    one is shmem, without huge pages by default) and carries smaps' ``hg`` flag."""
+    with fresh_buffer(8 << 20) as buf:
+        start = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+        with open("/proc/self/smaps") as f:
+            lines = f.read().splitlines()
+        perms = flags = None
+        for i, line in enumerate(lines):
+            lo, _, hi = line.partition(" ")[0].partition("-")
+            if hi and all(c in "0123456789abcdef" for c in lo + hi) and int(lo, 16) <= start < int(hi, 16):
+                perms = line.split()[1]
+                flags = next(x for x in lines[i + 1:] if x.startswith("VmFlags:")).split()[1:]
+                break
+        assert perms == "rw-p" and flags is not None and "hg" in flags
 
 
 def test_memory_limit_refuses_oversized_module():
