@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import mmap
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +21,7 @@ from runtime_wasm.engine import TIER_SIMD128
 from runtime_wasm.errors import ProcessingError, SpecError
 from runtime_wasm.instance import available_cores
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE
+from runtime_wasm.pages import Buffer
 from runtime_wasm.processing import AudioWindow, ProcessingConfig, Processor, Result
 
 from .buildcache import BuildCache, build_key, data_digest
@@ -106,7 +106,7 @@ class CuvilModel:
 
         def now() -> Graph:  # what was hashed, as bytes (a file is copied out of its buffer: a miss only)
             if isinstance(path, (str, os.PathLike, bytes, bytearray)):
-                return import_from(bytes(data) if isinstance(data, mmap.mmap) else data)
+                return import_from(data if isinstance(data, bytes) else bytes(data))
             return import_from(path)
 
         # later: a file is read again (and checked), a ModelProto (which may change) imported from its bytes
@@ -387,7 +387,7 @@ class Artifact:
 
     spec: ModelSpec
     modules: dict[str, bytes]  # variant name -> wasm bytes
-    weights: bytes
+    weights: bytes | np.ndarray  # an array: read from a build-cache entry (``buildcache.BuildCache.get``)
 
     def files(self) -> dict[str, bytes]:
         """File name -> bytes, as in a model directory (``runtime_wasm.loader.load_model_dir``)."""
@@ -395,18 +395,19 @@ class Artifact:
                 **{v.file: self.modules[v.name] for v in self.spec.variants}}
 
 
-def _artifact_from_files(files: Mapping[str, bytes] | None) -> Artifact | None:
+def _artifact_from_files(files: Mapping[str, Buffer] | None) -> Artifact | None:
     """None when absent, or when verified files do not make a model (a spec this version cannot read)."""
     if files is None:
         return None
     try:
-        spec = ModelSpec.from_json(files[SPEC_FILE])
-        return Artifact(spec, {v.name: files[v.file] for v in spec.variants}, files[WEIGHTS_FILE])
+        spec = ModelSpec.from_json(bytes(files[SPEC_FILE]))
+        return Artifact(spec, {v.name: bytes(files[v.file]) for v in spec.variants},
+                        np.frombuffer(files[WEIGHTS_FILE], np.uint8))
     except (KeyError, RuntimeWasmError):
         return None
 
 
-def _model_bytes(model: Any, tflite: bool = False) -> tuple[bytes | mmap.mmap, str] | tuple[None, None]:
+def _model_bytes(model: Any, tflite: bool = False) -> tuple[bytes | Buffer, str] | tuple[None, None]:
     """The serialized model and its tree sha256 (``runtime_wasm.digest``), or Nones when the bytes may not
     hold all of it: ONNX tensors in external files name them under the key ``location``, so a model without
     that string has none (a chance match inside weights only turns caching off); a TFLite file is always
@@ -421,7 +422,7 @@ def _model_bytes(model: Any, tflite: bool = False) -> tuple[bytes | mmap.mmap, s
             if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
                 return None, None
             model, search = model.SerializeToString(deterministic=True), False
-    data: bytes | mmap.mmap
+    data: bytes | Buffer
     if isinstance(model, (bytes, bytearray)):
         data = bytes(model)
         tree = TreeDigest("", TREE_CHUNK, len(data), available_cores())
@@ -441,7 +442,7 @@ def _model_bytes(model: Any, tflite: bool = False) -> tuple[bytes | mmap.mmap, s
 IMPORT_RECORD = "import.json"
 
 
-def _import_record(files: Mapping[str, bytes] | None) -> bool | None:
+def _import_record(files: Mapping[str, Buffer] | None) -> bool | None:
     """Whether the recorded import has states; None: no record, or one that does not parse."""
     try:
         stateful = json.loads(files[IMPORT_RECORD])["stateful"] if files is not None else None

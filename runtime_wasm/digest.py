@@ -11,7 +11,6 @@ the flat hash; runtimes that predate the tree ignore it and check the flat hash.
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 import queue
 import struct
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .errors import SpecError
-from .pages import fresh_buffer
+from .pages import Buffer, fresh_buffer
 
 #: what the root hashes first: a root can never be mistaken for the digest of any other structure
 TREE_TAG = b"cuvil-weights-tree/1\0"
@@ -136,10 +135,10 @@ def weights_tree_sha256(weights: bytes | np.ndarray, chunk: int = TREE_CHUNK, th
 
 
 def read_hashing(path: str | os.PathLike[str], threads: int = 1,
-                 chunk: int = TREE_CHUNK) -> tuple[mmap.mmap, TreeDigest]:
+                 chunk: int = TREE_CHUNK) -> tuple[Buffer, TreeDigest]:
     """A file's bytes in fresh memory (``pages.fresh_buffer``: one page fault per 2 MiB) and its tree
     digest, whose chunks went to the pool as they were read: work on the bytes (GIL-holding work included)
-    while the last ones hash, then ask ``hexdigest()``. The caller closes both (the tree on error too)."""
+    while the last ones hash, then ask ``hexdigest()``, and close the tree (also on error)."""
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
         buf = fresh_buffer(size)
@@ -150,9 +149,7 @@ def read_hashing(path: str | os.PathLike[str], threads: int = 1,
                 read_exactly(f, view[start:start + chunk])
                 tree.update(view[start:start + chunk])
         except BaseException:
-            tree.close()  # no chunk view is held after this
-            del view
-            buf.close()
+            tree.close()
             raise
         return buf, tree
 

@@ -43,15 +43,20 @@ def advise_huge_pages(view: np.ndarray) -> bool:
     return _madvise()(start, length, _MADV_HUGEPAGE) == 0
 
 
-def fresh_buffer(size: int) -> mmap.mmap:
-    """``size`` bytes of fresh anonymous memory, advised huge pages where the platform has them."""
-    # private: a shared anonymous mapping is shmem, whose huge pages are off by default (and its faults cost
-    # more); mmap refuses 0 bytes, callers read only ``size``
+#: what large bytes are read into: fresh anonymous memory, or a bytearray where huge pages cannot help
+Buffer = mmap.mmap | bytearray
+
+
+def fresh_buffer(size: int) -> Buffer:
+    """``size`` bytes of fresh memory to read into, advised huge pages where the platform has them; below
+    one huge page a plain bytearray (nothing to gain)."""
     flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
-    buf = mmap.mmap(-1, max(size, 1), flags=flags) if flags else mmap.mmap(-1, max(size, 1))
-    if hasattr(mmap, "MADV_HUGEPAGE") and size >= HUGE_PAGE:
-        try:
-            buf.madvise(mmap.MADV_HUGEPAGE)
-        except OSError:  # a kernel without THP
-            pass
+    if size < HUGE_PAGE or not flags or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return bytearray(size)
+    # private: a shared anonymous mapping is shmem, whose huge pages are off by default (its faults cost more)
+    buf = mmap.mmap(-1, size, flags=flags)
+    try:
+        buf.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:  # a kernel without THP
+        pass
     return buf

@@ -155,6 +155,7 @@ def test_huge_page_advice_covers_only_whole_huge_pages_inside(address, size, spa
 def test_a_fresh_buffer_is_advised_huge_pages():
     """``pages.fresh_buffer`` (what host files are read into): its mapping is private (a shared anonymous
     one is shmem, without huge pages by default) and carries smaps' ``hg`` flag."""
+    assert isinstance(fresh_buffer(100), bytearray) and len(fresh_buffer(0)) == 0
     with fresh_buffer(8 << 20) as buf:
         start = ctypes.addressof(ctypes.c_char.from_buffer(buf))
         with open("/proc/self/smaps") as f:
