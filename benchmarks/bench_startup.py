@@ -73,10 +73,14 @@ else:  # host: precision [calibration dir]
     from cuvil_edge import CuvilModel
     from cuvil_edge.host import host_target
     precision, calib = sys.argv[4], (sys.argv[5] if len(sys.argv) > 5 else None)
-    m = CuvilModel.load(path).optimize(precision, targets=[host_target()], calibration=calib)
+    t0 = time.perf_counter()
+    loaded = CuvilModel.load(path)
+    t1 = time.perf_counter()
+    m = loaded.optimize(precision, targets=[host_target()], calibration=calib)
+    steps = [t1 - t0, time.perf_counter() - t1]
     ready()
     out = m.predict(feeds)
-print(json.dumps({"peak": peak()}), flush=True)
+print(json.dumps({"peak": peak(), "steps": steps if mode == "host" else [0.0, 0.0]}), flush=True)
 """
 
 
@@ -101,6 +105,7 @@ class Start:
     ready: float
     result: float
     peak: int
+    steps: tuple[float, float] = (0.0, 0.0)  # host path: seconds in load() and in optimize()
 
 
 def run_child(args: list[str], env: dict[str, str] | None = None) -> Start:
@@ -115,12 +120,14 @@ def run_child(args: list[str], env: dict[str, str] | None = None) -> Start:
     proc.wait()
     if proc.returncode or first.strip() != "ready" or not line:
         raise SystemExit(f"child {args[:2]} failed (rc {proc.returncode})")
-    return Start(ready, result, json.loads(line)["peak"])
+    got = json.loads(line)
+    return Start(ready, result, got["peak"], tuple(got["steps"]))
 
 
 def median_start(runs: list[Start]) -> Start:
     return Start(statistics.median(r.ready for r in runs), statistics.median(r.result for r in runs),
-                 int(statistics.median(r.peak for r in runs)))
+                 int(statistics.median(r.peak for r in runs)),
+                 (statistics.median(r.steps[0] for r in runs), statistics.median(r.steps[1] for r in runs)))
 
 
 def prepare(wd: Path, name: str, proto: onnx.ModelProto, feeds: dict[str, np.ndarray], precision: str,
@@ -197,7 +204,8 @@ def main() -> None:
               f"{'<= ' + str(RSS_TARGETS[c.precision]):>7s}")
 
     print(f"\n(b) host path load().optimize().predict() in new processes; medians of {args.repeat}")
-    print(f"{'model':18s} {'first s':>8s} {'second s':>9s} {'first/second':>13s} {'ORT start s':>12s}")
+    print(f"{'model':18s} {'first s':>8s} {'second s':>9s} {'first/second':>13s} {'ORT start s':>12s}"
+          f"   second's load() + optimize() s")
     for c in cases:
         host = ["host", str(c.onnx_path), str(c.feeds), c.precision, *([str(c.calib)] if c.calib else [])]
         rounds: dict[str, list[Start]] = {"first": [], "second": [], "ort": []}
@@ -207,8 +215,9 @@ def main() -> None:
             rounds["second"].append(run_child(host, env))
             rounds["ort"].append(run_child(["ort", str(c.onnx_path), str(c.feeds)]))
         first, second, ort = (median_start(rounds[k]).result for k in ("first", "second", "ort"))
+        load_s, optimize_s = median_start(rounds["second"]).steps
         print(f"{c.name:18s} {first:8.2f} {second:9.2f} {first / second:12.1f}x {ort:12.2f}"
-              f"   (second / ORT {second / ort:.2f}x)")
+              f"   {load_s:.3f} + {optimize_s:.3f}   (second / ORT {second / ort:.2f}x)")
 
 if __name__ == "__main__":
     main()
