@@ -30,10 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from runtime_wasm.digest import TREE_CHUNK, read_hashing, weights_tree_sha256
-from runtime_wasm.errors import SpecError
+from runtime_wasm.digest import TREE_CHUNK, weights_tree_sha256
 from runtime_wasm.instance import available_cores
-from runtime_wasm.pages import Buffer
 
 from .errors import CuvilError, QuantizationError
 
@@ -159,7 +157,7 @@ class BuildCache:
         self.directory = self.config.directory
         self.hits = self.misses = self.rejected = 0
 
-    def get(self, key: str) -> dict[str, Buffer] | None:
+    def get(self, key: str) -> dict[str, bytes] | None:
         entry = self.directory / key
         try:
             files = _read_verified(entry, key)
@@ -241,7 +239,7 @@ class BuildCache:
             total -= size
 
 
-def _read_verified(entry: Path, key: str) -> dict[str, Buffer] | None:
+def _read_verified(entry: Path, key: str) -> dict[str, bytes] | None:
     """The entry's files if the manifest parses, names this key and every digest matches; else None."""
     try:
         manifest = json.loads((entry / MANIFEST).read_bytes())
@@ -251,18 +249,17 @@ def _read_verified(entry: Path, key: str) -> dict[str, Buffer] | None:
         for name, meta in manifest["files"].items():
             if Path(name).name != name or name == MANIFEST:
                 return None
-            data, tree = read_hashing(entry / name, available_cores())  # huge pages, hashed behind the read
-            with tree:
-                if len(data) != meta["size"] or tree.hexdigest() != meta["tree_sha256"]:
-                    return None
+            data = (entry / name).read_bytes()
+            if len(data) != meta["size"] or _digest(data) != meta["tree_sha256"]:
+                return None
             files[name] = data
         return files
     except FileNotFoundError:
         if entry.is_dir():
             return None  # a file of a present entry is missing: corrupt (eviction removes whole entries)
         raise
-    except (ValueError, KeyError, TypeError, AttributeError, OSError, SpecError):  # malformed, unreadable,
-        return None  # or a file that shrank while read
+    except (ValueError, KeyError, TypeError, AttributeError, OSError):  # malformed or unreadable manifest
+        return None
 
 
 def _digest(data: bytes) -> str:

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +17,9 @@ import numpy as np
 
 from device_profiles import available_profiles, load_profile
 from runtime_wasm import InferenceInputError, ModelSpec, RuntimeWasmError, WasmModel
-from runtime_wasm.digest import TREE_CHUNK, TreeDigest, read_hashing, weights_tree_sha256
 from runtime_wasm.engine import TIER_SIMD128
-from runtime_wasm.errors import ProcessingError, SpecError
-from runtime_wasm.instance import available_cores
+from runtime_wasm.errors import ProcessingError
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE
-from runtime_wasm.pages import Buffer
 from runtime_wasm.processing import AudioWindow, ProcessingConfig, Processor, Result
 
 from .buildcache import BuildCache, build_key, data_digest
@@ -80,7 +78,7 @@ class CuvilModel:
 
         name = Path(os.fspath(path)).stem if isinstance(path, (str, os.PathLike)) else None
         tflite = source_format(path) == "tflite"
-        data, data_digest = _model_bytes(path, tflite)
+        data, data_sha256 = _model_bytes(path, tflite)
         strings = {} if max_string_bytes is None else {"max_string_bytes": int(max_string_bytes)}
 
         def import_from(source: Any) -> Graph:
@@ -95,7 +93,7 @@ class CuvilModel:
         if data is None:  # tensors in external files: onnx reads them itself, and builds are not cached
             return cls(import_from(path))
         shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
-        key: list[Any] = [data_digest, shapes, name]
+        key: list[Any] = [data_sha256, shapes, name]
         if max_trip_count:  # only then: keys of builds without loop bounds stay as they were
             key.append({k: int(v) for k, v in max_trip_count.items()})
         if strings:  # likewise
@@ -103,14 +101,10 @@ class CuvilModel:
         if user_converters := user_converters_digest():  # a custom op's converter shapes the import too
             key.append({"converters": user_converters})
         digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()
-
-        def now() -> Graph:  # what was hashed, as bytes (a file is copied out of its buffer: a miss only)
-            if isinstance(path, (str, os.PathLike, bytes, bytearray)):
-                return import_from(data if isinstance(data, bytes) else bytes(data))
-            return import_from(path)
-
+        now = functools.partial(import_from, data if isinstance(path, (str, os.PathLike, bytes, bytearray))
+                                else path)
         # later: a file is read again (and checked), a ModelProto (which may change) imported from its bytes
-        later = ((lambda: import_from(_same_bytes(path, data_digest))) if isinstance(path, (str, os.PathLike))
+        later = ((lambda: import_from(_same_bytes(path, data_sha256))) if isinstance(path, (str, os.PathLike))
                  else functools.partial(import_from, data))
         return cls._import_known(now, later, digest)
 
@@ -387,7 +381,7 @@ class Artifact:
 
     spec: ModelSpec
     modules: dict[str, bytes]  # variant name -> wasm bytes
-    weights: bytes | np.ndarray  # an array: read from a build-cache entry (``buildcache.BuildCache.get``)
+    weights: bytes
 
     def files(self) -> dict[str, bytes]:
         """File name -> bytes, as in a model directory (``runtime_wasm.loader.load_model_dir``)."""
@@ -395,54 +389,47 @@ class Artifact:
                 **{v.file: self.modules[v.name] for v in self.spec.variants}}
 
 
-def _artifact_from_files(files: Mapping[str, Buffer] | None) -> Artifact | None:
+def _artifact_from_files(files: Mapping[str, bytes] | None) -> Artifact | None:
     """None when absent, or when verified files do not make a model (a spec this version cannot read)."""
     if files is None:
         return None
     try:
-        spec = ModelSpec.from_json(bytes(files[SPEC_FILE]))
-        return Artifact(spec, {v.name: bytes(files[v.file]) for v in spec.variants},
-                        np.frombuffer(files[WEIGHTS_FILE], np.uint8))
+        spec = ModelSpec.from_json(files[SPEC_FILE])
+        return Artifact(spec, {v.name: files[v.file] for v in spec.variants}, files[WEIGHTS_FILE])
     except (KeyError, RuntimeWasmError):
         return None
 
 
-def _model_bytes(model: Any, tflite: bool = False) -> tuple[bytes | Buffer, str] | tuple[None, None]:
-    """The serialized model and its tree sha256 (``runtime_wasm.digest``), or Nones when the bytes may not
-    hold all of it: ONNX tensors in external files name them under the key ``location``, so a model without
-    that string has none (a chance match inside weights only turns caching off); a TFLite file is always
-    whole. A file is read into huge pages with its chunks hashing on every core behind the reads, and the
-    search (which holds the GIL) runs while the last ones hash: 0.13 s for the encoder's 180 MB (was 0.20:
-    a plain read 0.09, then the flat sha256 beside the search, each ~0.1)."""
-    search = not tflite
+def _model_bytes(model: Any, tflite: bool = False) -> tuple[bytes, str] | tuple[None, None]:
+    """The serialized model and its sha256, or Nones when the bytes may not hold all of it: ONNX tensors in
+    external files name them under the key ``location``, so a model without that string has none (a chance
+    match inside weights only turns caching off); a TFLite file is always whole. The search (which holds
+    the GIL) and the hash (which does not) run side by side: each is ~0.1 s for a 180 MB model."""
     if not isinstance(model, (str, os.PathLike, bytes, bytearray)):
         import onnx  # only here: a path or bytes is hashed without it (importing onnx costs ~0.1 s)
 
         if isinstance(model, onnx.ModelProto):
             if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
                 return None, None
-            model, search = model.SerializeToString(deterministic=True), False
-    data: bytes | Buffer
-    if isinstance(model, (bytes, bytearray)):
-        data = bytes(model)
-        tree = TreeDigest("", TREE_CHUNK, len(data), available_cores())
-        tree.feed(np.frombuffer(data, np.uint8))
-    else:
-        try:
-            data, tree = read_hashing(model, available_cores())
-        except SpecError as exc:  # the file shrank while it was read
-            raise ModelFormatError(str(exc)) from exc
-    with tree:
-        external = search and data.find(b"location") >= 0
-        root = tree.hexdigest()
-    return (None, None) if external else (data, root)
+            data = model.SerializeToString(deterministic=True)
+            return data, hashlib.sha256(data).hexdigest()
+    data = bytes(model) if isinstance(model, (bytes, bytearray)) else Path(os.fspath(model)).read_bytes()
+    sha = hashlib.sha256()
+    # not runtime_wasm's _Sha256Behind: its thread parks on a queue, and the search below holds the GIL, so
+    # the hash would wait for it (measured: 0.32 vs 0.21 s for 180 MB); a thread started inside the update
+    # is already hashing (GIL released) when start() returns
+    hashing = threading.Thread(target=sha.update, args=(data,), name="cuvil-model-sha256")
+    hashing.start()
+    external = not tflite and b"location" in data
+    hashing.join()
+    return (None, None) if external else (data, sha.hexdigest())
 
 
 #: the one file of a build-cache import record: what ``optimize`` asks of a graph not yet imported
 IMPORT_RECORD = "import.json"
 
 
-def _import_record(files: Mapping[str, Buffer] | None) -> bool | None:
+def _import_record(files: Mapping[str, bytes] | None) -> bool | None:
     """Whether the recorded import has states; None: no record, or one that does not parse."""
     try:
         stateful = json.loads(files[IMPORT_RECORD])["stateful"] if files is not None else None
@@ -451,10 +438,10 @@ def _import_record(files: Mapping[str, Buffer] | None) -> bool | None:
     return stateful if isinstance(stateful, bool) else None
 
 
-def _same_bytes(path: str | os.PathLike[str], digest: str) -> bytes:
+def _same_bytes(path: str | os.PathLike[str], sha256: str) -> bytes:
     """The file's bytes, which must still be those ``load`` hashed (its builds are keyed by them)."""
     data = Path(os.fspath(path)).read_bytes()
-    if weights_tree_sha256(data, TREE_CHUNK, available_cores()) != digest:
+    if hashlib.sha256(data).hexdigest() != sha256:
         raise ModelFormatError(f"{path} changed since CuvilModel.load read it: load it again")
     return data
 

@@ -1,4 +1,4 @@
-"""Digests of a model's weights (and of large files on the host), computed while they are read in.
+"""Digests of a model's weights, computed while they are read into linear memory.
 
 Every spec carries the flat ``weights_sha256``: one sequential pass, ~1.4 GB/s on one core, which was the
 floor of a large model's load (180 MB encoder: ~0.13 s of 0.16). Specs built since also carry a tree hash,
@@ -11,18 +11,15 @@ the flat hash; runtimes that predate the tree ignore it and check the flat hash.
 from __future__ import annotations
 
 import hashlib
-import os
 import queue
 import struct
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 
 from .errors import SpecError
-from .pages import Buffer, fresh_buffer
 
 #: what the root hashes first: a root can never be mistaken for the digest of any other structure
 TREE_TAG = b"cuvil-weights-tree/1\0"
@@ -97,11 +94,6 @@ class TreeDigest:
     def update(self, chunk: np.ndarray) -> None:
         self._digests.append(self._pool.submit(_sha256, chunk))
 
-    def feed(self, data: np.ndarray) -> None:
-        """All of ``data`` (flat uint8), cut into chunks."""
-        for start in range(0, data.nbytes, self.step):
-            self.update(data[start:start + self.step])
-
     def hexdigest(self) -> str:
         digests = [f.result() for f in self._digests]
         self.close()
@@ -130,35 +122,6 @@ def weights_tree_sha256(weights: bytes | np.ndarray, chunk: int = TREE_CHUNK, th
     view = np.frombuffer(weights, np.uint8) if not isinstance(weights, np.ndarray) else weights.view(np.uint8)
     view = view.reshape(-1)
     with TreeDigest("", chunk, view.nbytes, threads) as tree:
-        tree.feed(view)
+        for start in range(0, view.nbytes, chunk):
+            tree.update(view[start:start + chunk])
         return tree.hexdigest()
-
-
-def read_hashing(path: str | os.PathLike[str], threads: int = 1,
-                 chunk: int = TREE_CHUNK) -> tuple[Buffer, TreeDigest]:
-    """A file's bytes in fresh memory (``pages.fresh_buffer``: one page fault per 2 MiB) and its tree
-    digest, whose chunks went to the pool as they were read: work on the bytes (GIL-holding work included)
-    while the last ones hash, then ask ``hexdigest()``, and close the tree (also on error)."""
-    with open(path, "rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
-        buf = fresh_buffer(size)
-        view = np.frombuffer(buf, np.uint8, size)
-        tree = TreeDigest("", chunk, size, threads)
-        try:
-            for start in range(0, size, chunk):
-                read_exactly(f, view[start:start + chunk])
-                tree.update(view[start:start + chunk])
-        except BaseException:
-            tree.close()
-            raise
-        return buf, tree
-
-
-def read_exactly(f: Any, buf: np.ndarray) -> None:
-    """Fill ``buf`` from a raw file (whose reads may return less than asked)."""
-    got = 0
-    while got < buf.nbytes:
-        n = f.readinto(buf[got:])
-        if not n:
-            raise SpecError(f"{f.name} shrank while it was being read")
-        got += n

@@ -14,9 +14,8 @@ import numpy as np
 import wasmtime
 from wasmtime import _ffi as ffi  # private: the unchecked call path (wasmtime is pinned for this)
 
-from .digest import FlatDigest, TreeDigest, read_exactly
+from .digest import FlatDigest, TreeDigest
 from .errors import InferenceInputError, InferenceTrap, ModuleLoadError, SpecError
-from .pages import advise_huge_pages
 from .spec import (
     EXPORT_ARENA,
     EXPORT_MEMORY,
@@ -240,13 +239,12 @@ class WasmModel:
         spec = self.spec
         size = spec.weights_size
         dst = self._view(base, np.dtype(np.uint8), (size,)) if size else np.empty(0, np.uint8)
-        advise_huge_pages(dst)
         with contextlib.ExitStack() as stack:
             if isinstance(weights, (str, os.PathLike)):
                 f = stack.enter_context(open(weights, "rb", buffering=0))
                 if (n := os.fstat(f.fileno()).st_size) != size:
                     raise SpecError(f"weights file is {n} bytes, spec says {size}")
-                fill = lambda chunk, _start: read_exactly(f, chunk)  # noqa: E731
+                fill = lambda chunk, _start: _read_exactly(f, chunk)  # noqa: E731
             else:
                 w = np.frombuffer(weights, dtype=np.uint8) if not isinstance(weights, np.ndarray) else weights
                 if w.nbytes != size:
@@ -356,6 +354,15 @@ class WasmModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _read_exactly(f: Any, buf: np.ndarray) -> None:
+    got = 0
+    while got < buf.nbytes:  # a raw read may return less than asked
+        n = f.readinto(buf[got:])
+        if not n:
+            raise SpecError("weights file shrank while it was being read")
+        got += n
 
 
 def check_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:

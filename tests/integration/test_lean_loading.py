@@ -214,32 +214,6 @@ def test_instantiating_a_threaded_module_touches_none_of_its_weights(big, module
     assert grown < spec.weights_size / 10, f"instantiation faulted in {grown / 1e6:.0f} MB"
 
 
-def _huge_page_advised_bytes() -> int:
-    """Bytes of this process's mappings flagged ``hg`` (madvise MADV_HUGEPAGE) in /proc/self/smaps."""
-    total = size = 0
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            if line.startswith("Size:"):
-                size = int(line.split()[1]) * 1024
-            elif line.startswith("VmFlags:") and "hg" in line.split()[1:]:
-                total += size
-    return total
-
-
-@pytest.mark.skipif(not Path("/sys/kernel/mm/transparent_hugepage").is_dir(),
-                    reason="this kernel has no transparent huge pages")
-def test_the_weights_memory_is_advised_huge_pages_before_the_read(big, modules):
-    """Read into 4 KiB pages, the encoder's 180 MB of weights cost 44k page faults (0.09 s of a 0.13 s load;
-    0.03 s with huge pages). The advice is a flag on the mapping, set whether or not huge pages are free."""
-    huge = 2 << 20
-    size = read_model_dir(big)[0].weights_size
-    before = _huge_page_advised_bytes()
-    with load_model_dir(big, cache=modules) as m:
-        advised = _huge_page_advised_bytes() - before
-        assert m.spec.weights_size == size
-    assert advised >= (size // huge - 1) * huge, f"{advised} of {size} bytes advised"
-
-
 def test_peak_rss_holds_the_weights_once(big, tmp_path):
     """Loading ~100 MB of weights grows peak RSS by the weights (in linear memory) plus at most half their
     size for everything else (module, arena, chunk buffers; measured: a few MB). Read into bytes first, the

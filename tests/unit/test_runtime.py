@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import os
-
 import numpy as np
 import pytest
 import wasmtime
@@ -28,7 +25,6 @@ from runtime_wasm import (
     select_variant,
 )
 from runtime_wasm.loader import load_model_dir
-from runtime_wasm.pages import fresh_buffer, huge_page_span
 
 VARIANTS = (
     VariantSpec("f32-wasmsimd-x86", "simd128", "x86", "a.wasm"),
@@ -137,37 +133,6 @@ def test_threaded_module_reporting_no_room_for_its_weights_is_refused():
     room = wat.replace("(result i32) i32.const 0)\n", "(result i32) i32.const 512)\n", 1)
     with _instance(room.replace("(f32.load (i32.const 0))", "(f32.load (i32.const 512))")) as m:
         assert m.predict({"x": np.float32([1, 1, 1, 1])})["y"].tolist() == [2.5] * 4
-
-
-@pytest.mark.parametrize("address, size, span", [
-    (0, 4 << 20, (0, 4 << 20)),
-    (1, 4 << 20, (2 << 20, 2 << 20)),  # the partial pages at both ends are left alone
-    (1, 3 << 20, (2 << 20, 0)),
-    ((2 << 20) - 4096, (4 << 20) + 8192, (2 << 20, 4 << 20)),
-    (4096, 100, (2 << 20, 0)),
-])
-def test_huge_page_advice_covers_only_whole_huge_pages_inside(address, size, span):
-    assert huge_page_span(address, size) == span
-
-
-@pytest.mark.skipif(not os.path.isdir("/sys/kernel/mm/transparent_hugepage"),
-                    reason="this kernel has no transparent huge pages")
-def test_a_fresh_buffer_is_advised_huge_pages():
-    """``pages.fresh_buffer`` (what host files are read into): its mapping is private (a shared anonymous
-    one is shmem, without huge pages by default) and carries smaps' ``hg`` flag."""
-    assert isinstance(fresh_buffer(100), bytearray) and len(fresh_buffer(0)) == 0
-    with fresh_buffer(8 << 20) as buf:
-        start = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-        with open("/proc/self/smaps") as f:
-            lines = f.read().splitlines()
-        perms = flags = None
-        for i, line in enumerate(lines):
-            lo, _, hi = line.partition(" ")[0].partition("-")
-            if hi and all(c in "0123456789abcdef" for c in lo + hi) and int(lo, 16) <= start < int(hi, 16):
-                perms = line.split()[1]
-                flags = next(x for x in lines[i + 1:] if x.startswith("VmFlags:")).split()[1:]
-                break
-        assert perms == "rw-p" and flags is not None and "hg" in flags
 
 
 def test_memory_limit_refuses_oversized_module():

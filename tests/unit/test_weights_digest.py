@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from runtime_wasm import SpecError
-from runtime_wasm.digest import TREE_CHUNK_MIN, TREE_TAG, TreeDigest, read_hashing, weights_tree_sha256
+from runtime_wasm.digest import TREE_CHUNK_MIN, TREE_TAG, TreeDigest, weights_tree_sha256
 from runtime_wasm.spec import ModelSpec, TensorSpec
 
 CHUNK = TREE_CHUNK_MIN
@@ -58,17 +58,6 @@ def test_a_mismatch_is_refused_and_the_threads_end():
         with TreeDigest("0" * 64, CHUNK, view.nbytes, 4) as tree:
             tree.update(view[:CHUNK])
             raise RuntimeError("read failed")
-    assert not [t for t in threading.enumerate() if t.name.startswith("cuvil-weights-sha256")]
-
-
-@pytest.mark.parametrize("size", [0, 1, CHUNK, 3 * CHUNK + 123])
-def test_a_file_read_while_hashing_gives_its_bytes_and_their_root(tmp_path, size):
-    path = tmp_path / "w.bin"
-    path.write_bytes(DATA[:size])
-    buf, tree = read_hashing(path, 3, CHUNK)
-    with tree:
-        assert buf[:size] == DATA[:size]
-        assert tree.hexdigest() == by_hand(DATA[:size], CHUNK)
     assert not [t for t in threading.enumerate() if t.name.startswith("cuvil-weights-sha256")]
 
 
