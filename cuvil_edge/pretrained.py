@@ -42,7 +42,7 @@ _ARCHITECTURE_TASKS = (("ForAudioClassification", "audio-classification"),
                        ("ForImageClassification", "image-classification"))
 #: Pillow's resampling enum, as preprocessor configs store it
 _RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 #: files a hub snapshot needs here (not the PyTorch/TF weights)
 _HUB_PATTERNS = ["*.json", "*.onnx", "onnx/*", "*.tflite", "*.txt", "*.model"]
 DEFAULT_SEQUENCE = 128
@@ -70,7 +70,7 @@ def resolve(path_or_id: str | os.PathLike[str], revision: str | None = None) -> 
         raise MissingPretrainedFile(f"{path} is a file: from_pretrained takes a model directory or a hub id "
                                     "(an .onnx file loads with CuvilModel.load)")
     repo_id = os.fspath(path_or_id)
-    if not _HUB_ID.match(repo_id):  # a missing path, as for any model file
+    if not _HUB_ID.fullmatch(repo_id):  # a missing path, as for any model file
         raise FileNotFoundError(errno.ENOENT, "no such model directory (and not a hub id)", repo_id)
     try:
         from huggingface_hub import constants, snapshot_download

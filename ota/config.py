@@ -37,13 +37,13 @@ def default_hardware_id() -> str:
 
 
 #: a fleet, device, model or topic prefix name: one MQTT topic level (no '/', '+', '#')
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def check_name(value: str, what: str) -> str:
     """Fleet, device, model and prefix names are single topic levels, so they cannot widen an ACL match
     (here, below the protocol, because a model line's config names its topic)."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise BadName(f"{what} {value!r} must be 1-64 of [A-Za-z0-9._-] (one MQTT topic level)")
     return value
 

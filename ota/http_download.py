@@ -33,7 +33,7 @@ from .protocol import URL_SCHEMES
 
 REDIRECTS = (301, 302, 303, 307, 308)
 USER_AGENT = "cuvil-agent"
-_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
+_CONTENT_RANGE = re.compile(r"bytes ([0-9]+)-([0-9]+)/([0-9]+)")
 
 
 def check_headers(status: int, content_range: str | None, content_length: str | None, offset: int,
@@ -42,7 +42,7 @@ def check_headers(status: int, content_range: str | None, content_length: str | 
     leading body bytes to skip (``offset`` when the server ignored Range and sent it all, else 0).
     ``LengthMismatch`` when the headers contradict the signed length. Pure: no I/O."""
     if status == 206:
-        m = _CONTENT_RANGE.match(content_range or "")
+        m = _CONTENT_RANGE.fullmatch(content_range or "")
         if m is None:
             raise LengthMismatch(f"206 response with Content-Range {content_range!r}, not "
                                  "bytes START-END/TOTAL")

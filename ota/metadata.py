@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from runtime_wasm.loader import WEIGHTS_FILE
+from runtime_wasm.spec import is_sha256_hex
 
 from .crypto import key_id
 from .errors import FormatError
@@ -21,9 +22,8 @@ MANIFEST_TYPE = "cuvil-bundle"
 MANIFEST_FORMAT = 1
 #: names the installer writes itself into a slot; a payload may not take them
 RESERVED_NAMES = frozenset({"model.json", "bundle.json"})
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.+-]+)?$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_SEMVER = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+(?:[-+][0-9A-Za-z.+-]+)?")
 
 
 def _get(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
@@ -141,7 +141,7 @@ class Manifest:
         if d.get("type") != MANIFEST_TYPE or d.get("format") != MANIFEST_FORMAT:
             raise FormatError(f"{what}: want type {MANIFEST_TYPE!r} format {MANIFEST_FORMAT}")
         version = _get(d, "version", str, what)
-        if not _SEMVER.match(version):
+        if not _SEMVER.fullmatch(version):
             raise FormatError(f"{what}: version {version!r} is not a semantic version")
         targets = _get(d, "targets", dict, what)
         hardware_ids = _strings(targets, "hardware_ids", what)
@@ -187,9 +187,9 @@ def _file_entry(d: Any, what: str) -> FileEntry:
     if not isinstance(d, Mapping):
         raise FormatError(f"{what}: a files entry is not an object")
     name, digest = _get(d, "name", str, what), _get(d, "sha256", str, what)
-    if not _SAFE_NAME.match(name) or name in RESERVED_NAMES:
+    if not _SAFE_NAME.fullmatch(name) or name in RESERVED_NAMES:
         raise FormatError(f"{what}: payload name {name!r} is not a plain, unreserved file name")
-    if not _SHA256.match(digest):
+    if not is_sha256_hex(digest):
         raise FormatError(f"{what}: payload {name!r} has a malformed sha256")
     return FileEntry(name, _count(d, "length", what), digest)
 

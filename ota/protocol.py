@@ -18,6 +18,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
+from runtime_wasm.spec import is_sha256_hex
+
 from .config import TransferLimits, check_name
 from .crypto import parse_json
 from .errors import ExpiredMetadata, FormatError, LengthMismatch, UnauthorizedMessage
@@ -38,8 +40,7 @@ TELEMETRY_EVENTS = ("summary", "install_started", "install_finished", "install_f
                     "update_state", "serving_error", "deadline_kill", "worker_restart", "thermal")
 MAX_TELEMETRY_BYTES = 256 << 10  # one record, as published; receivers refuse larger ones
 BUCKETS = 1 << 32  # a device's rollout bucket is in [0, BUCKETS)
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_NONCE = re.compile(r"^[0-9a-f]{16,64}$")
+_NONCE = re.compile(r"[0-9a-f]{16,64}")
 URL_SCHEMES = ("http", "https")
 MAX_URL_CHARS = 2048
 
@@ -94,7 +95,7 @@ class Topics:
         if not topic.startswith(head):
             return None
         sha, _, index = topic[len(head):].partition("/")
-        return (sha, int(index)) if _SHA256.match(sha) and index.isdigit() else None
+        return (sha, int(index)) if is_sha256_hex(sha) and index.isascii() and index.isdigit() else None
 
     def command(self, device: str) -> str:
         return f"{self.base}/cmd/{check_name(device, 'device id')}"
@@ -201,7 +202,7 @@ class Announcement:
         if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in ints) \
                 or a.chunk_bytes == 0 or not isinstance(a.halted, bool):
             raise FormatError(f"{what}: counters, lengths and chunk size must be non-negative integers")
-        if not (_SHA256.match(str(a.bundle_sha256)) and all(_SHA256.match(str(c)) for c in a.chunks)):
+        if not (is_sha256_hex(a.bundle_sha256) and all(is_sha256_hex(c) for c in a.chunks)):
             raise FormatError(f"{what}: malformed sha256")
         if len(a.chunks) != max(1, math.ceil(a.bundle_length / a.chunk_bytes)):
             raise FormatError(f"{what}: {len(a.chunks)} chunk hashes for {a.bundle_length} bytes in "
@@ -236,7 +237,7 @@ class Command:
             c = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
         except TypeError as exc:
             raise FormatError(f"{what}: {exc}") from None
-        if c.action not in ACTIONS or not _NONCE.match(str(c.nonce)):
+        if c.action not in ACTIONS or not _NONCE.fullmatch(str(c.nonce)):
             raise FormatError(f"{what}: unknown action {c.action!r} or malformed nonce")
         if c.model != "":
             try:

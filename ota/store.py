@@ -35,13 +35,13 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
 
 
 #: what ``atomic_file``'s temp files look like: ``.<name>.`` + mkstemp's 8 random characters
-_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}$")
+_TEMP = re.compile(r"\..+\.[a-z0-9_]{8}")
 
 
 def remove_temp_files(directory: str | os.PathLike[str]) -> None:
     """Drop temp files a crash left inside ``atomic_file`` (only at start, when nothing writes them)."""
     for p in Path(directory).iterdir():
-        if _TEMP.match(p.name) and p.is_file():
+        if _TEMP.fullmatch(p.name) and p.is_file():
             p.unlink(missing_ok=True)
 
 

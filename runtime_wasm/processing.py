@@ -48,7 +48,7 @@ AUDIO_LOGS = ("ln", "log10", "whisper")
 MEL_FLOOR = 1e-10
 #: Kaldi's floor before the log of its filter-bank energies: float32's epsilon
 KALDI_FLOOR = float(np.finfo(np.float32).eps)
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 #: name -> (shape, dtype) of each model input, as in the model's spec
 InputShapes = Mapping[str, tuple[Sequence[int], str]]
@@ -114,7 +114,7 @@ def _field(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: 
 
 def _file_name(name: Any, what: str) -> str:
     """A plain file name inside the model directory: never a path that leaves it."""
-    if not isinstance(name, str) or not _SAFE_NAME.match(name) or name == PROCESSING_FILE:
+    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name) or name == PROCESSING_FILE:
         raise ProcessingError(f"{what}: {name!r} is not a plain file name")
     return name
 

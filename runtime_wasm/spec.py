@@ -44,7 +44,9 @@ def node_export(index: int) -> str:
     return f"cuvil_node_{index}"
 
 
-def _is_sha256_hex(text: object) -> bool:
+def is_sha256_hex(text: object) -> bool:
+    """A sha256 as every format here writes it: 64 lowercase hex digits and nothing else (``fullmatch``:
+    a ``^...$`` pattern also takes a trailing newline)."""
     return isinstance(text, str) and re.fullmatch(r"[0-9a-f]{64}", text) is not None
 
 
@@ -213,7 +215,7 @@ class ModelSpec:
         if not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
             raise SpecError(f"threads must be 1..{MAX_THREADS}, got {self.threads!r}")
         if self.weights_tree_sha256 or self.weights_tree_chunk:
-            if not _is_sha256_hex(self.weights_tree_sha256):
+            if not is_sha256_hex(self.weights_tree_sha256):
                 raise SpecError(f"weights_tree_sha256 is not a sha256 digest: {self.weights_tree_sha256!r}")
             check_tree_chunk(self.weights_tree_chunk)
         for t in (*self.inputs, *self.outputs, *self.states):

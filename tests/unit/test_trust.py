@@ -200,11 +200,22 @@ def test_unknown_fields_survive_a_round_trip():
     assert Root.from_dict(root).to_dict() == root
 
 
-@pytest.mark.parametrize("field, value", [("release", 0), ("version", "one"), ("expires", "2026-01-01"),
+@pytest.mark.parametrize("field, value", [("release", 0), ("version", "one"), ("version", "1.0.1\n"),
+                                          ("expires", "2026-01-01"),
                                           ("files", [{"name": "../x", "length": 1, "sha256": "0" * 64}])])
 def test_malformed_manifest_is_a_format_error(ring, field, value):
     with pytest.raises(FormatError):
         ring["state"].verify_release(sign_envelope(manifest_doc(**{field: value}), ring["release"]), NOW, HW)
+
+
+@pytest.mark.parametrize("name, sha256, error", [("m.wasm\n", "0" * 64, "plain, unreserved"),
+                                                  ("m.wasm", "0" * 64 + "\n", "malformed sha256")])
+def test_a_files_entry_is_exactly_a_name_and_a_digest(name, sha256, error):
+    """A trailing newline passed the ``^...$`` patterns (``re.match`` lets ``$`` match before one)."""
+    doc = manifest_doc()
+    doc["files"][0] = {**doc["files"][0], "name": name, "sha256": sha256}
+    with pytest.raises(FormatError, match=error):
+        Manifest.from_dict(doc)
 
 
 MODULE_SHA = hashlib.sha256(b"\0asm-module").hexdigest()
