@@ -282,6 +282,32 @@ def test_a_file_changed_after_load_is_refused_when_its_import_runs(cache, import
         model.optimize(targets=[host_target()], build_cache=cache)
 
 
+def test_a_model_with_external_data_is_never_cached(cache, imports, tmp_path):
+    """Its tensors live in files the key's hash does not cover (``b"location"`` in the bytes): every load
+    imports (onnx reads those files), no build or import record is kept, and a changed tensor file is what
+    the next build runs."""
+    path = tmp_path / "ext.onnx"
+
+    def save(seed: int, name: str) -> None:  # every tensor into tmp_path/w.bin (onnx appends: start anew)
+        (tmp_path / "w.bin").unlink(missing_ok=True)
+        onnx.save_model(tiny(seed), tmp_path / name, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location="w.bin", size_threshold=0)
+
+    def records() -> list[str]:  # load()'s import records (the ``imports`` fixture's default cache)
+        return sorted(p.name for p in (tmp_path / "default-builds").glob("[!.]*"))
+
+    save(0, path.name)
+    first = CuvilModel.load(path).optimize(targets=[host_target()], build_cache=cache)
+    assert not records() and (not cache.directory.exists() or not entries(cache))
+    np.testing.assert_array_equal(first.predict({"x": X})["y"], build(None).predict({"x": X})["y"])
+    save(1, "other.onnx")  # same shapes: ext.onnx's bytes are unchanged, its weights are not
+    assert len(imports) == 2
+    before = records()  # the reference build's import record
+    second = CuvilModel.load(path).optimize(targets=[host_target()], build_cache=cache)
+    assert not second.build_cache_hit and len(imports) == 3 and records() == before
+    np.testing.assert_array_equal(second.predict({"x": X})["y"], build(None, tiny(1)).predict({"x": X})["y"])
+
+
 def test_a_corrupt_import_record_means_importing_at_load(imports, tmp_path):
     CuvilModel.load(tiny())
     (record,) = (p for p in (tmp_path / "default-builds").iterdir() if not p.name.startswith("."))
