@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -32,10 +33,16 @@ import numpy as np
 
 from runtime_wasm.digest import TREE_CHUNK, weights_tree_sha256
 from runtime_wasm.instance import available_cores
+from runtime_wasm.spec import is_sha256_hex
 
 from .errors import CuvilError, QuantizationError
 
 MANIFEST = "manifest.json"
+#: the one file of a file-state record: the sha256 a file of that state was read to have
+STAT_RECORD = "stat.json"
+#: a file written this recently is hashed, never looked up by its state: another write in the same
+#: timestamp tick would leave its state unchanged (git's "racily clean" case)
+SETTLED_NS = 2_000_000_000
 _FORMAT = 2  # 2: tree digests (entries of format 1 read as corrupt: rebuilt once)
 _STALE_TEMP_S = 3600.0  # a temp/trash directory this old was left by a crashed writer
 _SOURCE_SUFFIXES = (".py", ".c", ".h", ".in")
@@ -107,6 +114,21 @@ def build_key(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def file_state(path: str | os.PathLike[str]) -> str | None:
+    """What tells a file's bytes apart without reading them: device, inode, size, and mtime and ctime in
+    ns. A write moves ctime, which user space cannot set back (``os.utime`` sets it to now), so a file
+    rewritten to its old size and mtime is in another state (on a filesystem without a real ctime, size and
+    mtime decide, as they do for Python's .pyc files). None for what is not a regular file settled for
+    ``SETTLED_NS``: a record is only ever made, and so only ever found, for a settled state."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < SETTLED_NS:
+        return None
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
 def data_digest(source: Any) -> tuple[str | None, Any]:
     """(sha256, source to use instead) of calibration data: a file, a directory of .npy/.npz (names and
     bytes), or an iterable of samples, which is materialized into a list (a generator hashed here would be
@@ -175,6 +197,19 @@ class BuildCache:
         except OSError:
             pass
         return files
+
+    def recorded_sha256(self, state: str | None) -> str | None:
+        """The sha256 recorded for a file in this state (``file_state``), if any."""
+        files = self.get(build_key({"file": state})) if state is not None and self.config.enabled else None
+        try:
+            sha = json.loads(files[STAT_RECORD])["sha256"] if files is not None else None
+        except (KeyError, ValueError, TypeError):
+            return None
+        return sha if is_sha256_hex(sha) else None
+
+    def record_sha256(self, state: str | None, sha256: str) -> None:
+        if state is not None and self.config.enabled:
+            self.put(build_key({"file": state}), {STAT_RECORD: json.dumps({"sha256": sha256}).encode()})
 
     def put(self, key: str, files: Mapping[str, bytes]) -> None:
         """Store an entry (an entry larger than ``max_bytes`` on its own is not stored: it would evict

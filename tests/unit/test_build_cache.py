@@ -10,15 +10,24 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import cuvil_edge.buildcache
 import cuvil_edge.model
 from cuvil_edge import ALL_TARGETS, CuvilModel
-from cuvil_edge.buildcache import MANIFEST, BuildCache, BuildCacheConfig, BuildCacheError, data_digest
+from cuvil_edge.buildcache import (
+    MANIFEST,
+    STAT_RECORD,
+    BuildCache,
+    BuildCacheConfig,
+    BuildCacheError,
+    data_digest,
+)
 from cuvil_edge.errors import ModelFormatError, QuantizationError
 from cuvil_edge.host import host_target
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE
@@ -51,14 +60,19 @@ def cache(tmp_path: Path) -> BuildCache:
 @pytest.fixture
 def compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """One entry per ``compile_graph`` call made by ``optimize``."""
+    return counted(monkeypatch, cuvil_edge.model, "compile_graph")
+
+
+def counted(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
+    """``module.name`` still runs, and each call appends to the list returned."""
     calls: list[int] = []
-    real = cuvil_edge.model.compile_graph
+    real = getattr(module, name)
 
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(cuvil_edge.model, "compile_graph", counting)
+    monkeypatch.setattr(module, name, counting)
     return calls
 
 
@@ -243,15 +257,7 @@ def imports(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
     import cuvil_edge.frontend.onnx as frontend
 
     monkeypatch.setenv("CUVIL_BUILD_CACHE_DIR", str(tmp_path / "default-builds"))
-    calls: list[int] = []
-    real = frontend.import_onnx
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(frontend, "import_onnx", counting)
-    return calls
+    return counted(monkeypatch, frontend, "import_onnx")
 
 
 def test_a_model_imported_before_is_imported_only_when_its_graph_is_needed(cache, imports, tmp_path):
@@ -306,6 +312,43 @@ def test_a_model_with_external_data_is_never_cached(cache, imports, tmp_path):
     second = CuvilModel.load(path).optimize(targets=[host_target()], build_cache=cache)
     assert not second.build_cache_hit and len(imports) == 3 and records() == before
     np.testing.assert_array_equal(second.predict({"x": X})["y"], build(None, tiny(1)).predict({"x": X})["y"])
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per model read and hashed by ``load`` (not counting the deferred import's re-read)."""
+    return counted(monkeypatch, cuvil_edge.model, "_model_bytes")
+
+
+def test_a_settled_file_loads_again_by_its_state_without_being_read(imports, reads, tmp_path, monkeypatch):
+    monkeypatch.setattr(cuvil_edge.buildcache, "SETTLED_NS", 0)  # the file counts as settled at once
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny(), path)
+    CuvilModel.load(path)
+    second = CuvilModel.load(path)
+    assert (len(reads), len(imports)) == (1, 1), "the second load read or imported the file"
+    np.testing.assert_array_equal(second.optimize(targets=[host_target()]).predict({"x": X})["y"],
+                                  build(None).predict({"x": X})["y"])
+    # same size and mtime, other bytes: ctime moved, so the state differs and the file is read again
+    before = path.stat()
+    onnx.save(tiny(seed=1), path)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
+    read_before = len(reads)
+    third = CuvilModel.load(path)
+    assert len(reads) == read_before + 1
+    want = build(None, tiny(seed=1)).predict({"x": X})["y"]
+    np.testing.assert_array_equal(third.predict({"x": X})["y"], want)
+
+
+def test_a_file_that_has_not_settled_is_read_at_every_load(imports, reads, tmp_path, monkeypatch):
+    """A write in the same timestamp tick as a record would leave the state unchanged: no record for it."""
+    monkeypatch.setattr(cuvil_edge.buildcache, "SETTLED_NS", 10**18)
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny(), path)
+    CuvilModel.load(path)
+    CuvilModel.load(path)
+    assert len(reads) == 2 and not list((tmp_path / "default-builds").glob(f"*/{STAT_RECORD}"))
 
 
 def test_a_corrupt_import_record_means_importing_at_load(imports, tmp_path):
