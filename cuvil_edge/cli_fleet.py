@@ -25,7 +25,7 @@ from .fleet_telemetry import TelemetryCollector, format_record
 
 def _broker(args: argparse.Namespace) -> BrokerSettings:
     host, _, port = args.broker.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not (port.isascii() and port.isdigit()):
         raise FleetError(f"--broker wants HOST:PORT, got {args.broker!r}")
     password = os.environ.get(args.password_env, "") if args.password_env else ""
     return BrokerSettings(host=host, port=int(port), username=args.username or "", password=password,

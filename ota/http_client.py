@@ -100,7 +100,7 @@ class InferenceClient:
             message, kind = body[:200].decode("utf-8", "replace"), ""
         retry = response.getheader("Retry-After")
         return InferenceRefused(message or f"HTTP {status}", status, kind or f"HTTP{status}",
-                                float(retry) if retry and retry.isdigit() else None)
+                                float(retry) if retry and retry.isascii() and retry.isdigit() else None)
 
     # -- the protocol's calls ---------------------------------------------------------------------
     def live(self) -> bool:

@@ -57,7 +57,8 @@ def check_headers(status: int, content_range: str | None, content_length: str | 
         body, skip = length, offset
     else:
         raise RuntimeError(f"check_headers wants a 200 or 206 response, got {status}")
-    if content_length is not None and (not content_length.isdigit() or int(content_length) != body):
+    if content_length is not None and (not (content_length.isascii() and content_length.isdigit())
+                                       or int(content_length) != body):
         raise LengthMismatch(f"Content-Length {content_length} for a {body}-byte body of a {length}-byte "
                              "signed bundle (a server lying about the length, or endless data)")
     return skip

@@ -70,6 +70,7 @@ def test_headers_that_agree_with_the_signed_length(status, content_range, conten
     (206, "bytes 40-79/100", "40", 40, "were asked for"),
     (206, None, "60", 40, "Content-Range"),
     (206, "bytes 40-99/100", "-1", 40, "lying about the length"),
+    (200, None, "\u00b2", 0, "lying about the length"),  # isdigit() but not int(): was a ValueError
 ])
 def test_headers_that_contradict_the_signed_length(status, content_range, content_length, offset, attack):
     with pytest.raises(LengthMismatch, match=attack):
