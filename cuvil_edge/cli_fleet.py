@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from ota.config import BrokerSettings
+from ota.config import BrokerSettings, parse_decimal
 from ota.protocol import TelemetryRecord
 
 from .cli_args import add_key_args, bounded
@@ -24,11 +24,11 @@ from .fleet_telemetry import TelemetryCollector, format_record
 
 
 def _broker(args: argparse.Namespace) -> BrokerSettings:
-    host, _, port = args.broker.rpartition(":")
-    if not host or not (port.isascii() and port.isdigit()):
+    host, _, port_text = args.broker.rpartition(":")
+    if not host or (port := parse_decimal(port_text)) is None:
         raise FleetError(f"--broker wants HOST:PORT, got {args.broker!r}")
     password = os.environ.get(args.password_env, "") if args.password_env else ""
-    return BrokerSettings(host=host, port=int(port), username=args.username or "", password=password,
+    return BrokerSettings(host=host, port=port, username=args.username or "", password=password,
                           tls_ca=args.tls_ca or "", tls_cert=args.tls_cert or "", tls_key=args.tls_key or "",
                           protocol=args.mqtt_version, topic_prefix=args.topic_prefix)
 

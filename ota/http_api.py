@@ -57,7 +57,7 @@ from runtime_wasm.errors import (
 )
 
 from . import oip, processed
-from .config import HttpSettings
+from .config import HttpSettings, parse_decimal
 from .errors import (
     BadInferenceRequest,
     InputOverLimit,
@@ -175,8 +175,8 @@ class _Connection:
             too_large = _error(431, "HeadersTooLarge", f"over {self.limits.max_header_bytes} bytes")
             return too_large, "", "other", True
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
-        declared = headers.get("content-length", "")
-        if declared.isascii() and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
+        declared = parse_decimal(headers.get("content-length"))
+        if declared is not None and declared > self.limits.max_body_bytes:
             return self._too_large(), "", "other", True
         if self.h11.client_is_waiting_for_100_continue:
             self._write(self.h11.send(h11.InformationalResponse(status_code=100, headers=[])))

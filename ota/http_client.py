@@ -24,6 +24,7 @@ from urllib.parse import quote, urlsplit
 import numpy as np
 
 from . import oip
+from .config import parse_decimal
 from .errors import BadInferenceRequest, InferenceRefused, ServerUnreachable
 
 
@@ -98,9 +99,9 @@ class InferenceClient:
             message, kind = str(doc.get("error", "")), str(doc.get("type", ""))
         except (ValueError, AttributeError):
             message, kind = body[:200].decode("utf-8", "replace"), ""
-        retry = response.getheader("Retry-After")
+        retry = parse_decimal(response.getheader("Retry-After"))
         return InferenceRefused(message or f"HTTP {status}", status, kind or f"HTTP{status}",
-                                float(retry) if retry and retry.isascii() and retry.isdigit() else None)
+                                None if retry is None else float(retry))
 
     # -- the protocol's calls ---------------------------------------------------------------------
     def live(self) -> bool:

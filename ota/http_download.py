@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from .chunks import ChunkTransfer
-from .config import HttpDownloadLimits
+from .config import HttpDownloadLimits, parse_decimal
 from .errors import HttpUnavailable, LengthMismatch, RedirectRefused, SlowRetrieval, TransferFailed
 from .protocol import URL_SCHEMES
 
@@ -57,8 +57,7 @@ def check_headers(status: int, content_range: str | None, content_length: str | 
         body, skip = length, offset
     else:
         raise RuntimeError(f"check_headers wants a 200 or 206 response, got {status}")
-    if content_length is not None and (not (content_length.isascii() and content_length.isdigit())
-                                       or int(content_length) != body):
+    if content_length is not None and parse_decimal(content_length) != body:
         raise LengthMismatch(f"Content-Length {content_length} for a {body}-byte body of a {length}-byte "
                              "signed bundle (a server lying about the length, or endless data)")
     return skip

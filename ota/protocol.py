@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from runtime_wasm.spec import is_sha256_hex
 
-from .config import TransferLimits, check_name
+from .config import TransferLimits, check_name, parse_decimal
 from .crypto import parse_json
 from .errors import ExpiredMetadata, FormatError, LengthMismatch, UnauthorizedMessage
 from .metadata import parse_envelope, parse_time
@@ -95,7 +95,7 @@ class Topics:
         if not topic.startswith(head):
             return None
         sha, _, index = topic[len(head):].partition("/")
-        return (sha, int(index)) if is_sha256_hex(sha) and index.isascii() and index.isdigit() else None
+        return (sha, n) if is_sha256_hex(sha) and (n := parse_decimal(index)) is not None else None
 
     def command(self, device: str) -> str:
         return f"{self.base}/cmd/{check_name(device, 'device id')}"
