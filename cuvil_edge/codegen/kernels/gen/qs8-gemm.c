@@ -417,82 +417,70 @@ KERNEL void qu8_pack_nchw_x4(int J, int K, const uint8_t* x, int ldk, uint8_t* x
 
 #define QBCAST(v, l) wasm_i32x4_shuffle((v), (v), (l), (l), (l), (l))
 
-/* Widened GEMM loops (SIMD128; 8-bit activations in every tier): R rows (R/4 weight vectors of an 8-row
- * panel, stride 32 bytes per 4 k) x NT tokens; 4x4 runs twice per panel (16 accumulators would spill),
- * 8x1 once (the GEMV reads each token group once). The broadcast token group, widened to i16, is the
- * same in both halves, so each weight half meets it in one i32x4.dot_i16x8_s with no shuffles: per
- * weight vector and token two accumulators of pair sums [r0 r0 r1 r1], [r2 r2 r3 r3], added pairwise at
- * the end (exact int32, so the totals equal the relaxed dot's). out[v * NT + t]: vector v, token t. */
+/* The 4x4 widened loop's pair sums of rows (0,1)/(2,3) and one token pair (t, t+1), straight (a: [r0t
+ * r0t r1t' r1t'], c: rows 2-3) and row-swapped (b: [r1t r1t r0t' r0t'], d), as each token's 4 row sums:
+ * out[0] = rows 0-3 of token t, out[1] of token t + 1. */
+INLINE void qs8_widen_tokens(v128_t a, v128_t b, v128_t c, v128_t d, v128_t* out) {
+  const v128_t p = wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 2, 4, 6), wasm_i32x4_shuffle(a, b, 1, 3, 5, 7));
+  const v128_t q = wasm_i32x4_add(wasm_i32x4_shuffle(c, d, 0, 2, 4, 6), wasm_i32x4_shuffle(c, d, 1, 3, 5, 7));
+  out[0] = wasm_i32x4_shuffle(p, q, 0, 2, 4, 6);  /* p = [r0t r1t' r1t r0t'], q = [r2t r3t' r3t r2t'] */
+  out[1] = wasm_i32x4_shuffle(p, q, 3, 1, 7, 5);
+}
+
+/* Widened GEMM loops (SIMD128; 8-bit activations in every tier): 4 rows (one weight vector of an 8-row
+ * panel, stride 32 bytes per 4 k) x 4 tokens, run twice per panel (16 accumulators would spill), and 8
+ * rows x 1 token (the GEMV reads each token group once). out[v * NT + t]: rows 4v..4v+3, token t. The
+ * loads widen: i16x8.load8x8_s takes a weight vector's row pairs (rows 0-1, rows 2-3: one pmovsxbw each),
+ * i16x8.load8x8_u two tokens' 4-byte groups. Each i32x4.dot_i16x8_s then multiplies a row pair by a token
+ * pair lane for lane into pair sums (k 0-1, k 2-3), added up over k; the sums are exact int32, so every
+ * order gives the relaxed dot's totals.
+ *  - 4x4: the row pairs also meet the token pairs with their rows swapped (one shuffle per row pair), so
+ *    rows (0,1) x tokens (0,1) give [r0t0 r0t0 r1t1 r1t1] and [r1t0 r1t0 r0t1 r0t1]: every row meets
+ *    every token with no per-token broadcast (22 vector instructions per 64 multiply-adds, 24 with one);
+ *    qs8_widen_tokens sorts the pair sums into tokens at the end.
+ *  - 8x1: the token's group is broadcast to both halves by one shuffle; its 8-byte load stays inside
+ *    the 16 bytes the group's step holds from there. */
 static __attribute__((noinline)) void qs8_loop_widen_4x4(int K4, const int8_t* w, const uint8_t* xp,
-                                                            v128_t* out) {
-  v128_t l00 = wasm_i32x4_const_splat(0), h00 = l00;
-  v128_t l01 = wasm_i32x4_const_splat(0), h01 = l01;
-  v128_t l02 = wasm_i32x4_const_splat(0), h02 = l02;
-  v128_t l03 = wasm_i32x4_const_splat(0), h03 = l03;
+                                                        v128_t* out) {
+  v128_t a0 = wasm_i32x4_const_splat(0), b0 = a0, c0 = a0, d0 = a0;
+  v128_t a1 = wasm_i32x4_const_splat(0), b1 = a1, c1 = a1, d1 = a1;
   const int8_t* wend = w + (size_t)8 * K4;
   for (; w < wend; w += 32, xp += 16) {
-    const v128_t xv = VLOAD(xp);
-    const v128_t q0 = VLOAD(w + 0);
-    const v128_t ql0 = wasm_i16x8_extend_low_i8x16(q0), qh0 = wasm_i16x8_extend_high_i8x16(q0);
+    const v128_t ql = wasm_i16x8_load8x8(w), qh = wasm_i16x8_load8x8(w + 8);
+    const v128_t qls = wasm_i32x4_shuffle(ql, ql, 2, 3, 0, 1), qhs = wasm_i32x4_shuffle(qh, qh, 2, 3, 0, 1);
     {
-      const v128_t b = wasm_u16x8_extend_low_u8x16(xv);
-      const v128_t s = wasm_i32x4_shuffle(b, b, 0, 1, 0, 1);
-      l00 = wasm_i32x4_add(l00, wasm_i32x4_dot_i16x8(ql0, s));
-      h00 = wasm_i32x4_add(h00, wasm_i32x4_dot_i16x8(qh0, s));
+      const v128_t x = wasm_u16x8_load8x8(xp + 0);
+      a0 = wasm_i32x4_add(a0, wasm_i32x4_dot_i16x8(ql, x));
+      b0 = wasm_i32x4_add(b0, wasm_i32x4_dot_i16x8(qls, x));
+      c0 = wasm_i32x4_add(c0, wasm_i32x4_dot_i16x8(qh, x));
+      d0 = wasm_i32x4_add(d0, wasm_i32x4_dot_i16x8(qhs, x));
     }
     {
-      const v128_t b = wasm_u16x8_extend_low_u8x16(xv);
-      const v128_t s = wasm_i32x4_shuffle(b, b, 2, 3, 2, 3);
-      l01 = wasm_i32x4_add(l01, wasm_i32x4_dot_i16x8(ql0, s));
-      h01 = wasm_i32x4_add(h01, wasm_i32x4_dot_i16x8(qh0, s));
-    }
-    {
-      const v128_t b = wasm_u16x8_extend_high_u8x16(xv);
-      const v128_t s = wasm_i32x4_shuffle(b, b, 0, 1, 0, 1);
-      l02 = wasm_i32x4_add(l02, wasm_i32x4_dot_i16x8(ql0, s));
-      h02 = wasm_i32x4_add(h02, wasm_i32x4_dot_i16x8(qh0, s));
-    }
-    {
-      const v128_t b = wasm_u16x8_extend_high_u8x16(xv);
-      const v128_t s = wasm_i32x4_shuffle(b, b, 2, 3, 2, 3);
-      l03 = wasm_i32x4_add(l03, wasm_i32x4_dot_i16x8(ql0, s));
-      h03 = wasm_i32x4_add(h03, wasm_i32x4_dot_i16x8(qh0, s));
+      const v128_t x = wasm_u16x8_load8x8(xp + 8);
+      a1 = wasm_i32x4_add(a1, wasm_i32x4_dot_i16x8(ql, x));
+      b1 = wasm_i32x4_add(b1, wasm_i32x4_dot_i16x8(qls, x));
+      c1 = wasm_i32x4_add(c1, wasm_i32x4_dot_i16x8(qh, x));
+      d1 = wasm_i32x4_add(d1, wasm_i32x4_dot_i16x8(qhs, x));
     }
   }
-  out[0] = wasm_i32x4_add(wasm_i32x4_shuffle(l00, h00, 0, 2, 4, 6),
-                                 wasm_i32x4_shuffle(l00, h00, 1, 3, 5, 7));
-  out[1] = wasm_i32x4_add(wasm_i32x4_shuffle(l01, h01, 0, 2, 4, 6),
-                                 wasm_i32x4_shuffle(l01, h01, 1, 3, 5, 7));
-  out[2] = wasm_i32x4_add(wasm_i32x4_shuffle(l02, h02, 0, 2, 4, 6),
-                                 wasm_i32x4_shuffle(l02, h02, 1, 3, 5, 7));
-  out[3] = wasm_i32x4_add(wasm_i32x4_shuffle(l03, h03, 0, 2, 4, 6),
-                                 wasm_i32x4_shuffle(l03, h03, 1, 3, 5, 7));
+  qs8_widen_tokens(a0, b0, c0, d0, out + 0);
+  qs8_widen_tokens(a1, b1, c1, d1, out + 2);
 }
 
 static __attribute__((noinline)) void qs8_loop_widen_8x1(int K4, const int8_t* w, const uint8_t* xp,
-                                                            v128_t* out) {
-  v128_t l00 = wasm_i32x4_const_splat(0), h00 = l00;
-  v128_t l10 = wasm_i32x4_const_splat(0), h10 = l10;
+                                                        v128_t* out) {
+  v128_t l0 = wasm_i32x4_const_splat(0), h0 = l0;
+  v128_t l1 = wasm_i32x4_const_splat(0), h1 = l1;
   const int8_t* wend = w + (size_t)8 * K4;
   for (; w < wend; w += 32, xp += 16) {
-    const v128_t xv = VLOAD(xp);
-    const v128_t q0 = VLOAD(w + 0);
-    const v128_t ql0 = wasm_i16x8_extend_low_i8x16(q0), qh0 = wasm_i16x8_extend_high_i8x16(q0);
-    const v128_t q1 = VLOAD(w + 16);
-    const v128_t ql1 = wasm_i16x8_extend_low_i8x16(q1), qh1 = wasm_i16x8_extend_high_i8x16(q1);
-    {
-      const v128_t b = wasm_u16x8_extend_low_u8x16(xv);
-      const v128_t s = wasm_i32x4_shuffle(b, b, 0, 1, 0, 1);
-      l00 = wasm_i32x4_add(l00, wasm_i32x4_dot_i16x8(ql0, s));
-      h00 = wasm_i32x4_add(h00, wasm_i32x4_dot_i16x8(qh0, s));
-      l10 = wasm_i32x4_add(l10, wasm_i32x4_dot_i16x8(ql1, s));
-      h10 = wasm_i32x4_add(h10, wasm_i32x4_dot_i16x8(qh1, s));
-    }
+    const v128_t x = wasm_u16x8_load8x8(xp), s = wasm_i32x4_shuffle(x, x, 0, 1, 0, 1);
+    l0 = wasm_i32x4_add(l0, wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(w + 0), s));
+    h0 = wasm_i32x4_add(h0, wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(w + 8), s));
+    l1 = wasm_i32x4_add(l1, wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(w + 16), s));
+    h1 = wasm_i32x4_add(h1, wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(w + 24), s));
   }
-  out[0] = wasm_i32x4_add(wasm_i32x4_shuffle(l00, h00, 0, 2, 4, 6),
-                                 wasm_i32x4_shuffle(l00, h00, 1, 3, 5, 7));
-  out[1] = wasm_i32x4_add(wasm_i32x4_shuffle(l10, h10, 0, 2, 4, 6),
-                                 wasm_i32x4_shuffle(l10, h10, 1, 3, 5, 7));
+  out[0] = wasm_i32x4_add(wasm_i32x4_shuffle(l0, h0, 0, 2, 4, 6), wasm_i32x4_shuffle(l0, h0, 1, 3, 5, 7));
+  out[1] = wasm_i32x4_add(wasm_i32x4_shuffle(l1, h1, 0, 2, 4, 6), wasm_i32x4_shuffle(l1, h1, 1, 3, 5, 7));
 }
 
 #if CUVIL_RELAXED
