@@ -59,12 +59,36 @@ static void qb4_unpack_panel(int nb, const uint8_t* w, const uint8_t* wz, int8_t
   }
 }
 
+#if !CUVIL_RELAXED
+/* SIMD128: 4 rows of an unpacked panel (w: the half's weight vector, ws its scales) x 4 tokens, per block
+ * qs8-gemm's widened 4x4 step (qs8_widen_step: row pairs meet token pairs, no broadcasts), the block's
+ * exact int32 sums then scaled into out[t] (rows 0-3 of the half, token t) as qb4_loop_8x4 does. */
+static __attribute__((noinline)) void qb4_loop_widen_4x4(int nb, const int8_t* w, const uint8_t* xp,
+                                                        const float* ws, v128_t* out) {
+  for (int t = 0; t < 4; t++) out[t] = wasm_f32x4_const_splat(0.0f);
+  for (int b = 0; b < nb; b++, ws += 8) {
+    v128_t acc[8], d[4];
+    for (int i = 0; i < 8; i++) acc[i] = wasm_i32x4_const_splat(0);
+#pragma clang loop unroll(disable)
+    for (int s = 0; s < 8; s++, w += 32, xp += 16) qs8_widen_step(w, xp, acc);
+    qs8_widen_tokens(acc, d);
+    for (int t = 0; t < 4; t++) out[t] = qb4_scale_add(out[t], d[t], ws);
+  }
+}
+#endif
+
 /* One unpacked 8-row panel x NT tokens of packed activations xp (qu8_pack_x4 layout): out[t] = rows
  * 0-3 of token t, out[NT + t] = rows 4-7, each the sum over blocks of f32(d) * ws. The f32 sums live in
  * out (memory): with them in registers 8x4 would need 16 accumulators plus operands (Cranelift has 16
- * vector registers), and they are touched once per block. noinline as qs8-gemm's loops. */
+ * vector registers), and they are touched once per block. noinline as qs8-gemm's loops. SIMD128's 8x4
+ * is qb4_loop_widen_4x4 on each half of the panel. */
 static __attribute__((noinline)) void qb4_loop_8x4(int nb, const int8_t* w, const uint8_t* xp,
                                                        const float* ws, v128_t* out) {
+#if !CUVIL_RELAXED
+  qb4_loop_widen_4x4(nb, w, xp, ws, out);
+  qb4_loop_widen_4x4(nb, w + 16, xp, ws + 4, out + 4);
+  return;
+#endif
   for (int t = 0; t < 8; t++) out[t] = wasm_f32x4_const_splat(0.0f);
   for (int b = 0; b < nb; b++, ws += 8) {
     v128_t a0 = wasm_i32x4_const_splat(0), c0 = a0;

@@ -417,14 +417,17 @@ KERNEL void qu8_pack_nchw_x4(int J, int K, const uint8_t* x, int ldk, uint8_t* x
 
 #define QBCAST(v, l) wasm_i32x4_shuffle((v), (v), (l), (l), (l), (l))
 
-/* The 4x4 widened loop's pair sums of rows (0,1)/(2,3) and one token pair (t, t+1), straight (a: [r0t
- * r0t r1t' r1t'], c: rows 2-3) and row-swapped (b: [r1t r1t r0t' r0t'], d), as each token's 4 row sums:
- * out[0] = rows 0-3 of token t, out[1] of token t + 1. */
-INLINE void qs8_widen_tokens(v128_t a, v128_t b, v128_t c, v128_t d, v128_t* out) {
-  const v128_t p = wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 2, 4, 6), wasm_i32x4_shuffle(a, b, 1, 3, 5, 7));
-  const v128_t q = wasm_i32x4_add(wasm_i32x4_shuffle(c, d, 0, 2, 4, 6), wasm_i32x4_shuffle(c, d, 1, 3, 5, 7));
-  out[0] = wasm_i32x4_shuffle(p, q, 0, 2, 4, 6);  /* p = [r0t r1t' r1t r0t'], q = [r2t r3t' r3t r2t'] */
-  out[1] = wasm_i32x4_shuffle(p, q, 3, 1, 7, 5);
+/* The 4x4 widened loop's pair sums (qs8_widen_step's acc: per token pair (t, t+1), rows 0-1 straight
+ * [r0t r0t r1t' r1t'] and row-swapped [r1t r1t r0t' r0t'], rows 2-3 likewise) as each token's 4 row
+ * sums: out[t] = rows 0-3 of token t. */
+INLINE void qs8_widen_tokens(const v128_t* acc, v128_t* out) {
+  for (int u = 0; u < 2; u++) {
+    const v128_t a = acc[4 * u], b = acc[4 * u + 1], c = acc[4 * u + 2], d = acc[4 * u + 3];
+    const v128_t p = wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 2, 4, 6), wasm_i32x4_shuffle(a, b, 1, 3, 5, 7));
+    const v128_t q = wasm_i32x4_add(wasm_i32x4_shuffle(c, d, 0, 2, 4, 6), wasm_i32x4_shuffle(c, d, 1, 3, 5, 7));
+    out[2 * u] = wasm_i32x4_shuffle(p, q, 0, 2, 4, 6);  /* p = [r0t r1t' r1t r0t'], q = [r2t r3t' r3t r2t'] */
+    out[2 * u + 1] = wasm_i32x4_shuffle(p, q, 3, 1, 7, 5);
+  }
 }
 
 /* Widened GEMM loops (SIMD128; 8-bit activations in every tier): 4 rows (one weight vector of an 8-row
@@ -440,31 +443,28 @@ INLINE void qs8_widen_tokens(v128_t a, v128_t b, v128_t c, v128_t d, v128_t* out
  *    qs8_widen_tokens sorts the pair sums into tokens at the end.
  *  - 8x1: the token's group is broadcast to both halves by one shuffle; its 8-byte load stays inside
  *    the 16 bytes the group's step holds from there. */
+/* One 4 k step of the 4x4 widened loop: weight vector w (rows 0-3), token groups xp (tokens 0-3), pair
+ * sums into acc[0..3] (tokens 0-1: straight rows 0-1, swapped 0-1, straight 2-3, swapped 2-3) and
+ * acc[4..7] (tokens 2-3). Inlined into loops that keep acc in registers. */
+INLINE void qs8_widen_step(const int8_t* w, const uint8_t* xp, v128_t* acc) {
+  const v128_t ql = wasm_i16x8_load8x8(w), qh = wasm_i16x8_load8x8(w + 8);
+  const v128_t qls = wasm_i32x4_shuffle(ql, ql, 2, 3, 0, 1), qhs = wasm_i32x4_shuffle(qh, qh, 2, 3, 0, 1);
+  for (int u = 0; u < 2; u++) {
+    const v128_t x = wasm_u16x8_load8x8(xp + 8 * u);
+    acc[4 * u] = wasm_i32x4_add(acc[4 * u], wasm_i32x4_dot_i16x8(ql, x));
+    acc[4 * u + 1] = wasm_i32x4_add(acc[4 * u + 1], wasm_i32x4_dot_i16x8(qls, x));
+    acc[4 * u + 2] = wasm_i32x4_add(acc[4 * u + 2], wasm_i32x4_dot_i16x8(qh, x));
+    acc[4 * u + 3] = wasm_i32x4_add(acc[4 * u + 3], wasm_i32x4_dot_i16x8(qhs, x));
+  }
+}
+
 static __attribute__((noinline)) void qs8_loop_widen_4x4(int K4, const int8_t* w, const uint8_t* xp,
                                                         v128_t* out) {
-  v128_t a0 = wasm_i32x4_const_splat(0), b0 = a0, c0 = a0, d0 = a0;
-  v128_t a1 = wasm_i32x4_const_splat(0), b1 = a1, c1 = a1, d1 = a1;
+  v128_t acc[8];
+  for (int i = 0; i < 8; i++) acc[i] = wasm_i32x4_const_splat(0);
   const int8_t* wend = w + (size_t)8 * K4;
-  for (; w < wend; w += 32, xp += 16) {
-    const v128_t ql = wasm_i16x8_load8x8(w), qh = wasm_i16x8_load8x8(w + 8);
-    const v128_t qls = wasm_i32x4_shuffle(ql, ql, 2, 3, 0, 1), qhs = wasm_i32x4_shuffle(qh, qh, 2, 3, 0, 1);
-    {
-      const v128_t x = wasm_u16x8_load8x8(xp + 0);
-      a0 = wasm_i32x4_add(a0, wasm_i32x4_dot_i16x8(ql, x));
-      b0 = wasm_i32x4_add(b0, wasm_i32x4_dot_i16x8(qls, x));
-      c0 = wasm_i32x4_add(c0, wasm_i32x4_dot_i16x8(qh, x));
-      d0 = wasm_i32x4_add(d0, wasm_i32x4_dot_i16x8(qhs, x));
-    }
-    {
-      const v128_t x = wasm_u16x8_load8x8(xp + 8);
-      a1 = wasm_i32x4_add(a1, wasm_i32x4_dot_i16x8(ql, x));
-      b1 = wasm_i32x4_add(b1, wasm_i32x4_dot_i16x8(qls, x));
-      c1 = wasm_i32x4_add(c1, wasm_i32x4_dot_i16x8(qh, x));
-      d1 = wasm_i32x4_add(d1, wasm_i32x4_dot_i16x8(qhs, x));
-    }
-  }
-  qs8_widen_tokens(a0, b0, c0, d0, out + 0);
-  qs8_widen_tokens(a1, b1, c1, d1, out + 2);
+  for (; w < wend; w += 32, xp += 16) qs8_widen_step(w, xp, acc);
+  qs8_widen_tokens(acc, out);
 }
 
 static __attribute__((noinline)) void qs8_loop_widen_8x1(int K4, const int8_t* w, const uint8_t* xp,
