@@ -140,13 +140,16 @@ static __attribute__((noinline)) void qb4_loop_8x1(int nb, const int8_t* w, cons
 }
 
 /* GEMV on the packed nibbles of one 8-row panel and one token x (K bytes; xsum its block sums):
- * out[0] = rows 0-3, out[1] = rows 4-7, as qb4_loop_8x1 gives from the unpacked panel. */
+ * out[0] = rows 0-3, out[1] = rows 4-7, as qb4_loop_8x1 gives from the unpacked panel. SIMD128 widens
+ * each 8 k of the token once (i16x8.load8x8_u; a 4 k group broadcast by one shuffle) and keeps pair sums
+ * through the block (qdot_pairs), made row sums once per block. */
 static __attribute__((noinline)) void qb4_loop_nib_8x1(int nb, const uint8_t* w, const float* ws,
                                                        const uint8_t* wz, const uint8_t* x,
                                                        const int32_t* xsum, v128_t* out) {
   const v128_t mask = wasm_i8x16_splat(0x0F), zero = wasm_i32x4_const_splat(0);
   v128_t f0 = wasm_f32x4_const_splat(0.0f), f1 = f0;
   for (int b = 0; b < nb; b++, w += 128, x += 32, ws += 8, wz += 8) {
+#if CUVIL_RELAXED
     v128_t a = zero, c = zero;
 #pragma clang loop unroll(disable)
     for (int h = 0; h < 32; h += 16) {
@@ -172,6 +175,24 @@ static __attribute__((noinline)) void qb4_loop_nib_8x1(int nb, const uint8_t* w,
         c = QB4_DOT(wasm_u8x16_shr(q, 4), bx, c);
       }
     }
+#else
+    v128_t al = zero, ah = zero, cl = zero, ch = zero;
+#pragma clang loop unroll(disable)
+    for (int h = 0; h < 32; h += 8) {
+      const v128_t v = wasm_u16x8_load8x8(x + h);
+      {
+        const v128_t q = VLOAD(w + 4 * h + 0), bx = wasm_i32x4_shuffle(v, v, 0, 1, 0, 1);
+        qdot_pairs(wasm_v128_and(q, mask), bx, &al, &ah);
+        qdot_pairs(wasm_u8x16_shr(q, 4), bx, &cl, &ch);
+      }
+      {
+        const v128_t q = VLOAD(w + 4 * h + 16), bx = wasm_i32x4_shuffle(v, v, 2, 3, 2, 3);
+        qdot_pairs(wasm_v128_and(q, mask), bx, &al, &ah);
+        qdot_pairs(wasm_u8x16_shr(q, 4), bx, &cl, &ch);
+      }
+    }
+    const v128_t a = qpairs_rows(al, ah), c = qpairs_rows(cl, ch);
+#endif
     const v128_t z = wasm_v128_load64_zero(wz), vx = wasm_i32x4_splat(xsum[b]);
     const v128_t zl = wasm_i8x16_shuffle(z, zero, 0, 16, 16, 16, 1, 16, 16, 16, 2, 16, 16, 16, 3, 16, 16, 16);
     const v128_t zh = wasm_i8x16_shuffle(z, zero, 4, 16, 16, 16, 5, 16, 16, 16, 6, 16, 16, 16, 7, 16, 16, 16);

@@ -41,13 +41,25 @@ INLINE void q_meet(int nt) {
   if (nt > 1) cuvil_barrier();
 }
 
+/* Pair sums of a weight vector w (4 rows x 4 k, signed bytes) and a token group s already widened to i16
+ * and broadcast to both halves (4 k, twice): *l += [r0 r0 r1 r1], *h += [r2 r2 r3 r3], each lane the sum
+ * of two products (k 0-1, k 2-3). */
+INLINE void qdot_pairs(v128_t w, v128_t s, v128_t* l, v128_t* h) {
+  *l = wasm_i32x4_add(*l, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(w), s));
+  *h = wasm_i32x4_add(*h, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(w), s));
+}
+
+/* qdot_pairs' pair sums as the 4 rows' sums (lane r: row r). */
+INLINE v128_t qpairs_rows(v128_t l, v128_t h) {
+  return wasm_i32x4_add(wasm_i32x4_shuffle(l, h, 0, 2, 4, 6), wasm_i32x4_shuffle(l, h, 1, 3, 5, 7));
+}
+
 /* Lane l sums bytes 4l..4l+3, as the relaxed dot does: per-lane partial sums are then identical in both
  * tiers, not just their totals. */
 INLINE v128_t qdot_widen(v128_t w, v128_t x, v128_t acc) {
   const v128_t lo = wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(w), wasm_u16x8_extend_low_u8x16(x));
   const v128_t hi = wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(w), wasm_u16x8_extend_high_u8x16(x));
-  return wasm_i32x4_add(acc, wasm_i32x4_add(wasm_i32x4_shuffle(lo, hi, 0, 2, 4, 6),
-                                            wasm_i32x4_shuffle(lo, hi, 1, 3, 5, 7)));
+  return wasm_i32x4_add(acc, qpairs_rows(lo, hi));
 }
 #if CUVIL_RELAXED
 #define QDOT7(w, x, acc) wasm_i32x4_relaxed_dot_i8x16_i7x16_add((w), (x), (acc))
@@ -479,8 +491,8 @@ static __attribute__((noinline)) void qs8_loop_widen_8x1(int K4, const int8_t* w
     l1 = wasm_i32x4_add(l1, wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(w + 16), s));
     h1 = wasm_i32x4_add(h1, wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(w + 24), s));
   }
-  out[0] = wasm_i32x4_add(wasm_i32x4_shuffle(l0, h0, 0, 2, 4, 6), wasm_i32x4_shuffle(l0, h0, 1, 3, 5, 7));
-  out[1] = wasm_i32x4_add(wasm_i32x4_shuffle(l1, h1, 0, 2, 4, 6), wasm_i32x4_shuffle(l1, h1, 1, 3, 5, 7));
+  out[0] = qpairs_rows(l0, h0);
+  out[1] = qpairs_rows(l1, h1);
 }
 
 #if CUVIL_RELAXED
