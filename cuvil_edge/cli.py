@@ -242,13 +242,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from .codegen.toolchain import Target
     from .host import host_target
     from .model import CuvilModel
-    from .profile import profile_model, profile_table
+    from .profile import measured_ceilings, profile_model, profile_table
 
     model = CuvilModel.load(args.model, input_shapes=parse_shapes(args.input_shape))
     target = Target(args.tier, host_target().family)
     model.optimize(precision=args.precision, targets=[target], calibration=args.calib)
     rows = profile_model(model, target, repeat=args.repeat)
-    print("\n".join(profile_table(rows, args.top, args.repeat, args.tier)))
+    print("\n".join(profile_table(rows, args.top, args.repeat, args.tier, measured_ceilings(target))))
     return 0
 
 
