@@ -8,8 +8,9 @@ hashes all three; a hit skips the whole pipeline.
 Safety. Entries are built in a temp directory (every file fsynced), then renamed into place in one step:
 two builders of one key both succeed and one entry remains. Each entry carries a manifest of tree sha256
 digests (``runtime_wasm.digest``: a large file's chunks hash on every core) that is checked on every
-read: a corrupt, truncated or half-deleted entry is discarded and rebuilt, never used. The cache holds
-the user's own builds; it is not a trust boundary (signed bundles and the device's own checks are).
+read (a build's weights when they go into linear memory: ``DeferredFile``): a corrupt, truncated or
+half-deleted entry is discarded and rebuilt, never used. The cache holds the user's own builds; it is
+not a trust boundary (signed bundles and the device's own checks are).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import stat
 import tempfile
 import time
 import uuid
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -50,6 +52,40 @@ _SOURCE_SUFFIXES = (".py", ".c", ".h", ".in")
 
 class BuildCacheError(CuvilError):
     """A build-cache setting is invalid (e.g. a negative size bound in ``CUVIL_BUILD_CACHE_MAX_BYTES``)."""
+
+
+class DeferredFile:
+    """An entry file that ``get`` left unread (``defer``): held open from the lookup, so an eviction or a
+    replacement of the entry meanwhile cannot pull it away, and its size checked against the manifest. Its
+    bytes are checked by whoever reads them: ``read`` against the manifest's digest, or a reader holding a
+    digest it trusts (a build's weights go straight into linear memory checked against the tree hash in
+    the entry's spec, itself verified). Closed when collected, or by ``close``."""
+
+    def __init__(self, fd: int, size: int, tree_sha256: str) -> None:
+        self.size, self.tree_sha256 = size, tree_sha256
+        self._fd = fd
+        self._close = weakref.finalize(self, os.close, fd)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def read(self) -> bytes:
+        """The whole file, checked against the manifest's digest (``DeferredFileError`` if it changed)."""
+        parts, got = [], 0
+        while got <= self.size and (part := os.pread(self._fd, self.size + 1 - got, got)):
+            parts.append(part)
+            got += len(part)
+        data = b"".join(parts)  # one part (a regular file's usual read): that very object, no copy
+        if len(data) != self.size or _digest(data) != self.tree_sha256:
+            raise DeferredFileError("a build-cache file changed after its lookup")
+        return data
+
+    def close(self) -> None:
+        self._close()
+
+
+class DeferredFileError(BuildCacheError):
+    """A file ``get`` deferred no longer matches its manifest when read (damaged after the lookup)."""
 
 
 def default_build_cache_dir() -> Path:
@@ -179,10 +215,11 @@ class BuildCache:
         self.directory = self.config.directory
         self.hits = self.misses = self.rejected = 0
 
-    def get(self, key: str) -> dict[str, bytes] | None:
+    def get(self, key: str, defer: frozenset[str] = frozenset()) -> dict[str, bytes | DeferredFile] | None:
+        """The entry's files, verified; those named in ``defer`` are opened, not read (``DeferredFile``)."""
         entry = self.directory / key
         try:
-            files = _read_verified(entry, key)
+            files = _read_verified(entry, key, defer)
         except FileNotFoundError:  # absent, or removed by a concurrent eviction while being read
             self.misses += 1
             return None
@@ -202,7 +239,7 @@ class BuildCache:
         """The sha256 recorded for a file in this state (``file_state``), if any."""
         files = self.get(build_key({"file": state})) if state is not None and self.config.enabled else None
         try:
-            sha = json.loads(files[STAT_RECORD])["sha256"] if files is not None else None
+            sha = json.loads(files[STAT_RECORD])["sha256"] if files is not None else None  # type: ignore[arg-type]
         except (KeyError, ValueError, TypeError):
             return None
         return sha if is_sha256_hex(sha) else None
@@ -274,16 +311,24 @@ class BuildCache:
             total -= size
 
 
-def _read_verified(entry: Path, key: str) -> dict[str, bytes] | None:
-    """The entry's files if the manifest parses, names this key and every digest matches; else None."""
+def _read_verified(entry: Path, key: str, defer: frozenset[str]) -> dict[str, bytes | DeferredFile] | None:
+    """The entry's files if the manifest parses, names this key and every digest matches (a file in
+    ``defer``: its size, the rest is left to its reader); else None."""
     try:
         manifest = json.loads((entry / MANIFEST).read_bytes())
         if manifest.get("format") != _FORMAT or manifest.get("key") != key:
             return None
-        files = {}
+        files: dict[str, bytes | DeferredFile] = {}
         for name, meta in manifest["files"].items():
-            if Path(name).name != name or name == MANIFEST:
+            if Path(name).name != name or name == MANIFEST or not is_sha256_hex(meta["tree_sha256"]):
                 return None
+            if name in defer:
+                fd = os.open(entry / name, os.O_RDONLY)
+                deferred = DeferredFile(fd, int(meta["size"]), meta["tree_sha256"])
+                if os.fstat(fd).st_size != deferred.size:
+                    return None
+                files[name] = deferred
+                continue
             data = (entry / name).read_bytes()
             if len(data) != meta["size"] or _digest(data) != meta["tree_sha256"]:
                 return None

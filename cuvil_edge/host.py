@@ -12,6 +12,7 @@ from runtime_wasm.loader import instantiate
 from runtime_wasm.spec import ModelSpec, VariantSpec
 from runtime_wasm.variants import probe_host, select_variant
 
+from .buildcache import DeferredFile
 from .codegen.toolchain import Target
 from .compiler import CompiledModel, compile_graph
 from .ir.graph import Graph
@@ -22,7 +23,7 @@ class Built(Protocol):
 
     spec: ModelSpec
     modules: Mapping[str, bytes]  # variant name -> wasm bytes
-    weights: bytes
+    weights: bytes | DeferredFile  # a build-cache entry's weights file, opened but not yet read
 
 
 def host_tiers() -> tuple[str, ...]:
@@ -37,12 +38,14 @@ def host_target() -> Target:
 
 
 def instantiate_here(built: Built, variant: VariantSpec | None = None, threads: int = 1) -> WasmModel:
-    """``built``'s module for ``variant`` (default: the one this host selects) in a fresh instance. Its
-    weights are not hashed again: they were made in this process or read from a build-cache entry whose
-    manifest was checked (0.12 s of a 180 MB encoder's first predict)."""
+    """``built``'s module for ``variant`` (default: the one this host selects) in a fresh instance. Weights
+    made in this process are not hashed again (0.12 s of a 180 MB encoder's first predict); a build-cache
+    entry's weights file goes straight into linear memory, checked against the spec's digest on the way
+    in as a device checks its install (a ``SpecError`` if it changed since the lookup)."""
     v = variant or select_variant(built.spec.variants, probe_host())
+    deferred = isinstance(built.weights, DeferredFile)
     return instantiate(built.spec, built.modules[v.name], built.weights, v, ModuleCache(), threads=threads,
-                       check_weights=False)
+                       check_weights=deferred)
 
 
 def compile_here(graph: Graph, target: Target | None = None,

@@ -18,11 +18,11 @@ import numpy as np
 from device_profiles import available_profiles, load_profile
 from runtime_wasm import InferenceInputError, ModelSpec, RuntimeWasmError, WasmModel
 from runtime_wasm.engine import TIER_SIMD128
-from runtime_wasm.errors import ProcessingError
+from runtime_wasm.errors import ProcessingError, SpecError
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE
 from runtime_wasm.processing import AudioWindow, ProcessingConfig, Processor, Result
 
-from .buildcache import BuildCache, build_key, data_digest, file_state
+from .buildcache import BuildCache, DeferredFile, DeferredFileError, build_key, data_digest, file_state
 from .codegen.emit import DEFAULT_THREADS
 from .codegen.memplan import graph_states, user_io
 from .codegen.toolchain import ALL_TARGETS, Target
@@ -53,6 +53,7 @@ class CuvilModel:
         self._quantization: QuantResult | None = None
         self._artifact: Artifact | None = None
         self._pending: Callable[[], None] | None = None  # rebuilds the host view after a cache hit
+        self._cache_entry: tuple[BuildCache, str] | None = None  # where the last optimize() looked
         self._instance: WasmModel | None = None
         self._optimized = False
         self.build_cache_hit = False
@@ -246,18 +247,41 @@ class CuvilModel:
                                                    quant_options, max_threads)
         build = functools.partial(self._build, precision, chosen, progress, calibration, accuracy_budget,
                                   profiles, quant_options, max_threads)
-        artifact = _artifact_from_files(cache.get(key)) if key is not None else None
+        # the weights stay in the entry's file until an instance reads them into linear memory, checked
+        artifact = _artifact_from_files(cache.get(key, defer=_DEFERRED)) if key is not None else None
         self.build_cache_hit = artifact is not None
+        self._cache_entry = (cache, key) if key is not None else None
         if artifact is not None:
             self._artifact, self._compiled, self._quantization, self._pending = artifact, None, None, build
             return self
         if key is not None:
             cache.discard(key)  # an entry that verified but does not parse as a model: rebuild it
-        build()
-        if key is not None:
-            assert self._artifact is not None
-            cache.put(key, self._artifact.files())
+        self._build_and_store(build)
         return self
+
+    def _build_and_store(self, build: Callable[[], None]) -> None:
+        build()
+        if self._cache_entry is not None:
+            assert self._artifact is not None
+            cache, key = self._cache_entry
+            cache.put(key, self._artifact.files())
+
+    def _with_checked_weights(self, use: Callable[[Artifact], Any]) -> Any:
+        """``use(artifact)``; if it finds a cache entry's deferred weights changed since the lookup (damaged
+        on disk: nothing ran on them), the entry is dropped and the model built again, then ``use`` of the
+        new build."""
+        built = self._built()
+        try:
+            return use(built)
+        except (SpecError, DeferredFileError):
+            if not isinstance(built.weights, DeferredFile) or not self._cache_entry or not self._pending:
+                raise
+        cache, key = self._cache_entry
+        cache.rejected += 1
+        cache.discard(key)
+        build, self._pending = self._pending, None
+        self._build_and_store(build)
+        return use(self._built())
 
     def _build_key(self, precision: str, targets: Sequence[Target], profiles: Sequence[str], calibration: Any,
                    accuracy_budget: float, quant_options: Mapping[str, Any],
@@ -298,7 +322,7 @@ class CuvilModel:
     @property
     def instance(self) -> WasmModel:
         if self._instance is None:
-            self._instance = instantiate_here(self._built(), threads=self.threads)
+            self._instance = self._with_checked_weights(lambda a: instantiate_here(a, threads=self.threads))
         return self._instance
 
     @property
@@ -358,7 +382,8 @@ class CuvilModel:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write spec, modules, weights and the processing, if any, to a directory (written aside, then
         renamed into place)."""
-        files = {**self._built().files(), **(self.processor.files() if self.processor is not None else {})}
+        files = {**self._with_checked_weights(Artifact.files),
+                 **(self.processor.files() if self.processor is not None else {})}
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -396,21 +421,30 @@ class Artifact:
 
     spec: ModelSpec
     modules: dict[str, bytes]  # variant name -> wasm bytes
-    weights: bytes
+    weights: bytes | DeferredFile  # a build-cache hit's weights: the entry's file, read by the instance
 
     def files(self) -> dict[str, bytes]:
-        """File name -> bytes, as in a model directory (``runtime_wasm.loader.load_model_dir``)."""
-        return {SPEC_FILE: self.spec.to_json().encode(), WEIGHTS_FILE: self.weights,
+        """File name -> bytes, as in a model directory (``runtime_wasm.loader.load_model_dir``); deferred
+        weights are read and checked (``DeferredFileError`` if they changed)."""
+        weights = self.weights.read() if isinstance(self.weights, DeferredFile) else self.weights
+        return {SPEC_FILE: self.spec.to_json().encode(), WEIGHTS_FILE: weights,
                 **{v.file: self.modules[v.name] for v in self.spec.variants}}
 
 
-def _artifact_from_files(files: Mapping[str, bytes] | None) -> Artifact | None:
+#: build-cache files left in the entry on a hit (the weights: read once, into linear memory)
+_DEFERRED = frozenset({WEIGHTS_FILE})
+
+
+def _artifact_from_files(files: Mapping[str, bytes | DeferredFile] | None) -> Artifact | None:
     """None when absent, or when verified files do not make a model (a spec this version cannot read)."""
     if files is None:
         return None
     try:
-        spec = ModelSpec.from_json(files[SPEC_FILE])
-        return Artifact(spec, {v.name: files[v.file] for v in spec.variants}, files[WEIGHTS_FILE])
+        spec = ModelSpec.from_json(files[SPEC_FILE])  # type: ignore[arg-type]
+        modules = {v.name: files[v.file] for v in spec.variants}
+        if not all(isinstance(m, bytes) for m in modules.values()):
+            return None
+        return Artifact(spec, modules, files[WEIGHTS_FILE])  # type: ignore[arg-type]
     except (KeyError, RuntimeWasmError):
         return None
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import wasmtime
@@ -44,8 +45,10 @@ THREAD_STACK_BYTES = 1 << 20
 #: epoch ticks a parked thread may wait: it must never be interrupted (only the caller's run has a deadline)
 _NO_DEADLINE = 1 << 40
 
-#: weights in memory, or the path of a weights file read straight into linear memory
-Weights = bytes | np.ndarray | str | os.PathLike[str]
+#: weights in memory, or a weights file read straight into linear memory: its path, or an open binary file
+#: (read from its start, whatever its position; the caller keeps it open: a file held since its lookup
+#: cannot be pulled away by a rename or an unlink meanwhile)
+Weights = bytes | np.ndarray | str | os.PathLike[str] | BinaryIO
 
 
 class _FastCall:
@@ -240,10 +243,13 @@ class WasmModel:
         size = spec.weights_size
         dst = self._view(base, np.dtype(np.uint8), (size,)) if size else np.empty(0, np.uint8)
         with contextlib.ExitStack() as stack:
-            if isinstance(weights, (str, os.PathLike)):
-                f = stack.enter_context(open(weights, "rb", buffering=0))
+            if isinstance(weights, (str, os.PathLike)) or hasattr(weights, "fileno"):
+                named = isinstance(weights, (str, os.PathLike))
+                f = stack.enter_context(open(weights, "rb", buffering=0) if named
+                                        else io.FileIO(weights.fileno(), "rb", closefd=False))
                 if (n := os.fstat(f.fileno()).st_size) != size:
                     raise SpecError(f"weights file is {n} bytes, spec says {size}")
+                f.seek(0)
                 fill = lambda chunk, _start: _read_exactly(f, chunk)  # noqa: E731
             else:
                 w = np.frombuffer(weights, dtype=np.uint8) if not isinstance(weights, np.ndarray) else weights

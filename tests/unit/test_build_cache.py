@@ -185,6 +185,59 @@ def test_a_corrupt_entry_is_rebuilt_never_used(cache, compiles, damage):
     assert build(cache).build_cache_hit and len(compiles) == 2, "the rebuilt entry is valid again"
 
 
+def flip_weights(entry: Path) -> None:
+    """One bit of the entry's weights, in place (same size, same inode: an open handle sees it)."""
+    with open(entry / WEIGHTS_FILE, "r+b") as f:
+        f.seek(os.fstat(f.fileno()).st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x10]))
+
+
+def test_a_hit_reads_its_weights_once_straight_into_the_instance(cache, compiles, monkeypatch):
+    """A hit leaves the weights in the entry's file, held open: not read (nor hashed) by ``optimize``, read
+    into linear memory by the first instance (checked there), so an eviction meanwhile changes nothing."""
+    want = build(cache).predict({"x": X})["y"]
+    (entry,) = entries(cache)
+    size = (entry / WEIGHTS_FILE).stat().st_size
+    hashed: list[int] = []
+    real = cuvil_edge.buildcache._digest
+    monkeypatch.setattr(cuvil_edge.buildcache, "_digest", lambda data: hashed.append(len(data)) or real(data))
+    hit = build(cache)
+    assert hit.build_cache_hit and size not in hashed, "optimize read the weights"
+    cache.discard(entry.name)  # evicted after the lookup
+    assert not entries(cache)
+    np.testing.assert_array_equal(hit.predict({"x": X})["y"], want)
+    hit.close()  # a new instance reads the held file again, from its start
+    np.testing.assert_array_equal(hit.predict({"x": X})["y"], want)
+    hit.save(cache.directory.parent / "saved")  # the held file, read and checked against the manifest
+    assert (cache.directory.parent / "saved" / WEIGHTS_FILE).stat().st_size == size and size in hashed
+    assert len(compiles) == 1 and cache.rejected == 0, "nothing was rebuilt"
+
+
+@pytest.mark.parametrize("use", ["predict", "save"])
+def test_weights_damaged_after_the_lookup_are_caught_and_rebuilt(cache, compiles, tmp_path, use):
+    """Weights changed on disk between ``optimize`` (a hit) and their first read never run: the instance
+    (or ``save``) finds the digest wrong, the entry is dropped and the model built again, and the next
+    build hits a valid entry."""
+    want = build(cache).predict({"x": X})["y"]
+    hit = build(cache)
+    assert hit.build_cache_hit and len(compiles) == 1
+    flip_weights(entries(cache)[0])
+    if use == "predict":
+        np.testing.assert_array_equal(hit.predict({"x": X})["y"], want)
+    else:
+        hit.save(tmp_path / "saved")
+    assert cache.rejected == 1 and len(compiles) == 2
+    again = build(cache)
+    assert again.build_cache_hit and len(compiles) == 2, "the rebuilt entry is valid again"
+    np.testing.assert_array_equal(again.predict({"x": X})["y"], want)
+    if use == "save":  # what was saved is the rebuilt model's directory, not the damaged weights
+        build(None).save(tmp_path / "fresh")
+        for f in (tmp_path / "fresh").iterdir():
+            assert (tmp_path / "saved" / f.name).read_bytes() == f.read_bytes()
+
+
 _BUILDER = textwrap.dedent("""
     import hashlib, sys
     import numpy as np
