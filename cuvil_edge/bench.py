@@ -1,10 +1,13 @@
-"""Side-by-side timing against onnxruntime: medians and p95 of one-thread runs, measured in one process.
+"""Side-by-side timing against onnxruntime: medians and p95 of one-thread runs, measured in one process;
+and the GEMM ceilings of this host that ``cuvil-edge profile`` rates conv/GEMM nodes against.
 
-Shared by ``cuvil-edge bench``, the demo and the scripts in ``benchmarks/``; tests never time anything.
+Shared by ``cuvil-edge bench`` and ``profile``, the demo and the scripts in ``benchmarks/``; tests never
+time anything.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -12,10 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+from onnx import TensorProto, helper, numpy_helper
 
+from .codegen.toolchain import Target
 from .host import host_target
 from .model import CuvilModel
 from .oracle import ort_session, random_feeds
+from .profile import CEILING_SHAPE, profile_model
 
 
 def timings_ms(fn: Callable[[], object], warmup: int = 5, repeat: int = 50) -> list[float]:
@@ -71,3 +77,26 @@ def compare_with_ort(proto: onnx.ModelProto, model: CuvilModel | None = None, wa
         ort += timings_ms(lambda: sess.run(None, feeds), warmup, 10)
     variant = model.compiled.spec.variants[0]
     return Comparison(*median_p95(ours), *median_p95(ort), build_s, variant.size, diff)
+
+
+@functools.cache
+def measured_ceilings(target: Target, repeat: int = 10) -> dict[str, float]:
+    """dtype ("fp32", "int8", "int4") -> single-thread GFLOP/s or GOPS of CEILING_SHAPE's MatMul built
+    at that precision for ``target`` (seeded weights, int8 calibrated on one seeded sample, every layer
+    quantized), the median of three profiled runs. Cached per process: it costs about a second."""
+    m, n, k = CEILING_SHAPE
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "ceiling",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [w])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    calib = [{"x": rng.standard_normal((m, k)).astype(np.float32)}]
+    out = {}
+    for dtype in ("fp32", "int8", "int4"):
+        options = {"calibration": calib, "kernel_cost": False} if dtype == "int8" else {}
+        with CuvilModel.load(proto) as model:
+            model.optimize(dtype, targets=[target], **options)
+            rates = [next(r.rate for r in profile_model(model, target, repeat) if r.ops) for _ in range(3)]
+        out[dtype] = statistics.median(rates)
+    return out

@@ -239,10 +239,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    from .bench import measured_ceilings
     from .codegen.toolchain import Target
     from .host import host_target
     from .model import CuvilModel
-    from .profile import measured_ceilings, profile_model, profile_table
+    from .profile import profile_model, profile_table
 
     model = CuvilModel.load(args.model, input_shapes=parse_shapes(args.input_shape))
     target = Target(args.tier, host_target().family)

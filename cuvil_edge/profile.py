@@ -4,8 +4,6 @@ tier, so the next bottleneck shows."""
 
 from __future__ import annotations
 
-import functools
-import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,40 +24,14 @@ if TYPE_CHECKING:
 #: dtype of the math of each conv/GEMM op (the weights' type: int4 runs the int8 dot loop on unpacked nibbles)
 RATE_DTYPE = {"conv": "fp32", "conv_transpose": "fp32", "gemm": "fp32", "matmul": "fp32", "qconv": "int8",
               "qgemm": "int8", "qb4conv": "int4", "qb4gemm": "int4"}
-#: The MatMul whose rate is a dtype's ceiling (M, N, K): compute-bound (268M multiply-adds), weights within
-#: L2 at int8, big enough that tile edges and the call do not count. Timed at each precision on the
-#: profiled target, it is what our own GEMM kernels reach on this host and tier (single thread): on the
-#: 2026-12-05 Xeon box 36 GFLOP/s fp32, 98 GOPS int8, 105 int4 (relaxed) and 32 / 63 / 53 (SIMD128).
+#: The MatMul whose rate is a dtype's ceiling (M, N, K; ``bench.measured_ceilings``): compute-bound (134M
+#: multiply-adds), weights within L2 at int8, big enough that tile edges and the call do not count. Timed
+#: at each precision on the profiled target, it is what our own GEMM kernels reach on this host and tier
+#: (single thread): on the 2026-12-05 Xeon box 42 GFLOP/s fp32, 98 GOPS int8, 108 int4 (relaxed) and
+#: 32 / 63 / 53 (SIMD128).
 CEILING_SHAPE = (256, 1024, 512)
 #: share of its ceiling a conv/GEMM node should reach (issue 9): the summary line counts those that do
 CEILING_SHARE = 0.8
-
-
-@functools.cache
-def measured_ceilings(target: Target, repeat: int = 10) -> dict[str, float]:
-    """dtype ("fp32", "int8", "int4") -> single-thread GFLOP/s or GOPS of CEILING_SHAPE's MatMul built
-    at that precision for ``target`` (seeded weights, int8 calibrated on one seeded sample, every layer
-    quantized), the median of three profiled runs. Cached per process: it costs about a second."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    from .model import CuvilModel
-
-    m, n, k = CEILING_SHAPE
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "ceiling",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [w])
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    calib = [{"x": rng.standard_normal((m, k)).astype(np.float32)}]
-    out = {}
-    for dtype in ("fp32", "int8", "int4"):
-        options = {"calibration": calib, "kernel_cost": False} if dtype == "int8" else {}
-        with CuvilModel.load(proto) as model:
-            model.optimize(dtype, targets=[target], **options)
-            rates = [next(r.rate for r in profile_model(model, target, repeat) if r.ops) for _ in range(3)]
-        out[dtype] = statistics.median(rates)
-    return out
 
 
 def node_ops(node: Node) -> int:
@@ -103,7 +75,7 @@ class NodeTiming:
 def profile_table(rows: list[NodeTiming], top: int, repeat: int, tier: str,
                   ceilings: Mapping[str, float]) -> list[str]:
     """The slowest ``top`` nodes, one line each with their share of the total and, for conv/GEMM nodes,
-    the achieved rate against the ceiling of their dtype (``measured_ceilings``); then the total and how
+    the achieved rate against the ceiling of their dtype (``bench.measured_ceilings``); then the total and how
     many conv/GEMM nodes reach CEILING_SHARE of it."""
     total = sum(r.median_us for r in rows) or 1.0
     out = [f"{'node':36s} {'op':14s} {'kernel':30s} {'output':26s} {'us':>9s} {'share':>6s}  rate (ceiling)"]
