@@ -1,10 +1,12 @@
 """int4 (weight-only, group 32) vs int8-dynamic on GEMM- and GEMV-bound MatMul stacks, one thread.
 
 Models (seeded random weights, MatMul + ReLU chains): ``gemv4096`` one 4096x4096 layer at batch 1 (the
-weights, 16 MB at int8, come from memory: bandwidth-bound), ``mlp1024`` eight 1024x1024 layers at batch
-1 (the weights of a layer fit in L2: GEMV, compute-bound), ``ffn128`` a transformer FFN 768-3072-768 on
-128 tokens (GEMM). Both precisions of a model are built here and timed in this process with blocks of
-runs interleaved, so a noisy neighbour hits both; medians, and the int8 / int4 ratio (> 1: int4 faster).
+weights, 16 MB at int8, come from memory: bandwidth-bound where the last-level cache is smaller; on a
+Xeon whose 480 MiB L3 holds them it is compute-bound and int4 ~ int8), ``mlp1024`` eight 1024x1024
+layers at batch 1 (the weights of a layer fit in L2: GEMV, compute-bound), ``ffn128`` a transformer FFN
+768-3072-768 on 128 tokens (GEMM). Both precisions of a model are built here and timed in this process
+with blocks of runs interleaved, so a noisy neighbour hits both; medians, and the int8 / int4 ratio (> 1:
+int4 faster).
 The DistilBERT-shaped encoder next to onnxruntime is ``bench_quant.py``.
 
     python benchmarks/bench_int4.py [--rounds 5] [--repeat 10] [models ...]
