@@ -239,7 +239,8 @@ class BuildCache:
         """The sha256 recorded for a file in this state (``file_state``), if any."""
         files = self.get(build_key({"file": state})) if state is not None and self.config.enabled else None
         try:
-            sha = json.loads(files[STAT_RECORD])["sha256"] if files is not None else None  # type: ignore[arg-type]
+            record = files.get(STAT_RECORD) if files is not None else None
+            sha = json.loads(record)["sha256"] if isinstance(record, bytes) else None
         except (KeyError, ValueError, TypeError):
             return None
         return sha if is_sha256_hex(sha) else None

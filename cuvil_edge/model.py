@@ -440,11 +440,13 @@ def _artifact_from_files(files: Mapping[str, bytes | DeferredFile] | None) -> Ar
     if files is None:
         return None
     try:
-        spec = ModelSpec.from_json(files[SPEC_FILE])  # type: ignore[arg-type]
-        modules = {v.name: files[v.file] for v in spec.variants}
-        if not all(isinstance(m, bytes) for m in modules.values()):
+        spec_json = files[SPEC_FILE]
+        if not isinstance(spec_json, bytes):
             return None
-        return Artifact(spec, modules, files[WEIGHTS_FILE])  # type: ignore[arg-type]
+        spec = ModelSpec.from_json(spec_json)
+        modules = {v.name: files[v.file] for v in spec.variants}
+        wasm = {name: m for name, m in modules.items() if isinstance(m, bytes)}
+        return Artifact(spec, wasm, files[WEIGHTS_FILE]) if len(wasm) == len(modules) else None
     except (KeyError, RuntimeWasmError):
         return None
 

@@ -9,7 +9,7 @@ import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 import numpy as np
 import wasmtime
@@ -45,10 +45,16 @@ THREAD_STACK_BYTES = 1 << 20
 #: epoch ticks a parked thread may wait: it must never be interrupted (only the caller's run has a deadline)
 _NO_DEADLINE = 1 << 40
 
-#: weights in memory, or a weights file read straight into linear memory: its path, or an open binary file
-#: (read from its start, whatever its position; the caller keeps it open: a file held since its lookup
-#: cannot be pulled away by a rename or an unlink meanwhile)
-Weights = bytes | np.ndarray | str | os.PathLike[str] | BinaryIO
+class OpenFile(Protocol):
+    """An open file, by its descriptor (a file object, or anything that holds one)."""
+
+    def fileno(self) -> int: ...
+
+
+#: weights in memory, or a weights file read straight into linear memory: its path, or an open file (read
+#: from its start, whatever its position; the caller keeps it open: a file held since its lookup cannot be
+#: pulled away by a rename or an unlink meanwhile)
+Weights = bytes | np.ndarray | str | os.PathLike[str] | OpenFile
 
 
 class _FastCall:
