@@ -442,19 +442,6 @@ INLINE void qs8_widen_tokens(const v128_t* acc, v128_t* out) {
   }
 }
 
-/* Widened GEMM loops (SIMD128; 8-bit activations in every tier): 4 rows (one weight vector of an 8-row
- * panel, stride 32 bytes per 4 k) x 4 tokens, run twice per panel (16 accumulators would spill), and 8
- * rows x 1 token (the GEMV reads each token group once). out[v * NT + t]: rows 4v..4v+3, token t. The
- * loads widen: i16x8.load8x8_s takes a weight vector's row pairs (rows 0-1, rows 2-3: one pmovsxbw each),
- * i16x8.load8x8_u two tokens' 4-byte groups. Each i32x4.dot_i16x8_s then multiplies a row pair by a token
- * pair lane for lane into pair sums (k 0-1, k 2-3), added up over k; the sums are exact int32, so every
- * order gives the relaxed dot's totals.
- *  - 4x4: the row pairs also meet the token pairs with their rows swapped (one shuffle per row pair), so
- *    rows (0,1) x tokens (0,1) give [r0t0 r0t0 r1t1 r1t1] and [r1t0 r1t0 r0t1 r0t1]: every row meets
- *    every token with no per-token broadcast (22 vector instructions per 64 multiply-adds, 24 with one);
- *    qs8_widen_tokens sorts the pair sums into tokens at the end.
- *  - 8x1: the token's group is broadcast to both halves by one shuffle; its 8-byte load stays inside
- *    the 16 bytes the group's step holds from there. */
 /* One 4 k step of the 4x4 widened loop: weight vector w (rows 0-3), token groups xp (tokens 0-3), pair
  * sums into acc[0..3] (tokens 0-1: straight rows 0-1, swapped 0-1, straight 2-3, swapped 2-3) and
  * acc[4..7] (tokens 2-3). Inlined into loops that keep acc in registers. */
@@ -470,6 +457,19 @@ INLINE void qs8_widen_step(const int8_t* w, const uint8_t* xp, v128_t* acc) {
   }
 }
 
+/* Widened GEMM loops (SIMD128; 8-bit activations in every tier): 4 rows (one weight vector of an 8-row
+ * panel, stride 32 bytes per 4 k) x 4 tokens, run twice per panel (16 accumulators would spill), and 8
+ * rows x 1 token (the GEMV reads each token group once). out[v * NT + t]: rows 4v..4v+3, token t. The
+ * loads widen: i16x8.load8x8_s takes a weight vector's row pairs (rows 0-1, rows 2-3: one pmovsxbw each),
+ * i16x8.load8x8_u two tokens' 4-byte groups. Each i32x4.dot_i16x8_s then multiplies a row pair by a token
+ * pair lane for lane into pair sums (k 0-1, k 2-3), added up over k; the sums are exact int32, so every
+ * order gives the relaxed dot's totals.
+ *  - 4x4: the row pairs also meet the token pairs with their rows swapped (one shuffle per row pair), so
+ *    rows (0,1) x tokens (0,1) give [r0t0 r0t0 r1t1 r1t1] and [r1t0 r1t0 r0t1 r0t1]: every row meets
+ *    every token with no per-token broadcast (22 vector instructions per 64 multiply-adds, 24 with one);
+ *    qs8_widen_tokens sorts the pair sums into tokens at the end.
+ *  - 8x1: the token's group is broadcast to both halves by one shuffle; its 8-byte load stays inside
+ *    the 16 bytes the group's step holds from there. */
 static __attribute__((noinline)) void qs8_loop_widen_4x4(int K4, const int8_t* w, const uint8_t* xp,
                                                         v128_t* out) {
   v128_t acc[8];
