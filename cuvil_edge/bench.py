@@ -83,7 +83,8 @@ def compare_with_ort(proto: onnx.ModelProto, model: CuvilModel | None = None, wa
 def measured_ceilings(target: Target, repeat: int = 10) -> dict[str, float]:
     """dtype ("fp32", "int8", "int4") -> single-thread GFLOP/s or GOPS of CEILING_SHAPE's MatMul built
     at that precision for ``target`` (seeded weights, int8 calibrated on one seeded sample, every layer
-    quantized), the median of three profiled runs. Cached per process: it costs about a second."""
+    quantized): one profiling build each, its node's median of ``3 * repeat`` runs. Cached per process:
+    it costs about a second."""
     m, n, k = CEILING_SHAPE
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), "w")
@@ -97,6 +98,5 @@ def measured_ceilings(target: Target, repeat: int = 10) -> dict[str, float]:
         options = {"calibration": calib, "kernel_cost": False} if dtype == "int8" else {}
         with CuvilModel.load(proto) as model:
             model.optimize(dtype, targets=[target], **options)
-            rates = [next(r.rate for r in profile_model(model, target, repeat) if r.ops) for _ in range(3)]
-        out[dtype] = statistics.median(rates)
+            out[dtype] = next(r.rate for r in profile_model(model, target, 3 * repeat) if r.ops)
     return out

@@ -67,9 +67,9 @@ def test_measured_ceilings_run_the_gemm_kernels_of_each_precision(monkeypatch) -
     assert set(got) == {"fp32", "int8", "int4"} and all(v > 0 for v in got.values())
     m, n, k = CEILING_SHAPE
     kernels = {r[0].kernel.split("-")[0] for r, _ in seen}
-    assert len(seen) == 9 and all(len(r) == 1 and t == target for r, t in seen)
+    assert len(seen) == 3 and all(len(r) == 1 and t == target for r, t in seen), "one profile a precision"
     assert kernels == {"f32", "qs8", "qb4"}
     assert all(r[0].ops == 2 * m * n * k for r, _ in seen)
     for dtype, prefix in (("fp32", "f32"), ("int8", "qs8"), ("int4", "qb4")):
-        rates = sorted(r[0].rate for r, _ in seen if r[0].kernel.startswith(prefix))
-        assert got[dtype] == rates[1]  # the median of the three runs
+        (rate,) = [r[0].rate for r, _ in seen if r[0].kernel.startswith(prefix)]
+        assert got[dtype] == rate

@@ -435,8 +435,7 @@ KERNEL void qu8_pack_nchw_x4(int J, int K, const uint8_t* x, int ldk, uint8_t* x
 INLINE void qs8_widen_tokens(const v128_t* acc, v128_t* out) {
   for (int u = 0; u < 2; u++) {
     const v128_t a = acc[4 * u], b = acc[4 * u + 1], c = acc[4 * u + 2], d = acc[4 * u + 3];
-    const v128_t p = wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 2, 4, 6), wasm_i32x4_shuffle(a, b, 1, 3, 5, 7));
-    const v128_t q = wasm_i32x4_add(wasm_i32x4_shuffle(c, d, 0, 2, 4, 6), wasm_i32x4_shuffle(c, d, 1, 3, 5, 7));
+    const v128_t p = qpairs_rows(a, b), q = qpairs_rows(c, d);
     out[2 * u] = wasm_i32x4_shuffle(p, q, 0, 2, 4, 6);  /* p = [r0t r1t' r1t r0t'], q = [r2t r3t' r3t r2t'] */
     out[2 * u + 1] = wasm_i32x4_shuffle(p, q, 3, 1, 7, 5);
   }
