@@ -163,9 +163,11 @@ def s8_tile(rows: int) -> str:
     return "8x4" if rows >= 4 else "8x1"
 
 
-def xpack_bytes(rows: int, k: int) -> int:
-    """Scratch for the qs8 kernel's packed activations (qu8_pack_x4), with the 1-token loop's over-read."""
-    return _ceil(rows, 4) * _ceil(k, 4) + 64
+def xpack_bytes(rows: int, k: int, xbits: int) -> int:
+    """Scratch for the qs8 kernel's packed activations (qu8_pack_x4), with the 1-token loop's over-read:
+    7-bit ones take 4 bytes a token and k (relaxed SIMD packs their groups broadcast, QXB7; one module
+    source serves every tier, so every tier's scratch has that room), 8-bit ones 1."""
+    return _ceil(rows, 4) * _ceil(k, 4) * (4 if xbits == 7 else 1) + 64
 
 
 def b4_tile(rows: int) -> str:
@@ -177,7 +179,7 @@ def b4_tile(rows: int) -> str:
 def b4_scratch_bytes(rows: int, k: int) -> int:
     """qb4_gemm's working space (see its template): packed activations and one unpacked 8-row panel from
     4 rows on (the GEMV works on the threads' stacks)."""
-    return xpack_bytes(rows, k) + 8 * k if rows >= 4 else 0
+    return xpack_bytes(rows, k, 7) + 8 * k if rows >= 4 else 0
 
 
 def pack_b4(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, bias: np.ndarray | None, group: int
@@ -323,7 +325,8 @@ def _gemm_rows(node: Node) -> tuple[int, int]:
 
 def _qgemm_scratch(node: Node) -> int:
     m, k = _gemm_rows(node)
-    return _Act(node, m, k).scratch_bytes() + xpack_bytes(m, k)
+    act = _Act(node, m, k)
+    return act.scratch_bytes() + xpack_bytes(m, k, act.xbits)
 
 
 def _qgemm_emit(node: Node, ctx: EmitContext) -> str:
@@ -458,8 +461,8 @@ def _qconv_scratch(node: Node) -> int:
     g = conv_geometry(node)
     if is_depthwise(g):
         return dw_scratch_bytes(g, node.attrs["xq"].mode != INPUT)
-    act = _Act(node, 1, node.inputs[0].type.size).scratch_bytes()
-    return act + _col_bytes(g) + xpack_bytes(_pchunk(g), _conv_k(g)) + 64
+    act = _Act(node, 1, node.inputs[0].type.size)
+    return act.scratch_bytes() + _col_bytes(g) + xpack_bytes(_pchunk(g), _conv_k(g), act.xbits) + 64
 
 
 def qconv_kernel(g: dict[str, int], xbits: int) -> str:

@@ -77,7 +77,7 @@ static __attribute__((noinline)) void qb4_loop_widen_4x4(int nb, const int8_t* w
 }
 #endif
 
-/* One unpacked 8-row panel x NT tokens of packed activations xp (qu8_pack_x4 layout): out[t] = rows
+/* One unpacked 8-row panel x NT tokens of packed activations xp (qu8_pack_x4 layout QXB7): out[t] = rows
  * 0-3 of token t, out[NT + t] = rows 4-7, each the sum over blocks of f32(d) * ws. The f32 sums live in
  * out (memory): with them in registers 8x4 would need 16 accumulators plus operands (Cranelift has 16
  * vector registers), and they are touched once per block. noinline as qs8-gemm's loops. SIMD128's 8x4
@@ -96,18 +96,18 @@ static __attribute__((noinline)) void qb4_loop_8x4(int nb, const int8_t* w, cons
     v128_t a2 = wasm_i32x4_const_splat(0), c2 = a2;
     v128_t a3 = wasm_i32x4_const_splat(0), c3 = a3;
 #pragma clang loop unroll(disable)
-    for (int s = 0; s < 8; s++, w += 32, xp += 16) {
-      const v128_t p = VLOAD(w), q = VLOAD(w + 16), v = VLOAD(xp);
-      const v128_t b0 = QBCAST(v, 0);
+    for (int s = 0; s < 8; s++, w += 32, xp += 16 * QXB7) {
+      const v128_t p = VLOAD(w), q = VLOAD(w + 16);
+      const v128_t b0 = QX_TOKEN(xp, 0, QXB7);
       a0 = QB4_DOT(p, b0, a0);
       c0 = QB4_DOT(q, b0, c0);
-      const v128_t b1 = QBCAST(v, 1);
+      const v128_t b1 = QX_TOKEN(xp, 1, QXB7);
       a1 = QB4_DOT(p, b1, a1);
       c1 = QB4_DOT(q, b1, c1);
-      const v128_t b2 = QBCAST(v, 2);
+      const v128_t b2 = QX_TOKEN(xp, 2, QXB7);
       a2 = QB4_DOT(p, b2, a2);
       c2 = QB4_DOT(q, b2, c2);
-      const v128_t b3 = QBCAST(v, 3);
+      const v128_t b3 = QX_TOKEN(xp, 3, QXB7);
       a3 = QB4_DOT(p, b3, a3);
       c3 = QB4_DOT(q, b3, c3);
     }
@@ -128,9 +128,9 @@ static __attribute__((noinline)) void qb4_loop_8x1(int nb, const int8_t* w, cons
   for (int b = 0; b < nb; b++, ws += 8) {
     v128_t a0 = wasm_i32x4_const_splat(0), c0 = a0;
 #pragma clang loop unroll(disable)
-    for (int s = 0; s < 8; s++, w += 32, xp += 16) {
-      const v128_t p = VLOAD(w), q = VLOAD(w + 16), v = VLOAD(xp);
-      const v128_t b0 = QBCAST(v, 0);
+    for (int s = 0; s < 8; s++, w += 32, xp += 16 * QXB7) {
+      const v128_t p = VLOAD(w), q = VLOAD(w + 16);
+      const v128_t b0 = QX_TOKEN(xp, 0, QXB7);
       a0 = QB4_DOT(p, b0, a0);
       c0 = QB4_DOT(q, b0, c0);
     }
@@ -241,7 +241,7 @@ static void qb4_gemm_packed(int I, int J, int K, const uint8_t* w, const float* 
     qb4_unpack_panel(nb, w + (size_t)i * K / 2, wz + (size_t)i * nb, panel);
     for (int j = 0; j < J; ) {
       const int nt = j < J4 ? 4 : 1;
-      const uint8_t* xj = xp + (size_t)(j & ~3) * K + 4 * (j & 3);
+      const uint8_t* xj = xp + qx_offset(j, K, QXB7);
       if (nt == 4) qb4_loop_8x4(nb, panel, xj, wsi, f);
       else qb4_loop_8x1(nb, panel, xj, wsi, f);
       qb4_store(f, nt, i, I - i, wsc, bias, xs, xz, xstep, j, y, si, sj, act);
@@ -254,7 +254,7 @@ static void qb4_gemm_packed(int I, int J, int K, const uint8_t* w, const float* 
  * on their own stacks (a macro: the space must outlive the caller's loops, not a helper's frame). */
 #define QB4_PANEL(scratch, J, K) \
   (tid ? (int8_t*)__builtin_alloca(8 * (size_t)(K)) \
-       : (int8_t*)((scratch) + (size_t)(((J) + 3) & ~3) * (K) + 64))
+       : (int8_t*)((scratch) + qx_offset(((J) + 3) & ~3, K, QXB7) + 64))
 
 /* Thread tid's 8-row panels of the J >= 4 tokens packed in scratch (qu8_pack_x4's layout). */
 INLINE void qb4_gemm_rows(int I, int J, int K, const uint8_t* w, const float* ws, const uint8_t* wz,
@@ -269,9 +269,9 @@ INLINE void qb4_gemm_rows(int I, int J, int K, const uint8_t* w, const float* ws
 }
 
 /* y[i*si + j*sj] for i < I, j < J (operands in the header; x rows of K bytes, stride ldx), each thread
- * its 8-row panels. J >= 4: the threads pack the tokens together into scratch (ceil4(J) * K + 64 bytes,
- * then the first thread's unpacked panel: ops/qlinear.py's b4_scratch_bytes); J < 4: each thread sums
- * the few tokens' blocks itself, on its stack (J * K / 8 bytes): no waiting. */
+ * its 8-row panels. J >= 4: the threads pack the tokens together into scratch (ceil4(J) * K * QXB7 + 64
+ * bytes, then the first thread's unpacked panel: ops/qlinear.py's b4_scratch_bytes); J < 4: each thread
+ * sums the few tokens' blocks itself, on its stack (J * K / 8 bytes): no waiting. */
 KERNEL void qb4_gemm(int I, int J, int K, const uint8_t* w, const float* ws, const uint8_t* wz,
                      const float* wsc, const uint8_t* x, int ldx, const float* xs, const int32_t* xz,
                      int xstep, const float* bias, float* y, int si, int sj, uint8_t* scratch, Act act,
@@ -298,7 +298,7 @@ KERNEL void qb4_gemm(int I, int J, int K, const uint8_t* w, const float* ws, con
     return;
   }
   cuvil_split(J, 4, tid, nt, &lo, &hi);
-  if (lo < hi) qu8_pack_x4(hi - lo, K, x + (size_t)lo * ldx, ldx, scratch + (size_t)lo * K);
+  if (lo < hi) qu8_pack_x4(hi - lo, K, x + (size_t)lo * ldx, ldx, scratch + qx_offset(lo, K, QXB7), QXB7);
   q_meet(nt);
   qb4_gemm_rows(I, J, K, w, ws, wz, wsc, xs, xz, xstep, bias, y, si, sj, scratch, act, tid, nt);
 }
@@ -326,12 +326,12 @@ KERNEL void qb4_conv2d(const uint8_t* xq, int N, int C, int H, int W, const uint
       if (lo < hi) {
         qu8_im2col_kmajor(xq + (size_t)n * C * H * W, C, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0 + lo,
                           hi - lo, (uint8_t)xz[0], col + lo, pc);
-        if (pc >= 4) qu8_pack_nchw_x4(hi - lo, K, col + lo, pc, scratch + (size_t)lo * K);
+        if (pc >= 4) qu8_pack_nchw_x4(hi - lo, K, col + lo, pc, scratch + qx_offset(lo, K, QXB7), QXB7);
       }
       if (by_px) {
         if (lo < hi)
-          qb4_gemm_packed(M, hi - lo, K, w, ws, wz, wsc, scratch + (size_t)lo * K, xs, xz, 0, bias, yc + lo, P,
-                          1, panel, act);
+          qb4_gemm_packed(M, hi - lo, K, w, ws, wz, wsc, scratch + qx_offset(lo, K, QXB7), xs, xz, 0, bias,
+                          yc + lo, P, 1, panel, act);
         continue;
       }
       q_meet(nt);

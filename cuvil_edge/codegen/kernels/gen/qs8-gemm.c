@@ -362,14 +362,49 @@ KERNEL void qu8_im2col_kmajor(const uint8_t* x, int C, int H, int W, int kh, int
   }
 }
 
-/* Pack activation rows x (J rows of K bytes, stride ldx) for the GEMM loops: [ceil(J/4)][K4/4][4 rows][4
- * bytes], K4 = ceil4(K), so one 16-byte load per 4 k holds 4 tokens' 4-byte groups and a token's group
- * is broadcast with one shuffle (a 4x4 transpose of i32 lanes per 16 k). A last partial block repeats
- * row j in its missing rows (the 4-token loops never run on it, the 1-token loop reads only real rows),
- * so it takes the vector path too; k past K is zero. */
-KERNEL void qu8_pack_x4(int J, int K, const uint8_t* x, int ldx, uint8_t* xp) {
+#define QBCAST(v, l) wasm_i32x4_shuffle((v), (v), (l), (l), (l), (l))
+
+/* Packed activations (qu8_pack_x4, qu8_pack_nchw_x4): [ceil(J/4)][K4/4][4 tokens][4 * xb bytes], K4 =
+ * ceil4(K): per block of 4 tokens and step of 4 k, each token's 4-byte group, either side by side (xb 1:
+ * one 16-byte vector a step, the widened loops load two tokens' groups at a time) or broadcast to a
+ * whole vector (xb 4: 64 bytes a step, for the relaxed 7-bit loops, which then load a token's group
+ * where they shuffled it out of the step's vector: 4 shuffles fewer per 8 dots in a loop bound by the
+ * vector ports those share with the dots; measured 2026-12-05, interleaved A/B: int8 MatMul 128x3072x768
+ * 6-9% faster, int8 ResNet-50 / MobileNetV2 / encoder 2-4%, the 4-bit GEMM at 128 tokens 4%; a
+ * load32_splat per token instead becomes a scalar load, a move and a broadcast under Cranelift). xb is
+ * bytes per token and k: QXB7 and QXB8 per activation width (ops/qlinear.py's xpack_bytes sizes the
+ * scratch for it in every tier). */
+#define QXB7 (CUVIL_RELAXED ? 4 : 1)
+#define QXB8 1
+
+/* Where token j's groups start in packed activations (its block, then its group in the block's steps). */
+INLINE size_t qx_offset(int j, int K4, int xb) {
+  return ((size_t)(j & ~3) * K4 + 4 * (size_t)(j & 3)) * xb;
+}
+
+/* One step's 4 token groups v (side by side, as loaded or transposed) stored at d in layout xb. */
+INLINE void qx_store_step(uint8_t* d, v128_t v, int xb) {
+  if (xb == 1) {
+    VSTORE(d, v);
+    return;
+  }
+  VSTORE(d, QBCAST(v, 0));
+  VSTORE(d + 16, QBCAST(v, 1));
+  VSTORE(d + 32, QBCAST(v, 2));
+  VSTORE(d + 48, QBCAST(v, 3));
+}
+
+/* Token t's group broadcast to every lane, from a step xp of packed activations in layout xb (a macro:
+ * the shuffle's lane must be a literal). */
+#define QX_TOKEN(xp, t, xb) ((xb) == 4 ? VLOAD((xp) + 16 * (t)) : QBCAST(VLOAD(xp), (t)))
+
+/* Pack activation rows x (J rows of K bytes, stride ldx) for the GEMM loops in layout xb (see above): a
+ * 4x4 transpose of i32 lanes per 16 k gives 4 steps' vectors. A last partial block repeats row j in its
+ * missing rows (the 4-token loops never run on it, the 1-token loop reads only real rows), so it takes
+ * the vector path too; k past K is zero. */
+KERNEL void qu8_pack_x4(int J, int K, const uint8_t* x, int ldx, uint8_t* xp, int xb) {
   const int K4 = (K + 3) & ~3;
-  for (int j = 0; j < J; j += 4, xp += 4 * K4) {
+  for (int j = 0; j < J; j += 4, xp += (size_t)4 * K4 * xb) {
     const int nj = J - j < 4 ? J - j : 4;
     const uint8_t* r[4];
     for (int t = 0; t < 4; t++) r[t] = x + (size_t)(j + (t < nj ? t : 0)) * ldx;
@@ -377,10 +412,16 @@ KERNEL void qu8_pack_x4(int J, int K, const uint8_t* x, int ldx, uint8_t* xp) {
     for (; k + 16 <= K; k += 16) {
       v128_t v[4] = {VLOAD(r[0] + k), VLOAD(r[1] + k), VLOAD(r[2] + k), VLOAD(r[3] + k)};
       q_transpose4(v);
-      for (int q = 0; q < 4; q++) VSTORE(xp + 4 * k + 16 * q, v[q]);
+      for (int q = 0; q < 4; q++) qx_store_step(xp + (size_t)(4 * k + 16 * q) * xb, v[q], xb);
     }
-    for (; k < K4; k++)
-      for (int t = 0; t < 4; t++) xp[(k & ~3) * 4 + t * 4 + (k & 3)] = t < nj && k < K ? r[t][k] : 0;
+    for (; k < K4; k += 4) {
+      uint8_t g[16] __attribute__((aligned(16)));
+      for (int b = 0; b < 16; b++) {
+        const int t = b >> 2, kk = k + (b & 3);
+        g[b] = t < nj && kk < K ? r[t][kk] : 0;
+      }
+      qx_store_step(xp + (size_t)4 * k * xb, VLOAD(g), xb);
+    }
   }
 }
 
@@ -393,17 +434,17 @@ INLINE v128_t qu8_row16(const uint8_t* r, int n) {
 }
 
 /* Pack J tokens of channel-major activations (channel k's J bytes at x + k * ldk: an NCHW plane set, so
- * a 1x1 convolution's input as it lies) into qu8_pack_x4's layout, with no im2col rows in between. Per
- * 16 pixels and 4 channels: four row loads, byte then 16-bit interleaves give 4 pixels' 4-byte groups
- * per vector, stored into 4 consecutive token blocks. Channels past K and pixels past J are zero (no
- * loop reads a partial block's missing tokens); a last step of fewer than 16 pixels copies its rows. */
-KERNEL void qu8_pack_nchw_x4(int J, int K, const uint8_t* x, int ldk, uint8_t* xp) {
+ * a 1x1 convolution's input as it lies) into qu8_pack_x4's layout xb, with no im2col rows in between.
+ * Per 16 pixels and 4 channels: four row loads, byte then 16-bit interleaves give 4 pixels' 4-byte
+ * groups per vector, stored into 4 consecutive token blocks. Channels past K and pixels past J are zero
+ * (no loop reads a partial block's missing tokens); a last step of fewer than 16 pixels copies its rows. */
+KERNEL void qu8_pack_nchw_x4(int J, int K, const uint8_t* x, int ldk, uint8_t* xp, int xb) {
   const int K4 = (K + 3) & ~3;
-  const size_t bs = (size_t)4 * K4;  /* bytes per 4-token block */
+  const size_t bs = (size_t)4 * K4 * xb;  /* bytes per 4-token block */
   for (int j = 0; j < J; j += 16) {
     const int nj = J - j < 16 ? J - j : 16, nb = (nj + 3) >> 2;
-    uint8_t* xb = xp + (size_t)(j >> 2) * bs;
-    for (int k = 0; k < K4; k += 4, xb += 16) {
+    uint8_t* blk = xp + (size_t)(j >> 2) * bs;
+    for (int k = 0; k < K4; k += 4, blk += 16 * xb) {
       const uint8_t* r = x + (size_t)k * ldk + j;
       v128_t a, b, c, d;
       if (nj == 16 && k + 4 <= K) {
@@ -422,12 +463,10 @@ KERNEL void qu8_pack_nchw_x4(int J, int K, const uint8_t* x, int ldk, uint8_t* x
                            wasm_i16x8_shuffle(ab0, cd0, 4, 12, 5, 13, 6, 14, 7, 15),
                            wasm_i16x8_shuffle(ab1, cd1, 0, 8, 1, 9, 2, 10, 3, 11),
                            wasm_i16x8_shuffle(ab1, cd1, 4, 12, 5, 13, 6, 14, 7, 15)};
-      for (int q = 0; q < nb; q++) VSTORE(xb + q * bs, o[q]);
+      for (int q = 0; q < nb; q++) qx_store_step(blk + q * bs, o[q], xb);
     }
   }
 }
-
-#define QBCAST(v, l) wasm_i32x4_shuffle((v), (v), (l), (l), (l), (l))
 
 /* The 4x4 widened loop's pair sums (qs8_widen_step's acc: per token pair (t, t+1), rows 0-1 straight
  * [r0t r0t r1t' r1t'] and row-swapped [r1t r1t r0t' r0t'], rows 2-3 likewise) as each token's 4 row
@@ -495,10 +534,10 @@ static __attribute__((noinline)) void qs8_loop_widen_8x1(int K4, const int8_t* w
 }
 
 #if CUVIL_RELAXED
-/* Relaxed GEMM loops (7-bit activations): 8 rows (the panel's two weight vectors) x NT tokens, one
- * relaxed dot per weight vector and broadcast token group: out[t] = rows 0-3, out[NT + t] = rows 4-7.
- * 8x4 keeps 8 accumulators + 2 weights + the token vector + a broadcast in Cranelift's 16 registers;
- * noinline for the same reason as f32-gemm's loop. */
+/* Relaxed GEMM loops (7-bit activations, packed broadcast: QXB7 is 4): 8 rows (the panel's two weight
+ * vectors) x NT tokens, one relaxed dot per weight vector and token group: out[t] = rows 0-3, out[NT + t]
+ * = rows 4-7. 8x4 keeps 8 accumulators + 2 weights + a token group in Cranelift's 16 registers; noinline
+ * for the same reason as f32-gemm's loop. */
 static __attribute__((noinline)) void qs8_loop_relaxed_8x4(int K4, const int8_t* w, const uint8_t* xp,
                                                               v128_t* out) {
   v128_t a0 = wasm_i32x4_const_splat(0), c0 = a0;
@@ -506,25 +545,25 @@ static __attribute__((noinline)) void qs8_loop_relaxed_8x4(int K4, const int8_t*
   v128_t a2 = wasm_i32x4_const_splat(0), c2 = a2;
   v128_t a3 = wasm_i32x4_const_splat(0), c3 = a3;
   const int8_t* wend = w + (size_t)8 * K4;
-  for (; w < wend; w += 32, xp += 16) {
-    const v128_t p = VLOAD(w), q = VLOAD(w + 16), v = VLOAD(xp);
+  for (; w < wend; w += 32, xp += 16 * QXB7) {
+    const v128_t p = VLOAD(w), q = VLOAD(w + 16);
     {
-      const v128_t b = QBCAST(v, 0);
+      const v128_t b = QX_TOKEN(xp, 0, QXB7);
       a0 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(p, b, a0);
       c0 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(q, b, c0);
     }
     {
-      const v128_t b = QBCAST(v, 1);
+      const v128_t b = QX_TOKEN(xp, 1, QXB7);
       a1 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(p, b, a1);
       c1 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(q, b, c1);
     }
     {
-      const v128_t b = QBCAST(v, 2);
+      const v128_t b = QX_TOKEN(xp, 2, QXB7);
       a2 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(p, b, a2);
       c2 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(q, b, c2);
     }
     {
-      const v128_t b = QBCAST(v, 3);
+      const v128_t b = QX_TOKEN(xp, 3, QXB7);
       a3 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(p, b, a3);
       c3 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(q, b, c3);
     }
@@ -539,10 +578,10 @@ static __attribute__((noinline)) void qs8_loop_relaxed_8x1(int K4, const int8_t*
                                                               v128_t* out) {
   v128_t a0 = wasm_i32x4_const_splat(0), c0 = a0;
   const int8_t* wend = w + (size_t)8 * K4;
-  for (; w < wend; w += 32, xp += 16) {
-    const v128_t p = VLOAD(w), q = VLOAD(w + 16), v = VLOAD(xp);
+  for (; w < wend; w += 32, xp += 16 * QXB7) {
+    const v128_t p = VLOAD(w), q = VLOAD(w + 16);
     {
-      const v128_t b = QBCAST(v, 0);
+      const v128_t b = QX_TOKEN(xp, 0, QXB7);
       a0 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(p, b, a0);
       c0 = wasm_i32x4_relaxed_dot_i8x16_i7x16_add(q, b, c0);
     }
@@ -598,7 +637,7 @@ INLINE void qs8_tile_x7_8x1(int K4, const int8_t* w, const uint8_t* xp, v128_t* 
 }
 
 /* y[i*si + j*sj] for i < I, j < J (see the header for operands and the epilogue) from activations
- * already packed in xp (qu8_pack_x4's layout). w is packed in 8-row panels [ceil(I/8)][K4/4][8][4]
+ * already packed in xp (qu8_pack_x4's layout QXB7). w is packed in 8-row panels [ceil(I/8)][K4/4][8][4]
  * (K4 = ceil4(K)); every panel meets 4 tokens at a time, the last 1-3 tokens one by one. */
 INLINE void qs8_gemm_tiles_x7(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
                                 const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
@@ -608,7 +647,7 @@ INLINE void qs8_gemm_tiles_x7(int I, int J, int K, const int8_t* w, const uint8_
     const int8_t* wi = w + (size_t)i * K4;
     for (int j = 0; j < J; ) {
       const int nt = j < J4 ? 4 : 1;
-      const uint8_t* xj = xp + (size_t)(j & ~3) * K4 + 4 * (j & 3);
+      const uint8_t* xj = xp + qx_offset(j, K4, QXB7);
       v128_t acc[8];
       if (nt == 4) qs8_tile_x7_8x4(K4, wi, xj, acc);
       else qs8_tile_x7_8x1(K4, wi, xj, acc);
@@ -670,11 +709,12 @@ KERNEL void qs8_gemm_x7(int I, int J, int K, const int8_t* w, const uint8_t* x, 
                           const float* ws, const float* bias, QOut y, int si, int sj, Act act, int tid,
                           int nt) {
   if (J < 4) {
-    qu8_pack_x4(J, K, x, ldx, xp);
+    qu8_pack_x4(J, K, x, ldx, xp, QXB7);
   } else {
     int lo, hi;
     cuvil_split(J, 4, tid, nt, &lo, &hi);
-    if (lo < hi) qu8_pack_x4(hi - lo, K, x + (size_t)lo * ldx, ldx, xp + (size_t)lo * ((K + 3) & ~3));
+    if (lo < hi) qu8_pack_x4(hi - lo, K, x + (size_t)lo * ldx, ldx, xp + qx_offset(lo, (K + 3) & ~3, QXB7),
+                             QXB7);
     q_meet(nt);
   }
   qs8_gemm_rows_x7(I, J, K, w, xp, xs, xz, xstep, wsum, ws, bias, y, si, sj, act, tid, nt);
@@ -689,8 +729,8 @@ INLINE void qs8_chunk_gemm_x7(int by_px, int lo, int hi, int I, int pc, int K, c
     q_meet(nt);
     qs8_gemm_rows_x7(I, pc, K, w, xp, xs, xz, 0, wsum, ws, bias, y, P, 1, act, tid, nt);
   } else if (lo < hi) {
-    qs8_gemm_packed_x7(I, hi - lo, K, w, xp + (size_t)lo * ((K + 3) & ~3), xs, xz, 0, wsum, ws, bias, qo_at(y, lo),
-                         P, 1, act);
+    qs8_gemm_packed_x7(I, hi - lo, K, w, xp + qx_offset(lo, (K + 3) & ~3, QXB7), xs, xz, 0, wsum, ws, bias,
+                         qo_at(y, lo), P, 1, act);
   }
 }
 
@@ -714,7 +754,7 @@ KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const i
         if (lo < hi) {
           qu8_im2col_kmajor(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
                             pt, pl, OW, p0 + lo, hi - lo, (uint8_t)xz[0], col + lo, pc);
-          qu8_pack_nchw_x4(hi - lo, K, col + lo, pc, xp + (size_t)lo * K4);
+          qu8_pack_nchw_x4(hi - lo, K, col + lo, pc, xp + qx_offset(lo, K4, QXB7), QXB7);
         }
         qs8_chunk_gemm_x7(by_px, lo, hi, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
                             ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
@@ -739,7 +779,7 @@ KERNEL void qs8_conv1x1_x7(const uint8_t* xq, int N, int C, int P, const int8_t*
         const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi);
         if (lo < hi)
           qu8_pack_nchw_x4(hi - lo, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0 + lo, P,
-                           xp + (size_t)lo * K4);
+                           xp + qx_offset(lo, K4, QXB7), QXB7);
         qs8_chunk_gemm_x7(by_px, lo, hi, Mg, pc, Cg, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
                             ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
                             tid, nt);
@@ -785,7 +825,7 @@ INLINE void qs8_tile_x8_8x1(int K4, const int8_t* w, const uint8_t* xp, v128_t* 
 }
 
 /* y[i*si + j*sj] for i < I, j < J (see the header for operands and the epilogue) from activations
- * already packed in xp (qu8_pack_x4's layout). w is packed in 8-row panels [ceil(I/8)][K4/4][8][4]
+ * already packed in xp (qu8_pack_x4's layout QXB8). w is packed in 8-row panels [ceil(I/8)][K4/4][8][4]
  * (K4 = ceil4(K)); every panel meets 4 tokens at a time, the last 1-3 tokens one by one. */
 INLINE void qs8_gemm_tiles_x8(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
                                 const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
@@ -795,7 +835,7 @@ INLINE void qs8_gemm_tiles_x8(int I, int J, int K, const int8_t* w, const uint8_
     const int8_t* wi = w + (size_t)i * K4;
     for (int j = 0; j < J; ) {
       const int nt = j < J4 ? 4 : 1;
-      const uint8_t* xj = xp + (size_t)(j & ~3) * K4 + 4 * (j & 3);
+      const uint8_t* xj = xp + qx_offset(j, K4, QXB8);
       v128_t acc[8];
       if (nt == 4) qs8_tile_x8_8x4(K4, wi, xj, acc);
       else qs8_tile_x8_8x1(K4, wi, xj, acc);
@@ -857,11 +897,12 @@ KERNEL void qs8_gemm_x8(int I, int J, int K, const int8_t* w, const uint8_t* x, 
                           const float* ws, const float* bias, QOut y, int si, int sj, Act act, int tid,
                           int nt) {
   if (J < 4) {
-    qu8_pack_x4(J, K, x, ldx, xp);
+    qu8_pack_x4(J, K, x, ldx, xp, QXB8);
   } else {
     int lo, hi;
     cuvil_split(J, 4, tid, nt, &lo, &hi);
-    if (lo < hi) qu8_pack_x4(hi - lo, K, x + (size_t)lo * ldx, ldx, xp + (size_t)lo * ((K + 3) & ~3));
+    if (lo < hi) qu8_pack_x4(hi - lo, K, x + (size_t)lo * ldx, ldx, xp + qx_offset(lo, (K + 3) & ~3, QXB8),
+                             QXB8);
     q_meet(nt);
   }
   qs8_gemm_rows_x8(I, J, K, w, xp, xs, xz, xstep, wsum, ws, bias, y, si, sj, act, tid, nt);
@@ -876,8 +917,8 @@ INLINE void qs8_chunk_gemm_x8(int by_px, int lo, int hi, int I, int pc, int K, c
     q_meet(nt);
     qs8_gemm_rows_x8(I, pc, K, w, xp, xs, xz, 0, wsum, ws, bias, y, P, 1, act, tid, nt);
   } else if (lo < hi) {
-    qs8_gemm_packed_x8(I, hi - lo, K, w, xp + (size_t)lo * ((K + 3) & ~3), xs, xz, 0, wsum, ws, bias, qo_at(y, lo),
-                         P, 1, act);
+    qs8_gemm_packed_x8(I, hi - lo, K, w, xp + qx_offset(lo, (K + 3) & ~3, QXB8), xs, xz, 0, wsum, ws, bias,
+                         qo_at(y, lo), P, 1, act);
   }
 }
 
@@ -901,7 +942,7 @@ KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const i
         if (lo < hi) {
           qu8_im2col_kmajor(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
                             pt, pl, OW, p0 + lo, hi - lo, (uint8_t)xz[0], col + lo, pc);
-          qu8_pack_nchw_x4(hi - lo, K, col + lo, pc, xp + (size_t)lo * K4);
+          qu8_pack_nchw_x4(hi - lo, K, col + lo, pc, xp + qx_offset(lo, K4, QXB8), QXB8);
         }
         qs8_chunk_gemm_x8(by_px, lo, hi, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
                             ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
@@ -926,7 +967,7 @@ KERNEL void qs8_conv1x1_x8(const uint8_t* xq, int N, int C, int P, const int8_t*
         const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi);
         if (lo < hi)
           qu8_pack_nchw_x4(hi - lo, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0 + lo, P,
-                           xp + (size_t)lo * K4);
+                           xp + qx_offset(lo, K4, QXB8), QXB8);
         qs8_chunk_gemm_x8(by_px, lo, hi, Mg, pc, Cg, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
                             ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
                             tid, nt);
