@@ -4,8 +4,11 @@ mask's scores once made the whole P.V GEMM of a padded sequence 1.5x slower)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from cuvil_edge import CuvilModel, Target
@@ -48,3 +51,36 @@ def test_masked_softmax_gives_exact_zeros_for_masked_scores() -> None:
     np.testing.assert_array_equal(y[:, 29:], 0.0)
     np.testing.assert_array_equal(y[1, 20:], 0.0)
     np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["x86", "arm"])
+@pytest.mark.parametrize("op", ["Exp", "Sigmoid", "Tanh", "Erf", "Log"])
+def test_nan_and_infinities_pass_through_the_vector_transcendentals(op: str, family: str) -> None:
+    """The argument reductions clamp with one instruction a bound (x86: pmin/pmax with the bound second)
+    and turn n into an integer by the 1.5 * 2^23 trick: NaN must still give NaN, infinities their limits,
+    in every lane of a vector (the clamps of both host families)."""
+    x = np.array([np.nan, -np.inf, np.inf, 0.5, -0.0, np.nan, 2.0, -3.0], np.float32)
+    model = CuvilModel.load(_unary(op, x.size)).optimize(targets=[Target(family=family)])
+    y = model.predict({"x": x})["y"]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        want = {"Exp": np.exp, "Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "Tanh": np.tanh,
+                "Erf": np.vectorize(math.erf, otypes=[np.float32]), "Log": np.log}[op](x)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_allclose(y, want, rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("family", ["x86", "arm"])
+def test_softmax_row_with_a_nan_is_nan_and_others_are_untouched(family: str) -> None:
+    """The row maximum takes one instruction a vector (pmax on x86, which skips a NaN): the NaN still
+    reaches the row's sum, so its row is all NaN (as onnxruntime's), and other rows are exact."""
+    rng = np.random.default_rng(1)
+    s = rng.standard_normal((3, 12)).astype(np.float32)
+    s[1, 5] = np.nan
+    g = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "t",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(s.shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(s.shape))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    y = CuvilModel.load(m).optimize(targets=[Target(family=family)]).predict({"x": s})["y"]
+    assert np.isnan(y[1]).all()
+    e = np.exp(s[[0, 2]] - s[[0, 2]].max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y[[0, 2]], e / e.sum(axis=1, keepdims=True), rtol=1e-6)

@@ -157,7 +157,7 @@ INLINE void store_partial(float* dst, v128_t v, int n) {
   for (int i = 0; i < n; i++) dst[i] = t[i];
 }
 
-/* e^x = 2^n p(r), r = x - n ln2, |r| <= ln2/2: p(r) (about 1 ulp), and n, for x already in [-87.4, 88.8] */
+/* e^x = 2^n p(r), r = x - n ln2, |r| <= ln2/2: p(r) (about 1 ulp), and n, for x already in [-87.4, 89] */
 INLINE v128_t v_exp_poly(v128_t x, v128_t* n_out) {
   const v128_t n = wasm_f32x4_nearest(wasm_f32x4_mul(x, VSPLAT(1.44269504f)));
   v128_t r = VFMA(n, VSPLAT(-0.693359375f), x);
@@ -171,15 +171,29 @@ INLINE v128_t v_exp_poly(v128_t x, v128_t* n_out) {
   *n_out = n;
   return VFMA(p, wasm_f32x4_mul(r, r), wasm_f32x4_add(r, VSPLAT(1.0f)));
 }
+/* n of v_exp_poly (a whole number in [-127, 128]; NaN only where p is NaN) as int32 lanes: adding 1.5 *
+ * 2^23 puts it in the mantissa exactly, and the sum's bits less the constant's are n (i32x4.trunc_sat is a
+ * dozen x86 instructions under Cranelift, this two). */
+INLINE v128_t v_exp_int(v128_t n) {
+  const v128_t magic = wasm_f32x4_const_splat(12582912.0f);
+  return wasm_i32x4_sub(wasm_f32x4_add(n, magic), magic);
+}
+/* x clamped to [lo, hi] with NaN passed through, one instruction a bound on either host (VMAX/VMIN: the
+ * bound second; f32x4.min/max, NaN- and sign-of-zero-exact, are about 8 x86 instructions each): the
+ * argument reductions of v_exp and the gates run on every SiLU, GELU and softmax value. */
+INLINE v128_t v_clamp(v128_t x, float lo, float hi) {
+  return VMIN(VMAX(x, VSPLAT(lo)), VSPLAT(hi));
+}
 /* e^x; below ln(FLT_MIN) exactly 0 (the subnormal tail flushed, error under 1.2e-38): a subnormal that
  * reaches a later product costs a microcode assist on x86 per operation, so a padded attention mask's
- * e^(-10000) must not be FLT_MIN (it made the whole P.V GEMM of a padded sequence 1.5x slower) */
+ * e^(-10000) must not be FLT_MIN (it made the whole P.V GEMM of a padded sequence 1.5x slower). Above
+ * ln(FLT_MAX) (88.72) inf: x is held at 89 at most, where n = 128 and the two-step scale overflows. */
 INLINE v128_t v_exp(v128_t x) {
   const v128_t under = wasm_f32x4_lt(x, VSPLAT(-87.33654f));
   v128_t n;
-  const v128_t p = v_exp_poly(wasm_f32x4_min(wasm_f32x4_max(x, VSPLAT(-87.33654f)), VSPLAT(88.72283f)), &n);
+  const v128_t p = v_exp_poly(v_clamp(x, -87.33654f, 89.0f), &n);
   /* n may be 128 at the top of the range: scale in two steps so 2^n never overflows the exponent */
-  v128_t ni = wasm_i32x4_trunc_sat_f32x4(n);
+  v128_t ni = v_exp_int(n);
   v128_t half = wasm_i32x4_shr(ni, 1);
   v128_t s1 = wasm_i32x4_shl(wasm_i32x4_add(half, wasm_i32x4_splat(127)), 23);
   v128_t s2 = wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_sub(ni, half), wasm_i32x4_splat(127)), 23);
@@ -190,9 +204,8 @@ INLINE v128_t v_exp(v128_t x) {
  * (about 40% fewer instructions than v_exp's range handling: SiLU ends every conv of a YOLO net) */
 INLINE v128_t v_gate_denominator(v128_t x) {
   v128_t n;
-  const v128_t p = v_exp_poly(wasm_f32x4_min(wasm_f32x4_max(wasm_f32x4_neg(x), VSPLAT(-87.33654f)),
-                                             VSPLAT(87.0f)), &n);
-  const v128_t scale = wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_trunc_sat_f32x4(n), wasm_i32x4_splat(127)), 23);
+  const v128_t p = v_exp_poly(v_clamp(wasm_f32x4_neg(x), -87.33654f, 87.0f), &n);
+  const v128_t scale = wasm_i32x4_shl(wasm_i32x4_add(v_exp_int(n), wasm_i32x4_splat(127)), 23);
   return VFMA(p, scale, VSPLAT(1.0f));
 }
 INLINE v128_t v_sigmoid(v128_t x) {

@@ -13,7 +13,7 @@ KERNEL void f32_softmax_rows(int outer, int n, const float* x, float* y, int log
     float* yp = y + (size_t)o * n;
     v128_t vm = VSPLAT(-__builtin_inff());
     int j = 0;
-    for (; j + 4 <= n; j += 4) vm = wasm_f32x4_max(vm, VLOAD(xp + j));
+    for (; j + 4 <= n; j += 4) vm = VMAX(vm, VLOAD(xp + j));  /* a NaN makes the row NaN either way (the sum) */
     float t[4], m;
     VSTORE(t, vm);
     m = t[0];
@@ -51,7 +51,7 @@ KERNEL void f32_softmax_cols(int outer, int n, int inner, const float* x, float*
       const float* xp = x + (size_t)o * n * inner + c;
       float* yp = y + (size_t)o * n * inner + c;
       v128_t vm = VSPLAT(-__builtin_inff()), vs = VSPLAT(0.0f);
-      for (int j = 0; j < n; j++) vm = wasm_f32x4_max(vm, load_k(xp + (size_t)j * inner, k));
+      for (int j = 0; j < n; j++) vm = VMAX(vm, load_k(xp + (size_t)j * inner, k));
       for (int j = 0; j < n; j++) {
         v128_t e = v_exp(wasm_f32x4_sub(load_k(xp + (size_t)j * inner, k), vm));
         if (!log) store_k(yp + (size_t)j * inner, e, k);

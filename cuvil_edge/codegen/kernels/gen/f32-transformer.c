@@ -60,7 +60,7 @@ INLINE void attn_softmax_row(float* s, int n, float scale, const float* mask) {
     v128_t v = wasm_f32x4_mul(VLOAD(s + j), vsc);
     if (mask) v = wasm_f32x4_add(v, VLOAD(mask + j));
     VSTORE(s + j, v);
-    vm = wasm_f32x4_max(vm, v);
+    vm = VMAX(vm, v);  /* a NaN score makes its row NaN either way (the sum) */
   }
   float t[4], m;
   VSTORE(t, vm);

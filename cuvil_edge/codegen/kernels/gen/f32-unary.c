@@ -27,7 +27,7 @@ INLINE float hsum(v128_t v) {
 /* log(x) for 4 lanes (Cephes logf): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(1 + (m-1)) by a
  * degree-9 polynomial. Denormals are treated as the smallest normal; log(0) = -inf, log(<0) = nan. */
 INLINE v128_t v_log(v128_t x) {
-  v128_t xc = wasm_f32x4_max(x, VSPLAT(1.17549435e-38f));
+  v128_t xc = VMAX(x, VSPLAT(1.17549435e-38f));  /* NaN stays NaN (see v_clamp) */
   v128_t e = wasm_i32x4_sub(wasm_u32x4_shr(xc, 23), wasm_i32x4_splat(126));
   v128_t m = wasm_v128_or(wasm_v128_and(xc, wasm_i32x4_splat(0x007fffff)), wasm_i32x4_splat(0x3f000000));
   v128_t small = wasm_f32x4_lt(m, VSPLAT(0.707106781186547524f));
@@ -55,7 +55,7 @@ INLINE v128_t v_log(v128_t x) {
 
 /* erf(x): odd rational approximation on [-4, 4] (Eigen's), |error| < 4e-7; saturates to +-1 beyond. */
 INLINE v128_t v_erf(v128_t x) {
-  x = wasm_f32x4_min(wasm_f32x4_max(x, VSPLAT(-4.0f)), VSPLAT(4.0f));
+  x = v_clamp(x, -4.0f, 4.0f);
   v128_t x2 = wasm_f32x4_mul(x, x);
   v128_t p = VSPLAT(-2.72614225801306e-10f);
   p = VFMA(p, x2, VSPLAT(2.77068142495902e-08f));
