@@ -29,7 +29,7 @@ from _peers import ort_web
 from cuvil_edge import CuvilError, CuvilModel, Target
 from cuvil_edge.bench import median_p95, timings_ms
 from cuvil_edge.host import host_target
-from cuvil_edge.oracle import ort_session, random_inputs
+from cuvil_edge.oracle import ort_peer, random_inputs
 from cuvil_edge.testing.zoo import NETS, NetBuilder
 
 
@@ -77,7 +77,7 @@ def bench_model(name: str, proto: onnx.ModelProto, target: Target, warmup: int, 
     inst_ms = (time.perf_counter() - t0) * 1e3
     inst.set_inputs(feeds)
     ours = timings_ms(inst.run, warmup, repeat)
-    sess = ort_session(proto)
+    sess = ort_peer(proto)
     ort = timings_ms(lambda: sess.run(None, feeds), warmup, repeat)
     model.close()
     peer = ort_web(proto, feeds, repeat, warmup) if web else None
@@ -93,7 +93,7 @@ def overhead_line(target: Target, warmup: int, repeat: int) -> str:
         model.instance.set_inputs(x)
         run = statistics.median(timings_ms(model.instance.run, warmup, repeat)) * 1e3
         predict = statistics.median(timings_ms(lambda: model.predict(x), warmup, repeat)) * 1e3
-    sess = ort_session(proto)
+    sess = ort_peer(proto)
     ort = statistics.median(timings_ms(lambda: sess.run(None, x), warmup, repeat)) * 1e3
     return (f"per-call overhead (1-element Relu): run() {run:.1f} us, predict() {predict:.1f} us, "
             f"ORT {ort:.1f} us")

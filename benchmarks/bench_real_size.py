@@ -57,7 +57,7 @@ from cuvil_edge.codegen.toolchain import Target
 from cuvil_edge.errors import CuvilError
 from cuvil_edge.host import host_target
 from cuvil_edge.ops.conv import conv_geometry, is_depthwise
-from cuvil_edge.oracle import ort_session
+from cuvil_edge.oracle import ort_peer, ort_session
 from cuvil_edge.profile import profile_model
 from cuvil_edge.testing.text_images import IMAGENET_MEAN, IMAGENET_STD, normalized, text_line, text_page
 from cuvil_edge.testing.wheels import PYTEST_WHEELS, install_into
@@ -238,7 +238,7 @@ def fp32_nets(args: argparse.Namespace) -> None:
         feeds = _samples(size, 1, 0)[0]
         models[name] = m = CuvilModel.load(proto).optimize(targets=[target])
         m.threads = 1  # the one-thread comparison (bench_threads.py: more)
-        sess = ort_session(proto)
+        sess = ort_peer(proto)
         ref = sess.run(None, feeds)[0]
         errors[name] = float(np.abs(next(iter(m.predict(feeds).values())) - ref).max())
         m.instance.set_inputs(feeds)
@@ -403,7 +403,7 @@ def trained_case(case: Trained, proto: onnx.ModelProto, args: argparse.Namespace
             notes.append(f"  ours {p}: build failed: {type(exc).__name__}: {str(exc).splitlines()[0]}")
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
         q_proto = ort_int8(proto, calib, Path(tmp))
-    sessions = {"ORT fp32": ort_session(proto), "ORT int8": ort_session(q_proto)}
+    sessions = {"ORT fp32": ort_peer(proto), "ORT int8": ort_peer(q_proto)}
     peers = {k: lambda x, s=s: s.run(None, {name: x})[0] for k, s in sessions.items()}
     top1 = {k: v.argmax(axis=1) for k, v in engine_logits(ours, peers, images, name).items()}
     for m in ours.values():
@@ -453,7 +453,7 @@ def table_row(name: str, proto: onnx.ModelProto, args: argparse.Namespace,
         outputs[key] = next(iter(m.instance.predict(feeds).values()))
         m.instance.set_inputs(feeds)
         engines[key] = m.instance.run
-    sessions = {"ORT fp32": ort_session(proto), "ORT int8": ort_session(q_proto)}
+    sessions = {"ORT fp32": ort_peer(proto), "ORT int8": ort_peer(q_proto)}
     for k, sess in sessions.items():
         outputs[k] = sess.run(None, feeds)[0]
         engines[k] = lambda s=sess: s.run(None, feeds)
@@ -598,7 +598,7 @@ def main() -> None:
         inst.set_inputs(feeds)
         engines[name] = inst.run
     for name, p in (("onnxruntime fp32", proto), ("onnxruntime int8 QDQ", q_proto)):
-        sess = ort_session(p)
+        sess = ort_peer(p)
         outputs[name] = sess.run(None, feeds)[0]
         engines[name] = lambda s=sess: s.run(None, feeds)
     med = interleaved(engines, args.warmup, args.repeat)

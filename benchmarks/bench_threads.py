@@ -37,7 +37,7 @@ from bench_real_size import interleaved, mobilenet_v2, resnet50, yolov8n  # noqa
 from cuvil_edge import CuvilModel  # noqa: E402
 from cuvil_edge.codegen.toolchain import compile_c  # noqa: E402
 from cuvil_edge.host import host_target  # noqa: E402
-from cuvil_edge.oracle import ort_session  # noqa: E402
+from cuvil_edge.oracle import ort_peer, ort_session  # noqa: E402
 from cuvil_edge.testing.zoo_transformers import bert_encoder, bert_feeds  # noqa: E402
 from runtime_wasm.instance import WasmModel, available_cores  # noqa: E402
 from runtime_wasm.loader import instantiate  # noqa: E402
@@ -131,7 +131,7 @@ def main() -> None:
             outputs[n] = m.predict(feeds)
             m.set_inputs(feeds)
             engines[f"ours {n}"] = m.run
-            sess = ort_session(proto, threads=n)
+            sess = ort_peer(proto, threads=n)
             engines[f"ORT {n}"] = lambda s=sess, f=feeds: s.run(None, f)
         same = all(np.array_equal(outputs[n][k], outputs[1][k]) for n in counts for k in outputs[1])
         ref = ort_session(proto).run(None, feeds)[0]

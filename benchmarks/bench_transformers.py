@@ -20,7 +20,7 @@ from _peers import ort_web
 from cuvil_edge import CuvilModel
 from cuvil_edge.bench import median_p95, timings_ms
 from cuvil_edge.host import host_target
-from cuvil_edge.oracle import ort_session
+from cuvil_edge.oracle import ort_peer
 from cuvil_edge.testing.zoo_transformers import bert_encoder, bert_feeds
 
 
@@ -42,7 +42,7 @@ def main() -> None:
     t0 = time.perf_counter()
     cm = CuvilModel.load(model).optimize(targets=[host_target()])
     build_s = time.perf_counter() - t0
-    sess = ort_session(model)
+    sess = ort_peer(model)
     want = sess.run(None, feeds)[0]
     cm.threads = 1  # the one-thread comparison (bench_threads.py: more)
     got = cm.predict(feeds)["last_hidden_state"]

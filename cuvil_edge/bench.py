@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from .codegen.toolchain import Target
 from .host import host_target
 from .model import CuvilModel
-from .oracle import ort_session, random_feeds
+from .oracle import ort_peer, random_feeds
 from .profile import CEILING_SHAPE, profile_model
 
 
@@ -68,7 +68,7 @@ def compare_with_ort(proto: onnx.ModelProto, model: CuvilModel | None = None, wa
     model.threads = threads
     inst = model.instance
     ours_out = inst.predict(feeds)
-    sess = ort_session(proto, threads)
+    sess = ort_peer(proto, threads)
     ref = sess.run(None, feeds)
     diff = max(float(np.max(np.abs(o - r))) for o, r in zip(ours_out.values(), ref))
     ours, ort = [], []

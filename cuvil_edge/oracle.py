@@ -3,22 +3,73 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import numpy as np
 import onnx
 
 from runtime_wasm.spec import TensorSpec
 
+#: Ops whose presence makes a graph quantized: onnxruntime's optimizer fuses them into integer kernels
+QUANTIZED_OPS = frozenset({
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
+    "MatMulInteger", "ConvInteger",
+    # com.microsoft, written by onnxruntime's quantization tools
+    "QGemm", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
+    "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearSoftmax", "QAttention", "MatMulNBits",
+    "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "DynamicQuantizeLSTM",
+})
 
-def ort_session(model: onnx.ModelProto | str, threads: int = 1):
-    """An onnxruntime CPU session, single-threaded unless told otherwise (how we compare)."""
+
+def _op_types(graph: onnx.GraphProto) -> Iterator[str]:
+    for node in graph.node:
+        yield node.op_type
+        for attr in node.attribute:  # If / Loop / Scan bodies
+            for g in [attr.g] if attr.HasField("g") else attr.graphs:
+                yield from _op_types(g)
+
+
+def is_quantized(model: onnx.ModelProto) -> bool:
+    """Whether any node (subgraphs included) is a quantize, dequantize or integer-arithmetic op."""
+    return not QUANTIZED_OPS.isdisjoint(_op_types(model.graph))
+
+
+def session_options(model: onnx.ModelProto, threads: int = 1, *, peer: bool = False):
+    """The options an onnxruntime session gets. As the oracle (``peer=False``) a quantized graph runs
+    with graph optimizations off: the QDQ graph simulated in float, exactly as the model states it.
+    Optimized, onnxruntime fuses QDQ patterns into its u8s8 integer kernels, which on x86 without VNNI
+    (AVX2 ``pmaddubsw``) saturate the 16-bit pair sums and answer whole steps away from the model;
+    those kernels are a benchmark peer (``peer=True``), never a reference."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
-    src = model if isinstance(model, str) else model.SerializeToString()
-    return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+    if not peer and is_quantized(model):
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return opts
+
+
+def _session(model: onnx.ModelProto | str | Path, threads: int, peer: bool):
+    import onnxruntime as ort
+
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
+    # a path keeps its directory, where a model's external data lives
+    src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    return ort.InferenceSession(src, session_options(proto, threads, peer=peer),
+                                providers=["CPUExecutionProvider"])
+
+
+def ort_session(model: onnx.ModelProto | str | Path, threads: int = 1):
+    """onnxruntime as the oracle: a CPU session, single-threaded unless told otherwise (how we compare),
+    a quantized graph simulated in float (``session_options``). Tests build every onnxruntime session
+    here (tests/unit/test_oracle.py holds them to it)."""
+    return _session(model, threads, peer=False)
+
+
+def ort_peer(model: onnx.ModelProto | str | Path, threads: int = 1):
+    """onnxruntime as the benchmark peer: every graph optimization on, its fused int8 kernels included."""
+    return _session(model, threads, peer=True)
 
 
 def graph_inputs(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...], np.dtype]]:

@@ -3,10 +3,10 @@
 Small seeded models (a CNN, and an MLP shaped like a transformer FFN) are quantized with
 ``quantize_static`` (QDQ and QOperator, per channel and per tensor, int8 and uint8 activations),
 ``quantize_dynamic`` and ``MatMulNBitsQuantizer``. Bounds asserted:
-- static: max |ours - onnxruntime| <= 1 LSB of the output quantizer (y_scale). With ``reduce_range``
-  onnxruntime's optimized int8 kernels are exact, so we compare against them; without it its x86
-  u8*s8 kernels saturate int16 pair sums, so we compare against its unoptimized (reference) run, which
-  for QOperator models still runs those kernels (those cases are not generated).
+- static: max |ours - onnxruntime| <= 1 LSB of the output quantizer (y_scale), against onnxruntime's
+  unoptimized run (``cuvil_edge.oracle.ort_session``: the QDQ graph simulated in float; its optimized
+  x86 u8*s8 kernels saturate int16 pair sums). A QOperator model runs those kernels even unoptimized,
+  exact only with ``reduce_range`` (7-bit weights), so QOperator cases are generated with it only.
 - dynamic (reduce_range, exact integer sums on both sides): max |diff| <= 1e-5 * max |reference|.
 - MatMulNBits: onnxruntime computes in f32, we quantize activations per row to 7 bits, so per output
   |diff| <= half an activation step times sum |w| (the rounding bound), plus 1e-4.
@@ -20,9 +20,10 @@ import pytest
 from onnx import helper, numpy_helper
 
 from cuvil_edge import CuvilModel
+from cuvil_edge.oracle import ort_session
 
 pytestmark = pytest.mark.integration
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 oq = pytest.importorskip("onnxruntime.quantization")
 
 CNN_SHAPE, MLP_SHAPE = [1, 3, 8, 8], [4, 64]
@@ -77,13 +78,6 @@ class _Reader(oq.CalibrationDataReader):
         return next(self._it, None)
 
 
-def _session(path, optimized: bool = True):
-    so = ort.SessionOptions()
-    if not optimized:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
-
 def _build(path) -> CuvilModel:
     m = CuvilModel.load(path)
     m.optimize()
@@ -128,7 +122,7 @@ def test_quantize_static(tmp_path, name, fmt, per_channel, act, reduce_range):
         step *= float(np.abs(inits["fw"]).sum(1).max())
     with _build(dst) as m:
         _assert_integer_graph(m, {"qconv"} if name == "cnn" else {"qgemm"}, allow_gemm=float_gemm)
-        for _, ref, got in _diffs(m, _session(dst, optimized=reduce_range), shape):
+        for _, ref, got in _diffs(m, ort_session(dst), shape):
             assert np.abs(ref - got).max() <= step * 1.001, (np.abs(ref - got).max(), step)
 
 
@@ -142,7 +136,7 @@ def test_quantize_dynamic(tmp_path, name):
     with _build(dst) as m:
         _assert_integer_graph(m, {"quantize_dyn", "qgemm"} | ({"qconv"} if name == "cnn" else set()))
         assert "cast" not in m.graph.op_counts()
-        for _, ref, got in _diffs(m, _session(dst), shape):
+        for _, ref, got in _diffs(m, ort_session(dst), shape):
             assert np.abs(ref - got).max() <= 1e-5 * np.abs(ref).max()
 
 
@@ -163,7 +157,7 @@ def test_matmul_nbits(tmp_path, block_size, rows, tile):
         _assert_integer_graph(m, {"qb4gemm"})
         used = m.compiled.program.kernels_used.values()
         assert {k for k in used if k.startswith("qb4")} == {f"qb4-gemm-{tile}"}
-        for x, ref, got in _diffs(m, _session(path), shape):
+        for x, ref, got in _diffs(m, ort_session(path), shape):
             bound = _nbits_bound(m, x, sorted(biases, key=len, reverse=True))
             assert (np.abs(ref - got) <= bound + 1e-4).all(), float((np.abs(ref - got) - bound).max())
 

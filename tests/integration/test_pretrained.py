@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 from fleetkit import wait_until, write_toml
@@ -56,6 +55,7 @@ from cuvil_edge import (
     VocabularyMismatch,
 )
 from cuvil_edge.cli import main as edge_main
+from cuvil_edge.oracle import ort_session
 from cuvil_edge.pretrained import load_source
 from cuvil_edge.signing import Keyring, build_bundle
 from cuvil_edge.testing.broker import LocalBroker, free_port
@@ -124,7 +124,7 @@ def reference_feeds(tok_path: Path, texts: list[str], seq: int = SEQ) -> list[di
 
 
 def ort_run(model_path: Path, feeds: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
-    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    sess = ort_session(model_path)
     return [sess.run(None, f)[0][0] for f in feeds]
 
 
@@ -310,7 +310,7 @@ def test_image_classification_top5_matches_onnxruntime_with_numpy_preprocessing(
     assert model.processing.task == "image-classification"
     got = model.predict(images)  # batch 2: a full chunk, then one image padded
     from_files = model.predict([str(ppm), tmp_path / "img.npy"])
-    sess = ort.InferenceSession(str(path / "model.onnx"), providers=["CPUExecutionProvider"])
+    sess = ort_session(path / "model.onnx")
     for i, (image, result) in enumerate(zip(images, got)):
         x = reference_preprocess(image, IMAGE_SHORT, IMAGE_CROP, np.array(IMAGE_MEAN), np.array(IMAGE_STD))
         logits = sess.run(None, {"x": np.stack([x, x])})[0][0]

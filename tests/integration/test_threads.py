@@ -12,6 +12,7 @@ import pytest
 
 from cuvil_edge.codegen.toolchain import Target
 from cuvil_edge.model import CuvilModel
+from cuvil_edge.oracle import ort_session
 from cuvil_edge.testing import zoo, zoo_transformers
 from cuvil_edge.testing.zoo import NetBuilder
 from runtime_wasm.cache import ModuleCache
@@ -209,14 +210,12 @@ def test_fp16_weights_threaded_equal_one_thread():
 
 
 def test_default_predict_uses_available_cores_and_matches_onnxruntime():
-    import onnxruntime as ort
-
     proto = zoo.mobilenet(size=48)
     model = _build(proto)
     xs = _inputs(model.spec)
     out = model.predict(xs)
     assert model.instance.threads == min(4, available_cores())
-    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session(proto)
     ref = sess.run(None, {t.name: x for t, x in zip(model.spec.inputs, xs)})
     np.testing.assert_allclose(list(out.values())[0], ref[0], rtol=1e-4, atol=1e-4)
     model.close()

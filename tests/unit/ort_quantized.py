@@ -12,6 +12,7 @@ import pytest
 from onnx import numpy_helper
 
 from cuvil_edge import CuvilModel, Target
+from cuvil_edge.oracle import ort_session
 from runtime_wasm.variants import probe_host
 
 
@@ -19,7 +20,6 @@ def check_ort_quantized(tmp_path: Path, proto: onnx.ModelProto, shapes: dict[str
                         reduce_range: bool, act: str, tier: str) -> set[str]:
     """Quantize ``proto`` with onnxruntime, compile it for ``tier`` on this host's family, compare three
     unseen inputs; returns the kernels its ``qconv`` nodes ran, for the caller to assert."""
-    ort = pytest.importorskip("onnxruntime")
     oq = pytest.importorskip("onnxruntime.quantization")
     src, dst = tmp_path / "f32.onnx", tmp_path / "q.onnx"
     onnx.save(proto, src)
@@ -38,10 +38,7 @@ def check_ort_quantized(tmp_path: Path, proto: onnx.ModelProto, shapes: dict[str
     oq.quantize_static(str(src), str(dst), Reader(), quant_format=getattr(oq.QuantFormat, fmt),
                        per_channel=True, activation_type=getattr(oq.QuantType, act),
                        reduce_range=reduce_range)
-    so = ort.SessionOptions()
-    if not reduce_range:  # its optimized u8 x s8 kernels saturate int16 pair sums: use the reference run
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(str(dst), so, providers=["CPUExecutionProvider"])
+    sess = ort_session(dst)
     qmodel = onnx.load(dst)
     inits = {i.name: numpy_helper.to_array(i) for i in qmodel.graph.initializer}
     outputs = {o.name for o in qmodel.graph.output}

@@ -16,6 +16,7 @@ from cuvil_edge.errors import GraphVerificationError
 from cuvil_edge.frontend.onnx.importer import import_onnx
 from cuvil_edge.ir.graph import Graph, QuantParams, TensorType
 from cuvil_edge.ops.qlinear import ActQuant
+from cuvil_edge.oracle import ort_session
 from cuvil_edge.passes.verify import verify
 
 XS, XZ = 0.05, 128  # the activations' scale and (uint8) zero point
@@ -69,7 +70,6 @@ def qdq_gemm(alpha: float, matmul: bool = False) -> onnx.ModelProto:
 
 
 def test_qdq_conv_fuses_from_its_record_and_inspect_shows_it(tmp_path, capsys) -> None:
-    ort = pytest.importorskip("onnxruntime")
     path = tmp_path / "qdq.onnx"
     onnx.save(qdq_conv(), path)
     graph = import_onnx(path)
@@ -84,7 +84,7 @@ def test_qdq_conv_fuses_from_its_record_and_inspect_shows_it(tmp_path, capsys) -
     assert "source quantization (onnx): 1 quantized activations; 2 quantized constants (int32 x1, " \
            f"int8 x1), 2 per-channel, 0 per-tensor, scales {smallest:.4g}..{largest:.4g}" in out
     x = np.random.default_rng(5).standard_normal((1, 3, 6, 6)).astype(np.float32)
-    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ref = ort_session(path).run(None, {"x": x})[0]
     with CuvilModel.load(path) as m:
         got = m.predict({"x": x})["y"]
     assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
@@ -104,7 +104,6 @@ def test_relaid_weights_keep_their_record_changed_ones_lose_it(tmp_path, alpha, 
 def test_a_weight_transposed_between_dequantize_and_matmul_keeps_its_record(tmp_path) -> None:
     """DequantizeLinear -> Transpose -> MatMul (exporters that store weights [out, in]): the folded
     transpose carries the record to the new channel axis, so the MatMul still runs on the integer GEMM."""
-    ort = pytest.importorskip("onnxruntime")
     rng = np.random.default_rng(6)
     nodes, inits = _qdq_input([2, 8])
     wn, wi = _weights("w", rng.integers(-127, 128, (4, 8)).astype(np.int8),
@@ -116,7 +115,7 @@ def test_a_weight_transposed_between_dequantize_and_matmul_keeps_its_record(tmp_
     counts = import_onnx(path).op_counts()
     assert counts.get("qgemm") == 1 and "gemm" not in counts
     x = rng.standard_normal((2, 8)).astype(np.float32)
-    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ref = ort_session(path).run(None, {"x": x})[0]
     with CuvilModel.load(path) as m:
         got = m.predict({"x": x})["y"]
     assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
