@@ -13,7 +13,8 @@ import threading
 import time
 from pathlib import Path
 
-from ota.config import BrokerSettings, parse_decimal
+from ota.config import BrokerSettings
+from ota.parse import parse_decimal
 from ota.protocol import TelemetryRecord
 
 from .cli_args import add_key_args, bounded

@@ -40,12 +40,6 @@ def default_hardware_id() -> str:
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
-def parse_decimal(text: str | None) -> int | None:
-    """A count or port as headers, topics and flags write it: ASCII digits only, else None. Why not
-    ``isdigit()``: it also takes digits such as '\u00b2' that ``int()`` then refuses with a ValueError."""
-    return int(text) if text and text.isascii() and text.isdigit() else None
-
-
 def check_name(value: str, what: str) -> str:
     """Fleet, device, model and prefix names are single topic levels, so they cannot widen an ACL match
     (here, below the protocol, because a model line's config names its topic)."""

@@ -43,7 +43,7 @@ from http import HTTPStatus
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import h11
 
@@ -57,7 +57,7 @@ from runtime_wasm.errors import (
 )
 
 from . import oip, processed
-from .config import HttpSettings, parse_decimal
+from .config import HttpSettings
 from .errors import (
     BadInferenceRequest,
     InputOverLimit,
@@ -67,6 +67,7 @@ from .errors import (
     UnknownModel,
 )
 from .metrics import CONTENT_TYPE, ServingMetrics
+from .parse import parse_decimal, split_url
 from .serve import BoundedThreads, ModelHost, ModelRegistry
 
 log = logging.getLogger(__name__)
@@ -121,9 +122,20 @@ class _Connection:
     def __init__(self, sock: socket.socket, api: HttpApiServer) -> None:
         self.sock, self.api, self.limits = sock, api, api.settings
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes)
+        self._head = False  # the request being answered is a HEAD
 
     def serve(self) -> None:
-        """Requests until the client closes, asks to close, or breaks a limit (keep-alive in between)."""
+        """Requests until the client closes, asks to close, or breaks a limit (keep-alive in between).
+        The error boundary of the connection: whatever goes wrong, the client gets an answer (a 500 for
+        a bug, logged) and the thread ends normally, never by an exception."""
+        try:
+            self._serve()
+        except Exception:
+            log.exception("HTTP API: unexpected error on a connection")
+            if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # nothing of a reply sent yet
+                self._send_raw(_error(500, "InternalError", "the server failed on this request (logged)"))
+
+    def _serve(self) -> None:
         while True:
             try:
                 request = self._next(time.monotonic() + self.limits.header_timeout_s, "header")
@@ -170,6 +182,7 @@ class _Connection:
 
     def _answer(self, request: h11.Request) -> tuple[Reply, str, str, bool]:
         """Read the body within its limits, then route: (reply, model label, endpoint, close after)."""
+        self._head = request.method == b"HEAD"
         head_bytes = len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers)
         if head_bytes > self.limits.max_header_bytes:  # h11 bounds only a head still incomplete
             too_large = _error(431, "HeadersTooLarge", f"over {self.limits.max_header_bytes} bytes")
@@ -204,7 +217,9 @@ class _Connection:
                    *reply.headers, *([("Connection", "close")] if close else [])]
         try:
             data = self.h11.send(h11.Response(status_code=reply.status, headers=headers))
-            data += self.h11.send(h11.Data(data=reply.body)) + self.h11.send(h11.EndOfMessage())
+            if not self._head:  # a HEAD request's answer is the head alone (h11 refuses a body)
+                data += self.h11.send(h11.Data(data=reply.body))
+            data += self.h11.send(h11.EndOfMessage())
         except h11.LocalProtocolError:  # the client's own state forbids a reply (it already closed)
             return
         self._write(data)
@@ -297,9 +312,9 @@ class HttpApiServer:
                 ) -> tuple[Reply, str, str]:
         """One request's reply, the model label for the metrics ("" when none, or unknown: hostile
         names must not grow the metrics) and the endpoint. Never raises."""
-        path = urlsplit(target).path
-        label, endpoint = "", "other"
+        path, label, endpoint = target, "", "other"
         try:
+            path = split_url(target, BadInferenceRequest, "request target").path
             if path in _SERVER_ENDPOINTS:
                 endpoint = _SERVER_ENDPOINTS[path]
                 return self._allow(method, "GET") or self._server(path), label, endpoint
@@ -317,7 +332,7 @@ class HttpApiServer:
         except Exception as exc:  # typed errors become their status; anything else is a bug, logged
             status = next((code for kind, code in _STATUS if isinstance(exc, kind)), 500)
             if not isinstance(exc, (OtaError, RuntimeWasmError)):
-                log.exception("HTTP API: unexpected error on %s %s", method, path)
+                log.exception("HTTP API: unexpected error on %s %r", method, path[:200])
             reply = _error(status, type(exc).__name__, str(exc), self.settings.retry_after_s)
         return reply, label, endpoint
 

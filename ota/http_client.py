@@ -24,8 +24,8 @@ from urllib.parse import quote, urlsplit
 import numpy as np
 
 from . import oip
-from .config import parse_decimal
 from .errors import BadInferenceRequest, InferenceRefused, ServerUnreachable
+from .parse import parse_decimal
 
 
 class _UnixConnection(http.client.HTTPConnection):

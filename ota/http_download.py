@@ -24,11 +24,12 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import SplitResult
 
 from .chunks import ChunkTransfer
-from .config import HttpDownloadLimits, parse_decimal
+from .config import HttpDownloadLimits
 from .errors import HttpUnavailable, LengthMismatch, RedirectRefused, SlowRetrieval, TransferFailed
+from .parse import join_url, parse_decimal, split_url
 from .protocol import URL_SCHEMES
 
 REDIRECTS = (301, 302, 303, 307, 308)
@@ -46,7 +47,10 @@ def check_headers(status: int, content_range: str | None, content_length: str | 
         if m is None:
             raise LengthMismatch(f"206 response with Content-Range {content_range!r}, not "
                                  "bytes START-END/TOTAL")
-        start, end, total = map(int, m.groups())
+        start, end, total = (parse_decimal(g) for g in m.groups())
+        if start is None or end is None or total is None:  # over MAX_DIGITS: no bundle is that long
+            raise LengthMismatch(f"206 response with Content-Range {content_range[:80]!r}..., a number past "
+                                 "any signed length")
         if total != length:
             raise LengthMismatch(f"server says the bundle is {total} bytes, the signed length is {length} "
                                  "(a server lying about the length)")
@@ -58,8 +62,9 @@ def check_headers(status: int, content_range: str | None, content_length: str | 
     else:
         raise RuntimeError(f"check_headers wants a 200 or 206 response, got {status}")
     if content_length is not None and parse_decimal(content_length) != body:
-        raise LengthMismatch(f"Content-Length {content_length} for a {body}-byte body of a {length}-byte "
-                             "signed bundle (a server lying about the length, or endless data)")
+        raise LengthMismatch(f"Content-Length {content_length[:80]} for a {body}-byte body of a "
+                             f"{length}-byte signed bundle (a server lying about the length, or endless "
+                             "data)")
     return skip
 
 
@@ -113,8 +118,7 @@ class HttpBody:
         self.close()
 
 
-def _connect(url: str, limits: HttpDownloadLimits) -> http.client.HTTPConnection:
-    parts = urlsplit(url)
+def _connect(parts: SplitResult, limits: HttpDownloadLimits) -> http.client.HTTPConnection:
     host = parts.hostname or ""
     timeout = limits.connect_timeout_s
     conn: http.client.HTTPConnection
@@ -132,9 +136,9 @@ def open_body(url: str, offset: int, length: int, limits: HttpDownloadLimits) ->
     ``max_redirects`` redirects to http(s) URLs (never from https down to http: the bytes would be
     checked anyway, but a model may be confidential), and check the answer against the signed
     ``length``."""
-    secure = urlsplit(url).scheme == "https"
+    secure = split_url(url, RedirectRefused).scheme == "https"
     for _ in range(limits.max_redirects + 1):
-        parts = urlsplit(url)
+        parts = split_url(url, RedirectRefused)
         if parts.scheme not in URL_SCHEMES or not parts.hostname:
             raise RedirectRefused(f"redirected to {url!r}: only http(s) URLs are followed")
         if secure and parts.scheme != "https":
@@ -145,7 +149,7 @@ def open_body(url: str, offset: int, length: int, limits: HttpDownloadLimits) ->
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn: http.client.HTTPConnection | None = None
         try:
-            conn = _connect(url, limits)
+            conn = _connect(parts, limits)
             conn.request("GET", target, headers=headers)
             response = conn.getresponse()
         except (OSError, http.client.HTTPException, ValueError) as exc:  # ValueError: a bad port/host
@@ -156,7 +160,7 @@ def open_body(url: str, offset: int, length: int, limits: HttpDownloadLimits) ->
         if status in REDIRECTS:
             location = response.getheader("Location") or ""
             conn.close()
-            url = urljoin(url, location)
+            url = join_url(url, location, RedirectRefused)
             continue
         if status not in (200, 206):
             conn.close()

@@ -14,7 +14,6 @@ or, as binary, each element as a 4-byte little-endian length and its bytes; a JS
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import math
 import struct
@@ -28,6 +27,7 @@ from runtime_wasm.errors import InferenceInputError
 from runtime_wasm.spec import TensorSpec, check_index_bound
 
 from .errors import BadInferenceRequest, InputOverLimit
+from .parse import finite_number, parse_decimal
 
 #: the header that splits a body into its JSON part and the binary tensors after it
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -95,17 +95,24 @@ def _param(params: Mapping[str, Any], key: str, kind: type | tuple[type, ...], w
     return value
 
 
+def _binary_size(params: Mapping[str, Any], what: str) -> int | None:
+    """``parameters.binary_data_size``: None, or a byte count (a negative one would slice backwards)."""
+    size = _param(params, "binary_data_size", int, what)
+    if size is not None and size < 0:
+        raise BadInferenceRequest(f"{what}.parameters.binary_data_size must not be negative, got {size}")
+    return size
+
+
 def split_body(body: bytes, header_length: str | None) -> tuple[Any, memoryview]:
     """The JSON document and the binary part after it (empty without the header)."""
     raw = memoryview(body)
     if header_length is None:
         json_part, binary = raw, raw[len(raw):]
     else:
-        try:
-            n = int(header_length)
-        except ValueError:
-            raise BadInferenceRequest(f"{HEADER_LENGTH} is not a number: {header_length!r}") from None
-        if not 0 <= n <= len(raw):
+        n = parse_decimal(header_length)
+        if n is None:
+            raise BadInferenceRequest(f"{HEADER_LENGTH} is not a number: {header_length[:40]!r}")
+        if n > len(raw):
             raise BadInferenceRequest(f"{HEADER_LENGTH} {n} is outside the body of {len(raw)} bytes")
         json_part, binary = raw[:n], raw[n:]
     try:
@@ -158,10 +165,10 @@ def _bytes_from_json(data: Any, base64_encoded: bool, what: str) -> list[bytes]:
         if base64_encoded:
             return [base64.b64decode(x, validate=True) for x in flat]
         return [x.encode("utf-8") for x in flat]
-    except binascii.Error as exc:
-        raise BadInferenceRequest(f"{what}.data is not base64: {exc}") from None
     except UnicodeEncodeError:  # a lone surrogate escape (\ud800) is no UTF-8 text
         raise BadInferenceRequest(f"{what}.data holds a string that is not valid UTF-8") from None
+    except ValueError as exc:  # binascii.Error, or a base64 string with a character past ASCII
+        raise BadInferenceRequest(f"{what}.data is not base64: {exc}") from None
 
 
 def _bytes_from_binary(blob: memoryview, count: int, limits: BytesLimits | None, what: str) -> list[bytes]:
@@ -190,7 +197,7 @@ def _bytes_tensor(item: Mapping[str, Any], params: Mapping[str, Any], shape: tup
     count = math.prod(shape)
     if limits is not None and count > limits.max_elements:
         raise InputOverLimit(f"{what} has {count} elements, over the limit of {limits.max_elements}")
-    size = _param(params, "binary_data_size", int, what)
+    size = _binary_size(params, what)
     if size is None:
         if "data" not in item:
             raise BadInferenceRequest(f"{what} has neither data nor parameters.binary_data_size")
@@ -225,7 +232,7 @@ def _tensor(item: Mapping[str, Any], t: TensorSpec, binary: memoryview, at: int,
     params = _object(item.get("parameters", {}), f"{what}.parameters")
     if want == "BYTES":
         return _bytes_tensor(item, params, shape, binary, at, limits, what)
-    size = _param(params, "binary_data_size", int, what)
+    size = _binary_size(params, what)
     if size is None:
         if "data" not in item:
             raise BadInferenceRequest(f"{what} has neither data nor parameters.binary_data_size")
@@ -260,10 +267,10 @@ def parse_infer_request(body: bytes, header_length: str | None, signatures: Sequ
     if request_id is not None and not isinstance(request_id, str):
         raise BadInferenceRequest("id must be a string")
     params = _object(doc.get("parameters", {}), "parameters")
-    captured = _param(params, "captured_at", (int, float), "request")
-    captured_at = None if captured is None else float(captured)
-    hop = _param(params, "hop_s", (int, float), "request")
-    hop_s = None if hop is None else float(hop)
+    captured, hop = params.get("captured_at"), params.get("hop_s")
+    captured_at = None if captured is None else finite_number(captured, "parameters.captured_at",
+                                                              BadInferenceRequest)
+    hop_s = None if hop is None else finite_number(hop, "parameters.hop_s", BadInferenceRequest, 0)
     binary_default = bool(_param(params, "binary_data_output", bool, "request"))
     items = doc.get("inputs")
     if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
@@ -362,8 +369,9 @@ def decode_outputs(body: bytes, header_length: str | None) -> tuple[dict[str, An
     for i, item in enumerate(items):
         what = f"outputs[{i}]"
         item = _object(item, what)
-        if item.get("datatype") not in DATATYPES:
-            raise BadInferenceRequest(f"{what} has unknown datatype {item.get('datatype')!r}")
-        spec = TensorSpec(str(item.get("name")), DATATYPES[item["datatype"]].name, _shape(item, what), 0)
+        kind = item.get("datatype")
+        if not isinstance(kind, str) or kind not in DATATYPES:
+            raise BadInferenceRequest(f"{what} has unknown datatype {kind!r}")
+        spec = TensorSpec(str(item.get("name")), DATATYPES[kind].name, _shape(item, what), 0)
         out[spec.name], at = _tensor(item, spec, binary, at, what)
     return doc, out

@@ -20,10 +20,11 @@ from urllib.parse import urlsplit
 
 from runtime_wasm.spec import is_sha256_hex
 
-from .config import TransferLimits, check_name, parse_decimal
+from .config import TransferLimits, check_name
 from .crypto import parse_json
 from .errors import ExpiredMetadata, FormatError, LengthMismatch, UnauthorizedMessage
 from .metadata import parse_envelope, parse_time
+from .parse import parse_decimal
 from .trust import TrustState, check_signatures, check_target
 
 ANNOUNCE_TYPE = "cuvil-announce"

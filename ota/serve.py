@@ -54,6 +54,7 @@ from .errors import (
 )
 from .golden import decode_tensor, encode_tensor
 from .installer import Installer
+from .parse import finite_number
 
 log = logging.getLogger(__name__)
 #: the client's bound on one reply line
@@ -265,7 +266,8 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             request = json.loads(line)
             captured = request.get("captured_at")  # optional: when the app captured the input data
-            captured_at = None if captured is None else float(captured)
+            captured_at = None if captured is None else finite_number(captured, "captured_at",
+                                                                      BadInferenceRequest)
             if "text" in request or "image" in request or "audio" in request:
                 return self._answer_items(request, captured_at)
             inputs = {k: decode_tensor(v) for k, v in request["inputs"].items()}

@@ -151,7 +151,7 @@ def test_bad_audio_is_4xx_and_the_server_stays_up(world, case):
         want = (400, "ProcessingError", "hop between windows")
     elif case == "hop-text":
         status, doc = post_json(world, "kws", audio_doc(world.wavs[:1], hop_s="0.5"))
-        want = (400, "BadInferenceRequest", "hop_s has the wrong type")
+        want = (400, "BadInferenceRequest", "hop_s must be a number")
     else:  # 6 + 6 windows of the long clip every 0.25 s, over 6
         status, doc = post_json(world, "kws", audio_doc([world.wavs[2]] * 2, hop_s=0.25))
         want = (413, "InputOverLimit", "12 audio windows, over the limit of 6")

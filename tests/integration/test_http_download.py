@@ -43,8 +43,10 @@ class BundleServer:
     like it, then 503 until ``mode`` changes; ``ignore_range`` always 200 with everything (after a cut
     half way); ``trickle`` sends half quickly, then (and on every later request) one byte every 0.2 s;
     ``lie_length`` says the bundle is half as long; ``oversize`` declares and sends more bytes than the
-    bundle; ``other_bytes`` flips one byte three quarters in. ``/moved`` redirects to the bundle,
-    ``/to-file`` to a ``file:`` URL, ``/loop`` to itself (``redirects`` takes more). With ``tls``
+    bundle; ``other_bytes`` flips one byte three quarters in; ``huge_length`` declares a Content-Length of
+    4,000 digits, ``huge_range`` a 206 whose Content-Range total has 5,000. ``/moved`` redirects to the
+    bundle, ``/to-file`` to a ``file:`` URL, ``/loop`` to itself, ``/bad-location`` and ``/bad-relative``
+    to URLs ``urlsplit`` refuses (``redirects`` takes more). With ``tls``
     (certificate, key) it speaks HTTPS."""
 
     def __init__(self, data: bytes, mode: str = "ok", tls: tuple[Path, Path] | None = None) -> None:
@@ -54,7 +56,8 @@ class BundleServer:
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self.scheme = "https" if tls else "http"
-        self.redirects = {"/moved": "/bundle.cvb", "/to-file": "file:///etc/passwd", "/loop": "/loop"}
+        self.redirects = {"/moved": "/bundle.cvb", "/to-file": "file:///etc/passwd", "/loop": "/loop",
+                          "/bad-location": "http://[", "/bad-relative": "//[x"}
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -105,6 +108,11 @@ class BundleServer:
         if mode == "lie_length":
             headers = {"Content-Length": str(length // 2)}
             body = body[:length // 2]
+        elif mode == "huge_length":
+            headers["Content-Length"] = "9" * 4000
+        elif mode == "huge_range":
+            headers["Content-Range"] = f"bytes {start}-{length - 1}/{'6' * 5000}"
+            return self._answer(h, record, 206, headers, body)
         elif mode == "oversize":
             body += bytes(4096)
             headers["Content-Length"] = str(len(body))
@@ -185,6 +193,28 @@ def wait_until(pred: Callable[[], bool], what: str, timeout_s: float = 30.0) -> 
     while not pred():
         assert time.monotonic() < end, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def reach_release_2(broker: LocalBroker, cfg: AgentConfig, *servers: BundleServer,
+                    refused: str = "") -> dict[str, Any] | None:
+    """Run the agent until it serves release 2 (with ``refused``: after its HTTP source was refused with
+    that error; returns that report), then stop it and close ``servers``."""
+    watcher = Watcher(broker.settings(), FLEET)
+    agents = AgentThreads()
+    hit = None
+    try:
+        agents.add(cfg)
+        if refused:
+            hit = watcher.wait(lambda m: m.get("event") == "refused", 30, "the HTTP source refused")
+            assert (hit["error"], hit["what"]) == (refused, "http download"), hit
+        watcher.wait_state("dev0", "active", 2, timeout_s=60)
+        serves(cfg, 2)
+    finally:
+        agents.close()
+        watcher.close()
+        for server in servers:
+            server.close()
+    return hit
 
 
 def tree(directory: Path) -> dict[str, bytes]:
@@ -275,19 +305,31 @@ def test_lying_server_is_refused_and_old_model_serves(world, broker, bundle2, tm
     assert [p.name for p in (state / "slots").iterdir()] == [installer.active_dir().name]  # nothing staged
 
 
+# -- 2b. a hostile server (malformed redirects, numbers of thousands of digits): the named refusal, then the
+#        MQTT chunks as docs/PROTOCOL.md promises, and the release installs ----------------------------------
+@pytest.mark.parametrize(("mode", "path", "error"), [
+    ("ok", "/bad-location", "RedirectRefused"),
+    ("ok", "/bad-relative", "RedirectRefused"),
+    ("huge_length", "/bundle.cvb", "LengthMismatch"),
+    ("huge_range", "/bundle.cvb", "LengthMismatch"),
+])
+def test_hostile_server_is_refused_and_the_release_arrives_over_mqtt(world, broker, bundle2, tmp_path, mode,
+                                                                       path, error):
+    server = BundleServer(bundle2, mode)
+    publish(world, broker, tmp_path, server.url(path))
+    cfg = device(world, tmp_path, broker)
+    reach_release_2(broker, cfg, server, refused=error)
+    log = Path(cfg.log_file)
+    assert [e["error"] for e in log_events(log, "http_fallback")] == [error]
+    assert log_events(log, "transfer_done")[-1]["source"] == "mqtt"
+    assert not log_events(log, "failed")
+
+
 # -- 3. the HTTP server cannot be reached: the agent falls back to the MQTT chunks and installs -------------
 def test_unreachable_url_falls_back_to_mqtt(world, broker, tmp_path):
     publish(world, broker, tmp_path, f"http://127.0.0.1:{free_port()}/bundle.cvb")  # nothing listens there
     cfg = device(world, tmp_path, broker)
-    watcher = Watcher(broker.settings(), FLEET)
-    agents = AgentThreads()
-    try:
-        agents.add(cfg)
-        watcher.wait_state("dev0", "active", 2, timeout_s=60)
-        serves(cfg, 2)
-    finally:
-        agents.close()
-        watcher.close()
+    reach_release_2(broker, cfg)
     log = Path(cfg.log_file)
     assert [e["error"] for e in log_events(log, "http_fallback")] == ["TransferFailed"]
     assert len(log_events(log, "http_retry")) == FAST.max_retries
@@ -390,16 +432,7 @@ def test_https_verifies_the_server_certificate(world, broker, bundle2, tmp_path,
     cfg = device(world, tmp_path, broker)
     if trusted:
         cfg = replace(cfg, download=replace(FAST, tls_ca=str(cert)))
-    watcher = Watcher(broker.settings(), FLEET)
-    agents = AgentThreads()
-    try:
-        agents.add(cfg)
-        watcher.wait_state("dev0", "active", 2, timeout_s=60)
-        serves(cfg, 2)
-    finally:
-        agents.close()
-        watcher.close()
-        server.close()
+    reach_release_2(broker, cfg, server)
     log = Path(cfg.log_file)
     assert log_events(log, "transfer_done")[-1]["source"] == ("http" if trusted else "mqtt")
     fallback = log_events(log, "http_fallback")
@@ -415,16 +448,6 @@ def test_https_redirect_down_to_http_is_refused(world, broker, bundle2, tmp_path
     server.redirects["/to-http"] = plain.url()
     publish(world, broker, tmp_path, server.url("/to-http"))
     cfg = replace(device(world, tmp_path, broker), download=replace(FAST, tls_ca=str(cert)))
-    watcher = Watcher(broker.settings(), FLEET)
-    agents = AgentThreads()
-    try:
-        agents.add(cfg)
-        hit = watcher.wait(lambda m: m.get("event") == "refused", 30, "the redirect refused")
-        assert hit["error"] == "RedirectRefused" and "down to" in hit["detail"]
-        watcher.wait_state("dev0", "active", 2, timeout_s=60)  # over MQTT
-    finally:
-        agents.close()
-        watcher.close()
-        server.close()
-        plain.close()
+    hit = reach_release_2(broker, cfg, server, plain, refused="RedirectRefused")
+    assert hit is not None and "down to" in hit["detail"]
     assert not plain.requests and log_events(Path(cfg.log_file), "transfer_done")[-1]["source"] == "mqtt"
