@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 #: dtypes the IR knows (a quantized tensor's integers are one of them; its parameters: ``QuantParams``)
-DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool", "float64")
+DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool", "float64", "int16", "uint16",
+          "uint32", "uint64")
 #: bytes per string element unless the build says otherwise: ONNX string tensors exist at the model's edge
 #: only, held as ``S<W>`` (numpy's fixed-width bytes: UTF-8, zero padded, one row of W bytes each)
 STRING_WIDTH = 64

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..ir.graph import Node
 from .common import act_c, act_numpy, same_type, split_rows
-from .registry import OpDef, register
+from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -40,4 +40,4 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         by_row=(x, node.outputs[0], *(v for v in (a, b) if v.type.size == s[1])))
 
 
-register(OpDef("channel_affine", same_type, _fold, _emit, kernels=("f32-norm",), inplace=True))
+register(OpDef("channel_affine", same_type, _fold, _emit, kernels=("f32-norm",), inplace=True, dtypes=F32))

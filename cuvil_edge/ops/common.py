@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
 
 #: IR dtype -> the C type its elements are read and written as
-CTYPES = {"float32": "float", "int32": "int32_t", "int64": "int64_t", "int8": "int8_t",
-          "uint8": "uint8_t", "bool": "uint8_t", "float16": "uint16_t", "float64": "double"}
+CTYPES = {"float32": "float", "int32": "int32_t", "int64": "int64_t", "int8": "int8_t", "uint8": "uint8_t",
+          "int16": "int16_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+          "bool": "uint8_t", "float16": "uint16_t", "float64": "double"}
 
 #: fused activations: name -> C enum (see kernels/templates/common.c.in)
 ACTS = {"none": "ACT_NONE", "relu": "ACT_RELU", "clip": "ACT_CLIP", "hardsigmoid": "ACT_HARDSIGMOID",

@@ -21,7 +21,7 @@ from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import act_c
 from .gemm import pack_a_panels
-from .registry import OpDef, register
+from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -310,7 +310,7 @@ def _emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("conv", conv_infer, None, _emit, kernels=("f32-gemm", "f32-conv", "f32-dwconv"),
-               scratch=_scratch))
+               scratch=_scratch, dtypes=F32))
 
 
 # -- conv_nhwc: a pointwise conv writing its output channels-last ---------------------------------
@@ -324,7 +324,7 @@ def _nhwc_infer(node: Node) -> list[TensorType]:
     return [TensorType((t.shape[0], *t.shape[2:], t.shape[1]), t.dtype)]
 
 
-register(OpDef("conv_nhwc", _nhwc_infer, None, _emit, kernels=("f32-gemm", "f32-conv")))
+register(OpDef("conv_nhwc", _nhwc_infer, None, _emit, kernels=("f32-gemm", "f32-conv"), dtypes=F32))
 
 
 # -- conv_transpose: GEMM into columns + col2im scatter-add ---------------------------------------
@@ -397,4 +397,4 @@ def _deconv_emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("conv_transpose", _deconv_infer, None, _deconv_emit, kernels=("f32-gemm", "f32-deconv"),
-               scratch=_deconv_scratch))
+               scratch=_deconv_scratch, dtypes=F32))

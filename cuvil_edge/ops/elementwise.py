@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedOperator
 from ..ir.graph import Node, TensorType
 from .common import act_c, act_numpy, broadcast_shape, same_type, split_rows
-from .registry import OpDef, register
+from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -84,10 +84,26 @@ def binary_numpy(kind: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """ONNX semantics: integer Div truncates toward zero (numpy floors)."""
     if kind == "div" and np.issubdtype(a.dtype, np.integer):
         return np.trunc(np.true_divide(a, b)).astype(a.dtype)
+    if kind in ("shl", "shr"):
+        return _shift(kind, a, b)
     fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
-          "max": np.maximum, "min": np.minimum}[kind]
+          "max": np.maximum, "min": np.minimum, "bitand": np.bitwise_and, "bitor": np.bitwise_or,
+          "bitxor": np.bitwise_xor}[kind]
     with np.errstate(all="ignore"):
         return fn(a, b)
+
+
+def _shift(kind: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ONNX BitShift (opset 28 for signed types): a shift by a negative amount or by the width or more
+    leaves only the sign fill (-1 for a right shift of a negative value, else 0); left shifts wrap."""
+    bits = a.dtype.itemsize * 8
+    wide = b.astype(np.int64)
+    inside = (wide >= 0) & (wide < bits)
+    amount = np.where(inside, wide, 0).astype(a.dtype)
+    with np.errstate(all="ignore"):
+        moved = np.left_shift(a, amount) if kind == "shl" else np.right_shift(a, amount)
+    fill = np.where(a < 0, -1, 0) if kind == "shr" and a.dtype.kind == "i" else 0
+    return np.where(inside, moved, fill).astype(a.dtype)
 
 
 def _binary_fold(node: Node, args) -> list[np.ndarray]:
@@ -138,7 +154,7 @@ def _binary_emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("binary_f32", _binary_infer, _binary_fold, _binary_emit,
-               kernels=("f32-unary", "f32-binary"), inplace=True))
+               kernels=("f32-unary", "f32-binary"), inplace=True, dtypes=F32))
 
 
 # -- unary ----------------------------------------------------------------------------------------
@@ -148,6 +164,8 @@ UNARY_NUMPY = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "neg": np.negative, "abs": np.abs, "erf": _erf,
     "floor": np.floor, "ceil": np.ceil, "round": np.round, "reciprocal": np.reciprocal, "sign": np.sign,
     "square": np.square, "cube": lambda x: x * x * x, "copy": np.copy,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
 }
 
 
@@ -173,4 +191,5 @@ def _unary_emit(node: Node, ctx: EmitContext) -> str:
         f"f32_v{kind}({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {act_c(node)});"), unit=16, by_row=(x, y))
 
 
-register(OpDef("unary", _unary_infer, _unary_fold, _unary_emit, kernels=("f32-unary",), inplace=True))
+register(OpDef("unary", _unary_infer, _unary_fold, _unary_emit,
+               kernels=("f32-unary",), inplace=True, dtypes=F32))

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..ir.graph import Node
 from .common import act_c, act_numpy, same_type, split_rows
-from .registry import OpDef, register
+from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -32,4 +32,4 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         + f"f32_act({ctx.ptr(y)} + {i}, {c}, {act_c(node)});"), unit=16, by_row=(x, y))
 
 
-register(OpDef("epilogue_act", same_type, _fold, _emit, inplace=True))
+register(OpDef("epilogue_act", same_type, _fold, _emit, inplace=True, dtypes=F32))

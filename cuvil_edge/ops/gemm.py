@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import act_c, act_numpy
-from .registry import OpDef, register
+from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -75,7 +75,7 @@ def _gemm_emit(node: Node, ctx: EmitContext) -> str:
             f"0, {bias}, {act_c(node)}, tid, nt);")
 
 
-register(OpDef("gemm", _gemm_infer, _gemm_fold, _gemm_emit, kernels=("f32-gemm",)))
+register(OpDef("gemm", _gemm_infer, _gemm_fold, _gemm_emit, kernels=("f32-gemm",), dtypes=F32))
 
 
 # -- matmul: numpy matmul semantics on run-time operands (rank >= 2, batch broadcast) -------------
@@ -140,4 +140,4 @@ def _matmul_emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("matmul", _matmul_infer, _matmul_fold, _matmul_emit, kernels=("f32-gemm", "f32-bmm"),
-               scratch=_matmul_scratch))
+               scratch=_matmul_scratch, dtypes=F32))

@@ -1,6 +1,7 @@
 """Comparison, boolean and selection ops on any element type: ``compare`` (eq/lt/gt/le/ge -> bool),
 ``logic`` (and/or/xor/not on bool), ``where`` (cond ? a : b), ``binary_loop`` (add/sub/mul/div/max/min
-on int32, int64 and float64: ``binary_f32`` runs float32 on vector kernels), plus ``argreduce``
+on every integer type and float64, wrapping as numpy and onnxruntime do, and the bit operations on
+integers: ``binary_f32`` runs float32 on vector kernels), plus ``argreduce``
 (ArgMax/ArgMin), ``cumsum`` and ``topk``.
 
 These carry masks and ids rather than bulk math, so they are emitted as C loops with every shape and
@@ -19,7 +20,7 @@ import numpy as np
 from ..codegen.kernels.table import dtype_code
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType, Value
-from .common import broadcast_shape
+from .common import CTYPES, broadcast_shape
 from .elementwise import binary_numpy, collapse_broadcast, outer_loops
 from .registry import OpDef, register
 
@@ -32,7 +33,13 @@ LOGIC = {"and": ("&&", np.logical_and), "or": ("||", np.logical_or), "xor": ("!=
 #: binary_loop kinds as C expressions over operands {0}, {1}; C integer division truncates like ONNX Div
 BINARY_LOOP_C = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}",
                  "max": "({0} > {1} ? {0} : {1})", "min": "({0} < {1} ? {0} : {1})"}
-BINARY_LOOP_DTYPES = ("int32", "int64", "float64")
+BINARY_LOOP_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float64")
+#: the bit operations (integer types only). Shifts as ONNX BitShift: an amount that is negative or the
+#: width or more leaves the sign fill (``{fill}``: -1 for a right shift of a negative signed value, else
+#: 0); left shifts run on the unsigned type (a signed left shift past the sign bit is undefined in C)
+BITWISE_C = {"bitand": "{0} & {1}", "bitor": "{0} | {1}", "bitxor": "{0} ^ {1}",
+             "shl": "((uint64_t){1} >= {bits} ? 0 : ({ct})(({ut}){0} << {1}))",
+             "shr": "((uint64_t){1} >= {bits} ? {fill} : {0} >> {1})"}
 
 
 def broadcast_loop(ctx: EmitContext, y: Value, inputs: Sequence[Value], expr: str) -> str:
@@ -79,15 +86,25 @@ register(OpDef("logic", _bool_infer, _logic_fold, _logic_emit))
 # -- binary_loop: binary math on ids, counters, float64 tensors ----------------------------------------
 def _binary_loop_infer(node: Node) -> list[TensorType]:
     a, b = node.inputs[0].type, node.inputs[1].type
-    if a.dtype != b.dtype or a.dtype not in BINARY_LOOP_DTYPES or node.attrs["kind"] not in BINARY_LOOP_C:
-        raise ShapeError(f"{node.name}: binary_loop {node.attrs['kind']!r} on {a.dtype} and {b.dtype}")
+    kind = node.attrs["kind"]
+    known = kind in BINARY_LOOP_C or (kind in BITWISE_C and a.dtype.startswith(("int", "uint")))
+    if a.dtype != b.dtype or a.dtype not in BINARY_LOOP_DTYPES or not known:
+        raise ShapeError(f"{node.name}: binary_loop {kind!r} on {a.dtype} and {b.dtype}")
     return [TensorType(broadcast_shape([a.shape, b.shape], node.name), a.dtype)]
 
 
 def _binary_loop_emit(node: Node, ctx: EmitContext) -> str:
-    kind = node.attrs["kind"]
-    ctx.use_kernel(f"{dtype_code(node.outputs[0].type.dtype)}-{kind}")
-    return broadcast_loop(ctx, node.outputs[0], node.inputs, BINARY_LOOP_C[kind])
+    kind, y = node.attrs["kind"], node.outputs[0]
+    ctx.use_kernel(f"{dtype_code(y.type.dtype)}-{kind}")
+    expr = BINARY_LOOP_C.get(kind) or _bitwise_c(kind, y.type.dtype)
+    return broadcast_loop(ctx, y, node.inputs, expr)
+
+
+def _bitwise_c(kind: str, dtype: str) -> str:
+    bits, signed = 8 * np.dtype(dtype).itemsize, dtype.startswith("int")
+    fill = "({0} < 0 ? -1 : 0)" if signed else "0"
+    return (BITWISE_C[kind].replace("{bits}", str(bits)).replace("{fill}", fill)
+            .replace("{ct}", CTYPES[dtype]).replace("{ut}", f"uint{bits}_t"))
 
 
 register(OpDef("binary_loop", _binary_loop_infer, lambda n, a: [binary_numpy(n.attrs["kind"], a[0], a[1])],

@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import same_type
-from .registry import OpDef, register
+from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -40,4 +40,4 @@ def _emit(node: Node, ctx: EmitContext) -> str:
             f"{a['alpha'] / a['size']!r}f, {float(a['beta'])!r}f, {float(a['bias'])!r}f);")
 
 
-register(OpDef("lrn", _infer, _fold, _emit, kernels=("f32-unary", "f32-lrn")))
+register(OpDef("lrn", _infer, _fold, _emit, kernels=("f32-unary", "f32-lrn"), dtypes=F32))

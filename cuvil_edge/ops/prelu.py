@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import split_rows
-from .registry import OpDef, register
+from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -70,4 +70,4 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         f"f32_prelu_planes({X}, {Y}, {i}, {n}, {c}, {inner}, {S});"), by_row=(x, y))
 
 
-register(OpDef("prelu", _infer, _fold, _emit, kernels=("f32-prelu",), inplace=True))
+register(OpDef("prelu", _infer, _fold, _emit, kernels=("f32-prelu",), inplace=True, dtypes=F32))

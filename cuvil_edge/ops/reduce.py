@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
-from .registry import OpDef, register
+from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -102,4 +102,4 @@ def _emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("reduce", _infer, _fold, _emit, kernels=("f32-unary", "f32-reduce"), inplace=True,
-               scratch=_scratch))
+               scratch=_scratch, dtypes=F32))

@@ -34,6 +34,11 @@ class OpDef:
     alias:   output is a view of input 0 (reshape family): no code, no memory.
     inplace: output may reuse input 0's buffer when that input dies here.
     scratch: bytes of per-node scratch memory (e.g. im2col panels).
+    dtypes:  the element types its kernels take for input 0 and every output (``F32``: the float
+             kernels); None where the op's ``infer`` checks its types itself (movement and logic ops
+             take any, the integer kernels check theirs). Checked at import (``UnsupportedOperator``
+             naming the ONNX op, node and dtype) and by the verifier after every pass: a dtype no kernel
+             takes never reaches the C compiler.
     """
 
     name: str
@@ -44,8 +49,21 @@ class OpDef:
     alias: bool = False
     inplace: bool = False
     scratch: ScratchFn | None = None
+    dtypes: frozenset[str] | None = None
+
+    def dtype_problem(self, node: Node) -> str | None:
+        """Why ``node``'s types are outside ``dtypes`` (None when they are within, or unchecked)."""
+        if self.dtypes is None:
+            return None
+        data = node.inputs[:1] + node.outputs
+        bad = sorted({v.type.dtype for v in data} - self.dtypes)
+        if not bad:
+            return None
+        return f"{self.name} runs on {', '.join(sorted(self.dtypes))} only, not {', '.join(bad)}"
 
 
+#: the float kernels' element type
+F32 = frozenset({"float32"})
 _OPS: dict[str, OpDef] = {}
 
 
@@ -72,10 +90,11 @@ def registered() -> dict[str, OpDef]:
 
 
 def node_code(n: Node, ctx: EmitContext) -> str | None:
-    """One node's C code with ``ctx.node`` set to it (None: a view or elided concat needs none); the
-    emitter lowers every node through it, the ``loop``/``if`` emitters their bodies' nodes."""
+    """One node's C code with ``ctx.node`` set to it (None: a view, an elided concat or a node whose
+    outputs are all empty tensors needs none); the emitter lowers every node through it, the
+    ``loop``/``if`` emitters their bodies' nodes."""
     op = get(n.op)
-    if op.alias or id(n) in ctx.plan.elided:
+    if op.alias or id(n) in ctx.plan.elided or (n.outputs and all(o.type.size == 0 for o in n.outputs)):
         return None
     if op.emit is None:
         raise NotImplementedError(f"op {n.op!r} has no code generator (node {n.name!r})")

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .gemm import NR, pack_b_panels, pad_to
-from .registry import OpDef, register
+from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -120,4 +120,5 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     return "\n".join(lines)
 
 
-register(OpDef("rnn", _infer, _fold, _emit, kernels=("f32-unary", "f32-gemm", "f32-rnn"), scratch=_scratch))
+register(OpDef("rnn", _infer, _fold, _emit,
+               kernels=("f32-unary", "f32-gemm", "f32-rnn"), scratch=_scratch, dtypes=F32))

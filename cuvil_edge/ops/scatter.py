@@ -1,5 +1,8 @@
-"""``scatter_elements``: ONNX ScatterElements (and opset-9 Scatter). Inputs: data, indices (int32 or
-int64, run time or constant), updates (the indices' shape).
+"""Element-wise index ops along one axis: ``scatter_elements`` (ONNX ScatterElements and opset-9 Scatter)
+and ``gather_elements`` (GatherElements).
+
+``scatter_elements``: inputs data, indices (int32 or int64, run time or constant), updates (the
+indices' shape).
 
 attrs: ``axis`` (non-negative), ``reduction`` (none/add/mul/max/min). The output is a copy of data with
 each update written (or combined) at its index along ``axis``; updates apply in order, so a repeated
@@ -55,27 +58,59 @@ def _fold(node: Node, args) -> list[np.ndarray]:
 def _emit(node: Node, ctx: EmitContext) -> str:
     data, ind, upd = node.inputs
     y = node.outputs[0]
-    axis = node.attrs["axis"]
-    dim = data.type.shape[axis]
     ctx.use_kernel(f"{dtype_code(y.type.dtype)}-scatter-{node.attrs['reduction']}")
-    ystr, dims = strides_of(y.type.shape), ind.type.shape
-    # flat update index -> output offset: every coordinate but the axis one comes from the position
-    terms = [f"(size_t)j * {ystr[axis]}"] + [
-        f"(size_t)(k / {int(np.prod(dims[d + 1:], dtype=np.int64))} % {dims[d]}) * {ystr[d]}"
-        for d in range(len(dims)) if d != axis and dims[d] > 1]
     ct = CTYPES[y.type.dtype]
     copy = [] if not data.is_const and ctx.plan.offset(y) == ctx.plan.offset(data) else [
         f"memmove({ctx.ptr(y, 'unsigned char')}, {ctx.ptr(data, 'unsigned char')}, {data.type.nbytes});"]
-    return "\n".join([
-        *copy,
-        f"for (size_t k = 0; k < {ind.type.size}; k++) {{",
-        f"  int64_t j = (int64_t){ctx.ptr(ind)}[k];",
-        f"  j = j < 0 ? j + {dim} : j;",
-        f"  if (j < 0 || j >= {dim}) __builtin_trap();",
-        f"  {ct} *p = {ctx.ptr(y)} + {' + '.join(terms)}, u = {ctx.ptr(upd)}[k];",
-        f"  {REDUCTIONS[node.attrs['reduction']][0]}",
-        "}",
-    ])
+    body = [f"  {ct} *p = {ctx.ptr(y)} + {{at}}, u = {ctx.ptr(upd)}[k];",
+            f"  {REDUCTIONS[node.attrs['reduction']][0]}"]
+    return "\n".join([*copy, *_index_loop(node, ctx, y.type.shape, body)])
+
+
+def _index_loop(node: Node, ctx: EmitContext, shape: tuple[int, ...], body: list[str]) -> list[str]:
+    """A C loop over every index k of ``node``'s indices (input 1), with ``j`` the index read there
+    (negative ones counted from the end; one outside ``[-dim, dim)`` traps) and ``{at}`` in ``body`` the
+    offset in a tensor of ``shape`` whose axis coordinate is j and every other one k's own."""
+    ind, axis = node.inputs[1], node.attrs["axis"]
+    dim = node.inputs[0].type.shape[axis]
+    strides, dims = strides_of(shape), ind.type.shape
+    terms = [f"(size_t)j * {strides[axis]}"] + [
+        f"(size_t)(k / {int(np.prod(dims[d + 1:], dtype=np.int64))} % {dims[d]}) * {strides[d]}"
+        for d in range(len(dims)) if d != axis and dims[d] > 1]
+    return [f"for (size_t k = 0; k < {ind.type.size}; k++) {{",
+            f"  int64_t j = (int64_t){ctx.ptr(ind)}[k];",
+            f"  j = j < 0 ? j + {dim} : j;",
+            f"  if (j < 0 || j >= {dim}) __builtin_trap();",
+            *(line.replace("{at}", " + ".join(terms)) for line in body), "}"]
 
 
 register(OpDef("scatter_elements", _infer, _fold, _emit, inplace=True))
+
+
+# -- gather_elements -----------------------------------------------------------------------------------
+def _gather_infer(node: Node) -> list[TensorType]:
+    data, ind = (v.type for v in node.inputs)
+    axis = node.attrs["axis"]
+    if (len(ind.shape) != len(data.shape) or ind.dtype not in ("int32", "int64") or not 0 <= axis < len(
+            data.shape) or any(i > d for k, (i, d) in enumerate(zip(ind.shape, data.shape)) if k != axis)):
+        raise ShapeError(f"{node.name}: gather of {ind} from {data} on axis {axis}")
+    return [TensorType(ind.shape, data.dtype)]
+
+
+def _gather_fold(node: Node, args) -> list[np.ndarray]:
+    data, ind = args
+    axis = node.attrs["axis"]
+    idx = ind.astype(np.int64)
+    return [np.take_along_axis(data, np.where(idx < 0, idx + data.shape[axis], idx), axis)]
+
+
+def _gather_emit(node: Node, ctx: EmitContext) -> str:
+    """y[pos] = data[pos with its axis coordinate replaced by indices[pos]]; an index outside
+    ``[-dim, dim)`` traps, as in ``scatter_elements``."""
+    data, y = node.inputs[0], node.outputs[0]
+    ctx.use_kernel(f"{dtype_code(y.type.dtype)}-gather-elements")
+    body = [f"  {ctx.ptr(y)}[k] = {ctx.ptr(data)}[{{at}}];"]
+    return "\n".join(_index_loop(node, ctx, data.type.shape, body))
+
+
+register(OpDef("gather_elements", _gather_infer, _gather_fold, _gather_emit))

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import split_rows
-from .registry import OpDef, register
+from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -49,4 +49,5 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         by_row=(x, y))
 
 
-register(OpDef("softmax", _infer, _fold, _emit, kernels=("f32-unary", "f32-softmax"), inplace=True))
+register(OpDef("softmax", _infer, _fold, _emit,
+               kernels=("f32-unary", "f32-softmax"), inplace=True, dtypes=F32))

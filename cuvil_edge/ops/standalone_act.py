@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import same_type, split_rows
-from .registry import OpDef, register
+from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -54,4 +54,5 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         f"f32_v{kind}({c}, {ctx.ptr(x)} + {i}, {ctx.ptr(y)} + {i}, {a!r}f, {b!r}f);"), unit=16, by_row=(x, y))
 
 
-register(OpDef("standalone_act", _infer, _fold, _emit, kernels=("f32-unary", "f32-act-param"), inplace=True))
+register(OpDef("standalone_act", _infer, _fold, _emit,
+               kernels=("f32-unary", "f32-act-param"), inplace=True, dtypes=F32))

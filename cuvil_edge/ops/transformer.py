@@ -18,7 +18,7 @@ from ..ir.graph import Node, TensorType, Value
 from .common import cint_list, same_type, split_rows
 from .elementwise import UNARY_NUMPY
 from .movement import strides_of
-from .registry import OpDef, register
+from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
@@ -62,7 +62,7 @@ def _ln_emit(node: Node, ctx: EmitContext) -> str:
         by_row=(x, node.outputs[0]))
 
 
-register(OpDef("layernorm", _ln_infer, _ln_fold, _ln_emit, kernels=KERNELS, inplace=True))
+register(OpDef("layernorm", _ln_infer, _ln_fold, _ln_emit, kernels=KERNELS, inplace=True, dtypes=F32))
 
 
 # -- gelu (attr ``approximate``: "none" = erf form, "tanh") -----------------------------------------
@@ -84,7 +84,7 @@ def _gelu_emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("gelu", same_type, lambda n, a: [gelu_numpy(a[0], n.attrs["approximate"])], _gelu_emit,
-               kernels=KERNELS, inplace=True))
+               kernels=KERNELS, inplace=True, dtypes=F32))
 
 
 # -- attention(q, k, v[, mask]) attrs scale, q_perm, k_perm, v_perm, y_perm -------------------------
@@ -115,6 +115,9 @@ def _attn_infer(node: Node) -> list[TensorType]:
         bh = None
     if bh is None or q[3] != k[3] or k[2] != v[2]:
         raise ShapeError(f"{node.name}: attention shapes q{q} k{k} v{v} do not agree")
+    if len(node.inputs) > 3 and (not node.inputs[3].type.shape or node.inputs[3].type.shape[-1] != k[2]):
+        # the kernel reads a mask row per query: one broadcast along the keys is the pattern's to keep
+        raise ShapeError(f"{node.name}: attention mask {node.inputs[3].type.shape} must span all {k[2]} keys")
     logical = (*bh, q[2], v[3])
     perm = node.attrs["y_perm"]
     rank = len(perm)
@@ -157,8 +160,6 @@ def _attn_emit(node: Node, ctx: EmitContext) -> str:
         mshape = (1,) * (4 - len(m.type.shape)) + m.type.shape
         mst = [0 if d == 1 else s for d, s in zip(mshape, [0] * (4 - len(m.type.shape)) +
                                                    strides_of(m.type.shape))]
-        if mshape[3] != ks[2]:
-            raise ShapeError(f"{node.name}: attention mask {m.type.shape} must span all {ks[2]} keys")
         st += mst[:3]
         mask = ctx.ptr(m)
     else:
@@ -171,4 +172,5 @@ def _attn_emit(node: Node, ctx: EmitContext) -> str:
             f"{float(np.float32(node.attrs['scale']))!r}f, {ctx.ptr(y)}, {ctx.scratch()}, tid, nt);")
 
 
-register(OpDef("attention", _attn_infer, _attn_fold, _attn_emit, kernels=KERNELS, scratch=_attn_scratch))
+register(OpDef("attention", _attn_infer, _attn_fold, _attn_emit,
+               kernels=KERNELS, scratch=_attn_scratch, dtypes=F32))

@@ -51,6 +51,8 @@ def verify(graph: Graph, after: str = "import") -> None:
                 raise fail(f"node {n.name!r} writes the constant {o.name!r}")
             produced.add(id(o))
             defined.add(id(o))
+        if (wrong := opdef.dtype_problem(n)) is not None:
+            raise fail(f"node {n.name!r}: {wrong}")
         problems = attr_problems(n)
         if problems:
             raise fail(f"node {n.name!r} ({n.op}): {'; '.join(problems)}")

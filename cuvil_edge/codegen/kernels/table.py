@@ -48,7 +48,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
 
 #: IR dtype -> the label's (and C symbols') element-type code
 DTYPE_CODES = {"float32": "f32", "float64": "f64", "float16": "h", "int8": "i8", "uint8": "u8",
-               "int32": "i32", "int64": "i64", "bool": "b"}
+               "int16": "i16", "uint16": "u16", "int32": "i32", "uint32": "u32", "int64": "i64",
+               "uint64": "u64", "bool": "b"}
 
 #: what a ``{field}`` of a pattern matches; a field that also appears in a symbol must name a function
 #: the family defines (``f32-v{kind}-4`` -> ``f32_v{kind}``), which keeps families' labels apart
@@ -158,10 +159,13 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("b-and", None), Kernel("b-or", None), Kernel("b-xor", None), Kernel("b-not", None),
     Kernel("{dtype}-add", None), Kernel("{dtype}-sub", None), Kernel("{dtype}-mul", None),
     Kernel("{dtype}-div", None), Kernel("{dtype}-max", None), Kernel("{dtype}-min", None),
+    Kernel("{dtype}-bitand", None), Kernel("{dtype}-bitor", None), Kernel("{dtype}-bitxor", None),
+    Kernel("{dtype}-shl", None), Kernel("{dtype}-shr", None),
     Kernel("{dtype}-where", None),
     Kernel("{dtype}-argmax", None), Kernel("{dtype}-argmin", None),
     Kernel("{dtype}-cumsum", None), Kernel("{dtype}-topk", None),
-    Kernel("{dtype}-scatter-{kind}", None), Kernel("{dtype}-onehot", None),
+    Kernel("{dtype}-scatter-{kind}", None), Kernel("{dtype}-gather-elements", None),
+    Kernel("{dtype}-onehot", None),
     Kernel("x8-slice-rt", None, note="Slice with run-time bounds: rows copied as bytes"),
     Kernel("{dtype}-range-rt", None, note="Range with run-time bounds"),
     Kernel("x8-strnorm", None, note="ONNX StringNormalizer over fixed-width UTF-8 rows"),

@@ -28,7 +28,12 @@ def constant(ctx: ConvertContext) -> None:
 
 @converter("Identity", "Dropout")
 def identity(ctx: ConvertContext) -> None:
-    # Dropout is the identity at inference; its optional mask output is all ones.
+    # Dropout is the identity at inference (its ratio and seed change nothing then); its optional mask
+    # output is all ones. training_mode true drops at random: a training graph, refused.
+    if ctx.op_type == "Dropout":
+        ctx.attr("ratio"), ctx.attr("seed")
+        if ctx.has_input(2) and (not ctx.input(2).is_const or bool(np.asarray(ctx.const(2)).any())):
+            raise ctx.unsupported("training_mode must be a build-time false (inference)")
     x = ctx.input(0)
     outs = [x]
     if len(ctx.proto.output) > 1 and ctx.proto.output[1]:

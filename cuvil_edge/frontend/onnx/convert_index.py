@@ -1,6 +1,6 @@
-"""Converters for index-driven writes: OneHot -> ``onehot``, ScatterElements / Scatter ->
-``scatter_elements``. Axes are normalised to non-negative here; OneHot's depth sets the output shape,
-so it must be known at build time."""
+"""Converters for index-driven writes and reads: OneHot -> ``onehot``, ScatterElements / Scatter ->
+``scatter_elements``, GatherElements -> ``gather_elements``. Axes are normalised to non-negative here;
+OneHot's depth sets the output shape, so it must be known at build time."""
 
 from __future__ import annotations
 
@@ -33,3 +33,13 @@ def scatter_elements(ctx: ConvertContext) -> None:
         raise ctx.unsupported(f"reduction={reduction!r}")
     attrs = {"axis": axis % rank, "reduction": reduction}
     ctx.set_outputs(ctx.emit1("scatter_elements", [data, ind, upd], attrs))
+
+
+@converter("GatherElements")
+def gather_elements(ctx: ConvertContext) -> None:
+    data, ind = ctx.input(0), ctx.input(1)
+    rank = len(data.type.shape)
+    axis = int(ctx.attr("axis", 0))
+    if not -rank <= axis < rank:
+        raise ctx.unsupported(f"axis {axis} for rank {rank}")
+    ctx.set_outputs(ctx.emit1("gather_elements", [data, ind], {"axis": axis % rank}))

@@ -80,7 +80,9 @@ def mean(ctx: ConvertContext) -> None:
 
 
 _UNARY = {"Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal", "Neg": "neg", "Abs": "abs",
-          "Erf": "erf", "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign"}
+          "Erf": "erf", "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign",
+          **{op: op.lower() for op in ("Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
+                                       "Acosh", "Atanh")}}
 
 
 @converter(*_UNARY)
@@ -111,8 +113,9 @@ _REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "Reduce
            "ReduceProd": "prod", "ReduceSumSquare": "sumsquare", "ReduceL1": "l1", "ReduceL2": "l2"}
 
 
-@converter(*_REDUCE)
-def reduce(ctx: ConvertContext) -> None:
+def _reduce_axes(ctx: ConvertContext) -> list[int] | None:
+    """The node's reduced axes (sorted, non-negative; every axis when none are given), or None for a
+    no-op (empty axes with ``noop_with_empty_axes``). Axes are an input from opset 18 (ReduceSum: 13)."""
     x = ctx.input(0)
     rank = len(x.type.shape)
     axes_as_input = ctx.opset >= (13 if ctx.op_type == "ReduceSum" else 18)
@@ -120,13 +123,49 @@ def reduce(ctx: ConvertContext) -> None:
     axes = [] if axes is None else [int(a) % max(rank, 1) for a in np.asarray(axes).reshape(-1)]
     if not axes:
         if ctx.attr("noop_with_empty_axes", 0):
-            ctx.set_outputs(x)
-            return
+            return None
         axes = list(range(rank))
     if not x.is_const and x.type.dtype != "float32":
         raise ctx.unsupported(f"{ctx.op_type} on {x.type.dtype} at run time (float32 only)")
-    ctx.set_outputs(ctx.emit1("reduce", [x], {"kind": _REDUCE[ctx.op_type], "axes": sorted(set(axes)),
-                                              "keepdims": bool(ctx.attr("keepdims", 1))}))
+    return sorted(set(axes))
+
+
+@converter(*_REDUCE)
+def reduce(ctx: ConvertContext) -> None:
+    axes = _reduce_axes(ctx)
+    if axes is None:
+        ctx.set_outputs(ctx.input(0))
+        return
+    ctx.set_outputs(ctx.emit1("reduce", [ctx.input(0)], {"kind": _REDUCE[ctx.op_type], "axes": axes,
+                                                         "keepdims": bool(ctx.attr("keepdims", 1))}))
+
+
+@converter("ReduceLogSum", "ReduceLogSumExp")
+def reduce_log(ctx: ConvertContext) -> None:
+    """log(sum(x)), and log(sum(exp(x - m))) + m with m the (finite) maximum: no overflow for large x, and
+    an all -inf slice gives -inf rather than nan."""
+    x, axes = ctx.input(0), _reduce_axes(ctx)
+    if axes is None:
+        ctx.set_outputs(ctx.emit1("unary", [x], {"kind": "log"}) if ctx.op_type == "ReduceLogSum" else x)
+        return
+    keep = {"axes": axes, "keepdims": True}
+    shift = None
+    if ctx.op_type == "ReduceLogSumExp":
+        m = ctx.emit1("reduce", [x], {"kind": "max", **keep}, name=f"{ctx.name}/max")
+        bounds = ((np.inf, "below", "lt"), (-np.inf, "above", "gt"))
+        below, above = (ctx.emit1("compare", [m, ctx.constant(np.float32(bound), tag)], {"kind": kind},
+                                  name=f"{ctx.name}/{tag}") for bound, tag, kind in bounds)
+        finite = ctx.emit1("logic", [below, above], {"kind": "and"}, name=f"{ctx.name}/finite")
+        shift = ctx.emit1("where", [finite, m, ctx.constant(np.float32(0), "zero")], name=f"{ctx.name}/shift")
+        x = ctx.emit1("unary", [_binary(ctx, "sub", x, shift, name=f"{ctx.name}/centred")], {"kind": "exp"},
+                      name=f"{ctx.name}/exp")
+    total = ctx.emit1("reduce", [x], {"kind": "sum", **keep}, name=f"{ctx.name}/sum")
+    y = ctx.emit1("unary", [total], {"kind": "log"}, name=f"{ctx.name}/log")
+    if shift is not None:
+        y = _binary(ctx, "add", y, shift, name=f"{ctx.name}/shifted")
+    if not ctx.attr("keepdims", 1):
+        y = ctx.emit1("reshape", [y], {"shape": [d for i, d in enumerate(y.type.shape) if i not in axes]})
+    ctx.set_outputs(y)
 
 
 @converter("LRN")
@@ -139,10 +178,13 @@ def lrn(ctx: ConvertContext) -> None:
         "bias": float(ctx.attr("bias", 1.0))}))
 
 
-@converter("Cast")
+@converter("Cast", "CastLike")
 def cast(ctx: ConvertContext) -> None:
+    """Cast to ``to``, or (CastLike) to the type of input 1; float8 rounding attributes keep their
+    defaults (``saturate``, ``round_mode``: float8 tensors are refused anyway)."""
     x = ctx.input(0)
-    to = np_dtype_of_onnx(int(ctx.attr("to")))
+    # a float16 ``like`` tensor is held as float32 and marked half: the importer rounds the output
+    to = np_dtype_of_onnx(int(ctx.attr("to"))) if ctx.op_type == "Cast" else ctx.input(1).type.dtype
     if to == "float16":
         to = "float32"  # fp16 tensors run as float32; the importer rounds them (float16.py)
     if to == x.type.dtype:
@@ -151,3 +193,55 @@ def cast(ctx: ConvertContext) -> None:
     if not x.is_const and (x.type.dtype, to) not in RUNTIME_CASTS:
         raise ctx.unsupported(f"Cast {x.type.dtype} -> {to} at run time")
     ctx.set_outputs(ctx.emit1("cast", [x], {"to": to}))
+
+
+@converter("Swish")
+def swish(ctx: ConvertContext) -> None:
+    """x * sigmoid(alpha * x) (opset 24): alpha 1 is SiLU, which the fusion passes know."""
+    x = ctx.input(0)
+    alpha = float(ctx.attr("alpha", 1.0))
+    scaled = x if alpha == 1.0 else _binary(ctx, "mul", x, ctx.constant(np.float32(alpha), "alpha"),
+                                            name=f"{ctx.name}/scaled")
+    gate = ctx.emit1("epilogue_act", [scaled], {"act": ("sigmoid", 0.0, 0.0)}, name=f"{ctx.name}/gate")
+    ctx.set_outputs(_binary(ctx, "mul", x, gate))
+
+
+@converter("RMSNormalization")
+def rms_norm(ctx: ConvertContext) -> None:
+    """x / sqrt(mean(x^2 over axis..last) + epsilon) * scale (opset 23), computed in float32 (stash_type
+    1, the default); the scale may be a run-time input."""
+    x, scale = ctx.input(0), ctx.input(1)
+    if int(ctx.attr("stash_type", 1)) != 1:
+        raise ctx.unsupported(f"stash_type={ctx.attr('stash_type')} (float32 only)")
+    rank = len(x.type.shape)
+    axis = int(ctx.attr("axis", -1)) % max(rank, 1)
+    eps = ctx.constant(np.float32(ctx.attr("epsilon", 1e-5)), "epsilon")
+    square = _binary(ctx, "mul", x, x, name=f"{ctx.name}/square")
+    mean = ctx.emit1("reduce", [square], {"kind": "mean", "axes": list(range(axis, rank)), "keepdims": True},
+                     name=f"{ctx.name}/mean")
+    rms = ctx.emit1("unary", [_binary(ctx, "add", mean, eps, name=f"{ctx.name}/eps")], {"kind": "sqrt"},
+                    name=f"{ctx.name}/rms")
+    ctx.set_outputs(_binary(ctx, "mul", _binary(ctx, "div", x, rms, name=f"{ctx.name}/normed"), scale))
+
+
+_BITWISE = {"BitwiseAnd": "bitand", "BitwiseOr": "bitor", "BitwiseXor": "bitxor"}
+
+
+@converter(*_BITWISE, "BitwiseNot", "BitShift")
+def bitwise(ctx: ConvertContext) -> None:
+    """Bit operations on integer tensors (``binary_loop``); BitwiseNot as xor with all ones."""
+    a = ctx.input(0)
+    if not a.type.dtype.startswith(("int", "uint")):
+        raise ctx.unsupported(f"{ctx.op_type} on {a.type.dtype} (integers only)")
+    if ctx.op_type == "BitwiseNot":
+        kind, b = "bitxor", ctx.constant(np.array(-1).astype(a.type.dtype), "ones")
+    elif ctx.op_type == "BitShift":
+        direction = ctx.attr("direction")
+        if direction not in ("LEFT", "RIGHT"):
+            raise ctx.unsupported(f"direction {direction!r}")
+        kind, b = ("shl" if direction == "LEFT" else "shr"), ctx.input(1)
+    else:
+        kind, b = _BITWISE[ctx.op_type], ctx.input(1)
+    if a.type.dtype != b.type.dtype:
+        raise ctx.unsupported(f"operands of different types ({a.type.dtype}, {b.type.dtype})")
+    ctx.set_outputs(ctx.emit1("binary_loop", [a, b], {"kind": kind}))

@@ -147,7 +147,12 @@ def matmul(ctx: ConvertContext) -> None:
 
 @converter("BatchNormalization")
 def batchnorm(ctx: ConvertContext) -> None:
+    """Inference: the running statistics fold into one affine per channel (``momentum`` only moves them
+    in training, so it changes nothing here; ``training_mode`` 1 is a training graph, refused)."""
     x = ctx.input(0)
+    ctx.attr("momentum")
+    if ctx.attr("training_mode", 0) or any(ctx.proto.output[1:]):
+        raise ctx.unsupported("training_mode (batch statistics and running-mean outputs)")
     params = [ctx.const(i) for i in range(1, 5)]
     if any(p is None for p in params):
         raise ctx.unsupported("scale, bias, mean and var must be constant")

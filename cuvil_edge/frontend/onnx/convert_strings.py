@@ -16,6 +16,11 @@ def string_normalizer(ctx: ConvertContext) -> None:
     padded = ctx.graph.meta.setdefault("padded_scans", {})
     if id(x) in padded:
         raise ctx.unsupported("its input has a run-time length (only model inputs may feed it)")
+    # case mapping covers ASCII and Latin-1 alike in every locale (ops/strings.py), except the Turkic ones,
+    # whose i and I map to dotted and dotless forms
+    locale = str(ctx.attr("locale", "") or "")
+    if locale.lower().startswith(("tr", "az")):
+        raise ctx.unsupported(f"locale {locale!r} (Turkic case mapping of i and I)")
     action = ctx.attr("case_change_action", "NONE")
     if action not in ("LOWER", "UPPER", "NONE"):
         raise ctx.unsupported(f"case_change_action {action!r} (want LOWER, UPPER or NONE)")

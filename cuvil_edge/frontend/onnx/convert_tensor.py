@@ -208,3 +208,37 @@ def range_(ctx: ConvertContext) -> None:
     n = _run_time_length(ctx, start, limit, int(step)) if step > 0 else _run_time_length(
         ctx, limit, start, -int(step))
     ctx.set_outputs(ctx.emit1("range_rt", [start, limit, delta], {"length": n}))
+
+
+@converter("Trilu")
+def trilu(ctx: ConvertContext) -> None:
+    """Keep the upper (or lower) triangle of the last two dims from diagonal k, on any element type
+    (exporters write it for causal masks): ``where`` with a mask that folds to a constant when k is one,
+    else compares each element's column - row with the run-time k."""
+    x = ctx.input(0)
+    if len(x.type.shape) < 2:
+        raise ctx.unsupported(f"input of rank {len(x.type.shape)} (at least 2)")
+    rows, cols = x.type.shape[-2:]
+    offset = ctx.constant(np.arange(cols, dtype=np.int64)[None, :] - np.arange(rows, dtype=np.int64)[:, None],
+                          "col_minus_row")
+    k = ctx.input(1) if ctx.has_input(1) else ctx.constant(np.int64(0), "k")
+    if k.type.dtype != "int64" or k.type.size != 1:
+        raise ctx.unsupported(f"k of type {k.type} (an int64 scalar)")
+    if k.type.shape:
+        k = ctx.emit1("reshape", [k], {"shape": []}, name=f"{ctx.name}/k")
+    keep = ctx.emit1("compare", [offset, k], {"kind": "ge" if ctx.attr("upper", 1) else "le"},
+                     name=f"{ctx.name}/mask")
+    zero = ctx.constant(np.zeros((), x.type.dtype), "zero")
+    ctx.set_outputs(ctx.emit1("where", [keep, x, zero]))
+
+
+@converter("EyeLike")
+def eye_like(ctx: ConvertContext) -> None:
+    """Ones on diagonal k of a 2-D tensor shaped like the input: a build-time constant."""
+    from .importer import np_dtype_of_onnx
+
+    x = ctx.input(0)
+    if len(x.type.shape) != 2:
+        raise ctx.unsupported(f"input of rank {len(x.type.shape)} (EyeLike takes 2)")
+    dtype = np_dtype_of_onnx(int(ctx.attr("dtype"))) if ctx.attr("dtype") is not None else x.type.dtype
+    ctx.set_outputs(ctx.constant(np.eye(*x.type.shape, k=int(ctx.attr("k", 0)), dtype=dtype), "eye"))

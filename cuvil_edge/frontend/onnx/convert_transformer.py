@@ -104,6 +104,26 @@ def logic(ctx: ConvertContext) -> None:
     ctx.set_outputs(ctx.emit1("logic", ctx.inputs(), {"kind": ctx.op_type.lower()}))
 
 
+@converter("IsNaN", "IsInf")
+def is_special(ctx: ConvertContext) -> None:
+    """IsNaN as ``not (x == x)``; IsInf as ``x == +inf`` or ``x == -inf`` (as its flags ask): exact compares,
+    no new kernel (the kernels are built without fast-math, so a NaN is unequal to itself)."""
+    x = ctx.input(0)
+    if x.type.dtype not in ("float32", "float64"):
+        raise ctx.unsupported(f"{ctx.op_type} of {x.type.dtype}")
+    if ctx.op_type == "IsNaN":
+        same = ctx.emit1("compare", [x, x], {"kind": "eq"}, name=f"{ctx.name}/eq")
+        ctx.set_outputs(ctx.emit1("logic", [same], {"kind": "not"}))
+        return
+    signs = [s for s, flag in ((1, "detect_positive"), (-1, "detect_negative")) if ctx.attr(flag, 1)]
+    hits = [ctx.emit1("compare", [x, ctx.constant(np.array(s * np.inf, x.type.dtype), f"inf{s}")],
+                      {"kind": "eq"}, name=f"{ctx.name}/eq{s}") for s in signs]
+    if not hits:
+        ctx.set_outputs(ctx.constant(np.zeros(x.type.shape, bool), "none"))
+    else:
+        ctx.set_outputs(hits[0] if len(hits) == 1 else ctx.emit1("logic", hits, {"kind": "or"}))
+
+
 @converter("Where")
 def where(ctx: ConvertContext) -> None:
     c, a, b = ctx.input(0), ctx.input(1), ctx.input(2)

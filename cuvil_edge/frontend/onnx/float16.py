@@ -86,6 +86,8 @@ class HalfFloats:
         attrs = {a.name: a for a in node.attribute}
         if node.op_type == "Cast":
             return attrs["to"].i == ONNX_FLOAT16
+        if node.op_type == "CastLike":  # the type of the tensor it is cast like
+            return isinstance(inputs[1], Value) and inputs[1] in self.half
         if "dtype" in attrs:
             return attrs["dtype"].i == ONNX_FLOAT16
         return any(isinstance(v, Value) and v in self.half for v in inputs)

@@ -4,7 +4,7 @@ run as float32 rounded to half after each op (``float16.py``); out-of-order node
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,9 @@ from ...quant.qdq import fuse_qdq, graph_record
 from .float16 import HalfFloats
 from .registry import CONVERTERS, ConvertContext
 
-MIN_OPSET, MAX_OPSET = 7, 21
+#: every default-domain opset the onnx wheel defines (1.23: 28); an op's later versions are accepted where
+#: they only widen its types, and a node using an attribute its converter does not read is refused
+MIN_OPSET, MAX_OPSET = 7, 28
 #: non-default-domain operators with a converter (registered under their op_type)
 CONTRIB_OPS = frozenset({("com.microsoft", "MatMulNBits"), ("ai.onnx.preview.training", "Gradient")})
 
@@ -43,6 +45,18 @@ def load_onnx(model: str | os.PathLike[str] | bytes | Any):
     except Exception as exc:
         raise ModelFormatError(f"ONNX model fails the checker: {str(exc).splitlines()[0]}") from exc
     return ordered
+
+
+def _upgraded(proto: Any) -> Any:
+    """A model of an opset before ``MIN_OPSET`` through onnx's version converter (its adapters rewrite
+    the ops whose meaning changed), or ``ModelFormatError`` when it has no adapter for one."""
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(proto, MIN_OPSET)
+    except Exception as exc:  # the converter raises RuntimeError/ValueError for ops it cannot adapt
+        raise ModelFormatError(f"ONNX opset {next(o.version for o in proto.opset_import)} could not be "
+                               f"upgraded to {MIN_OPSET}: {str(exc).splitlines()[0]}") from exc
 
 
 def _reads(node: Any) -> list[str]:
@@ -107,7 +121,11 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         raise InputError(f"max_string_bytes must be a positive int, got {max_string_bytes!r}")
     proto = load_onnx(model)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-    if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
+    if opset is None:  # only other domains' operators (ai.onnx.ml, a vendor's): refused by name below
+        opset = MAX_OPSET
+    elif opset < MIN_OPSET:
+        proto, opset = _upgraded(proto), MIN_OPSET
+    if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ModelFormatError(f"ONNX opset {opset} is outside the supported range {MIN_OPSET}-{MAX_OPSET}")
     g = proto.graph
     graph = Graph(name or g.name or "model")
@@ -139,7 +157,8 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     for out in g.output:
         if out.name not in env:
             raise ModelFormatError(f"graph output {out.name!r} is never produced")
-        graph.outputs.append(scope.half.graph_output(env[out.name]))
+        refuse = lambda why, o=out.name: UnsupportedOperator("Output", o, opset, why)  # noqa: E731
+        graph.outputs.append(scope.half.graph_output(_tensor_output(env, out.name, "the graph", refuse)))
     graph.meta["output_names"] = [o.name for o in g.output]
     _add_length_outputs(graph)
     record = graph_record(graph, "onnx")  # the model's own quantization (QDQ, QLinear*): ``inspect`` shows it
@@ -147,6 +166,16 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         graph.meta["source_quantization"] = record
     fuse_qdq(graph)  # pre-quantized layers onto the integer kernels while their weights are known
     return graph
+
+
+def _tensor_output(env: Mapping[str, Any], name: str, whose: str,
+                   refuse: Callable[[str], UnsupportedOperator]) -> Value:
+    """An output of a graph or body, which must be a tensor: a sequence stays inside (``TensorSeq``)."""
+    v = env[name]
+    if not isinstance(v, Value):
+        raise refuse(f"{whose} returns {name!r}, a sequence: outputs must be tensors (take items out with "
+                     "SequenceAt or ConcatFromSequence)")
+    return v
 
 
 @dataclass
@@ -180,14 +209,82 @@ def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], op
             raise UnsupportedOperator(node.op_type, node.name or node.output[0], opset, _STRINGS_ONLY)
         fn = CONVERTERS.get(node.op_type)
         if fn is None:
-            raise UnsupportedOperator(node.op_type, node.name or node.output[0], opset)
+            expanded = _function_body(node, env, opset, scope.half.half)
+            if expanded is None:
+                raise UnsupportedOperator(node.op_type, node.name or node.output[0], opset)
+            body, body_opset = expanded
+            try:
+                _convert_nodes(graph, env, body, body_opset, scope)
+            except UnsupportedOperator as exc:  # name the model's own node, then what stopped inside it
+                raise UnsupportedOperator(node.op_type, node.name or node.output[0], opset,
+                                          f"its ONNX function: {exc}") from exc
+            continue
         ctx = ConvertContext(graph, env, node, opset, scope.declared)
         first_new = len(graph.nodes)
         fn(ctx)
+        ctx.check_attrs_read()
+        ctx.check_dtypes(graph.nodes[first_new:])
         missing = [o for o in node.output if o and o not in env]
         if missing:
             raise ctx.unsupported(f"outputs {missing} were not produced")
         scope.half.after_node(node, env, first_new)
+
+
+#: the private domain an operator's schema function is declared in while onnx's inliner expands it
+_EXPAND_DOMAIN = "cuvil.expand"
+_ONNX_OF_DTYPE = {}  # filled below from _ONNX_DTYPES
+
+
+def _function_body(node: Any, env: Mapping[str, Any], opset: int, half: set) -> tuple[list[Any], int] | None:
+    """An operator without a converter whose ONNX schema defines it as a function of other operators
+    (Attention, RotaryEmbedding, the losses, MeanVarianceNormalization, ... at this opset): that
+    function's nodes for this node, expanded by onnx's own inliner (renaming, attribute references,
+    subgraphs), and the opset they are written at. None when the schema has no function."""
+    import onnx
+    import onnx.inliner
+    from onnx import defs, helper
+
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    try:
+        schema = defs.get_schema(node.op_type, opset, "")
+    except defs.SchemaError:
+        return None
+    fixed = [v for v in schema.function_opset_versions if v <= opset]
+    dependent = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+    if not fixed and not dependent:
+        return None
+    inputs = []
+    for name in node.input:
+        v = env.get(name) if name else None
+        if not isinstance(v, Value):
+            return None  # a sequence, or an input that is not there: no typed call to expand
+        elem = onnx.TensorProto.FLOAT16 if v in half else _ONNX_OF_DTYPE.get(v.type.dtype)
+        if elem is None:
+            return None
+        inputs.append(helper.make_tensor_value_info(name, elem, v.type.shape))
+    function = onnx.FunctionProto()
+    if dependent and (not fixed or max(dependent) >= max(fixed)):
+        raw = schema.get_context_dependent_function_with_opset_version(
+            max(dependent), node.SerializeToString(), [i.type.SerializeToString() for i in inputs])
+    else:
+        raw = schema.get_function_with_opset_version(max(fixed))
+    function.ParseFromString(raw)
+    function.domain = _EXPAND_DOMAIN
+    call = onnx.NodeProto()
+    call.CopyFrom(node)
+    call.domain = _EXPAND_DOMAIN
+    for name, attr in schema.attributes.items():  # the schema's defaults, for the body's references
+        if attr.default_value.type and name not in {a.name for a in call.attribute}:
+            call.attribute.append(attr.default_value)
+    body_opset = next((o.version for o in function.opset_import if o.domain in ("", "ai.onnx")), opset)
+    graph = helper.make_graph([call], "expand", [i for i in inputs if i.name],
+                              [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None)
+                               for o in node.output if o])
+    model = helper.make_model(graph, functions=[function], opset_imports=[
+        helper.make_opsetid("", body_opset), helper.make_opsetid(_EXPAND_DOMAIN, 1)])
+    inlined = onnx.inliner.inline_local_functions(model)
+    return list(inlined.graph.node), body_opset
 
 
 def _touches_strings(node: Any, env: Mapping[str, Any]) -> bool:
@@ -246,7 +343,7 @@ def import_subgraph(ctx: ConvertContext, attr: str,
             graph.inputs.append(env[x])
             captures.append(src)
     _convert_nodes(graph, env, body.node, opset, scope)
-    graph.outputs = [env[o.name] for o in body.output]
+    graph.outputs = [_tensor_output(env, o.name, f"its {attr}", ctx.unsupported) for o in body.output]
     _add_length_outputs(graph)
     return graph, captures
 
@@ -278,8 +375,9 @@ def _add_length_outputs(graph: Graph) -> None:
 
 
 _ONNX_STRING = 8  # TensorProto.STRING: an input held as ``S<max_string_bytes>``
-_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16",
-                11: "float64"}
+_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
+                9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
+_ONNX_OF_DTYPE.update({v: k for k, v in _ONNX_DTYPES.items()})
 
 
 def _input_type(inp: Any, override: Sequence[int] | None, max_string_bytes: int) -> TensorType:
@@ -287,7 +385,7 @@ def _input_type(inp: Any, override: Sequence[int] | None, max_string_bytes: int)
     dtype = f"S{max_string_bytes}" if tt.elem_type == _ONNX_STRING else _ONNX_DTYPES.get(tt.elem_type)
     if dtype is None:
         raise UnsupportedOperator("Input", inp.name, None,
-                                  f"input element type {tt.elem_type} is not supported")
+                                  f"input element type {_type_name(tt.elem_type)} is not supported")
     if override is not None:
         shape = tuple(int(d) for d in override)
         # -1 marks a dynamic dimension in some exporters' models (paddle2onnx's), as a dim_param does
@@ -311,11 +409,21 @@ def _input_type(inp: Any, override: Sequence[int] | None, max_string_bytes: int)
     return TensorType(tuple(dims), dtype)
 
 
+def _type_name(elem_type: int) -> str:
+    """An ONNX element type as its name (``FLOAT8E4M3FN``, ``UNDEFINED`` for a sequence or optional)."""
+    from onnx import TensorProto
+
+    try:
+        return TensorProto.DataType.Name(elem_type)
+    except ValueError:
+        return str(elem_type)
+
+
 def np_dtype_of_onnx(elem_type: int) -> str:
     try:
         return _ONNX_DTYPES[elem_type]
     except KeyError:
-        raise UnsupportedOperator("Cast", "?", None, f"element type {elem_type}") from None
+        raise UnsupportedOperator("Cast", "?", None, f"element type {_type_name(elem_type)}") from None
 
 
 __all__ = ["LENGTH_SUFFIX", "MAX_OPSET", "MIN_OPSET", "import_onnx", "import_subgraph", "load_onnx",

@@ -3,13 +3,13 @@ family, loaded on first lookup) and the per-node conversion context."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import ShapeError, UnsupportedOperator
-from ...ir.graph import Graph, Value
+from ...ir.graph import Graph, Node, Value
 from ..registry import ConverterTable, IRBuilder
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class ConvertContext(IRBuilder):
         self.op_type = node.op_type
         self.name = node.name or f"{node.op_type}_{node.output[0]}"
         self._attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        self.read_attrs: set[str] = set()  # what the converter asked for (``check_attrs_read``)
 
     # -- reading the node ---------------------------------------------------------------------
     @property
@@ -72,8 +73,39 @@ class ConvertContext(IRBuilder):
         return self.declared.get(self.proto.output[i]) if i < len(self.proto.output) else None
 
     def attr(self, name: str, default: Any = None) -> Any:
+        self.read_attrs.add(name)
         v = self._attrs.get(name, default)
         return v.decode() if isinstance(v, bytes) else v
+
+    def check_attrs_read(self) -> None:
+        """Refuse the node when it sets an attribute its converter never read to anything but the
+        schema's default at this opset: a later opset's new attribute (SpaceToDepth's ``mode`` at 28,
+        DequantizeLinear's ``output_dtype`` at 23) is refused by name instead of silently ignored."""
+        from onnx import defs, helper
+
+        unread = [a for a in self.proto.attribute if a.name not in self.read_attrs]
+        if not unread:
+            return
+        try:
+            schema = defs.get_schema(self.op_type, self.opset, self.proto.domain)
+        except defs.SchemaError:  # contrib ops: their converters answer for their attributes
+            return
+        for a in unread:
+            spec = schema.attributes.get(a.name)
+            value = helper.get_attribute_value(a)
+            if spec is not None and spec.default_value.type and \
+                    _same(helper.get_attribute_value(spec.default_value), value):
+                continue
+            raise self.unsupported(f"attribute {a.name}={value!r} is not supported")
+
+    def check_dtypes(self, nodes: Sequence[Node]) -> None:
+        """The IR nodes this ONNX node became run on element types their kernels take (``OpDef.dtypes``),
+        else the ONNX node is refused naming the dtype: never generated code that does not compile."""
+        from ...ops.registry import get
+
+        for n in nodes:
+            if (wrong := get(n.op).dtype_problem(n)) is not None:
+                raise self.unsupported(wrong)
 
     def unsupported(self, detail: str = "") -> UnsupportedOperator:
         return UnsupportedOperator(self.op_type, self.name, self.opset, detail)
@@ -84,3 +116,11 @@ class ConvertContext(IRBuilder):
             if out_name:
                 self.env[out_name] = v
 
+
+
+def _same(default: Any, value: Any) -> bool:
+    """An attribute's value equals its schema default (lists and floats compared as values)."""
+    try:
+        return bool(np.array_equal(np.asarray(default), np.asarray(value)))
+    except (TypeError, ValueError):
+        return default == value

@@ -1,0 +1,213 @@
+"""The ONNX node cases the onnx wheel generates from its own operator definitions
+(``onnx.backend.test.case.node.collect_testcases``: 1,884 at onnx 1.23, opsets up to 28, each a model with
+inputs and expected outputs): the set onnxruntime and other backends report against.
+
+Each case is built for this host and run; its outcome is one of
+- ``pass``: every output matches (the case's rtol, at least 1e-3; atol at least 1e-5; dtype and shape exact);
+- ``refused``: a ``CuvilError`` before code generation (unsupported op or dtype, named with the node);
+- ``out-of-scope``: a case on string tensors or a training op (counted apart, as the issue says);
+- ``wrong``: it ran and an output differs;
+- ``compiler``: generated code that did not compile (always a bug: the verifier should have refused it);
+- ``crash``: any other exception (a bug too).
+
+    python -m tests.conformance.node_cases [--stride N] [--jobs J] [--json out.json] [CASE ...]
+
+prints one line per case that is not ``pass`` and a summary; ``--update`` adds the passing cases to
+``node_cases_passing.txt`` (the list only grows: ``test_node_cases.py`` holds every listed case to it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import signal
+import sys
+import time
+import traceback
+import warnings
+from collections import Counter
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PASSING_FILE = Path(__file__).with_name("node_cases_passing.txt")
+RTOL, ATOL = 1e-3, 1e-5
+CASE_TIMEOUT_S = 300
+TRAINING_DOMAIN = "ai.onnx.preview.training"
+
+
+@cache
+def cases() -> dict[str, Any]:
+    """name -> onnx TestCase, every generated node case."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():  # the case generators overflow casts on purpose
+        warnings.simplefilter("ignore")
+        return {c.name: c for c in collect_testcases("")}
+
+
+def out_of_scope(case: Any) -> str | None:
+    """Why a case is not counted (string tensors, training ops), else None."""
+    import onnx
+
+    g = case.model.graph
+    if any(n.domain == TRAINING_DOMAIN for n in g.node):
+        return "training op"
+    typed = [*g.input, *g.output, *g.value_info]
+    if any(v.type.tensor_type.elem_type == onnx.TensorProto.STRING for v in typed
+           if v.type.HasField("tensor_type")):
+        return "string tensors"
+    return None
+
+
+def passing() -> list[str]:
+    if not PASSING_FILE.exists():
+        return []
+    lines = (ln.strip() for ln in PASSING_FILE.read_text().splitlines())
+    return [ln for ln in lines if ln and not ln.startswith("#")]
+
+
+def _compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray], case: Any) -> str | None:
+    """None when every output matches, else what differs first."""
+    rtol, atol = max(case.rtol, RTOL), max(case.atol, ATOL)
+    for name, ref in want.items():
+        if name not in got:
+            return f"output {name!r} missing"
+        out = np.asarray(got[name])
+        ref = np.asarray(ref)
+        if out.shape != ref.shape:
+            return f"{name}: shape {out.shape} != {ref.shape}"
+        if ref.dtype == object or out.dtype == object:
+            if not np.array_equal(out.astype(object), ref.astype(object)):
+                return f"{name}: strings differ"
+            continue
+        if out.dtype != ref.dtype:
+            return f"{name}: dtype {out.dtype} != {ref.dtype}"
+        if ref.dtype.kind in "fc":
+            a, b = out.astype(np.float64), ref.astype(np.float64)
+            # float16 results: ops compute in float32 and round to half after each op (float16.py), so a
+            # chain may land 2 half ULPs (2 * 2**-11 relative) from a reference rounded otherwise
+            tol = max(rtol, 2.0**-9) if ref.dtype == np.float16 else rtol
+            ok = np.isclose(a, b, rtol=tol, atol=atol, equal_nan=True)
+            if not ok.all():
+                i = np.argwhere(~ok)[0]
+                return f"{name}: at {tuple(i)} {a[tuple(i)]!r} != {b[tuple(i)]!r}"
+        elif not np.array_equal(out, ref):
+            return f"{name}: values differ"
+    return None
+
+
+def _array(x: Any) -> Any:
+    """A case's tensor as numpy (some generators store ``TensorProto``s, e.g. the float16 casts)."""
+    from onnx import TensorProto, numpy_helper
+
+    return numpy_helper.to_array(x) if isinstance(x, TensorProto) else x
+
+
+def run_case(name: str) -> tuple[str, str]:
+    """(outcome, detail) for one case."""
+    from cuvil_edge import CuvilModel, Target
+    from cuvil_edge.errors import CuvilError, ToolchainError
+
+    case = cases()[name]
+    why = out_of_scope(case)
+    if why:
+        return "out-of-scope", why
+    model = case.model
+    inits = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in inits]
+    try:
+        outcome = "pass", ""
+        for inputs, outputs in case.data_sets:
+            feeds = dict(zip(names, map(_array, inputs)))
+            want = dict(zip([o.name for o in model.graph.output], map(_array, outputs)))
+            shapes = {k: v.shape for k, v in feeds.items() if isinstance(v, np.ndarray)}
+            with CuvilModel.load(model, input_shapes=shapes).optimize(targets=[Target()]) as cm:
+                got = cm.predict(feeds)
+            diff = _compare(got, want, case)
+            if diff:
+                return "wrong", diff
+        return outcome
+    except ToolchainError as exc:
+        return "compiler", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    except CuvilError as exc:
+        return "refused", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    except Exception as exc:
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        return "crash", f"{type(exc).__name__}: {str(exc)[:200]} ({Path(where.filename).name}:{where.lineno})"
+
+
+def _guarded(name: str) -> tuple[str, str, str, float]:
+    def fire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"over {CASE_TIMEOUT_S} s")
+
+    signal.signal(signal.SIGALRM, fire)
+    signal.alarm(CASE_TIMEOUT_S)
+    start = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            outcome, detail = run_case(name)
+        except TimeoutError as exc:
+            outcome, detail = "crash", str(exc)
+        finally:
+            signal.alarm(0)
+    return name, outcome, detail, time.monotonic() - start
+
+
+def sweep(names: list[str], jobs: int) -> dict[str, tuple[str, str, float]]:
+    """Every case in ``names`` in ``jobs`` worker processes, spawned (a fork of a process that already
+    runs threads, as a test session does, can inherit a held lock and hang), fresh ones every 100
+    cases: a leak or a wasmtime engine per case must not pile up."""
+    results = {}
+    if jobs <= 1:
+        for n in names:
+            _, outcome, detail, t = _guarded(n)
+            results[n] = (outcome, detail, t)
+        return results
+    with multiprocessing.get_context("spawn").Pool(jobs, maxtasksperchild=100) as pool:
+        for n, outcome, detail, t in pool.imap_unordered(_guarded, names):
+            results[n] = (outcome, detail, t)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.conformance.node_cases",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*", help="cases (default: all, or every --stride-th)")
+    ap.add_argument("--stride", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--json", help="write {case: [outcome, detail, seconds]} here")
+    ap.add_argument("--update", action="store_true", help="add the passing cases to the passing list")
+    args = ap.parse_args(argv)
+    names = args.names or sorted(cases())[::args.stride]
+    start = time.monotonic()
+    results = sweep(names, args.jobs)
+    for n in sorted(results):
+        outcome, detail, _ = results[n]
+        if outcome != "pass":
+            print(f"{outcome:12s} {n}: {detail}")
+    counts = Counter(o for o, _, _ in results.values())
+    counted = len(results) - counts["out-of-scope"]
+    print(f"\n{len(results)} cases in {time.monotonic() - start:.0f} s: " + ", ".join(
+        f"{k} {v}" for k, v in counts.most_common()) + f"; pass {counts['pass']}/{counted} counted "
+        f"({100 * counts['pass'] / max(counted, 1):.1f}%)")
+    listed = set(passing())
+    lost = sorted(n for n in listed & set(results) if results[n][0] != "pass")
+    if lost:
+        print(f"listed as passing but not passing now: {lost}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({n: list(v) for n, v in sorted(results.items())}, indent=0))
+    if args.update:
+        new = sorted(listed | {n for n, v in results.items() if v[0] == "pass"})
+        PASSING_FILE.write_text("# generated ONNX node cases that pass (python -m "
+                                "tests.conformance.node_cases --update); the list only grows\n"
+                                + "\n".join(new) + "\n")
+    return 1 if lost or counts["compiler"] or counts["crash"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

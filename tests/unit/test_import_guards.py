@@ -1,0 +1,145 @@
+"""What the importer accepts and refuses by opset, attribute and dtype: every opset the onnx wheel defines
+(7-28; older ones upgraded by onnx's version converter), attributes its converters do not read refused
+by name unless they hold the schema's default, and IR nodes on element types their kernels do not take
+refused at import (and by the verifier after every pass), never handed to the C compiler."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from cuvil_edge import CuvilModel, Target
+from cuvil_edge.errors import GraphVerificationError, UnsupportedOperator
+from cuvil_edge.frontend.onnx.importer import MAX_OPSET, import_onnx
+from cuvil_edge.ir.graph import Graph, TensorType
+from cuvil_edge.oracle import ort_session
+from cuvil_edge.passes.verify import verify
+
+
+def _model(nodes: list, inputs: list, outputs: list, opset: int, inits: list | None = None,
+           domains: tuple[tuple[str, int], ...] = ()) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", inputs, outputs, inits or [])
+    imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in domains]
+    m = helper.make_model(g, opset_imports=imports)
+    m.ir_version = 10
+    return m
+
+
+def _f32(name: str, shape: list[int]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def test_max_opset_is_every_opset_the_onnx_wheel_defines() -> None:
+    assert MAX_OPSET == onnx.defs.onnx_opset_version()
+
+
+@pytest.mark.parametrize("opset", [22, 23, 25, MAX_OPSET])
+def test_a_conv_net_at_a_recent_opset_builds_and_matches_onnxruntime(opset: int) -> None:
+    rng = np.random.default_rng(opset)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["h"]), helper.make_node("Flatten", ["h"], ["f"]),
+             helper.make_node("Identity", ["f"], ["y"])]
+    model = _model(nodes, [_f32("x", [1, 3, 6, 6])], [_f32("y", [1, 144])], opset, [w])
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    want = ort_session(model).run(None, {"x": x})[0]
+    with CuvilModel.load(model).optimize(targets=[Target()]) as m:
+        np.testing.assert_allclose(m.predict({"x": x})["y"], want, rtol=1e-4, atol=1e-5)
+
+
+def test_an_opset_before_7_is_upgraded_by_onnx() -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_f32("x", [2, 3])], [_f32("y", [2, 3])], 6)
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    with CuvilModel.load(model).optimize(targets=[Target()]) as m:
+        np.testing.assert_array_equal(m.predict({"x": x})["y"], np.maximum(x, 0))
+
+
+@pytest.mark.parametrize(("mode", "refused"), [("DCR", False), ("CRD", True)])
+def test_an_attribute_a_later_opset_added_is_refused_unless_it_holds_its_default(mode, refused) -> None:
+    """SpaceToDepth's ``mode`` is new at opset 28; its converter knows DCR only (the older behaviour)."""
+    model = _model([helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2, mode=mode)],
+                   [_f32("x", [1, 1, 4, 4])], [_f32("y", [1, 4, 2, 2])], 28)
+    if refused:
+        words = r"'SpaceToDepth' at node 'SpaceToDepth_y' \(opset 28\): attribute mode=b?'CRD' is not "
+        words += "supported"
+        with pytest.raises(UnsupportedOperator, match=words):
+            import_onnx(model)
+        return
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    want = x.reshape(1, 1, 2, 2, 2, 2).transpose(0, 3, 5, 1, 2, 4).reshape(1, 4, 2, 2)
+    with CuvilModel.load(model).optimize(targets=[Target()]) as m:
+        np.testing.assert_array_equal(m.predict({"x": x})["y"], want)
+
+
+def test_dropout_ignores_ratio_and_seed_and_refuses_training_mode() -> None:
+    x = _f32("x", [2, 2])
+    old = _model([helper.make_node("Dropout", ["x"], ["y"], ratio=0.2)], [x], [_f32("y", [2, 2])], 11)
+    assert import_onnx(old).op_counts() == {}  # the identity
+    train = numpy_helper.from_array(np.array(True), "t")
+    new = _model([helper.make_node("Dropout", ["x", "", "t"], ["y"], seed=3)], [x], [_f32("y", [2, 2])], 22,
+                 [train])
+    with pytest.raises(UnsupportedOperator, match="training_mode"):
+        import_onnx(new)
+
+
+def test_a_dtype_no_kernel_takes_is_refused_at_import_naming_op_node_and_dtype() -> None:
+    """Clip on int8 used to be fused as a float activation and stop inside clang."""
+    model = _model([helper.make_node("Clip", ["x"], ["y"], name="clip0")],
+                   [helper.make_tensor_value_info("x", TensorProto.INT8, [4])],
+                   [helper.make_tensor_value_info("y", TensorProto.INT8, [4])], 13)
+    words = r"'Clip' at node 'clip0' \(opset 13\): epilogue_act runs on float32 only, not int8"
+    with pytest.raises(UnsupportedOperator, match=words):
+        import_onnx(model)
+
+
+def test_the_verifier_refuses_a_float_kernel_on_another_dtype_after_any_pass() -> None:
+    g = Graph("g")
+    x = g.value("x", TensorType((4,), "int32"))
+    g.inputs.append(x)
+    y = g.value("y", TensorType((4,), "int32"))
+    g.add_node("epilogue_act", "act", [x], [y], {"act": ("clip", 0.0, 6.0)})
+    g.outputs.append(y)
+    words = r"after fusion: node 'act': epilogue_act runs on float32 only, not int32"
+    with pytest.raises(GraphVerificationError, match=words):
+        verify(g, "fusion")
+
+
+def test_other_domains_operators_are_refused_by_name() -> None:
+    node = helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml", name="bin")
+    model = helper.make_model(helper.make_graph([node], "g", [_f32("x", [3])], [_f32("y", [3])]),
+                              opset_imports=[helper.make_opsetid("ai.onnx.ml", 3)])
+    with pytest.raises(UnsupportedOperator, match=r"'ai.onnx.ml.Binarizer' at node 'bin'"):
+        import_onnx(model)
+
+
+def test_a_sequence_graph_output_is_refused_naming_it() -> None:
+    split = helper.make_node("SplitToSequence", ["x"], ["seq"], axis=0)
+    out = helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, None)
+    words = r"'Output' at node 'seq'.*a sequence: outputs must be tensors"
+    with pytest.raises(UnsupportedOperator, match=words):
+        import_onnx(_model([split], [_f32("x", [2, 3])], [out], 13))
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_an_operator_defined_as_an_onnx_function_is_expanded_and_matches_onnxruntime(causal: int) -> None:
+    """Attention (opset 23) has no converter of its own: its schema's function (MatMul, Softmax, masks)
+    is inlined by onnx's inliner and each of its nodes converted; refusals inside name the model's node."""
+    rng = np.random.default_rng(causal)
+    q, k, v = (rng.standard_normal((1, 2, 5, 8)).astype(np.float32) for _ in range(3))
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=causal, name="attn")
+    model = _model([node], [_f32(n, [1, 2, 5, 8]) for n in "qkv"], [_f32("y", [1, 2, 5, 8])], 23)
+    feeds = {"q": q, "k": k, "v": v}
+    want = ort_session(model).run(None, feeds)[0]
+    with CuvilModel.load(model).optimize(targets=[Target()]) as m:
+        np.testing.assert_allclose(m.predict(feeds)["y"], want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_refusal_inside_an_expanded_function_names_the_models_node() -> None:
+    """Bernoulli (opset 22) expands to RandomUniformLike, which has no converter (random ops: issue 37)."""
+    node = helper.make_node("Bernoulli", ["x"], ["y"], name="coin")
+    words = r"'Bernoulli' at node 'coin' \(opset 22\): its ONNX function: unsupported operator "
+    words += "'RandomUniformLike'"
+    with pytest.raises(UnsupportedOperator, match=words):
+        import_onnx(_model([node], [_f32("x", [3])], [_f32("y", [3])], 22))
