@@ -244,3 +244,74 @@ def _topk_emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("topk", _topk_infer, _topk_fold, _topk_emit))
+
+
+# -- reduce_loop: ReduceMax/Min/Sum/Prod on integers, bool and float64 ------------------------------
+#: kind -> (C statement folding ``v`` into ``*acc``, numpy reduction); sums and products wrap in the type
+REDUCE_LOOP = {"max": ("if (v > *acc) *acc = v;", np.max), "min": ("if (v < *acc) *acc = v;", np.min),
+               "sum": ("*acc += v;", np.sum), "prod": ("*acc *= v;", np.prod)}
+REDUCE_LOOP_DTYPES = (*BINARY_LOOP_DTYPES, "bool")
+
+
+def _reduce_loop_shape(node: Node) -> tuple[int, ...]:
+    shape, axes = node.inputs[0].type.shape, set(node.attrs["axes"])
+    if node.attrs["keepdims"]:
+        return tuple(1 if d in axes else s for d, s in enumerate(shape))
+    return tuple(s for d, s in enumerate(shape) if d not in axes)
+
+
+def _reduce_loop_infer(node: Node) -> list[TensorType]:
+    x = node.inputs[0].type
+    if x.dtype not in REDUCE_LOOP_DTYPES or node.attrs["kind"] not in REDUCE_LOOP or \
+            (x.dtype == "bool" and node.attrs["kind"] not in ("max", "min")):
+        raise ShapeError(f"{node.name}: reduce_loop {node.attrs['kind']!r} on {x.dtype}")
+    return [TensorType(_reduce_loop_shape(node), x.dtype)]
+
+
+def _reduce_loop_fold(node: Node, args) -> list[np.ndarray]:
+    x = args[0]
+    fn = REDUCE_LOOP[node.attrs["kind"]][1]
+    kw = {"dtype": x.dtype} if node.attrs["kind"] in ("sum", "prod") else {}
+    return [np.asarray(fn(x, axis=tuple(node.attrs["axes"]), keepdims=True, **kw)).astype(x.dtype)
+            .reshape(_reduce_loop_shape(node))]
+
+
+def _identity_c(kind: str, dtype: str) -> str:
+    """The C value a reduction starts from: 0 / 1 for sums and products, the type's far end for max/min."""
+    if kind in ("sum", "prod"):
+        return "0" if kind == "sum" else "1"
+    if dtype == "bool":
+        return "0" if kind == "max" else "1"
+    if dtype == "float64":
+        return "-__builtin_inf()" if kind == "max" else "__builtin_inf()"
+    bits, unsigned = 8 * np.dtype(dtype).itemsize, dtype.startswith("u")
+    if unsigned:
+        return "0" if kind == "max" else f"UINT{bits}_MAX"
+    return f"INT{bits}_MIN" if kind == "max" else f"INT{bits}_MAX"
+
+
+def _reduce_loop_emit(node: Node, ctx: EmitContext) -> str:
+    """The output set to the reduction's identity, then every input element folded into the output
+    element its kept coordinates name (a C loop: these carry ids, counts and masks, not bulk math)."""
+    x, y = node.inputs[0], node.outputs[0]
+    kind, dtype = node.attrs["kind"], y.type.dtype
+    ctx.use_kernel(f"{dtype_code(dtype)}-reduce-{kind}")
+    shape, axes = x.type.shape, set(node.attrs["axes"])
+    init = _identity_c(kind, dtype)
+    terms, out_stride, inner = [], 1, 1
+    for d in reversed(range(len(shape))):
+        if d not in axes and shape[d] > 1:
+            terms.append(f"(k / {inner} % {shape[d]}) * {out_stride}")
+        if d not in axes:
+            out_stride *= shape[d]
+        inner *= shape[d]
+    at = " + ".join(terms) or "0"
+    return "\n".join([
+        f"for (size_t o = 0; o < {y.type.size}; o++) {ctx.ptr(y)}[o] = {init};",
+        f"for (size_t k = 0; k < {x.type.size}; k++) {{",
+        f"  {CTYPES[dtype]} v = {ctx.ptr(x)}[k], *acc = {ctx.ptr(y)} + ({at});",
+        f"  {REDUCE_LOOP[kind][0]}",
+        "}"])
+
+
+register(OpDef("reduce_loop", _reduce_loop_infer, _reduce_loop_fold, _reduce_loop_emit))

@@ -1,5 +1,6 @@
-"""Element-wise index ops along one axis: ``scatter_elements`` (ONNX ScatterElements and opset-9 Scatter)
-and ``gather_elements`` (GatherElements).
+"""Index-driven ops: ``scatter_elements`` (ONNX ScatterElements and opset-9 Scatter) and
+``gather_elements`` (GatherElements) along one axis, and ``scatter_nd`` (ScatterND: slices at index
+tuples, as exporters write KV-cache updates).
 
 ``scatter_elements``: inputs data, indices (int32 or int64, run time or constant), updates (the
 indices' shape).
@@ -114,3 +115,55 @@ def _gather_emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("gather_elements", _gather_infer, _gather_fold, _gather_emit))
+
+
+# -- scatter_nd ----------------------------------------------------------------------------------------
+def _nd_infer(node: Node) -> list[TensorType]:
+    data, ind, upd = (v.type for v in node.inputs)
+    k = ind.shape[-1] if ind.shape else 0
+    if (not ind.shape or ind.dtype != "int64" or not 1 <= k <= len(data.shape) or upd.dtype != data.dtype
+            or upd.shape != ind.shape[:-1] + data.shape[k:] or node.attrs["reduction"] not in REDUCTIONS):
+        raise ShapeError(f"{node.name}: scatter_nd of {upd} at {ind} into {data} ({node.attrs['reduction']})")
+    return [data]
+
+
+def _nd_fold(node: Node, args) -> list[np.ndarray]:
+    data, ind, upd = args
+    ufunc = REDUCTIONS[node.attrs["reduction"]][1]
+    out = data.copy()
+    k = ind.shape[-1]
+    flat_ind, flat_upd = ind.reshape(-1, k), upd.reshape(-1, *data.shape[k:])
+    for idx, u in zip(flat_ind, flat_upd):
+        at = tuple(int(i) + (d if i < 0 else 0) for i, d in zip(idx, data.shape))
+        out[at] = u if ufunc is None else ufunc(out[at], u)
+    return [out]
+
+
+def _nd_emit(node: Node, ctx: EmitContext) -> str:
+    """ONNX ScatterND: a copy of data, then each index tuple's slice of ``prod(data.shape[k:])`` elements
+    written (or combined) from updates, in order; an index outside ``[-dim, dim)`` traps."""
+    data, ind, upd = node.inputs
+    y = node.outputs[0]
+    ctx.use_kernel(f"{dtype_code(y.type.dtype)}-scatternd-{node.attrs['reduction']}")
+    k = ind.type.shape[-1]
+    strides, slice_size = strides_of(data.type.shape), int(np.prod(data.type.shape[k:], dtype=np.int64))
+    ct = CTYPES[y.type.dtype]
+    offset = [f"  int64_t j{d} = {ctx.ptr(ind)}[n * {k} + {d}];\n"
+              f"  j{d} = j{d} < 0 ? j{d} + {data.type.shape[d]} : j{d};\n"
+              f"  if (j{d} < 0 || j{d} >= {data.type.shape[d]}) __builtin_trap();" for d in range(k)]
+    copy = [] if not data.is_const and ctx.plan.offset(y) == ctx.plan.offset(data) else [
+        f"memmove({ctx.ptr(y, 'unsigned char')}, {ctx.ptr(data, 'unsigned char')}, {data.type.nbytes});"]
+    at = " + ".join(f"(size_t)j{d} * {strides[d]}" for d in range(k))
+    return "\n".join([
+        *copy,
+        f"for (size_t n = 0; n < {ind.type.size // k}; n++) {{",
+        *offset,
+        f"  {ct} *row = {ctx.ptr(y)} + {at};",
+        f"  for (size_t e = 0; e < {slice_size}; e++) {{",
+        f"    {ct} *p = row + e, u = {ctx.ptr(upd)}[n * {slice_size} + e];",
+        f"    {REDUCTIONS[node.attrs['reduction']][0]}",
+        "  }",
+        "}"])
+
+
+register(OpDef("scatter_nd", _nd_infer, _nd_fold, _nd_emit, inplace=True))

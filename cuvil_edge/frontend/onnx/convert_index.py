@@ -1,6 +1,7 @@
 """Converters for index-driven writes and reads: OneHot -> ``onehot``, ScatterElements / Scatter ->
-``scatter_elements``, GatherElements -> ``gather_elements``. Axes are normalised to non-negative here;
-OneHot's depth sets the output shape, so it must be known at build time."""
+``scatter_elements``, ScatterND -> ``scatter_nd``, GatherElements -> ``gather_elements``. Axes are
+normalised to non-negative here; OneHot's depth sets the output shape, so it must be known at build
+time."""
 
 from __future__ import annotations
 
@@ -43,3 +44,14 @@ def gather_elements(ctx: ConvertContext) -> None:
     if not -rank <= axis < rank:
         raise ctx.unsupported(f"axis {axis} for rank {rank}")
     ctx.set_outputs(ctx.emit1("gather_elements", [data, ind], {"axis": axis % rank}))
+
+
+@converter("ScatterND")
+def scatter_nd(ctx: ConvertContext) -> None:
+    data, ind, upd = ctx.input(0), ctx.input(1), ctx.input(2)
+    reduction = ctx.attr("reduction", "none")
+    if reduction not in REDUCTIONS:
+        raise ctx.unsupported(f"reduction {reduction!r}")
+    if ind.type.dtype != "int64":
+        raise ctx.unsupported(f"indices of {ind.type.dtype} (int64)")
+    ctx.set_outputs(ctx.emit1("scatter_nd", [data, ind, upd], {"reduction": reduction}))

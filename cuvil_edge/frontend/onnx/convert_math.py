@@ -9,7 +9,7 @@ import numpy as np
 from ...ir.graph import Value
 from ...ops.cast import RUNTIME_CASTS
 from ...ops.common import broadcast_shape
-from ...ops.logic import BINARY_LOOP_C, BINARY_LOOP_DTYPES
+from ...ops.logic import BINARY_LOOP_C, BINARY_LOOP_DTYPES, REDUCE_LOOP, REDUCE_LOOP_DTYPES
 from ...ops.mod import CODES as MOD_DTYPES
 from .importer import np_dtype_of_onnx
 from .registry import ConvertContext, converter
@@ -125,19 +125,25 @@ def _reduce_axes(ctx: ConvertContext) -> list[int] | None:
         if ctx.attr("noop_with_empty_axes", 0):
             return None
         axes = list(range(rank))
-    if not x.is_const and x.type.dtype != "float32":
-        raise ctx.unsupported(f"{ctx.op_type} on {x.type.dtype} at run time (float32 only)")
     return sorted(set(axes))
 
 
 @converter(*_REDUCE)
 def reduce(ctx: ConvertContext) -> None:
-    axes = _reduce_axes(ctx)
+    """float32 on the vector ``reduce`` kernels; Max/Min/Sum/Prod of integers, bool and float64 as
+    ``reduce_loop`` (ids, counts, masks)."""
+    x, axes = ctx.input(0), _reduce_axes(ctx)
     if axes is None:
-        ctx.set_outputs(ctx.input(0))
+        ctx.set_outputs(x)
         return
-    ctx.set_outputs(ctx.emit1("reduce", [ctx.input(0)], {"kind": _REDUCE[ctx.op_type], "axes": axes,
-                                                         "keepdims": bool(ctx.attr("keepdims", 1))}))
+    kind = _REDUCE[ctx.op_type]
+    attrs = {"kind": kind, "axes": axes, "keepdims": bool(ctx.attr("keepdims", 1))}
+    if x.type.dtype == "float32" or x.is_const:
+        ctx.set_outputs(ctx.emit1("reduce", [x], attrs))
+    elif kind in REDUCE_LOOP and x.type.dtype in REDUCE_LOOP_DTYPES:
+        ctx.set_outputs(ctx.emit1("reduce_loop", [x], attrs))
+    else:
+        raise ctx.unsupported(f"{ctx.op_type} on {x.type.dtype} at run time (float32 only)")
 
 
 @converter("ReduceLogSum", "ReduceLogSumExp")
@@ -145,6 +151,8 @@ def reduce_log(ctx: ConvertContext) -> None:
     """log(sum(x)), and log(sum(exp(x - m))) + m with m the (finite) maximum: no overflow for large x, and
     an all -inf slice gives -inf rather than nan."""
     x, axes = ctx.input(0), _reduce_axes(ctx)
+    if not x.is_const and x.type.dtype != "float32":
+        raise ctx.unsupported(f"{ctx.op_type} on {x.type.dtype} at run time (float32 only)")
     if axes is None:
         ctx.set_outputs(ctx.emit1("unary", [x], {"kind": "log"}) if ctx.op_type == "ReduceLogSum" else x)
         return

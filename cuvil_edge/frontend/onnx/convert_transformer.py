@@ -13,17 +13,42 @@ from .registry import ConvertContext, converter
 
 @converter("LayerNormalization")
 def layer_norm(ctx: ConvertContext) -> None:
+    """The fused ``layernorm`` kernel; the optional Mean and InvStdDev outputs (shaped like the input with
+    the normalized dims 1) are computed beside it from reductions, in float32 (``stash_type`` 1)."""
     x = ctx.input(0)
-    if any(o for o in ctx.proto.output[1:]):
-        raise ctx.unsupported("the Mean / InvStdDev outputs")
-    axis = int(ctx.attr("axis", -1)) % len(x.type.shape)
+    if int(ctx.attr("stash_type", 1)) != 1:
+        raise ctx.unsupported(f"stash_type={ctx.attr('stash_type')} (float32 only)")
+    rank = len(x.type.shape)
+    axis = int(ctx.attr("axis", -1)) % rank
     norm = x.type.shape[axis:]
     n = math.prod(norm)
-    scale = ctx.const(1)
-    bias = ctx.const(2, np.zeros(n, np.float32))
-    gamma, beta = (np.broadcast_to(np.asarray(p, np.float32), norm).reshape(-1).copy() for p in (scale, bias))
-    ctx.set_outputs(ctx.emit1("layernorm", [x, ctx.constant(gamma, "gamma"), ctx.constant(beta, "beta")],
-                              {"axis": axis, "eps": float(ctx.attr("epsilon", 1e-5))}))
+    eps = float(ctx.attr("epsilon", 1e-5))
+    params = [ctx.input(i) if ctx.has_input(i) else None for i in (1, 2)]
+    if all(p is None or p.is_const for p in params):  # folded into the kernel
+        scale, bias = (np.full(n, d, np.float32) if p is None else p.const for p, d in zip(params, (1, 0)))
+        gamma, beta = (np.broadcast_to(np.asarray(a, np.float32), norm).reshape(-1).copy()
+                       for a in (scale, bias))
+        y = ctx.emit1("layernorm", [x, ctx.constant(gamma, "gamma"), ctx.constant(beta, "beta")],
+                      {"axis": axis, "eps": eps})
+    else:  # a run-time scale or bias: applied after the normalization, broadcast over the rows
+        ones, zeros = (ctx.constant(np.full(n, v, np.float32), tag) for v, tag in ((1, "ones"), (0, "zeros")))
+        y = ctx.emit1("layernorm", [x, ones, zeros], {"axis": axis, "eps": eps}, name=f"{ctx.name}/norm")
+        for p, kind in zip(params, ("mul", "add")):
+            if p is not None:
+                y = ctx.emit1("binary_f32", [y, p], {"kind": kind}, name=f"{ctx.name}/{kind}")
+    if not any(ctx.proto.output[1:]):
+        ctx.set_outputs(y)
+        return
+    keep = {"axes": list(range(axis, rank)), "keepdims": True}
+    mean = ctx.emit1("reduce", [x], {"kind": "mean", **keep}, name=f"{ctx.name}/mean")
+    centred = ctx.emit1("binary_f32", [x, mean], {"kind": "sub"}, name=f"{ctx.name}/centred")
+    square = ctx.emit1("binary_f32", [centred, centred], {"kind": "mul"}, name=f"{ctx.name}/square")
+    var = ctx.emit1("reduce", [square], {"kind": "mean", **keep}, name=f"{ctx.name}/var")
+    shifted = ctx.emit1("binary_f32", [var, ctx.constant(np.float32(eps), "eps")], {"kind": "add"},
+                        name=f"{ctx.name}/var_eps")
+    std = ctx.emit1("unary", [shifted], {"kind": "sqrt"}, name=f"{ctx.name}/std")
+    inv = ctx.emit1("unary", [std], {"kind": "reciprocal"}, name=f"{ctx.name}/inv_std")
+    ctx.set_outputs(y, mean, inv)
 
 
 @converter("Gelu")
