@@ -143,3 +143,12 @@ def test_a_refusal_inside_an_expanded_function_names_the_models_node() -> None:
     words += "'RandomUniformLike'"
     with pytest.raises(UnsupportedOperator, match=words):
         import_onnx(_model([node], [_f32("x", [3])], [_f32("y", [3])], 22))
+
+
+def test_a_sequence_graph_input_is_refused_naming_it() -> None:
+    seq = helper.make_tensor_sequence_value_info("xs", TensorProto.FLOAT, [2])
+    node = helper.make_node("SequenceLength", ["xs"], ["n"])
+    out = helper.make_tensor_value_info("n", TensorProto.INT64, [])
+    with pytest.raises(UnsupportedOperator, match=r"'Input' at node 'xs': a sequence input: graph inputs "
+                                                  r"must be tensors"):
+        import_onnx(_model([node], [seq], [out], 13))

@@ -381,6 +381,11 @@ _ONNX_OF_DTYPE.update({v: k for k, v in _ONNX_DTYPES.items()})
 
 
 def _input_type(inp: Any, override: Sequence[int] | None, max_string_bytes: int) -> TensorType:
+    kind = inp.type.WhichOneof("value")
+    if kind != "tensor_type":  # sequence_type, optional_type, map_type, sparse_tensor_type
+        raise UnsupportedOperator("Input", inp.name, None,
+                                  f"a {kind.removesuffix('_type').replace('_', ' ')} input: graph inputs "
+                                  "must be tensors")
     tt = inp.type.tensor_type
     dtype = f"S{max_string_bytes}" if tt.elem_type == _ONNX_STRING else _ONNX_DTYPES.get(tt.elem_type)
     if dtype is None:
