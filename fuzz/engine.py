@@ -48,8 +48,6 @@ class Target:
     mutator: Callable[[bytes, int, int], bytes] | None = None
     time_limit_s: float = 5.0
     memory_bound: Callable[[int], int] = field(default=lambda n: 64 * n + (32 << 20))
-    #: what the harness documents beside the errors: limits a reader of docs/SECURITY.md should know
-    notes: str = ""
 
     def checked(self) -> Callable[[bytes], None]:
         """``setup``'s function, with the documented errors taken as correct answers."""

@@ -72,8 +72,9 @@ def _changed(value: Any, rng: random.Random) -> Any:
             return value + value if rng.random() < 0.5 else value[:-1]
         return [value] if roll < 0.85 else list(reversed(value))
     if isinstance(value, dict):
-        if value and roll < 0.75:
-            return {k: v for i, (k, v) in enumerate(value.items()) if i != rng.randrange(len(value))}
+        if value and roll < 0.75:  # one key dropped
+            gone = rng.choice(list(value))
+            return {k: v for k, v in value.items() if k != gone}
         return {**value, rng.choice(("shape", "data", "datatype", "name", "parameters", "x")): rng.choice(
             INTERESTING)}
     return rng.choice(INTERESTING)

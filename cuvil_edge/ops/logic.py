@@ -22,6 +22,7 @@ from ..errors import ShapeError
 from ..ir.graph import Node, TensorType, Value
 from .common import CTYPES, broadcast_shape
 from .elementwise import binary_numpy, collapse_broadcast, outer_loops
+from .reduce import reduced_shape
 from .registry import OpDef, register
 
 if TYPE_CHECKING:
@@ -253,19 +254,12 @@ REDUCE_LOOP = {"max": ("if (v > *acc) *acc = v;", np.max), "min": ("if (v < *acc
 REDUCE_LOOP_DTYPES = (*BINARY_LOOP_DTYPES, "bool")
 
 
-def _reduce_loop_shape(node: Node) -> tuple[int, ...]:
-    shape, axes = node.inputs[0].type.shape, set(node.attrs["axes"])
-    if node.attrs["keepdims"]:
-        return tuple(1 if d in axes else s for d, s in enumerate(shape))
-    return tuple(s for d, s in enumerate(shape) if d not in axes)
-
-
 def _reduce_loop_infer(node: Node) -> list[TensorType]:
     x = node.inputs[0].type
     if x.dtype not in REDUCE_LOOP_DTYPES or node.attrs["kind"] not in REDUCE_LOOP or \
             (x.dtype == "bool" and node.attrs["kind"] not in ("max", "min")):
         raise ShapeError(f"{node.name}: reduce_loop {node.attrs['kind']!r} on {x.dtype}")
-    return [TensorType(_reduce_loop_shape(node), x.dtype)]
+    return [TensorType(reduced_shape(node), x.dtype)]
 
 
 def _reduce_loop_fold(node: Node, args) -> list[np.ndarray]:
@@ -273,7 +267,7 @@ def _reduce_loop_fold(node: Node, args) -> list[np.ndarray]:
     fn = REDUCE_LOOP[node.attrs["kind"]][1]
     kw = {"dtype": x.dtype} if node.attrs["kind"] in ("sum", "prod") else {}
     return [np.asarray(fn(x, axis=tuple(node.attrs["axes"]), keepdims=True, **kw)).astype(x.dtype)
-            .reshape(_reduce_loop_shape(node))]
+            .reshape(reduced_shape(node))]
 
 
 def _identity_c(kind: str, dtype: str) -> str:

@@ -31,7 +31,8 @@ KINDS = {
 }
 
 
-def _out_shape(node: Node) -> tuple[int, ...]:
+def reduced_shape(node: Node) -> tuple[int, ...]:
+    """The output shape of a reduction node (``axes``, ``keepdims``): ``reduce`` and ``reduce_loop``."""
     s, axes = node.inputs[0].type.shape, set(node.attrs["axes"])
     if node.attrs["keepdims"]:
         return tuple(1 if i in axes else d for i, d in enumerate(s))
@@ -43,12 +44,12 @@ def _infer(node: Node) -> list[TensorType]:
     if node.attrs["kind"] not in KINDS or any(not 0 <= a < len(x.shape) for a in node.attrs["axes"]):
         raise ShapeError(f"{node.name}: bad reduce {node.attrs['kind']!r} over axes {node.attrs['axes']} "
                          f"of {x.shape}")
-    return [TensorType(_out_shape(node), x.dtype)]
+    return [TensorType(reduced_shape(node), x.dtype)]
 
 
 def _fold(node: Node, args) -> list[np.ndarray]:
     y = KINDS[node.attrs["kind"]][2](args[0], tuple(node.attrs["axes"]))
-    return [y.astype(args[0].dtype).reshape(_out_shape(node))]
+    return [y.astype(args[0].dtype).reshape(reduced_shape(node))]
 
 
 def reduce_groups(shape: tuple[int, ...], axes: list[int]) -> list[tuple[int, bool]]:

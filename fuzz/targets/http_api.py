@@ -136,6 +136,4 @@ def setup() -> Callable[[bytes], None]:
 
 def target() -> Target:
     return Target("http_api", "device", setup, (),
-                  http_mutator, time_limit_s=15.0,
-                  notes="HttpSettings: max_header_bytes, max_body_bytes, header/body timeouts, "
-                  "max_connections")
+                  http_mutator, time_limit_s=15.0)

@@ -90,6 +90,4 @@ def target() -> Target:
     from ota.errors import HttpUnavailable, TransferFailed, VerificationError
 
     return Target("http_download", "device", setup, (VerificationError, HttpUnavailable, TransferFailed),
-                  http_mutator, time_limit_s=10.0,
-                  notes="HttpDownloadLimits: max_redirects, connect/read timeouts, deadline_s, retries; "
-                  "the body bounded by the signed length")
+                  http_mutator, time_limit_s=10.0)

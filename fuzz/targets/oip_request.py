@@ -46,5 +46,4 @@ def target() -> Target:
     from ota.errors import BadInferenceRequest
 
     return Target("oip_request", "device", setup, (BadInferenceRequest,),
-                  json_mutator, notes="bodies up to HttpSettings.max_body_bytes; BYTES inputs within "
-                  "BytesLimits (max_items, max_item_bytes)")
+                  json_mutator)

@@ -232,7 +232,6 @@ def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], op
 
 #: the private domain an operator's schema function is declared in while onnx's inliner expands it
 _EXPAND_DOMAIN = "cuvil.expand"
-_ONNX_OF_DTYPE = {}  # filled below from _ONNX_DTYPES
 
 
 def _function_body(node: Any, env: Mapping[str, Any], opset: int, half: set) -> tuple[list[Any], int] | None:
@@ -377,7 +376,8 @@ def _add_length_outputs(graph: Graph) -> None:
 _ONNX_STRING = 8  # TensorProto.STRING: an input held as ``S<max_string_bytes>``
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
                 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
-_ONNX_OF_DTYPE.update({v: k for k, v in _ONNX_DTYPES.items()})
+#: IR dtype -> ONNX element type (the typed call ``_function_body`` expands)
+_ONNX_OF_DTYPE = {v: k for k, v in _ONNX_DTYPES.items()}
 
 
 def _input_type(inp: Any, override: Sequence[int] | None, max_string_bytes: int) -> TensorType:
