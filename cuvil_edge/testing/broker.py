@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import random
 import shutil
 import signal
 import socket
@@ -23,11 +24,32 @@ from ota.config import BrokerSettings
 from ..fleet import FleetError
 
 
-def free_port() -> int:
-    """A loopback TCP port nothing listens on right now (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port(tries: int = 200) -> int:
+    """A loopback TCP port nothing listens on right now, below the kernel's ephemeral range.
+
+    A port the OS hands out for ``bind(0)`` lies in the ephemeral range, so while a test's broker is
+    down an outgoing connection (the agent retrying it, another test's client) can take it as its local
+    port and the broker cannot come back on it ("Address already in use"). Ports below the range are
+    never given to outgoing connections."""
+    low, _ = _ephemeral_range()
+    rng = random.Random()
+    for _ in range(tries):
+        port = rng.randrange(10000, max(low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise FleetError(f"no free loopback port below {low} after {tries} tries")
 
 
 class LocalBroker:
