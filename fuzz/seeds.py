@@ -121,8 +121,19 @@ def http_download_seeds() -> list[bytes]:
 
 
 def main() -> None:
-    for name, make in (("oip_request", oip_seeds), ("http_api", http_api_seeds),
-                       ("http_download", http_download_seeds)):
+    """Rewrite every target's corpus: the three remote ones from here, every other from its module's own
+    ``seeds()`` (a harness that reads a format writes its seeds next to it)."""
+    import importlib
+    import pkgutil
+
+    from . import targets
+
+    makers = {"oip_request": oip_seeds, "http_api": http_api_seeds, "http_download": http_download_seeds}
+    for m in pkgutil.iter_modules(targets.__path__):
+        module = importlib.import_module(f"{targets.__name__}.{m.name}")
+        if hasattr(module, "seeds"):
+            makers[m.name] = module.seeds
+    for name, make in makers.items():
         print(f"{name}: {_write(name, make())} seeds")
 
 

@@ -1,12 +1,14 @@
-"""Every harness, by name (``fuzz.run`` and the tests take them from here)."""
+"""Every harness, by name (``fuzz.run`` and the tests take them from here): each module of this package
+that defines ``target()`` is one."""
 
 from __future__ import annotations
 
-from ..engine import Target
-from . import http_api, http_download, oip_request
+import importlib
+import pkgutil
 
-_MODULES = (oip_request, http_api, http_download)
+from ..engine import Target
 
 
 def all_targets() -> dict[str, Target]:
-    return {t.name: t for t in (m.target() for m in _MODULES)}
+    modules = (importlib.import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__))
+    return {t.name: t for t in (m.target() for m in modules if hasattr(m, "target"))}
