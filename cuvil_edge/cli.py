@@ -186,7 +186,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.threads < 0:
         raise InputError(f"--threads must be 0 (every core) or more, got {args.threads}")
-    with load_model_dir(args.model, variant=args.variant, threads=args.threads) as m:
+    with load_model_dir(args.model, variant=args.variant, threads=args.threads,
+                        deterministic=args.deterministic) as m:
         inputs = _load_inputs(args, [t.name for t in m.spec.inputs], m.spec.inputs)
         t0 = time.perf_counter()
         outputs = m.predict(inputs)
@@ -376,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--variant", help="force a module variant (default: best for this host)")
     r.add_argument("--seed", type=bounded(int, 0), default=0)
     r.add_argument("--threads", type=int, default=0, help="threads to run on (default 0: every core)")
+    r.add_argument("--deterministic", action="store_true",
+                   help="determinism mode: the module and engine settings every host runs, bit-identical "
+                   "outputs across x86 and ARM (as RuntimePolicy.deterministic on a device)")
     r.set_defaults(fn=cmd_run)
 
     i = sub.add_parser("inspect", help="ops, shapes, memory plan and kernel per node")

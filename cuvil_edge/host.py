@@ -37,15 +37,17 @@ def host_target() -> Target:
     return Target(host_tiers()[-1], probe_host().family)
 
 
-def instantiate_here(built: Built, variant: VariantSpec | None = None, threads: int = 1) -> WasmModel:
-    """``built``'s module for ``variant`` (default: the one this host selects) in a fresh instance. Weights
+def instantiate_here(built: Built, variant: VariantSpec | None = None, threads: int = 1,
+                     deterministic: bool = False) -> WasmModel:
+    """``built``'s module for ``variant`` (default: the one this host selects; in determinism mode the
+    one every host runs, under the deterministic engine settings) in a fresh instance. Weights
     made in this process are not hashed again (0.12 s of a 180 MB encoder's first predict); a build-cache
     entry's weights file goes straight into linear memory, checked against the spec's digest on the way
     in as a device checks its install (a ``SpecError`` if it changed since the lookup)."""
-    v = variant or select_variant(built.spec.variants, probe_host())
+    v = variant or select_variant(built.spec.variants, probe_host(), deterministic=deterministic)
     deferred = isinstance(built.weights, DeferredFile)
     return instantiate(built.spec, built.modules[v.name], built.weights, v, ModuleCache(), threads=threads,
-                       check_weights=deferred)
+                       check_weights=deferred, deterministic=deterministic)
 
 
 def compile_here(graph: Graph, target: Target | None = None,

@@ -62,6 +62,10 @@ class CuvilModel:
         #: threads ``predict`` runs on: 0 uses every available core (up to what the build supports, its
         #: ``max_threads``); outputs are bit-identical whatever the count. Set before the first predict.
         self.threads = 0
+        #: determinism mode (``RuntimePolicy.deterministic`` on a device): ``predict`` runs the module and
+        #: engine settings every host runs, so outputs are bit-identical across x86 and ARM. Set before
+        #: the first predict.
+        self.deterministic = False
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -322,7 +326,8 @@ class CuvilModel:
     @property
     def instance(self) -> WasmModel:
         if self._instance is None:
-            self._instance = self._with_checked_weights(lambda a: instantiate_here(a, threads=self.threads))
+            self._instance = self._with_checked_weights(lambda a: instantiate_here(
+                a, threads=self.threads, deterministic=self.deterministic))
         return self._instance
 
     @property

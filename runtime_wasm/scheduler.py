@@ -152,6 +152,8 @@ class Scheduler:
             raise PolicyError("a stateful model's state lives in its one worker: a cheaper_variant fallback "
                               "would answer from a second, separate state (use degrade_action throttle or "
                               "shed)")
+        source = source.in_mode(policy.deterministic)
+        fallback = fallback and fallback.in_mode(policy.deterministic)
         self.policy, self.spec, self._admission = policy, source.spec, admission
         self._temperature_c, self._clock, self._wall = temperature_c, clock, wall_clock
         self._workers: list[SupervisedModel] = []

@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from multiprocessing import shared_memory
 from multiprocessing.connection import Connection
@@ -35,7 +35,7 @@ from .errors import DeadlineExceeded, InferenceTrap, RuntimeWasmError, WorkerCra
 from .instance import WasmModel, check_inputs
 from .loader import instantiate, read_model_dir
 from .spec import ModelSpec, TensorSpec, VariantSpec
-from .variants import HostProbes
+from .variants import HostProbes, deterministic_variant
 
 _ALIGN = 64  # bytes: every tensor in a slot starts on a cache line
 
@@ -74,6 +74,21 @@ class ModelSource:
         (in determinism mode: the one every host runs)."""
         spec, chosen, wasm, weights = read_model_dir(path, variant, probes, deterministic)
         return cls(spec, wasm, str(weights.resolve()), chosen, cache_dir, deterministic)
+
+    def in_mode(self, deterministic: bool) -> ModelSource:
+        """This source as a policy with ``deterministic`` runs it. Determinism mode needs the module every
+        host runs, under the deterministic engine settings: a source loaded for the host's best variant is
+        switched when it already holds that module, else refused (``PolicyError``) rather than served
+        relaxed while the policy says deterministic."""
+        if not deterministic or self.deterministic:
+            return self
+        want = deterministic_variant(self.spec.variants)
+        if want.name != self.variant.name:
+            raise errors.PolicyError(
+                f"the policy is deterministic but this source holds variant {self.variant.name!r}; "
+                f"determinism mode runs {want.name!r}: load it with ModelSource.from_dir(path, "
+                "deterministic=True)")
+        return replace(self, deterministic=True)
 
     def load(self, memory_cap_bytes: int, threads: int = 1) -> WasmModel:
         cache = ModuleCache(self.cache_dir) if self.cache_dir else None

@@ -85,6 +85,15 @@ def probe_host() -> HostProbes:
 DETERMINISTIC_FAMILY_ORDER = ("x86", "arm")
 
 
+def deterministic_variant(variants: Sequence[VariantSpec]) -> VariantSpec:
+    """The module determinism mode runs on every host: the simd128 tier of the first family in
+    ``DETERMINISTIC_FAMILY_ORDER`` the build has."""
+    usable = [v for v in variants if v.tier == TIER_SIMD128 and v.family in DETERMINISTIC_FAMILY_ORDER]
+    if not usable:
+        raise NoUsableVariant(_nothing_fits(variants, ["determinism mode runs only the simd128 tier"]))
+    return min(usable, key=lambda v: DETERMINISTIC_FAMILY_ORDER.index(v.family))
+
+
 def select_variant(variants: Sequence[VariantSpec], probes: HostProbes | DeviceProfile,
                    allow_relaxed: bool = True, engine: EngineProbes | None = None,
                    deterministic: bool = False) -> VariantSpec:
@@ -95,10 +104,7 @@ def select_variant(variants: Sequence[VariantSpec], probes: HostProbes | DeviceP
     are bit-identical across a fleet: the simd128 tier (relaxed SIMD is not available everywhere, and the
     families' modules differ, e.g. ``pmin`` vs ``min`` on NaN) of a fixed family, never the host's."""
     if deterministic:
-        usable = [v for v in variants if v.tier == TIER_SIMD128 and v.family in DETERMINISTIC_FAMILY_ORDER]
-        if not usable:
-            raise NoUsableVariant(_nothing_fits(variants, ["determinism mode runs only the simd128 tier"]))
-        return min(usable, key=lambda v: DETERMINISTIC_FAMILY_ORDER.index(v.family))
+        return deterministic_variant(variants)
     host = probes if isinstance(probes, HostProbes) else HostProbes.from_profile(probes)
     no_relaxed = []  # why the relaxed tier cannot run here
     if not host.relaxed_simd:

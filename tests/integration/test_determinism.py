@@ -140,3 +140,34 @@ def test_loading_in_determinism_mode_runs_the_fleet_wide_module_in_process_and_s
     with SupervisedModel(source, 256 << 20) as worker:
         got = [as_bits(worker.predict(f, 60.0)) for f in feeds]
     assert got == want
+
+
+def test_determinism_is_one_switch_on_every_path(built, tmp_path):
+    """The scheduler under a deterministic policy, ``CuvilModel.deterministic`` and ``cuvil-edge run
+    --deterministic`` all run the fleet-wide module under the deterministic engine (same bits as above);
+    a source loaded for a relaxed variant is refused by a deterministic policy, never served relaxed."""
+    import subprocess
+    import sys
+
+    from runtime_wasm import PolicyError, Scheduler
+
+    net = built["mobilenet"]
+    feeds = hostile_inputs(read_model_dir(net, FLEET_WIDE)[0], seed=7)
+    want = run_under(net, FLEET_WIDE, (), feeds)
+    relaxed = ModelSource.from_dir(net, probes=HostProbes("arm", True))
+    assert relaxed.variant.tier == "relaxed" and not relaxed.deterministic
+    with pytest.raises(PolicyError, match=f"determinism mode runs '{FLEET_WIDE}'"):
+        Scheduler(relaxed, RuntimePolicy(deterministic=True))
+    plain = ModelSource.from_dir(net, variant=FLEET_WIDE)
+    with Scheduler(plain, RuntimePolicy(deterministic=True)) as sched:
+        assert [as_bits(sched.predict(f)) for f in feeds] == want
+    model = CuvilModel.load(mobilenet(size=32)).optimize(targets=ALL_TARGETS)  # the same build as ``net``
+    model.deterministic = True
+    assert [as_bits(model.predict(f)) for f in feeds] == want
+    np.savez(tmp_path / "in.npz", **feeds[-1])
+    proc = subprocess.run([sys.executable, "-m", "cuvil_edge.cli", "run", str(net), "--deterministic",
+                           "-i", str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    with np.load(tmp_path / "out.npz") as got:
+        assert as_bits(dict(got)) == want[-1]
