@@ -22,6 +22,7 @@ from .crypto import canonical_bytes, key_id
 from .errors import (
     BadSignature,
     BrokenChain,
+    CannotListen,
     CorruptSlot,
     DiskFull,
     ExpiredMetadata,
@@ -58,7 +59,8 @@ from .trust import TrustState
 
 __all__ = [
     "STEPS", "Agent", "AgentConfig", "Announcement", "BadSignature", "BrokenChain", "BrokerSettings",
-    "Command", "CorruptSlot", "DiskFull", "ExpiredMetadata", "FileEntry", "FileWriter", "FormatError",
+    "CannotListen", "Command", "CorruptSlot", "DiskFull", "ExpiredMetadata", "FileEntry", "FileWriter",
+    "FormatError",
     "HashMismatch", "HttpDownloadLimits", "HttpSettings", "HttpUnavailable", "InstallError", "Installer",
     "LengthMismatch", "Manifest", "MqttClient", "NoActiveModel", "NoHealthyModel", "NotAuthorized",
     "NothingToRollBack", "OtaConfig", "OtaError", "RedirectRefused", "ReplayedCommand", "RollbackError",

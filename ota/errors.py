@@ -164,6 +164,11 @@ class InferenceRefused(ServingError):
         self.status, self.kind, self.retry_after_s = status, kind, retry_after_s
 
 
+class CannotListen(ServingError, OSError):
+    """A serving endpoint could not be opened: the message names the address (host and port, or the
+    socket path) and the setting that chose it, with the system's reason ("Address already in use")."""
+
+
 class ServerUnreachable(ServingError):
     """Client side: no connection, or it broke before a complete reply (wraps OSError and http.client's
     errors)."""

@@ -68,7 +68,7 @@ from .errors import (
 )
 from .metrics import CONTENT_TYPE, ServingMetrics
 from .parse import parse_decimal, split_url
-from .serve import BoundedThreads, ModelHost, ModelRegistry
+from .serve import BoundedThreads, ModelHost, ModelRegistry, listening_on
 
 log = logging.getLogger(__name__)
 PLATFORM = "cuvil_wasm"
@@ -288,13 +288,15 @@ class HttpApiServer:
         listener: _Listener
         if self.settings.unix_socket:
             path = Path(self.settings.unix_socket)
-            path.unlink(missing_ok=True)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            listener = _UnixListener(str(path), _Handler)
-            os.chmod(path, 0o660)
+            with listening_on(f"the HTTP socket {path} ([http] unix_socket)"):
+                path.unlink(missing_ok=True)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                listener = _UnixListener(str(path), _Handler)
+                os.chmod(path, 0o660)
         else:
             tcp = _Tcp6Listener if ":" in self.settings.host else _TcpListener
-            listener = tcp((self.settings.host, self.settings.port), _Handler)
+            with listening_on(f"HTTP {self.settings.host}:{self.settings.port} ([http] host and port)"):
+                listener = tcp((self.settings.host, self.settings.port), _Handler)
         listener.api = self
         listener.limit_connections(self.settings.max_connections)
         self._listener = listener

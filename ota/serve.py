@@ -44,6 +44,7 @@ from . import processed
 from .config import ServeLimits
 from .errors import (
     BadInferenceRequest,
+    CannotListen,
     LengthMismatch,
     NoActiveModel,
     NoHealthyModel,
@@ -333,6 +334,16 @@ class BoundedThreads(socketserver.ThreadingMixIn):
             self._slots.release()
 
 
+@contextlib.contextmanager
+def listening_on(what: str) -> Iterator[None]:
+    """An ``OSError`` while opening ``what`` (an address and the setting that chose it) as
+    ``CannotListen`` naming it: the bare "Address already in use" does not say which address."""
+    try:
+        yield
+    except OSError as exc:
+        raise CannotListen(f"cannot listen on {what}: {exc.strerror or exc}") from exc
+
+
 class InferenceServer(BoundedThreads, socketserver.UnixStreamServer):
     """Serves ``host`` on ``path`` (mode 0660) from a daemon thread until ``close``; at most
     ``limits.max_connections`` at once, each in its own thread: one more is answered ``Overloaded`` and
@@ -342,10 +353,11 @@ class InferenceServer(BoundedThreads, socketserver.UnixStreamServer):
                  limits: ServeLimits | None = None) -> None:
         self.path, self.host, self.limits = Path(path), host, limits or ServeLimits()
         self.limit_connections(self.limits.max_connections)
-        self.path.unlink(missing_ok=True)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        super().__init__(str(self.path), _Handler)
-        os.chmod(self.path, 0o660)
+        with listening_on(f"the inference socket {self.path} ([agent] socket)"):
+            self.path.unlink(missing_ok=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            super().__init__(str(self.path), _Handler)
+            os.chmod(self.path, 0o660)
         self._thread = threading.Thread(target=self.serve_forever, args=(0.2,), name="infer", daemon=True)
         self._thread.start()
 

@@ -33,7 +33,7 @@ from cuvil_edge.testing.broker import LocalBroker
 from ota import Installer
 from ota.agent import Agent, JsonLog
 from ota.config import AgentConfig, HttpSettings, load_agent_config
-from ota.errors import InferenceRefused
+from ota.errors import CannotListen, InferenceRefused
 from ota.http_api import HttpApiServer
 from ota.http_client import InferenceClient
 from ota.serve import ModelHost, ModelRegistry, infer
@@ -662,3 +662,13 @@ def test_http_settings_are_typed_and_bounded(tmp_path, table, error):
     toml.write_text(f'[agent]\ndevice_id = "d"\nfleet = "f"\nstate_dir = "{tmp_path}"\n{table}')
     with pytest.raises(ValueError, match=error):
         load_agent_config(toml)
+
+
+def test_a_port_in_use_is_refused_naming_the_address_and_the_setting(served, tmp_path):
+    """A second server on the first one's port: ``CannotListen`` naming host, port and ``[http]``, not the
+    bare "Address already in use" (``cuvil-agent`` prints it as its one error line, exit 1)."""
+    taken = HttpSettings(host=served.host, port=served.port)
+    with pytest.raises(CannotListen, match=rf"HTTP {served.host}:{served.port} \(\[http\] host and port\): "
+                                           "Address already in use"):
+        HttpApiServer(served.models, taken)
+    still_serving(served)
