@@ -98,7 +98,8 @@ class OtaConfig:
 
 @dataclass(frozen=True)
 class TransferLimits:
-    """Chunked download over MQTT: retries, backoff and the slow-retrieval defence (THREATS 9, 11, 13)."""
+    """Chunked download over MQTT: retries, backoff and the slow-retrieval defence
+    (docs/THREATS.md: 9, 11, 13)."""
 
     window_chunks: int = 8  # chunk topics subscribed at once (flow control, bounded memory)
     max_chunk_bytes: int = 96 << 10  # announcements with larger chunks are refused (broker caps ~128 KB)

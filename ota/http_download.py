@@ -78,8 +78,8 @@ class HttpBody:
         self.received = 0
 
     def read_exact(self, n: int, within_s: float) -> bytes:
-        """Exactly ``n`` bytes within ``within_s``; a connection that ends, stalls or trickles (THREATS 9)
-        first is ``HttpUnavailable``."""
+        """Exactly ``n`` bytes within ``within_s``; a connection that ends, stalls or trickles
+        (docs/THREATS.md: 9) first is ``HttpUnavailable``."""
         parts, got = [], 0
         end = time.monotonic() + within_s
         while got < n:

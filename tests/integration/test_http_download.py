@@ -374,7 +374,8 @@ def test_publisher_refuses_non_http_url(world, broker, tmp_path):
         publish(world, broker, tmp_path, "file:///srv/bundle.cvb")
 
 
-# -- 5. a trickling server (THREATS 9) is dropped per chunk and, when it never gets faster, left for MQTT --
+# -- 5. a trickling server (docs/THREATS.md: 9) is dropped per chunk and, when it never gets faster, left
+#       for MQTT -----------------------------------------------------------------------------------------
 def test_trickling_server_falls_back_to_mqtt(world, broker, bundle2, tmp_path):
     server = BundleServer(bundle2, "trickle")
     publish(world, broker, tmp_path, server.url())

@@ -319,7 +319,8 @@ class FakeClock:
 
 
 def test_slow_retrieval_and_stalls_are_bounded(fleet_world, tmp_path):
-    """THREATS 9 and 13 without a broker: a trickle trips the minimum rate, silence the bounded retries."""
+    """docs/THREATS.md 9 and 13 without a broker: a trickle trips the minimum rate, silence the bounded
+    retries."""
     from ota.chunks import ChunkTransfer
     from ota.config import TransferLimits
     from ota.errors import SlowRetrieval, TransferFailed

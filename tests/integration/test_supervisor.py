@@ -1,6 +1,6 @@
 """Sandbox supervision and the policy scheduler with real wasmtime and real worker processes
-(THREATS 17-20, 25): runaway guests, memory bombs, malformed modules, capability escapes, stale input,
-thermal pressure and bad requests. Deadlines are generous; nothing here asserts a timing."""
+(docs/THREATS.md: 17-20, 25): runaway guests, memory bombs, malformed modules, capability escapes,
+stale input, thermal pressure and bad requests. Deadlines are generous; nothing here asserts a timing."""
 
 from __future__ import annotations
 
