@@ -5,6 +5,7 @@ from .compiler import CompiledModel, compile_graph, optimize_graph
 from .errors import (
     AmbiguousPretrainedModel,
     CuvilError,
+    ExportError,
     GraphVerificationError,
     InputError,
     MissingPretrainedFile,
@@ -19,10 +20,11 @@ from .errors import (
     VocabularyMismatch,
 )
 from .model import CuvilModel
+from .torch_compile import compile
 
 __all__ = [
-    "ALL_TARGETS", "AmbiguousPretrainedModel", "CompiledModel", "CuvilError", "CuvilModel",
+    "ALL_TARGETS", "AmbiguousPretrainedModel", "CompiledModel", "CuvilError", "CuvilModel", "ExportError",
     "GraphVerificationError", "InputError", "MissingPretrainedFile", "ModelFormatError", "NotInCache",
     "PretrainedError", "ShapeError", "Target", "TargetError", "ToolchainError", "UnknownTask",
-    "UnsupportedOperator", "VocabularyMismatch", "compile_graph", "optimize_graph",
+    "UnsupportedOperator", "VocabularyMismatch", "compile", "compile_graph", "optimize_graph",
 ]

@@ -51,6 +51,11 @@ class QuantizationError(CuvilError, ValueError):
     unreadable or does not fit the model's inputs (a ``ValueError`` too, as before it had a class)."""
 
 
+class ExportError(ModelFormatError):
+    """A PyTorch module or checkpoint could not be exported to an ONNX graph this importer takes: the
+    message names each exporter tried and why it failed."""
+
+
 class PretrainedError(CuvilError):
     """A Hugging Face-layout model directory or hub id cannot be turned into a model with processing."""
 

@@ -146,6 +146,16 @@ class CuvilModel:
         return cls(graph, digest)
 
     @classmethod
+    def from_torch(cls, module: Any, example_inputs: Any, exporter: str = "auto",
+                   input_names: Sequence[str] | None = None,
+                   output_names: Sequence[str] | None = None) -> CuvilModel:
+        """A PyTorch module (in eval mode) exported to ONNX at ``example_inputs``' shapes, by torch's dynamo
+        exporter or else the TorchScript one (``frontend.torch_export``); needs the ``torch`` extra."""
+        from .frontend.torch_export import export_onnx
+
+        return cls.load(export_onnx(module, example_inputs, exporter, input_names, output_names))
+
+    @classmethod
     def from_pretrained(cls, path_or_id: str | os.PathLike[str], task: str | None = None,
                         input_shapes: Mapping[str, Sequence[int]] | None = None,
                         revision: str | None = None) -> CuvilModel:

@@ -31,6 +31,7 @@ from .errors import (
     UnknownTask,
 )
 from .frontend import source_format
+from .frontend.torch_export import PYTORCH_WEIGHTS
 
 #: names people and pipelines use for the tasks cuvil-edge processes
 TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification",
@@ -125,8 +126,8 @@ def find_model(directory: Path) -> Path:
                                        "name the one to build model.tflite")
     if not tflite:
         raise MissingPretrainedFile(f"{directory} has no model: no ONNX export (model.onnx or "
-                                    "onnx/model*.onnx; export one, e.g. with `optimum-cli export onnx`) "
-                                    "and no .tflite")
+                                    "onnx/model*.onnx; export one, e.g. with `optimum-cli export onnx`), "
+                                    f"no .tflite and no PyTorch weights ({' or '.join(PYTORCH_WEIGHTS)})")
     return tflite[0]
 
 
@@ -372,6 +373,28 @@ def _fbank_processing(pre: Mapping[str, Any], kind: str, audio: dict[str, Any], 
     return audio, _frames_shape(audio, name, dims, mels, int(pre.get("max_length", 1 + (rate - win) // hop)))
 
 
+def _export_shapes(directory: Path, config: Mapping[str, Any], task: str,
+                   given: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]]:
+    """The inputs a PyTorch-only checkpoint is exported with, as the ONNX exports of its kind name them:
+    token ids, mask (and token types where the config has them) at the sequence length ``load_source``
+    uses, or an NCHW image at the processor's size; ``given`` shapes win."""
+    given = given or {}
+    if task == "image-classification":
+        image = _image_processing(directory, "pixel_values", "NCHW")
+        size = image["crop"] or image["resize"]
+        hw = [size["height"], size["width"]] if size and "height" in size else None
+        if hw is None and "pixel_values" not in given:
+            raise PretrainedError(f"{directory}: the processor gives no fixed image size to export at: "
+                                  "give input_shapes={'pixel_values': [1, 3, H, W]}")
+        default = {"pixel_values": [1, int(config.get("num_channels", 3)), *(hw or [0, 0])]}
+    else:
+        seq = _sequence_length(config, _json(directory / "tokenizer_config.json", required=False))
+        types = ["token_type_ids"] if config.get("type_vocab_size") else []
+        names = ["input_ids", "attention_mask", *types]
+        default = {name: [1, seq] for name in names}
+    return {name: [int(d) for d in given.get(name, shape)] for name, shape in default.items()}
+
+
 def load_source(path_or_id: str | os.PathLike[str], task: str | None = None,
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
                 revision: str | None = None) -> PretrainedSource:
@@ -381,7 +404,14 @@ def load_source(path_or_id: str | os.PathLike[str], task: str | None = None,
     if task is not None and task not in TASK_ALIASES:
         raise UnknownTask(f"unknown task {task!r}; known: {', '.join(TASK_ALIASES)}")
     task = TASK_ALIASES[task] if task is not None else infer_task(config, directory)
-    model_path = find_model(directory)
+    try:
+        model_path = find_model(directory)
+    except MissingPretrainedFile:
+        if not any((directory / name).is_file() for name in PYTORCH_WEIGHTS):
+            raise
+        from .frontend.torch_export import export_pretrained
+
+        model_path = export_pretrained(directory, task, _export_shapes(directory, config, task, input_shapes))
     tflite = source_format(model_path) == "tflite"
     inputs, outputs = (_tflite_io if tflite else _onnx_io)(model_path)  # named as their import names them
     names = [name for name, _, _ in inputs]
