@@ -123,23 +123,33 @@ class BuildCacheConfig:
 
 
 @lru_cache(maxsize=1)
-def compiler_fingerprint() -> str:
-    """Everything besides model and options that shapes a build: our version, every source file of the
-    compiler and runtime (kernels, generator, passes, quantizer: an edit anywhere invalidates), the
-    toolchain, numeric libraries, and the wasmtime + CPU that calibration runs on."""
-    from runtime_wasm.engine import cpu_fingerprint, wasmtime_version
-
-    h = hashlib.sha256()
+def compiler_identity() -> dict[str, str]:
+    """What of the compiler shapes a build's bytes, as a build records it (``extra["build"]``): our version,
+    the toolchain and numeric libraries, and the sha256 over every source file of the compiler and runtime
+    (kernels, generator, passes, quantizer: an edit anywhere shows). Nothing of the host: the same inputs
+    build the same bytes on any machine."""
+    ident: dict[str, str] = {}
     for dist in ("cuvil-edge", "ziglang", "numpy", "onnx"):
         try:
-            h.update(f"{dist}={version(dist)}\n".encode())
+            ident[dist] = version(dist)
         except PackageNotFoundError:
-            h.update(f"{dist}=?\n".encode())
-    h.update(f"wasmtime={wasmtime_version()} cpu={cpu_fingerprint()}\n".encode())
+            ident[dist] = "?"
+    h = hashlib.sha256()
     for root in (Path(__file__).parent, Path(__file__).parent.parent / "runtime_wasm"):
         for path in sorted(p for p in root.rglob("*") if p.suffix in _SOURCE_SUFFIXES and p.is_file()):
             h.update(f"{path.relative_to(root.parent)}\0".encode())
             h.update(hashlib.sha256(path.read_bytes()).digest())
+    return {**ident, "sources_sha256": h.hexdigest()}
+
+
+@lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """Everything besides model and options that shapes a cached build: ``compiler_identity``, and the
+    wasmtime + CPU a ``kernel_cost="measured"`` build times on."""
+    from runtime_wasm.engine import cpu_fingerprint, wasmtime_version
+
+    h = hashlib.sha256(json.dumps(compiler_identity(), sort_keys=True).encode())
+    h.update(f"wasmtime={wasmtime_version()} cpu={cpu_fingerprint()}\n".encode())
     return h.hexdigest()
 
 

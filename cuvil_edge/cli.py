@@ -100,7 +100,8 @@ def cmd_build(args: argparse.Namespace) -> int:
                    calibration=_calibration(args.calib, model.processing is not None),
                    accuracy_budget=args.accuracy_budget, profiles=profile_names(args),
                    max_threads=args.max_threads,
-                   **({"kernel_cost": False} if args.ignore_kernel_cost else {}))
+                   **({"kernel_cost": False} if args.ignore_kernel_cost else
+                      {"kernel_cost": "measured"} if args.measure_kernel_cost else {}))
     source = Path(args.model.rstrip("/"))
     default = source.with_suffix(".cuvil")
     if _is_pretrained(args.model):  # DIR.cuvil beside a directory; NAME.cuvil here for a hub id ORG/NAME
@@ -357,9 +358,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_calib(b, note="; for a directory or hub id also a .txt of texts (or image paths), one per line")
     b.add_argument("--accuracy-budget", type=bounded(float, 0), default=0.01,
                    help="mixed: allowed top-1 disagreement (or 1 - cosine) vs fp32 on the calibration data")
-    b.add_argument("--ignore-kernel-cost", action="store_true",
-                   help="int8/mixed: quantize every layer that can be, even where its int8 kernel is slower "
-                   "than its fp32 one (by default those stay fp32; the report shows both times)")
+    cost = b.add_mutually_exclusive_group()
+    cost.add_argument("--ignore-kernel-cost", action="store_true",
+                      help="int8/mixed: quantize every layer that can be, even where its int8 kernel is "
+                      "slower than its fp32 one (by default those stay fp32, by a cost model: the report "
+                      "shows both costs)")
+    cost.add_argument("--measure-kernel-cost", action="store_true",
+                      help="int8/mixed: time each layer's fp32 and int8 kernels on this host, not the cost "
+                      "model (the plan then varies with the host and its load: not a reproducible build)")
     b.add_argument("--report", help="write the quantization report (JSON) here and print it")
     add_targets(b, note="without --profile (the profiles choose them): ")
     b.add_argument("--max-threads", type=int,

@@ -22,7 +22,15 @@ from runtime_wasm.errors import ProcessingError, SpecError
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE
 from runtime_wasm.processing import AudioWindow, ProcessingConfig, Processor, Result
 
-from .buildcache import BuildCache, DeferredFile, DeferredFileError, build_key, data_digest, file_state
+from .buildcache import (
+    BuildCache,
+    DeferredFile,
+    DeferredFileError,
+    build_key,
+    compiler_identity,
+    data_digest,
+    file_state,
+)
 from .codegen.emit import DEFAULT_THREADS
 from .codegen.memplan import graph_states, user_io
 from .codegen.toolchain import ALL_TARGETS, Target
@@ -49,6 +57,8 @@ class CuvilModel:
         self._graph_or_import = graph
         self._stateful = stateful
         self._source_digest = source_digest
+        #: what ``load`` read (the model's sha256, the import options): the start of the build record
+        self._source: dict[str, Any] = {"model_sha256": None}
         self._compiled: CompiledModel | None = None
         self._quantization: QuantResult | None = None
         self._artifact: Artifact | None = None
@@ -124,6 +134,8 @@ class CuvilModel:
         else:  # the bytes hashed, or a file known by its state read now (and checked against its record)
             now = functools.partial(import_from, data) if data is not None else later
         model = cls._import_known(cache, now, later, digest)
+        model._source = {"model_sha256": data_sha256, "input_shapes": shapes, **strings,
+                         **({"max_trip_count": key[3]} if max_trip_count else {})}  # key[3]: the loop bounds
         if data is not None:  # read and hashed here, and it imports: known by its state from now on
             cache.record_sha256(state, data_sha256)
         return model
@@ -254,13 +266,18 @@ class CuvilModel:
         self._close_instance()
         self._pending = None
         key = None
+        calib_sha256 = None
+        if precision != "fp32" and calibration is not None:
+            calib_sha256, calibration = data_digest(calibration)
+        inputs = self._build_inputs(precision, chosen, profiles, calib_sha256, accuracy_budget, quant_options,
+                                    max_threads)
         if self._source_digest is not None:
             cache = build_cache or BuildCache()
-            if cache.config.enabled:
-                key, calibration = self._build_key(precision, chosen, profiles, calibration, accuracy_budget,
-                                                   quant_options, max_threads)
+            hashable = precision == "fp32" or calibration is None or calib_sha256 is not None
+            if cache.config.enabled and hashable:  # calibration that is not numeric data: not cached
+                key = self._build_key(inputs)
         build = functools.partial(self._build, precision, chosen, progress, calibration, accuracy_budget,
-                                  profiles, quant_options, max_threads)
+                                  profiles, quant_options, max_threads, inputs)
         # the weights stay in the entry's file until an instance reads them into linear memory, checked
         artifact = _artifact_from_files(cache.get(key, defer=_DEFERRED)) if key is not None else None
         self.build_cache_hit = artifact is not None
@@ -297,26 +314,29 @@ class CuvilModel:
         self._build_and_store(build)
         return use(self._built())
 
-    def _build_key(self, precision: str, targets: Sequence[Target], profiles: Sequence[str], calibration: Any,
-                   accuracy_budget: float, quant_options: Mapping[str, Any],
-                   max_threads: int) -> tuple[str | None, Any]:
-        """(key, calibration to use) of this build; the key is None when the options cannot be hashed."""
-        parts: dict[str, Any] = {"model": self._source_digest, "precision": precision,
-                                 "targets": [t.name for t in targets], "profiles": list(profiles),
-                                 "max_threads": max_threads}
+    def _build_inputs(self, precision: str, targets: Sequence[Target], profiles: Sequence[str],
+                      calibration_sha256: str | None, accuracy_budget: float,
+                      quant_options: Mapping[str, Any], max_threads: int) -> dict[str, Any]:
+        """The build record (``spec.extra["build"]``): digests of everything a build's bytes follow from
+        (model, options, calibration data, compiler), so anyone can rebuild and compare. No time and no
+        host in it: the same inputs give the same bytes (docs/REPRODUCIBLE.md)."""
+        inputs: dict[str, Any] = {**self._source, "precision": precision,
+                                  "targets": [t.name for t in targets], "profiles": list(profiles),
+                                  "max_threads": max_threads}
         if precision != "fp32":
-            digest = None
-            if calibration is not None:
-                digest, calibration = data_digest(calibration)
-                if digest is None:
-                    return None, calibration
-            parts.update(calibration=digest, accuracy_budget=float(accuracy_budget),
-                         quant_options=json.dumps(quant_options, sort_keys=True, default=repr))
-        return build_key(parts), calibration
+            inputs.update(calibration_sha256=calibration_sha256, accuracy_budget=float(accuracy_budget),
+                          quant_options=json.loads(json.dumps(quant_options, sort_keys=True, default=repr)))
+        return {**inputs, "compiler": dict(compiler_identity())}
+
+    def _build_key(self, inputs: Mapping[str, Any]) -> str:
+        """The build-cache key of a build with these ``_build_inputs``."""
+        parts = {k: v for k, v in inputs.items() if k != "compiler"}  # build_key adds the fingerprint
+        return build_key({**parts, "model": self._source_digest})
 
     def _build(self, precision: str, targets: Sequence[Target], progress: Callable[[str], None] | None,
                calibration: Any, accuracy_budget: float, profiles: Sequence[str],
-               quant_options: Mapping[str, Any], max_threads: int = DEFAULT_THREADS) -> None:
+               quant_options: Mapping[str, Any], max_threads: int = DEFAULT_THREADS,
+               inputs: Mapping[str, Any] | None = None) -> None:
         graph = self._graph
         if not self._optimized:
             optimize_graph(graph, progress)
@@ -329,6 +349,9 @@ class CuvilModel:
             self._quantization = quantize(graph, precision, calibration, accuracy_budget,
                                           progress=progress, **quant_options)
             graph, extra = self._quantization.graph, {**extra, "quantization": self._quantization.record}
+        if inputs is not None:
+            cost = extra.get("quantization", {}).get("kernel_cost")
+            extra["build"] = {**inputs, **({"kernel_cost": cost} if cost else {})}
         self._compiled = compile_graph(graph, targets, progress, extra=extra, threads=max_threads)
         self._artifact = Artifact(self._compiled.spec, self._compiled.modules, self._compiled.weights)
 

@@ -237,7 +237,9 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
                   now: datetime | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The unsigned manifest of a model directory and its payloads (weights, every module variant and the
     processing files, if any: ``runtime_wasm.processing``), each under the signature by its sha256.
-    ``profiles`` None: the profiles the model was built for (``optimize(profiles=...)``), else any."""
+    ``profiles`` None: the profiles the model was built for (``optimize(profiles=...)``), else any.
+    ``now`` None: ``SOURCE_DATE_EPOCH`` when set (then the provenance names no host either, so the same
+    model directory and keys make the same bundle bytes anywhere: docs/REPRODUCIBLE.md), else the clock."""
     if expires_in <= timedelta(0):  # a device would refuse it on arrival
         raise SigningError(f"a release must expire after it is signed (--expires-days), got {expires_in}")
     root = Path(model_dir)
@@ -249,7 +251,7 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
     payloads = {WEIGHTS_FILE: (root / WEIGHTS_FILE).read_bytes()}
     payloads.update({v.file: (root / v.file).read_bytes() for v in spec.variants})
     payloads.update({n: (root / n).read_bytes() for n in processing_files(root)})
-    now = now or datetime.now(timezone.utc)
+    now = now or source_date() or datetime.now(timezone.utc)
     manifest = {
         "type": MANIFEST_TYPE, "format": MANIFEST_FORMAT, "name": spec.name, "version": version,
         "release": release, "expires": _iso(now + expires_in), "spec": json.loads(spec_text),
@@ -316,9 +318,21 @@ def _iso(t: datetime) -> str:
     return t.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def source_date() -> datetime | None:
+    """``SOURCE_DATE_EPOCH`` (reproducible-builds.org: seconds since 1970, UTC), or None when unset."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if not epoch:
+        return None
+    try:
+        return datetime.fromtimestamp(int(epoch), timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        raise SigningError(f"SOURCE_DATE_EPOCH must be whole seconds since 1970, got {epoch!r}") from None
+
+
 def _provenance(now: datetime) -> dict[str, Any]:
     try:
         tool = version("cuvil-edge")
     except PackageNotFoundError:
         tool = "unknown"
-    return {"tool": "cuvil-edge", "tool_version": tool, "built_at": _iso(now), "build_host": platform.node()}
+    host = {} if source_date() else {"build_host": platform.node()}  # a reproducible bundle names none
+    return {"tool": "cuvil-edge", "tool_version": tool, "built_at": _iso(now), **host}

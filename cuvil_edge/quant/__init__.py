@@ -8,7 +8,8 @@ activations from calibration), int8-dynamic (activation ranges at run time), int
 weights for gemm and convs whose K is a multiple of the group; int8-dynamic activations; other
 layers stay fp32) and mixed (the cheapest per-layer choice that keeps the error within
 ``accuracy_budget``, from a one-layer-at-a-time sensitivity table). int8, int8-dynamic and mixed leave a
-layer fp32 where its int8 kernel is slower than its fp32 one (``cost.py``; ``kernel_cost=False``: not).
+layer fp32 where its int8 kernel is slower than its fp32 one, by a cost model (``cost.py``: the same plan on
+every machine; ``kernel_cost="measured"``: timed on this host, not reproducible; ``False``: not at all).
 Static int8 layers hand uint8 to the static int8 layers that alone read them (``chain.py``).
 """
 
@@ -23,7 +24,7 @@ import numpy as np
 from ..errors import QuantizationError
 from ..ir.graph import Graph, Node
 from .calibrate import CALIBRATION_HINT, OBSERVERS, ActRange, Sample, calibrate, load_samples
-from .cost import SLOWER, LayerCost, drop_slow_int8, measure, timed_layers
+from .cost import SLOWER, LayerCost, costed_layers, drop_slow_int8, estimated, measure, model_identity
 from .rewrite import choices_for, quantizable, quantize_graph
 
 #: every ``precision`` a build takes (``CuvilModel.optimize``, the CLI's ``--precision`` choices)
@@ -130,10 +131,14 @@ def check_precision(precision: str) -> None:
 
 def quantize(graph: Graph, precision: str, calibration: Any = None, accuracy_budget: float = 0.01,
              observer: str = "minmax", group_size: int = 32, max_samples: int = 256,
-             progress: Progress | None = None, kernel_cost: bool = True, chain: bool = True) -> QuantResult:
-    """Quantize the optimized fp32 ``graph`` per ``precision`` (see the module docstring); ``chain=False``
-    keeps f32 between int8 layers (``chain.py``: the same bits either way)."""
+             progress: Progress | None = None, kernel_cost: bool | str = True, chain: bool = True
+             ) -> QuantResult:
+    """Quantize the optimized fp32 ``graph`` per ``precision`` (see the module docstring); ``kernel_cost``:
+    True or "model" (the cost model), "measured" (timed here) or False; ``chain=False`` keeps f32 between
+    int8 layers (``chain.py``: the same bits either way)."""
     check_precision(precision)
+    if kernel_cost not in (True, False, "model", "measured"):
+        raise QuantizationError(f"kernel_cost is True, False, 'model' or 'measured', not {kernel_cost!r}")
     if group_size % 32 or group_size <= 0:
         raise QuantizationError(f"int4 group size must be a positive multiple of 32, got {group_size}")
     say = progress or (lambda _m: None)
@@ -156,11 +161,16 @@ def quantize(graph: Graph, precision: str, calibration: Any = None, accuracy_bud
                                 f"{CALIBRATION_HINT}")
     plan = scheme_plan(layers, "int8" if precision == "mixed" else precision, group_size)
     if kernel_cost and precision in ("int8", "int8-dynamic", "mixed"):
-        timed = timed_layers(layers, plan)
-        if timed:
-            say(f"kernel cost: timing {len(timed)} layers at fp32 and int8")
-            costs = measure(graph, quantize_graph(graph, plan, ranges, group_size, dynamic), timed)
-        record["kernel_cost"] = {"host": _host_name(), "int8_slower_than": SLOWER}
+        costed = costed_layers(layers, plan)
+        if kernel_cost == "measured":
+            if costed:
+                say(f"kernel cost: timing {len(costed)} layers at fp32 and int8")
+                costs = measure(graph, quantize_graph(graph, plan, ranges, group_size, dynamic), costed)
+            record["kernel_cost"] = {"mode": "measured", "host": _host_name(), "int8_slower_than": SLOWER,
+                                     "reproducible": False}
+        else:
+            costs = estimated(layers, costed)
+            record["kernel_cost"] = model_identity()
     if precision == "mixed":
         ev = _Evaluator(graph, samples, ranges, group_size, dynamic)
         table = sensitivity(ev, layers, say)
