@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from runtime_wasm import EngineConfig, ModelSource, ModuleCache, RuntimePolicy, SupervisedModel
+from runtime_wasm import EngineConfig, ModelSource, ModuleCache, RuntimePolicy, SupervisedModel, schema
 from runtime_wasm.loader import SPEC_FILE
 
 from .bundle import read_header, read_payloads, verify_bundle
@@ -56,6 +56,8 @@ POINTER_FILE = "active"
 ENVELOPE_FILE = "bundle.json"
 LOCK_FILE = "lock"
 MODELS_DIR = "models"  # <state_dir>/models/<name>: one state directory per model line of a device
+#: the ``active`` pointer (and its staged copy): which slot serves
+POINTER_SCHEMA = schema.record({"slot": schema.one_of(*SLOTS)})
 #: named points of an install, in order; ``on_step`` is called after each (crash tests kill there)
 #: ``trust_saved`` (the raised counter on disk) is the commit point: a crash after it completes the switch
 #: on restart, so the counter on disk is never below the active release and a failed install never raised it
@@ -449,14 +451,12 @@ class Installer:
     def _pointed_slot(self, path: Path) -> str | None:
         """The slot a pointer file names; None when there is none; ``CorruptSlot`` when it is garbage."""
         try:
-            slot = parse_json(path.read_bytes(), "active pointer").get("slot")
+            doc = parse_json(path.read_bytes(), "active pointer")
         except FileNotFoundError:
             return None
-        except (OtaError, AttributeError, OSError) as exc:
+        except (OtaError, OSError) as exc:
             raise CorruptSlot(f"active pointer {path.name} is unreadable: {exc}") from exc
-        if slot not in SLOTS:
-            raise CorruptSlot(f"active pointer names unknown slot {slot!r}")
-        return slot
+        return schema.read(doc, POINTER_SCHEMA, f"active pointer {path.name}", CorruptSlot)["slot"]
 
     def _active_slot(self) -> str | None:
         """The pointer's slot, or the staged one when that install passed its commit point (the switch

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from runtime_wasm import schema
+
 from .config import OtaConfig
 from .crypto import canonical_bytes, signature_valid
 from .errors import (
@@ -28,6 +30,9 @@ from .errors import (
 from .metadata import FileEntry, Manifest, Root, parse_envelope
 
 Report = Callable[[str], None]
+_COUNTER = schema.integer()
+#: ``trust.json``: the trusted root's envelope (verified by ``TrustState`` itself) and the counter
+TRUST_SCHEMA = schema.record({"root": schema.record({}), "release_counter": schema.Optional(_COUNTER, 0)})
 
 
 def check_signatures(role: str, signed: Mapping[str, Any], signatures: Sequence[tuple[str, str]],
@@ -99,9 +104,7 @@ class TrustState:
         self.config = config or OtaConfig()
         self._root = _verify_root(root_envelope, None)
         self._root_envelope = dict(root_envelope)
-        if isinstance(release_counter, bool) or not isinstance(release_counter, int) or release_counter < 0:
-            raise FormatError(f"release counter must be a non-negative integer, got {release_counter!r}")
-        self._counter = release_counter
+        self._counter = schema.read(release_counter, _COUNTER, "release counter", FormatError)
         self._verified: dict[int, Manifest] = {}
 
     @property
@@ -193,6 +196,6 @@ class TrustState:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], config: OtaConfig | None = None) -> TrustState:
-        if not isinstance(d, Mapping) or "root" not in d:
-            raise FormatError("trust state lacks a root")
-        return cls(d["root"], d.get("release_counter", 0), config)
+        """A saved state, read through ``TRUST_SCHEMA``; its root is verified like any other."""
+        state = schema.read(d, TRUST_SCHEMA, "trust state", FormatError)
+        return cls(state["root"], state["release_counter"], config)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from . import schema
 from .digest import check_tree_chunk
 from .errors import InferenceInputError, SpecError
 
@@ -51,7 +54,8 @@ def is_sha256_hex(text: object) -> bool:
 
 
 def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    """Exact (Python integers): ``np.prod`` in int64 wraps, and a wrapped size would pass the arena check."""
+    return math.prod(shape) * np.dtype(dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,78 @@ class VariantSpec:
     size: int = 0
 
 
+#: the numeric dtypes a module's tensors may have (the compiler's IR dtypes, by numpy's names)
+NUMERIC_DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                  "uint32", "uint64", "bool")
+#: a string tensor's dtype: fixed-width UTF-8 rows of W >= 1 bytes (model inputs and outputs only)
+_STRING_DTYPE = re.compile(r"S[1-9][0-9]{0,8}")
+MAX_RANK = 32
+MAX_DIM = 2**31 - 1
+MAX_TENSORS = 1 << 16
+MAX_VARIANTS = 256
+#: the largest ``model.json`` read (its ``extra`` holds the node table of a big model)
+MAX_SPEC_BYTES = 64 << 20
+_MALFORMED = "malformed model spec"
+
+
+def supported_dtype(dtype: str, strings: bool = True) -> bool:
+    """Whether the runtime holds tensors of ``dtype``: an allow-list, so a name numpy would choke on
+    (``"01"``, a timestamp) or read as something else (``"a"``, ``"U0"``) never reaches it."""
+    return dtype in NUMERIC_DTYPES or (strings and _STRING_DTYPE.fullmatch(dtype) is not None)
+
+
+def _dtype(strings: bool) -> schema.Reader:
+    name = schema.text(64)
+
+    def read_dtype(value: Any, path: str) -> str:
+        dtype = name(value, path)
+        if not supported_dtype(dtype, strings):
+            raise schema.Invalid(path, f"is not a dtype the runtime supports: {dtype!r}")
+        return dtype
+
+    return read_dtype
+
+
+_DIM = schema.integer(0, MAX_DIM)
+
+
+def _dimension(value: Any, path: str) -> int:
+    """A dimension, with a negative one named as such (the error people meet: a dynamic ``-1``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        raise schema.Invalid(path, f"is a negative dimension ({value})")
+    return _DIM(value, path)
+
+
+_SHAPE = schema.array(_dimension, MAX_RANK)
+_DIGEST_OR_EMPTY = schema.text(64, r"(?:[0-9a-f]{64})?")
+_INDEX_BOUND = schema.Optional(schema.nullable(schema.integer(1)))
+TENSOR_SCHEMA = schema.record({"name": schema.text(), "dtype": _dtype(True), "shape": _SHAPE,
+                               "offset": schema.integer(), "index_bound": _INDEX_BOUND}, extra="drop")
+STATE_SCHEMA = schema.record({"name": schema.text(), "dtype": _dtype(False), "shape": _SHAPE,
+                              "offset": schema.integer(), "init_offset": schema.integer()}, extra="drop")
+VARIANT_SCHEMA = schema.record({"name": schema.text(256), "tier": schema.text(64), "family": schema.text(64),
+                                "file": schema.text(255), "sha256": schema.Optional(_DIGEST_OR_EMPTY, ""),
+                                "size": schema.Optional(schema.integer(), 0)}, extra="refuse")
+#: ``model.json``; fields it does not know go to ``ModelSpec.extra`` (a newer writer's survive)
+SPEC_SCHEMA = schema.record({
+    "format": schema.one_of(SPEC_FORMAT),
+    "name": schema.text(),
+    "inputs": schema.array(TENSOR_SCHEMA, MAX_TENSORS),
+    "outputs": schema.array(TENSOR_SCHEMA, MAX_TENSORS),
+    "weights_size": schema.integer(),
+    "arena_size": schema.integer(),
+    "variants": schema.Optional(schema.array(VARIANT_SCHEMA, MAX_VARIANTS), ()),
+    "weights_sha256": schema.Optional(_DIGEST_OR_EMPTY, ""),
+    "extra": schema.Optional(schema.record({}), {}),
+    "threads": schema.Optional(schema.integer(1, MAX_THREADS), 1),
+    "states": schema.Optional(schema.array(STATE_SCHEMA, MAX_TENSORS), ()),
+    "weights_tree_sha256": schema.Optional(schema.text(64), ""),  # its form: ``check``, for built specs too
+    "weights_tree_chunk": schema.Optional(schema.integer(), 0),
+})
+_SCALAR_FIELDS = ("name", "weights_size", "arena_size", "weights_sha256", "threads", "weights_tree_sha256",
+                  "weights_tree_chunk")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -183,33 +259,24 @@ class ModelSpec:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ModelSpec:
-        try:
-            d = json.loads(text)
-            if d.pop("format", None) != SPEC_FORMAT:
-                raise SpecError(f"unsupported model spec format (want {SPEC_FORMAT})")
-            tensors = lambda key: tuple(  # noqa: E731
-                TensorSpec(t["name"], t["dtype"], tuple(int(x) for x in t["shape"]), int(t["offset"]),
-                           None if t.get("index_bound") is None else int(t["index_bound"]))
-                for t in d.pop(key))
-            inputs, outputs = tensors("inputs"), tensors("outputs")
-            variants = tuple(VariantSpec(**v) for v in d.pop("variants", []))
-            states = tuple(StateSpec(s["name"], s["dtype"], tuple(int(x) for x in s["shape"]),
-                                     int(s["offset"]), int(s["init_offset"])) for s in d.pop("states", []))
-            known = {k: d.pop(k) for k in ("name", "weights_size", "arena_size", "weights_sha256", "threads",
-                                           "weights_tree_sha256", "weights_tree_chunk") if k in d}
-            extra = d.pop("extra", {})
-            extra.update(d)
-            spec = cls(inputs=inputs, outputs=outputs, variants=variants, extra=extra, states=states, **known)
-        except SpecError:
-            raise
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: not an object
-            raise SpecError(f"malformed model spec: {exc}") from exc
+        """A spec read through ``SPEC_SCHEMA`` (types, ranges, dtypes), then ``check``: every way it can be
+        wrong is a ``SpecError``."""
+        d = schema.read(schema.load(text, MAX_SPEC_BYTES, _MALFORMED, SpecError), SPEC_SCHEMA, _MALFORMED,
+                        SpecError)
+        del d["format"]
+        inputs, outputs = (tuple(TensorSpec(**t) for t in d.pop(key)) for key in ("inputs", "outputs"))
+        variants = tuple(VariantSpec(**v) for v in d.pop("variants"))
+        states = tuple(StateSpec(**s) for s in d.pop("states"))
+        known = {k: d.pop(k) for k in _SCALAR_FIELDS}
+        extra = {**d.pop("extra"), **d}
+        spec = cls(inputs=inputs, outputs=outputs, variants=variants, extra=extra, states=states, **known)
         spec.check()
         return spec
 
     def check(self) -> None:
-        """Every tensor is numeric, has non-negative dims and lies inside the arena: anything else would
-        pass here and fail later in numpy or ctypes with an error no caller expects."""
+        """Every tensor has a unique name, a dtype the runtime holds and non-negative dims, and lies inside
+        the arena; a string output's length is one integer: anything else would pass here and fail later in
+        numpy or ctypes with an error no caller expects."""
         if self.weights_size < 0 or self.arena_size < 0:
             raise SpecError("weights_size and arena_size must be non-negative")
         if not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
@@ -218,16 +285,18 @@ class ModelSpec:
             if not is_sha256_hex(self.weights_tree_sha256):
                 raise SpecError(f"weights_tree_sha256 is not a sha256 digest: {self.weights_tree_sha256!r}")
             check_tree_chunk(self.weights_tree_chunk)
+        for role, tensors in (("inputs", self.inputs), ("outputs", self.outputs), ("states", self.states)):
+            twice = [n for n, k in Counter(t.name for t in tensors).items() if k > 1]
+            if twice:  # each is looked up by its name: the second would be lost, or read twice
+                raise SpecError(f"{role} {twice[:4]} are named more than once")
         for t in (*self.inputs, *self.outputs, *self.states):
-            try:
-                kind = np.dtype(t.dtype).kind
-            except TypeError as exc:
-                raise SpecError(f"tensor {t.name!r} has unknown dtype {t.dtype!r}") from exc
-            text = kind == "S" and np.dtype(t.dtype).itemsize > 0 and not isinstance(t, StateSpec)
-            if kind not in "biuf" and not text:  # strings: fixed-width UTF-8 rows, model inputs/outputs only
-                raise SpecError(f"tensor {t.name!r} has non-numeric dtype {t.dtype!r}")
+            if not supported_dtype(t.dtype, strings=not isinstance(t, StateSpec)):
+                raise SpecError(f"tensor {t.name!r} has a dtype the runtime does not hold: {t.dtype!r}")
             if any(d < 0 for d in t.shape):
                 raise SpecError(f"tensor {t.name!r} has a negative dimension in {t.shape}")
+            if math.prod(d for d in t.shape if d) * np.dtype(t.dtype).itemsize > schema.INT_MAX:
+                # numpy sizes an array by its non-empty axes too: even holding nothing, it could not be made
+                raise SpecError(f"tensor {t.name!r} of shape {t.shape} is too large for any array")
             if t.offset < 0 or t.offset + t.nbytes > self.arena_size:
                 raise SpecError(f"tensor {t.name!r} lies outside the arena")
             if isinstance(t, StateSpec):
@@ -235,3 +304,10 @@ class ModelSpec:
                     raise SpecError(f"state {t.name!r}: its initial value lies outside the weights")
             elif t.index_bound is not None and t.index_bound < 1:
                 raise SpecError(f"tensor {t.name!r} has index_bound {t.index_bound}, want >= 1")
+        strings = {t.name: t for t in self.outputs if np.dtype(t.dtype).kind == "S"}
+        for t in self.outputs:  # ``caller_outputs`` cuts a string output's last axis to one integer
+            base = strings.get(t.name.removesuffix(LENGTH_SUFFIX)) if t.name.endswith(LENGTH_SUFFIX) else None
+            if base is not None and (t.shape != () or np.dtype(t.dtype).kind not in "iu" or not base.shape):
+                raise SpecError(f"output {t.name!r} must be an integer scalar, the length of the last axis "
+                                f"of {base.name!r}: got {t.dtype}{list(t.shape)} for "
+                                f"{base.dtype}{list(base.shape)}")

@@ -136,4 +136,4 @@ def setup() -> Callable[[bytes], None]:
 
 def target() -> Target:
     return Target("http_api", "device", setup, (),
-                  http_mutator, time_limit_s=15.0)
+                  INSTRUMENT, http_mutator, time_limit_s=15.0)

@@ -90,4 +90,4 @@ def target() -> Target:
     from ota.errors import HttpUnavailable, TransferFailed, VerificationError
 
     return Target("http_download", "device", setup, (VerificationError, HttpUnavailable, TransferFailed),
-                  http_mutator, time_limit_s=10.0)
+                  INSTRUMENT, http_mutator, time_limit_s=10.0)

@@ -46,4 +46,4 @@ def target() -> Target:
     from ota.errors import BadInferenceRequest
 
     return Target("oip_request", "device", setup, (BadInferenceRequest,),
-                  json_mutator)
+                  INSTRUMENT, json_mutator)
