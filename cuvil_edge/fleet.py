@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ota.bundle import read_header
 from ota.config import BrokerSettings, OtaConfig, TransferLimits, check_name
-from ota.errors import FormatError, TransportError, WrongTarget
+from ota.errors import FormatError, TransportError, VerificationError, WrongTarget
 from ota.metadata import Manifest
 from ota.protocol import (
     BUCKETS,
@@ -40,6 +40,7 @@ from ota.protocol import (
     bucket,
     check_url,
     format_time,
+    read_status,
     sha256_hex,
     split_chunks,
 )
@@ -199,12 +200,17 @@ class Publisher:
         self._save()
 
     def _on_status(self, topic: str, payload: bytes, _retained: bool) -> None:
+        """Keep a device's status when it is well formed (``read_status``: rollouts compare its fields)
+        and names the device whose topic it came on; an empty payload clears nothing here."""
         device = topic.rsplit("/", 1)[-1]
-        try:
-            status = json.loads(payload) if payload else None
-        except ValueError:
+        if not payload:
             return
-        if isinstance(status, dict) and status.get("device") == device:
+        try:
+            status = read_status(payload)
+        except VerificationError as exc:
+            log.warning("status on %s refused: %s", topic, exc)
+            return
+        if status["device"] == device:
             with self._lock:
                 self.state["devices"][device] = status
 

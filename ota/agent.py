@@ -26,13 +26,15 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from runtime_wasm import DeviceAdmission
+from runtime_wasm import DeviceAdmission, schema
+from runtime_wasm.schema import Optional
 
 from .bundle import read_header
-from .chunks import PART_FILE, ChunkTransfer, file_sha256
+from .chunks import PART_FILE, ChunkTransfer, file_sha256, read_progress
 from .config import AgentConfig, default_hardware_id, model_policies, serving_policy
 from .crypto import parse_json
 from .errors import (
+    FormatError,
     HashMismatch,
     InstallError,
     NoActiveModel,
@@ -56,8 +58,10 @@ from .protocol import (
     Announcement,
     Command,
     Topics,
+    format_time,
     sha256_hex,
     status_payload,
+    timestamp,
     verify_announcement,
     verify_command,
 )
@@ -133,12 +137,32 @@ class _Steps:
         self.agent._step(self.line, name)
 
 
+#: ``agent.json`` (a line's or the device's): every field optional, None standing for "not stored"
+STORE_SCHEMA = schema.record({
+    "announce_seq": Optional(schema.integer()), "announce_digest": Optional(schema.text(64)),
+    "failed": Optional(schema.mapping(schema.text(64), schema.text(1 << 20), 1 << 16)),
+    "nonces": Optional(schema.mapping(schema.text(64), timestamp(), 1 << 16)),
+    "commands_after": Optional(timestamp()),
+})
+
+
 class Store:
-    """A small JSON document the agent keeps in a state directory (``agent.json``), saved on every change."""
+    """A small JSON document the agent keeps in a state directory (``agent.json``), saved on every change.
+
+    A damaged one (``STORE_SCHEMA``) is logged, dropped and rebuilt from ``default``, with ``rebuilt``
+    set: what it held only narrows what the agent accepts (announcement order, failed releases, used
+    nonces), and the signatures, the installer's release counter and ``commands_after`` (see
+    ``unused_command``) keep their guarantees without it; a device must not stop updating for it."""
 
     def __init__(self, path: Path, default: dict[str, Any]) -> None:
         self.path = path
-        self.data: dict[str, Any] = {**default, **read_json(path, {})}
+        try:
+            stored = read_json(path, {}, STORE_SCHEMA)
+            self.rebuilt = False
+        except FormatError as exc:
+            log.warning("state file unreadable, rebuilt: %s", exc)
+            stored, self.rebuilt = {}, True
+        self.data: dict[str, Any] = {**default, **{k: v for k, v in stored.items() if v is not None}}
 
     def save(self, **changes: Any) -> None:
         self.data.update(changes)
@@ -539,6 +563,8 @@ class Agent:
         self.admission: DeviceAdmission | None = None  # shared by the lines of a multi-model device
         #: device-wide: command nonces (and, single-model, the line's announcement state too)
         self._device_store = Store(state / STORE_FILE, {**_LINE_STORE, "nonces": {}})
+        if self._device_store.rebuilt:  # the used nonces are gone: no command signed before now is taken
+            self._device_store.save(commands_after=format_time(_now()))
         self.lines = self._multi_lines(state) if config.models else [self._single_line()]
         self._serving = ServingWatch(self.models)
         self._last_disk_check = self._last_telemetry = 0.0
@@ -732,11 +758,7 @@ class Agent:
         grace = timedelta(seconds=trust.config.expiry_grace_seconds)
         try:
             cmd = verify_command(payload, trust, self.cfg.fleet, self.device, now, self.cfg.limits)
-            # kept as long as verify_command would still accept the command: expiry plus the grace
-            nonces = {n: e for n, e in self._device_store.data["nonces"].items()
-                      if parse_time(e) + grace >= now}
-            if cmd.nonce in nonces:
-                raise ReplayedCommand(f"command nonce {cmd.nonce[:12]} was already used")
+            nonces = unused_command(self._device_store.data, cmd, now, grace)
         except VerificationError as exc:
             self._refuse(exc, "command")
             return
@@ -817,13 +839,28 @@ class Agent:
                             **({"lines": self._summaries()} if self.cfg.models else {}))
 
 
+def unused_command(store: dict[str, Any], cmd: Command, now: datetime, grace: timedelta) -> dict[str, str]:
+    """The used nonces of the device store (nonce -> the command's expiry, as ``STORE_SCHEMA`` checked it)
+    still worth keeping, as long as ``verify_command`` would still accept their command (its expiry plus
+    the grace); ``ReplayedCommand`` when ``cmd``'s nonce is one of them, or ``cmd`` was issued before
+    ``commands_after`` (the store was rebuilt then: the nonces used before are unknown)."""
+    nonces = {n: e for n, e in store["nonces"].items() if parse_time(e) + grace >= now}
+    if cmd.nonce in nonces:
+        raise ReplayedCommand(f"command nonce {cmd.nonce[:12]} was already used")
+    after = store.get("commands_after")
+    if after and parse_time(cmd.issued) < parse_time(after):
+        raise ReplayedCommand(f"command {cmd.nonce[:12]} was issued before {after}, when this device's "
+                              "record of used nonces was lost (a damaged state file)")
+    return nonces
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
 def describe_state(state_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """What ``cuvil-agent status`` shows besides the active model: last announcement, failures, transfer."""
-    store = read_json(Path(state_dir) / STORE_FILE, {})
-    progress = read_json(Path(state_dir) / TRANSFER_DIR / "progress.json", None)
-    return {"announce_seq": store.get("announce_seq", 0), "failed": store.get("failed", {}),
-            "transfer": progress}
+    """What ``cuvil-agent status`` shows besides the active model: last announcement, failures, transfer
+    (as the agent would read them: a damaged file as the agent would rebuild it)."""
+    store = Store(Path(state_dir) / STORE_FILE, _LINE_STORE).data
+    return {"announce_seq": store["announce_seq"], "failed": store["failed"],
+            "transfer": read_progress(Path(state_dir) / TRANSFER_DIR)}

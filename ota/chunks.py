@@ -3,26 +3,47 @@
 The part file always holds a contiguous prefix of chunks that matched their signed hashes, and
 ``progress.json`` (written atomically after the data is fsynced) says how many. On a restart the
 prefix is hashed again against the announcement and the download resumes after the last good
-chunk. Chunks that arrive ahead of the prefix wait in memory (at most one window).
+chunk. Chunks that arrive ahead of the prefix wait in memory (at most one window). A progress file that
+cannot be read (``PROGRESS_SCHEMA``) starts the transfer over: it only saves re-fetching chunks that
+would be verified again anyway, so dropping it loses time, never trust.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import random
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from runtime_wasm import schema
 
 from .config import TransferLimits
-from .errors import HashMismatch, SlowRetrieval, TransferFailed
+from .errors import FormatError, HashMismatch, SlowRetrieval, TransferFailed
 from .protocol import Announcement, sha256_hex
 from .store import read_json, write_json
 
+log = logging.getLogger(__name__)
 PART_FILE = "bundle.part"
 PROGRESS_FILE = "progress.json"
+#: ``progress.json``: which bundle (and chunking) the part file holds, and how many verified chunks
+PROGRESS_SCHEMA = schema.record({"bundle_sha256": schema.sha256(), "chunk_bytes": schema.integer(1),
+                                 "have": schema.integer()})
+
+
+def read_progress(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The transfer's progress in ``directory``; None when there is none or it is damaged or unreadable
+    (logged): the transfer then starts over, as the module docstring says."""
+    path = Path(directory) / PROGRESS_FILE
+    try:
+        return read_json(path, None, PROGRESS_SCHEMA)
+    except (FormatError, OSError) as exc:
+        log.warning("transfer progress unreadable, starting the transfer over: %s", exc)
+        return None
 
 
 class ChunkTransfer:
@@ -32,9 +53,9 @@ class ChunkTransfer:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.dir, self.ann, self.limits, self._clock = Path(directory), ann, limits, clock
         self.total = len(ann.chunks)
-        p = read_json(self.dir / PROGRESS_FILE, {})
-        if (p.get("bundle_sha256"), p.get("chunk_bytes")) == (ann.bundle_sha256, ann.chunk_bytes):
-            self.have = self._verified_prefix(int(p.get("have", 0)))
+        p = read_progress(self.dir)
+        if p is not None and (p["bundle_sha256"], p["chunk_bytes"]) == (ann.bundle_sha256, ann.chunk_bytes):
+            self.have = self._verified_prefix(p["have"])
         else:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.have = 0

@@ -91,7 +91,9 @@ class HttpBody:
                 if self._conn.sock is not None:
                     self._conn.sock.settimeout(left)  # no single read outlives the deadline
                 piece = self._response.read1(n - got)  # one recv: the deadline is checked between them
-            except (OSError, http.client.HTTPException) as exc:
+            except (OSError, http.client.HTTPException, OverflowError, ValueError) as exc:
+                # OverflowError, ValueError: http.client takes a chunk size of "-18446744073709551576"
+                # (int(line, 16) accepts a sign) and fails on it in the next read
                 raise HttpUnavailable(f"{self.url}: {type(exc).__name__} after {self.received} bytes: {exc}"
                                       ) from exc
             if not piece:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -18,11 +17,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
+from runtime_wasm import schema
+from runtime_wasm.schema import Optional
 from runtime_wasm.spec import is_sha256_hex
 
 from .config import TransferLimits, check_name
 from .crypto import parse_json
-from .errors import ExpiredMetadata, FormatError, LengthMismatch, UnauthorizedMessage
+from .errors import BadName, ExpiredMetadata, FormatError, LengthMismatch, UnauthorizedMessage
 from .metadata import parse_envelope, parse_time
 from .parse import parse_decimal
 from .trust import TrustState, check_signatures, check_target
@@ -61,6 +62,61 @@ def check_url(url: str, what: str = "bundle URL") -> str:
     if parts.scheme not in URL_SCHEMES or not parts.hostname:
         raise FormatError(f"{what} {url!r}: only http and https URLs with a host are accepted")
     return url
+
+
+def timestamp() -> schema.Reader:
+    """A time as messages and state files carry it, kept as its text: a string of a bounded length (its
+    type checked before ``parse_time`` sees it) that ``parse_time`` takes (an offset, and a year far
+    enough from ``datetime``'s ends that adding a grace period cannot overflow)."""
+    as_text = schema.text(64)
+
+    def read_time(value: Any, path: str) -> str:
+        text = as_text(value, path)
+        try:
+            parse_time(text)
+        except FormatError as exc:
+            raise schema.Invalid(path, str(exc)) from None
+        return text
+
+    return read_time
+
+
+def _level(what: str, allow_empty: bool = False) -> schema.Reader:
+    """A fleet, device or model name: one MQTT topic level (``check_name``); empty where that means
+    "none"."""
+    as_text = schema.text(64, min_len=0 if allow_empty else 1)
+
+    def read_level(value: Any, path: str) -> str:
+        if as_text(value, path) == "":
+            return value
+        try:
+            return check_name(value, what)
+        except BadName as exc:
+            raise schema.Invalid(path, str(exc)) from None
+
+    return read_level
+
+
+def any_json(value: Any, path: str) -> Any:
+    """A value kept as it came (free-form data of strict JSON, whose depth ``parse_json`` bounds)."""
+    return value
+
+
+_TEXT = schema.text(256)
+#: chunk hashes an announcement may list: more would not fit under ``OtaConfig.max_manifest_bytes``
+MAX_CHUNKS = 1 << 20
+#: the fields an announcement carries (docs/PROTOCOL.md); a newer publisher's extra fields are kept
+ANNOUNCEMENT_SCHEMA = schema.record({
+    "type": schema.one_of(ANNOUNCE_TYPE), "format": schema.one_of(PROTOCOL_FORMAT),
+    "fleet": _level("fleet"), "seq": schema.integer(), "issued": timestamp(), "expires": timestamp(),
+    "bundle_sha256": schema.sha256(), "bundle_length": schema.integer(), "release": schema.integer(),
+    "name": _TEXT, "version": _TEXT, "chunk_bytes": schema.integer(1),
+    "chunks": schema.array(schema.sha256(), MAX_CHUNKS, 1), "select_below": schema.integer(0, BUCKETS),
+    "halted": Optional(schema.boolean(), False),
+    "hardware_ids": Optional(schema.array(_TEXT, 256), ()),
+    "profiles": Optional(schema.array(_TEXT, 256), ()),
+    "url": Optional(schema.text(MAX_URL_CHARS), ""),
+})
 
 
 @dataclass(frozen=True)
@@ -187,31 +243,28 @@ class Announcement:
                 "profiles": list(self.profiles), "type": ANNOUNCE_TYPE, "format": PROTOCOL_FORMAT}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Announcement:
+    def from_dict(cls, d: Any) -> Announcement:
+        """``FormatError`` for anything but a well-formed announcement (``ANNOUNCEMENT_SCHEMA``) whose chunk
+        hashes add up to its length."""
         what = "announcement"
-        _check_type(d, ANNOUNCE_TYPE, what)
-        try:
-            a = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
-        except TypeError as exc:
-            raise FormatError(f"{what}: {exc}") from None
-        lists = {k: getattr(a, k) for k in ("chunks", "hardware_ids", "profiles")}
-        if not all(isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
-                   for v in lists.values()):
-            raise FormatError(f"{what}: chunks, hardware_ids and profiles must be lists of strings")
-        a = cls(**{**asdict(a), **{k: tuple(v) for k, v in lists.items()}})
-        ints = (a.seq, a.bundle_length, a.release, a.chunk_bytes, a.select_below)
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in ints) \
-                or a.chunk_bytes == 0 or not isinstance(a.halted, bool):
-            raise FormatError(f"{what}: counters, lengths and chunk size must be non-negative integers")
-        if not (is_sha256_hex(a.bundle_sha256) and all(is_sha256_hex(c) for c in a.chunks)):
-            raise FormatError(f"{what}: malformed sha256")
-        if len(a.chunks) != max(1, math.ceil(a.bundle_length / a.chunk_bytes)):
+        doc = schema.read(d, ANNOUNCEMENT_SCHEMA, what, FormatError)
+        a = cls(**{k: doc[k] for k in cls.__dataclass_fields__})
+        if len(a.chunks) != max(1, -(-a.bundle_length // a.chunk_bytes)):
             raise FormatError(f"{what}: {len(a.chunks)} chunk hashes for {a.bundle_length} bytes in "
                               f"{a.chunk_bytes}-byte chunks")
-        parse_time(a.issued), parse_time(a.expires)
         if a.url != "":
             check_url(a.url, f"{what} url")
         return a
+
+
+#: a signed command's fields: the nonce is a hex string (a number would never match a stored one)
+COMMAND_SCHEMA = schema.record({
+    "type": schema.one_of(COMMAND_TYPE), "format": schema.one_of(PROTOCOL_FORMAT),
+    "fleet": _level("fleet"), "device": _level("device id"), "action": schema.one_of(*ACTIONS),
+    "nonce": schema.text(64, _NONCE.pattern), "issued": timestamp(), "expires": timestamp(),
+    "bundle_sha256": Optional(schema.text(64, "|[0-9a-f]{64}"), ""),
+    "model": Optional(_level("model", allow_empty=True), ""),
+})
 
 
 @dataclass(frozen=True)
@@ -231,27 +284,10 @@ class Command:
         return {**asdict(self), "type": COMMAND_TYPE, "format": PROTOCOL_FORMAT}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Command:
-        what = "command"
-        _check_type(d, COMMAND_TYPE, what)
-        try:
-            c = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
-        except TypeError as exc:
-            raise FormatError(f"{what}: {exc}") from None
-        if c.action not in ACTIONS or not _NONCE.fullmatch(str(c.nonce)):
-            raise FormatError(f"{what}: unknown action {c.action!r} or malformed nonce")
-        if c.model != "":
-            try:
-                check_name(c.model, "model")
-            except ValueError as exc:
-                raise FormatError(f"{what}: {exc}") from None
-        parse_time(c.issued), parse_time(c.expires)
-        return c
-
-
-def _check_type(d: Mapping[str, Any], kind: str, what: str) -> None:
-    if not isinstance(d, Mapping) or d.get("type") != kind or d.get("format") != PROTOCOL_FORMAT:
-        raise FormatError(f"{what}: want type {kind!r} format {PROTOCOL_FORMAT}")
+    def from_dict(cls, d: Any) -> Command:
+        """``FormatError`` for anything but a well-formed command (``COMMAND_SCHEMA``)."""
+        doc = schema.read(d, COMMAND_SCHEMA, "command", FormatError)
+        return cls(**{k: doc[k] for k in cls.__dataclass_fields__})
 
 
 def _signed(payload: bytes, trust: TrustState, what: str) -> dict[str, Any]:
@@ -328,20 +364,67 @@ class TelemetryRecord:
 
     @classmethod
     def from_bytes(cls, payload: bytes) -> TelemetryRecord:
-        """``FormatError`` for anything but a well-formed record of this protocol format."""
+        """``FormatError`` for anything but a well-formed record of this protocol format
+        (``TELEMETRY_SCHEMA``; a summary's per-model numbers too, which receivers format)."""
         what = "telemetry"
         if len(payload) > MAX_TELEMETRY_BYTES:
             raise LengthMismatch(f"{what}: {len(payload)} bytes, limit {MAX_TELEMETRY_BYTES}")
-        d = parse_json(payload, what)
-        _check_type(d, TELEMETRY_TYPE, what)
-        try:
-            r = cls(**{k: d[k] for k in cls.__dataclass_fields__})
-        except KeyError as exc:
-            raise FormatError(f"{what}: missing {exc}") from None
-        strings = (r.device, r.stream, r.time, r.event)
-        if not (isinstance(r.seq, int) and not isinstance(r.seq, bool) and r.seq >= 0
-                and all(isinstance(x, str) for x in strings) and isinstance(r.data, Mapping)):
-            raise FormatError(f"{what}: seq must be a non-negative integer, device, stream, time and event "
-                              "strings, data an object")
-        parse_time(r.time)
-        return r
+        doc = schema.read(parse_json(payload, what), TELEMETRY_SCHEMA, what, FormatError)
+        if doc["event"] == "summary":
+            schema.read(doc["data"], SUMMARY_DATA_SCHEMA, f"{what} summary", FormatError)
+        return cls(**{k: doc[k] for k in cls.__dataclass_fields__})
+
+
+_COUNT = Optional(schema.nullable(schema.integer()))
+#: a telemetry record; ``event`` is any short name (a newer agent's events are kept), ``data`` free-form
+TELEMETRY_SCHEMA = schema.record({
+    "type": schema.one_of(TELEMETRY_TYPE), "format": schema.one_of(PROTOCOL_FORMAT),
+    "device": _level("device id"), "stream": schema.text(64, min_len=1), "seq": schema.integer(),
+    "time": timestamp(), "event": schema.text(64, "[a-z0-9_]+"),
+    "data": schema.mapping(_TEXT, any_json, 1024),
+})
+#: a line's part of a status (``ModelLine.summary``, under ``models`` in a multi-model device's status,
+#: and under ``lines`` in its summaries): what publishers compare and dashboards show (a line's other
+#: fields are dropped: a publisher merges a line into the device's fields)
+_LINE_STATUS = {
+    "state": Optional(schema.text(64)), "release": _COUNT, "target_release": _COUNT,
+    "bundle": Optional(schema.text(64)), "error": Optional(schema.text(256)),
+}
+_LINES = Optional(schema.mapping(_TEXT, schema.record(_LINE_STATUS, extra="drop"), 1024))
+_MS = Optional(schema.nullable(schema.number()))
+_NAME_TEXT = Optional(schema.nullable(_TEXT))
+#: what a summary says per model (``ota.telemetry.ServingWatch.summary``) and per line, as far as
+#: receivers read it (``fleet_telemetry.format_record``, the dashboard): counts, latencies, health
+SUMMARY_DATA_SCHEMA = schema.record({
+    "models": Optional(schema.mapping(_TEXT, schema.record({
+        "release": _COUNT, "version": _NAME_TEXT, "variant": _NAME_TEXT, "submitted": _COUNT,
+        "completed": _COUNT, "stale": _COUNT, "shed": Optional(schema.integer(), 0),
+        "queue_full": Optional(schema.integer(), 0), "deadline_kills": _COUNT, "worker_restarts": _COUNT,
+        "latency_ms": Optional(schema.mapping(_TEXT, schema.nullable(schema.number()), 64), {}),
+        "variants": Optional(schema.mapping(_TEXT, schema.record({
+            "requests": _COUNT, "p50_ms": _MS, "p95_ms": _MS, "p99_ms": _MS}), 64), {}),
+        "thermal": Optional(schema.record({"degraded": Optional(schema.boolean(), False)}), {}),
+    }), 1024), {}),
+    "lines": _LINES,
+})
+#: a device's status as publishers and dashboards read it: unsigned, so every field they use is checked
+STATUS_SCHEMA = schema.record({
+    "device": _level("device id"), "time": Optional(timestamp()), "hardware_id": Optional(_TEXT),
+    "profile": Optional(_TEXT), "model": Optional(_level("model", allow_empty=True)), "models": _LINES,
+    **_LINE_STATUS,
+})
+MAX_STATUS_BYTES = 256 << 10
+
+
+def read_status(payload: bytes) -> dict[str, Any]:
+    """A status payload as a publisher reads it (``STATUS_SCHEMA``), with only the fields it carried
+    (an absent one stays absent: "no hardware id" means an older agent); ``FormatError`` (or
+    ``LengthMismatch`` past ``MAX_STATUS_BYTES``) for anything else."""
+    if len(payload) > MAX_STATUS_BYTES:
+        raise LengthMismatch(f"status: {len(payload)} bytes, limit {MAX_STATUS_BYTES}")
+    raw = parse_json(payload, "status")
+    doc = schema.read(raw, STATUS_SCHEMA, "status", FormatError)
+    if "models" in raw:
+        doc["models"] = {name: {k: v for k, v in line.items() if k in raw["models"][name]}
+                         for name, line in doc["models"].items()}
+    return {k: v for k, v in doc.items() if k in raw}

@@ -1,4 +1,10 @@
-"""Small durable JSON files (agent state, transfer progress, publisher state): written whole or not at all."""
+"""Small durable JSON files (agent state, transfer progress, publisher state): written whole or not at all,
+read back bounded and checked against the caller's schema (``runtime_wasm.schema``).
+
+Written atomically, such a file is damaged only from outside (a bad disk, a person, a bug elsewhere), and
+then it is a ``FormatError`` here; each reader says in its docstring whether that is fatal or the file is
+dropped and rebuilt.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from runtime_wasm import schema
+
+from .errors import FormatError
 
 
 @contextmanager
@@ -54,9 +64,19 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write(path, json.dumps(obj, indent=1, sort_keys=True).encode())
 
 
-def read_json(path: str | os.PathLike[str], default: Any) -> Any:
-    """The stored object, or ``default`` when the file does not exist yet."""
+#: the largest state file read back: they hold counters, hashes and bounded maps, far below this
+MAX_STATE_BYTES = 16 << 20
+
+
+def read_json(path: str | os.PathLike[str], default: Any, reader: schema.Reader | None = None,
+              max_bytes: int = MAX_STATE_BYTES) -> Any:
+    """The stored document read by ``reader`` (as it is without one), or ``default`` when the file does not
+    exist yet. ``FormatError`` naming the file when it is longer than ``max_bytes``, not JSON, or breaks
+    ``reader``: never a ``JSONDecodeError`` or, later, a ``TypeError`` from a value of the wrong type."""
     try:
-        return json.loads(Path(path).read_bytes())
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
     except FileNotFoundError:
         return default
+    doc = schema.load(data, max_bytes, str(path), FormatError)
+    return doc if reader is None else schema.read(doc, reader, str(path), FormatError)

@@ -36,8 +36,11 @@ from typing import Any, BinaryIO
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from runtime_wasm import schema
+
 from .config import TelemetrySettings
-from .errors import TelemetryError, TransportError
+from .errors import FormatError, TelemetryError, TransportError
+from .parse import parse_decimal
 from .protocol import TelemetryRecord, format_time
 from .serve import ModelRegistry
 from .store import read_json, write_json
@@ -45,6 +48,9 @@ from .transport import MqttClient
 
 log = logging.getLogger(__name__)
 CURSOR_FILE = "cursor.json"
+#: ``cursor.json``; ``removed_through`` is -1 before the first record is gone
+CURSOR_SCHEMA = schema.record({"stream": schema.text(64, min_len=1), "removed_through": schema.integer(-1),
+                               "dropped": schema.integer()})
 SEGMENT_SUFFIX = ".seg"
 _HEADER = struct.Struct(">4sIQI")  # magic, payload length, seq, crc32(seq + payload)
 _MAGIC = b"CVT1"
@@ -94,24 +100,23 @@ class TelemetryQueue:
 
     # -- reading what is on disk ----------------------------------------------------------------
     def _read_cursor(self) -> tuple[str, int, int]:
-        """(stream, removed_through, dropped). A new queue, or a damaged cursor (it is written atomically,
-        so only outside damage does that), starts a new stream, so that receivers take numbering that
-        starts over for what it is, not for repeats; records already queued keep the stream they name."""
+        """(stream, removed_through, dropped). A new queue, or a damaged cursor (``CURSOR_SCHEMA``; it is
+        written atomically, so only outside damage does that), starts a new stream, so that receivers take
+        numbering that starts over for what it is, not for repeats; records already queued keep the stream
+        they name."""
         try:
-            cursor = read_json(self.dir / CURSOR_FILE, None)
+            cursor = read_json(self.dir / CURSOR_FILE, None, CURSOR_SCHEMA)
             if cursor is not None:
-                stream = cursor["stream"]
-                if isinstance(stream, str) and stream:
-                    return stream, int(cursor["removed_through"]), int(cursor["dropped"])
-        except (ValueError, TypeError, KeyError) as exc:
-            log.warning("telemetry cursor %s unreadable (%s): a new stream", self.dir / CURSOR_FILE, exc)
+                return cursor["stream"], cursor["removed_through"], cursor["dropped"]
+        except FormatError as exc:
+            log.warning("telemetry cursor unreadable (%s): a new stream", exc)
         self.stream = secrets.token_hex(8)
         self._removed, self.dropped = -1, 0
         self._save()
         return self.stream, -1, 0
 
     def _segments(self) -> list[Path]:
-        return sorted((p for p in self.dir.glob(f"*{SEGMENT_SUFFIX}") if p.stem.isdigit()),
+        return sorted((p for p in self.dir.glob(f"*{SEGMENT_SUFFIX}") if parse_decimal(p.stem) is not None),
                       key=lambda p: int(p.stem))
 
     def _scan(self, segment: Path) -> None:

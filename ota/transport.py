@@ -193,9 +193,14 @@ class MqttClient:
     def _message(self, _c: paho.Client, _u: object, msg: paho.MQTTMessage) -> None:
         self.received += 1
         try:
-            self._on_message(msg.topic, msg.payload, bool(msg.retain))
+            topic = msg.topic
+        except UnicodeDecodeError:  # MQTT topics are UTF-8: no handler could match this one
+            log.warning("message refused: its topic is not UTF-8")
+            return
+        try:
+            self._on_message(topic, msg.payload, bool(msg.retain))
         except Exception:  # a handler bug must not kill the network thread
-            log.exception("message handler failed on %s", msg.topic)
+            log.exception("message handler failed on %s", topic)
 
     def _published(self, _c: paho.Client, _u: object, mid: int, reason: paho.ReasonCode,
                    _props: object) -> None:

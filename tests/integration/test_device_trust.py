@@ -377,7 +377,8 @@ def test_download_left_by_a_crash_after_the_install_is_dropped_at_start(fleet_wo
     transfer = state / TRANSFER_DIR
     transfer.mkdir()
     shutil.copy(fleet_world.bundles[2], transfer / PART_FILE)
-    (transfer / PROGRESS_FILE).write_text(json.dumps({"bundle_sha256": "x", "chunk_bytes": 1, "have": 3}))
+    progress = {"bundle_sha256": "0" * 64, "chunk_bytes": 1, "have": 3}  # well formed, another bundle's
+    (transfer / PROGRESS_FILE).write_text(json.dumps(progress))
     assert describe_state(state)["transfer"] is not None
     Agent(cfg, log_sink=JsonLog("left0", cfg.log_file)).close()
     assert not transfer.exists() and describe_state(state)["transfer"] is None

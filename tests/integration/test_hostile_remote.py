@@ -20,7 +20,7 @@ from fuzz.targets import all_targets
 from fuzz.targets.http_api import exchange, serve
 from fuzz.targets.http_download import LENGTH, OFFSET, HostileServer
 from ota.config import HttpDownloadLimits
-from ota.errors import LengthMismatch, RedirectRefused
+from ota.errors import HttpUnavailable, LengthMismatch, RedirectRefused
 from ota.http_client import InferenceClient
 from ota.http_download import open_body
 
@@ -43,6 +43,7 @@ DOWNLOAD_CASES = {
     "redirect-port-past-65535": RedirectRefused,
     "content-length-4000-digits": LengthMismatch,
     "content-range-5000-digits": LengthMismatch,
+    "chunk-size-negative-20-digits": HttpUnavailable,  # http.client's OverflowError in the body's read
 }
 
 
@@ -103,8 +104,9 @@ def test_download_regression_inputs_raise_the_named_refusal(name):
     server.answer = (REGRESSIONS / "http_download" / name).read_bytes()
     offset = OFFSET if b" 206 " in server.answer.split(b"\r\n", 1)[0] else 0
     with pytest.raises(DOWNLOAD_CASES[name]):
-        open_body(f"http://127.0.0.1:{server.port}/bundle.cvb", offset, LENGTH,
-                  HttpDownloadLimits(connect_timeout_s=5, read_timeout_s=5, max_redirects=2))
+        body = open_body(f"http://127.0.0.1:{server.port}/bundle.cvb", offset, LENGTH,
+                         HttpDownloadLimits(connect_timeout_s=5, read_timeout_s=5, max_redirects=2))
+        body.read_exact(LENGTH - offset, 5.0)
 
 
 def test_served_model_answers_normal_clients_while_a_hostile_one_sends_every_harness_input(api):

@@ -158,7 +158,7 @@ def test_announcement_targets_are_signed_optional_and_checked(ring):
     envelope["signed"]["profiles"] = [AVX2]
     with pytest.raises(BadSignature):
         verify_announcement(json.dumps(envelope).encode(), trust, "lab", now, limits)
-    with pytest.raises(FormatError, match="lists of strings"):
+    with pytest.raises(FormatError, match="profiles: must be a list"):
         verify({**ann.to_dict(), "profiles": PI4})
 
 
