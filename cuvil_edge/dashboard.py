@@ -31,7 +31,9 @@ from importlib import resources
 from typing import Any
 
 from ota.config import BrokerSettings, TransferLimits
-from ota.protocol import TelemetryRecord, Topics, format_time
+from ota.crypto import parse_json
+from ota.errors import OtaError
+from ota.protocol import TelemetryRecord, Topics, format_time, read_status
 from ota.transport import MqttClient
 
 from .errors import CuvilError
@@ -155,13 +157,16 @@ class FleetView:
             self.mqtt.close()
 
     def _on(self, topic: str, payload: bytes, _retained: bool) -> None:
+        """A rollout state (strict JSON) or a device status (``read_status``: its schema, as the publisher
+        reads it); anything else is logged and dropped, never raised on the network thread."""
+        rollout = topic == self._rollout_topic or topic.startswith(self._line_rollouts)
         try:
-            msg = json.loads(payload) if payload else None
-        except ValueError:
-            log.warning("dashboard: unreadable message on %s dropped", topic)
+            msg = None if not payload else parse_json(payload, "rollout") if rollout else read_status(payload)
+        except OtaError as exc:
+            log.warning("dashboard: unreadable message on %s dropped: %s", topic, exc)
             return
         with self._lock:
-            if topic == self._rollout_topic or topic.startswith(self._line_rollouts):
+            if rollout:
                 line = topic[len(self._line_rollouts):] if topic != self._rollout_topic else ""
                 if isinstance(msg, dict) and msg.get("type") == ROLLOUT_TYPE:
                     self.rollouts[line] = msg

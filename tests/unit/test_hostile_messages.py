@@ -15,6 +15,7 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
+from cuvil_edge.dashboard import FleetView
 from cuvil_edge.fleet import Publisher
 from cuvil_edge.fleet_telemetry import TelemetryCollector
 from fuzz.engine import REGRESSIONS
@@ -137,6 +138,23 @@ def test_publisher_keeps_a_well_formed_status_and_refuses_a_mistyped_one(tmp_pat
     bad = json.loads(regression("mqtt_messages", "status-release-a-string"))
     publisher._on_status(bad["topic"], raw(bad["payload"]), False)
     assert publisher.devices[DEVICE]["release"] == 3  # the refused status replaced nothing
+
+
+def test_dashboard_keeps_a_well_formed_status_and_drops_a_hostile_one(tmp_path):
+    """The dashboard read statuses with json.loads: one nested 5,000 deep raised RecursionError on the
+    network thread. It reads them as the publisher does (``read_status``) and drops what fails."""
+    view = FleetView(BrokerSettings(), FLEET)
+    try:
+        good = status_payload(DEVICE, "active", hardware_id=HW, profile="", release=3)
+        view._on(TOPICS.status(DEVICE), good, False)
+        assert view.statuses[DEVICE]["release"] == 3
+        deep = json.loads(regression("mqtt_messages", "status-deeply-nested"))
+        view._on(deep["topic"], raw(deep["payload"]), False)
+        mistyped = json.loads(regression("mqtt_messages", "status-release-a-string"))
+        view._on(mistyped["topic"], raw(mistyped["payload"]), False)
+        assert view.statuses[DEVICE]["release"] == 3
+    finally:
+        view.close()
 
 
 def test_collector_counts_a_malformed_record_as_refused_and_keeps_a_good_one():
