@@ -45,8 +45,10 @@ def _as_args(example_inputs: Any) -> tuple[Any, ...]:
     return tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
 
 
-def _export(module: Any, args: tuple[Any, ...], exporter: str, input_names: Sequence[str] | None,
-            output_names: Sequence[str] | None) -> onnx.ModelProto:
+def export_once(module: Any, args: tuple[Any, ...], exporter: str, input_names: Sequence[str] | None,
+                output_names: Sequence[str] | None) -> onnx.ModelProto:
+    """One exporter's ONNX of ``module`` at ``args``, its own exceptions unwrapped (``export_onnx`` tries
+    them in turn)."""
     import onnx
 
     torch = require_torch()
@@ -83,7 +85,7 @@ def export_onnx(module: Any, example_inputs: Any, exporter: str = "auto",
     failures = []
     for kind in EXPORTERS if exporter == "auto" else (exporter,):
         try:
-            proto = _export(module, args, kind, input_names, output_names)
+            proto = export_once(module, args, kind, input_names, output_names)
         except Exception as exc:  # noqa: BLE001 (exporters raise anything; each one's reason is reported)
             failures.append(f"{kind} exporter: {_first_line(exc)}")
             continue
