@@ -96,6 +96,10 @@ def _verify_root(envelope: Any, trusted: Root | None) -> Root:
     return new
 
 
+#: verified manifests ``accept_release`` will take (the latest ones): a state that verifies release after
+#: release without installing one (a fuzzer, a refused payload each time) keeps no more than these
+MAX_PENDING_VERIFIED = 8
+
 class TrustState:
     """Trusted root + highest installed release counter; updated only by checks that all passed."""
 
@@ -157,6 +161,8 @@ class TrustState:
         if total > self.config.max_bundle_bytes:
             raise LengthMismatch(f"payloads declare {total} bytes, limit {self.config.max_bundle_bytes}")
         self._verified[id(manifest)] = manifest
+        while len(self._verified) > MAX_PENDING_VERIFIED:  # oldest first: a verify that never installs
+            del self._verified[next(iter(self._verified))]
         return manifest
 
     def recheck_release(self, envelope: Mapping[str, Any], now: datetime) -> Manifest:

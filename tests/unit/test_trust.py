@@ -271,3 +271,18 @@ def test_misuse_by_the_caller_is_a_runtime_error(ring):
     state.accept_release(m)
     with pytest.raises(RuntimeError):
         state.accept_release(m)
+
+
+def test_verifying_without_installing_keeps_only_the_latest_verified_manifests(ring):
+    """The manifest fuzzer grew a TrustState by one kept manifest per verify (1.3 GB after a million): only
+    the latest MAX_PENDING_VERIFIED stay acceptable, the oldest is forgotten (verify it again)."""
+    from ota.trust import MAX_PENDING_VERIFIED
+
+    state = ring["state"]
+    verified = [state.verify_release(sign_envelope(manifest_doc(r), ring["release"]), NOW, HW)
+                for r in range(1, 3 * MAX_PENDING_VERIFIED + 1)]
+    assert len(state._verified) == MAX_PENDING_VERIFIED
+    with pytest.raises(RuntimeError):
+        state.accept_release(verified[0])
+    state.accept_release(verified[-1])
+    assert state.release_counter == 3 * MAX_PENDING_VERIFIED
