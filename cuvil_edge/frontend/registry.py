@@ -13,7 +13,9 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from ..errors import ShapeError
 from ..ir.graph import Graph, Node, Value
+from ..ir.limits import charge
 from ..ops import get as get_op
 
 F = TypeVar("F", bound=Callable[..., None])
@@ -82,8 +84,14 @@ def emit_node(graph: Graph, op: str, inputs: list[Value], attrs: dict[str, Any],
     """Shared by importers and passes: infer types, fold constant nodes eagerly, else append."""
     opdef = get_op(op)
     probe = Node(op, name, inputs, [], attrs)
-    types = list(opdef.infer(probe))
+    try:
+        types = list(opdef.infer(probe))
+    except ShapeError as exc:  # a type too large or negative says nothing of where: name the node
+        if name in str(exc):
+            raise
+        raise ShapeError(f"node {name!r} ({op}): {exc}") from exc
     if all(v.is_const for v in inputs) and opdef.fold is not None:
+        charge(sum(t.nbytes for t in types), f"node {name!r} ({op})")  # before the fold allocates
         arrays = opdef.fold(probe, [v.const for v in inputs])
         outs = [graph.constant(f"{name}:{i}", np.asarray(a, dtype=t.dtype).reshape(t.shape))
                 for i, (a, t) in enumerate(zip(arrays, types))]
@@ -112,6 +120,11 @@ class IRBuilder:
     def emit1(self, op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None,
               name: str | None = None) -> Value:
         return self.emit(op, inputs, attrs, name)[0]
+
+    def materialise(self, nbytes: int) -> None:
+        """Count a constant about to be made from shapes alone (a mask, an eye, a ramp) against the
+        import's budget, before it is allocated."""
+        charge(int(nbytes), f"node {self.name!r}")
 
     def constant(self, array: np.ndarray, name: str = "const") -> Value:
         return self.graph.constant(f"{self.name}/{name}", np.asarray(array))

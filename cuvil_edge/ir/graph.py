@@ -14,6 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ShapeError
+from .limits import check_shape
+
 #: dtypes the IR knows (a quantized tensor's integers are one of them; its parameters: ``QuantParams``)
 DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool", "float64", "int16", "uint16",
           "uint32", "uint64")
@@ -38,7 +41,8 @@ class TensorType:
         if self.dtype not in DTYPES and string_width(self.dtype) is None:
             raise ValueError(f"unknown dtype {self.dtype!r}")
         if any((not isinstance(d, (int, np.integer))) or d < 0 for d in self.shape):
-            raise ValueError(f"shape must be static non-negative ints, got {self.shape}")
+            raise ShapeError(f"shape must be static non-negative ints, got {self.shape}")
+        check_shape(self.shape)
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
 
     @property

@@ -45,6 +45,10 @@ def _spatial(node: Node) -> dict[str, int]:
     x, w = node.inputs[0].type.shape, node.inputs[1].type.shape
     a = node.attrs
     n = len(x) - 2
+    if len(a["strides"]) != n or len(a["dilations"]) != n or len(a["pads"]) != 2 * n or \
+            min(*a["strides"], *a["dilations"], a.get("group", 1)) < 1:
+        raise ShapeError(f"{node.name}: strides {a['strides']}, dilations {a['dilations']} and group "
+                         f"{a.get('group', 1)} (each at least 1), pads {a['pads']} for {n} spatial axes")
     lead = [1] * (3 - n)
     (D, H, W), (kd, kh, kw) = lead + list(x[2:]), lead + list(w[2:])
     (sd, sh, sw), (dd, dh, dw) = lead + list(a["strides"]), lead + list(a["dilations"])

@@ -53,7 +53,7 @@ def gemm_kernel_name(m: int) -> str:
 # -- gemm: y[..., N] = act(x[..., K] @ w[K, N] + bias[N]) -----------------------------------------
 def _gemm_infer(node: Node) -> list[TensorType]:
     x, w = node.inputs[0].type, node.inputs[1].type
-    if len(w.shape) != 2 or x.shape[-1] != w.shape[0]:
+    if len(w.shape) != 2 or not x.shape or x.shape[-1] != w.shape[0]:
         raise ShapeError(f"{node.name}: gemm shapes {x.shape} x {w.shape} do not agree")
     return [TensorType((*x.shape[:-1], w.shape[1]), "float32")]
 

@@ -279,6 +279,8 @@ declare("space_to_depth", {"blocksize": Attr(INT), "channels_last": Attr(bool, r
 # -- concat / split -----------------------------------------------------------------------------------
 def _concat_infer(node: Node) -> list[TensorType]:
     ts = [v.type for v in node.inputs]
+    if not ts or not ts[0].shape:
+        raise ShapeError(f"{node.name}: concat needs inputs of rank 1 or more, got {[str(t) for t in ts]}")
     ax = _axis(node, len(ts[0].shape))
     for t in ts[1:]:
         if len(t.shape) != len(ts[0].shape) or t.dtype != ts[0].dtype or any(
@@ -342,7 +344,13 @@ def _slice_infer(node: Node) -> list[TensorType]:
     a = node.attrs
     if not len(a["starts"]) == len(a["ends"]) == len(a["steps"]) == len(t.shape):
         raise ShapeError(f"{node.name}: slice attrs must cover all {len(t.shape)} axes")
+    if 0 in a["steps"]:
+        raise ShapeError(f"{node.name}: slice step 0")
     shape = tuple(len(range(s, e, st)) for s, e, st in zip(a["starts"], a["ends"], a["steps"]))
+    for n, s, st, dim in zip(shape, a["starts"], a["steps"], t.shape):  # every element read is inside x
+        if n and not (0 <= s < dim and 0 <= s + (n - 1) * st < dim):
+            raise ShapeError(f"{node.name}: slice {a['starts']}:{a['ends']}:{a['steps']} reads outside "
+                             f"{t.shape}")
     return [TensorType(shape, t.dtype)]
 
 
@@ -511,6 +519,13 @@ register(OpDef("tile", _tile_infer, lambda n, a: [np.tile(a[0], n.attrs["repeats
 def _gather_infer(node: Node) -> list[TensorType]:
     x, i = node.inputs[0].type, node.inputs[1].type
     ax = _axis(node, len(x.shape))
+    if not x.shape:
+        raise ShapeError(f"{node.name}: gather from a scalar")
+    if node.inputs[1].is_const and node.inputs[1].const.size:  # build-time indices: in range, or refused
+        idx = node.inputs[1].const
+        if idx.min() < -x.shape[ax] or idx.max() >= x.shape[ax]:
+            raise ShapeError(f"{node.name}: gather indices [{idx.min()}, {idx.max()}] outside an axis of "
+                             f"{x.shape[ax]}")
     return [TensorType(x.shape[:ax] + i.shape + x.shape[ax + 1:], x.dtype)]
 
 
@@ -576,7 +591,11 @@ def _range_len(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> int:
 def _range_infer(node: Node) -> list[TensorType]:
     if not all(v.is_const for v in node.inputs):
         raise ShapeError(f"{node.name}: range start/limit/delta must be known at build time")
+    if len(node.inputs) != 3 or any(v.const.size != 1 for v in node.inputs):
+        raise ShapeError(f"{node.name}: range start/limit/delta must be one value each")
     start, limit, delta = (v.const.reshape(()) for v in node.inputs)
+    if float(delta) == 0 or not np.isfinite((float(limit) - float(start)) / float(delta)):
+        raise ShapeError(f"{node.name}: range({start}, {limit}, {delta}) has no finite length")
     return [TensorType((_range_len(start, limit, delta),), str(start.dtype))]
 
 

@@ -52,6 +52,10 @@ def pool_geometry(node: Node) -> list[dict[str, int]]:
     n = len(x) - 2
     if n not in (1, 2, 3) or len(a["kernel"]) != n:
         raise ShapeError(f"{node.name}: pool needs NCL, NCHW or NCDHW input and a matching kernel, got {x}")
+    if len(a["strides"]) != n or len(a["dilations"]) != n or len(a["pads"]) != 2 * n or \
+            min(*a["kernel"], *a["strides"], *a["dilations"]) < 1:
+        raise ShapeError(f"{node.name}: pool kernel {a['kernel']}, strides {a['strides']}, dilations "
+                         f"{a['dilations']} (each at least 1), pads {a['pads']} for {n} spatial axes")
     axes: list[Axis] = [(x[2 + i], a["kernel"][i], a["strides"][i], a["dilations"][i], a["pads"][i],
                          a["pads"][n + i]) for i in range(n)]
     ceil = bool(a.get("ceil_mode", 0))

@@ -622,8 +622,24 @@ def _dequantize_emit(node: Node, ctx: EmitContext) -> str:
     return _blockwise(node, ctx, "qu8_dequantize({n}, {x}, {y}, {s}, &z);")
 
 
-register(OpDef("quantize", _same_shape("uint8"), _quantize_fold, _quantize_emit, kernels=("qs8-gemm",)))
-register(OpDef("dequantize", _same_shape("float32"), _dequantize_fold, _dequantize_emit,
+def _qdq_infer(dtype: str) -> Callable[[Node], list[TensorType]]:
+    """x's shape in ``dtype``, once its scale and zero point are one value each or one per channel of
+    ``axis`` (what the fold broadcasts and the kernel indexes by channel)."""
+
+    def infer(node: Node) -> list[TensorType]:
+        x = node.inputs[0].type
+        rank, axis = len(x.shape), node.attrs.get("axis", 1)
+        for p in node.inputs[1:]:
+            n = p.type.size
+            if n != 1 and (len(p.type.shape) != 1 or not -rank <= axis < rank or n != x.shape[axis]):
+                raise ShapeError(f"{node.name}: {n} scales or zero points for axis {axis} of {x}")
+        return [TensorType(x.shape, dtype)]
+
+    return infer
+
+
+register(OpDef("quantize", _qdq_infer("uint8"), _quantize_fold, _quantize_emit, kernels=("qs8-gemm",)))
+register(OpDef("dequantize", _qdq_infer("float32"), _dequantize_fold, _dequantize_emit,
                kernels=("qs8-gemm",)))
 declare("quantize", {"axis": Attr(INT, required=False)})
 declare("dequantize", {"axis": Attr(INT, required=False)})

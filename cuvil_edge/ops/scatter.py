@@ -1,6 +1,7 @@
 """Index-driven ops: ``scatter_elements`` (ONNX ScatterElements and opset-9 Scatter) and
-``gather_elements`` (GatherElements) along one axis, and ``scatter_nd`` (ScatterND: slices at index
-tuples, as exporters write KV-cache updates).
+``gather_elements`` (GatherElements) along one axis, ``scatter_nd`` (ScatterND: slices at index
+tuples, as exporters write KV-cache updates) and ``gather_nd`` (GatherND: slices read at index tuples,
+as torch's dynamo exporter writes advanced indexing).
 
 ``scatter_elements``: inputs data, indices (int32 or int64, run time or constant), updates (the
 indices' shape).
@@ -167,3 +168,62 @@ def _nd_emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("scatter_nd", _nd_infer, _nd_fold, _nd_emit, inplace=True))
+
+
+# -- gather_nd -----------------------------------------------------------------------------------------
+def _gnd_infer(node: Node) -> list[TensorType]:
+    """ONNX GatherND: indices ``[*batch, *rest, k]`` pick slices ``data[*batch, i0..ik-1, ...]``; the
+    output is ``indices.shape[:-1] + data.shape[batch_dims + k:]``."""
+    data, ind = (v.type for v in node.inputs)
+    b = node.attrs["batch_dims"]
+    k = ind.shape[-1] if ind.shape else 0
+    if (not ind.shape or ind.dtype != "int64" or not 1 <= k <= len(data.shape) - b or b < 0
+            or ind.shape[:b] != data.shape[:b] or len(ind.shape) <= b):
+        raise ShapeError(f"{node.name}: gather_nd of {ind} from {data} (batch_dims {b})")
+    return [TensorType(ind.shape[:-1] + data.shape[b + k:], data.dtype)]
+
+
+def _gnd_fold(node: Node, args) -> list[np.ndarray]:
+    data, ind = args
+    b, k = node.attrs["batch_dims"], ind.shape[-1]
+    batches = int(np.prod(data.shape[:b], dtype=np.int64))
+    flat_data = data.reshape(batches, *data.shape[b:])
+    flat_ind = ind.reshape(batches, -1, k)
+    rows = []
+    dims = data.shape[b:b + k]
+    if ((flat_ind < -np.array(dims)) | (flat_ind >= np.array(dims))).any():
+        raise ShapeError(f"{node.name}: gather_nd index outside {list(dims)}")
+    for bi in range(batches):
+        for idx in flat_ind[bi]:
+            at = tuple(int(i) + (d if i < 0 else 0) for i, d in zip(idx, dims))
+            rows.append(flat_data[bi][at])
+    out_shape = ind.shape[:-1] + data.shape[b + k:]
+    return [np.array(rows, dtype=data.dtype).reshape(out_shape)]
+
+
+def _gnd_emit(node: Node, ctx: EmitContext) -> str:
+    """One slice of ``prod(data.shape[batch_dims + k:])`` elements copied per index tuple; an index
+    outside ``[-dim, dim)`` traps, as in ``scatter_nd``."""
+    data, ind = node.inputs
+    y = node.outputs[0]
+    ctx.use_kernel(f"{dtype_code(y.type.dtype)}-gathernd")
+    b, k = node.attrs["batch_dims"], ind.type.shape[-1]
+    shape = data.type.shape
+    strides = strides_of(shape)
+    slice_size = int(np.prod(shape[b + k:], dtype=np.int64))
+    per_batch = int(np.prod(ind.type.shape[b:-1], dtype=np.int64))
+    batch_bytes = int(np.prod(shape[b:], dtype=np.int64))  # elements of one batch entry of data
+    offset = [f"  int64_t j{d} = {ctx.ptr(ind)}[n * {k} + {d}];\n"
+              f"  j{d} = j{d} < 0 ? j{d} + {shape[b + d]} : j{d};\n"
+              f"  if (j{d} < 0 || j{d} >= {shape[b + d]}) __builtin_trap();" for d in range(k)]
+    at = " + ".join([f"(size_t)(n / {per_batch}) * {batch_bytes}" if b else "0",
+                     *(f"(size_t)j{d} * {strides[b + d]}" for d in range(k))])
+    return "\n".join([
+        f"for (size_t n = 0; n < {ind.type.size // k}; n++) {{",
+        *offset,
+        f"  memcpy({ctx.ptr(y)} + n * {slice_size}, {ctx.ptr(data)} + {at}, "
+        f"{slice_size} * sizeof(*{ctx.ptr(y)}));",
+        "}"])
+
+
+register(OpDef("gather_nd", _gnd_infer, _gnd_fold, _gnd_emit))

@@ -166,7 +166,7 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("{dtype}-argmax", None), Kernel("{dtype}-argmin", None),
     Kernel("{dtype}-cumsum", None), Kernel("{dtype}-topk", None),
     Kernel("{dtype}-scatter-{kind}", None), Kernel("{dtype}-scatternd-{kind}", None),
-    Kernel("{dtype}-gather-elements", None),
+    Kernel("{dtype}-gather-elements", None), Kernel("{dtype}-gathernd", None),
     Kernel("{dtype}-onehot", None),
     Kernel("x8-slice-rt", None, note="Slice with run-time bounds: rows copied as bytes"),
     Kernel("{dtype}-range-rt", None, note="Range with run-time bounds"),

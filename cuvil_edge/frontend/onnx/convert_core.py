@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import ConvertContext, converter
+from .importer import tensor_array
+from .registry import ConvertContext, converter, int_list
 
 
 @converter("Constant")
 def constant(ctx: ConvertContext) -> None:
-    from onnx import numpy_helper
-
     for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
         v = ctx.attr(key)
         if v is None:
             continue
         if key == "value":
-            arr = numpy_helper.to_array(v)
+            arr = tensor_array(v, ctx.op_type, ctx.name, ctx.opset)
         elif key.startswith("value_float"):
             arr = np.asarray(v, np.float32)
         else:
@@ -37,6 +36,7 @@ def identity(ctx: ConvertContext) -> None:
     x = ctx.input(0)
     outs = [x]
     if len(ctx.proto.output) > 1 and ctx.proto.output[1]:
+        ctx.materialise(x.type.size)
         outs.append(ctx.constant(np.ones(x.type.shape, bool), "mask"))
     ctx.set_outputs(*outs)
 
@@ -60,8 +60,13 @@ def _reshape_to(ctx: ConvertContext, shape: list[int]) -> None:
 @converter("Reshape")
 def reshape(ctx: ConvertContext) -> None:
     x = ctx.input(0)
-    target = [int(d) for d in (ctx.attr("shape") if ctx.opset < 5 else ctx.const(1))]
+    given = ctx.attr("shape") if ctx.opset < 5 else ctx.const(1)
+    if given is None:
+        raise ctx.unsupported("the target shape is required")
+    target = int_list(given, f"{ctx.name}: the target shape")
     allowzero = ctx.attr("allowzero", 0)
+    if not allowzero and 0 in target[len(x.type.shape):]:
+        raise ctx.unsupported(f"shape {target} copies a dim (0) the rank-{len(x.type.shape)} input lacks")
     out = [x.type.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
     if out.count(-1) > 1:
         raise ctx.unsupported(f"shape {target} has more than one -1")
@@ -81,14 +86,14 @@ def flatten(ctx: ConvertContext) -> None:
 
 def _axes(ctx: ConvertContext) -> list[int] | None:
     axes = ctx.attr("axes") if ctx.opset < 13 else ctx.const(1)
-    return None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+    return None if axes is None else int_list(axes, f"{ctx.name}: axes")
 
 
 @converter("Squeeze")
 def squeeze(ctx: ConvertContext) -> None:
     s = list(ctx.input(0).type.shape)
     axes = _axes(ctx)
-    axes = [i for i, d in enumerate(s) if d == 1] if axes is None else [a % len(s) for a in axes]
+    axes = [i for i, d in enumerate(s) if d == 1] if axes is None else [ctx.axis(a, len(s)) for a in axes]
     if any(s[a] != 1 for a in axes):
         raise ctx.unsupported(f"cannot squeeze axes {axes} of shape {s}")
     _reshape_to(ctx, [d for i, d in enumerate(s) if i not in axes])
@@ -99,6 +104,6 @@ def unsqueeze(ctx: ConvertContext) -> None:
     s = list(ctx.input(0).type.shape)
     axes = _axes(ctx) or []
     rank = len(s) + len(axes)
-    for a in sorted(x % rank for x in axes):
+    for a in sorted(ctx.axis(x, rank) for x in axes):
         s.insert(a, 1)
     _reshape_to(ctx, s)

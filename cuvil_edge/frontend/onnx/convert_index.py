@@ -1,10 +1,16 @@
 """Converters for index-driven writes and reads: OneHot -> ``onehot``, ScatterElements / Scatter ->
-``scatter_elements``, ScatterND -> ``scatter_nd``, GatherElements -> ``gather_elements``. Axes are
+``scatter_elements``, ScatterND -> ``scatter_nd``, GatherElements -> ``gather_elements``, GatherND ->
+``gather_nd``. Axes are
 normalised to non-negative here; OneHot's depth sets the output shape, so it must be known at build
 time."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
+from ...ir.graph import Value
 from ...ops.scatter import REDUCTIONS
 from .registry import ConvertContext, converter
 
@@ -19,8 +25,19 @@ def onehot(ctx: ConvertContext) -> None:
     axis = int(ctx.attr("axis", -1))
     if not -rank <= axis < rank:
         raise ctx.unsupported(f"axis {axis} is out of range for rank-{rank} output")
-    attrs = {"axis": axis % rank, "depth": int(depth.reshape(-1)[0])}
+    attrs = {"axis": ctx.axis(axis, rank), "depth": int(depth.reshape(-1)[0])}
     ctx.set_outputs(ctx.emit1("onehot", [ind, values], attrs))
+
+
+def _check_indices(ctx: ConvertContext, ind: Value, dims: Sequence[int]) -> None:
+    """Build-time indices inside ``dims`` (one bound per index column: the last axis for ScatterND, the
+    one axis otherwise; negative counts from the end): a fold would read past the data."""
+    if not ind.is_const or not ind.const.size:
+        return
+    cols = np.asarray(ind.const).reshape(-1, len(dims))
+    bound = np.asarray(dims, np.int64)
+    if (cols < -bound).any() or (cols >= bound).any():
+        raise ctx.unsupported(f"indices [{cols.min()}, {cols.max()}] outside dims {list(dims)}")
 
 
 @converter("ScatterElements", "Scatter")
@@ -32,7 +49,8 @@ def scatter_elements(ctx: ConvertContext) -> None:
         raise ctx.unsupported(f"axis {axis} is out of range for rank {rank}")
     if reduction not in REDUCTIONS:
         raise ctx.unsupported(f"reduction={reduction!r}")
-    attrs = {"axis": axis % rank, "reduction": reduction}
+    attrs = {"axis": ctx.axis(axis, rank), "reduction": reduction}
+    _check_indices(ctx, ind, [data.type.shape[attrs["axis"]]])
     ctx.set_outputs(ctx.emit1("scatter_elements", [data, ind, upd], attrs))
 
 
@@ -43,7 +61,8 @@ def gather_elements(ctx: ConvertContext) -> None:
     axis = int(ctx.attr("axis", 0))
     if not -rank <= axis < rank:
         raise ctx.unsupported(f"axis {axis} for rank {rank}")
-    ctx.set_outputs(ctx.emit1("gather_elements", [data, ind], {"axis": axis % rank}))
+    _check_indices(ctx, ind, [data.type.shape[ctx.axis(axis, rank)]])
+    ctx.set_outputs(ctx.emit1("gather_elements", [data, ind], {"axis": ctx.axis(axis, rank)}))
 
 
 @converter("ScatterND")
@@ -54,4 +73,20 @@ def scatter_nd(ctx: ConvertContext) -> None:
         raise ctx.unsupported(f"reduction {reduction!r}")
     if ind.type.dtype != "int64":
         raise ctx.unsupported(f"indices of {ind.type.dtype} (int64)")
+    k = ind.type.shape[-1] if ind.type.shape else 0
+    if not 1 <= k <= len(data.type.shape):
+        raise ctx.unsupported(f"indices of shape {ind.type.shape} for data of rank {len(data.type.shape)}")
+    _check_indices(ctx, ind, data.type.shape[:k])
     ctx.set_outputs(ctx.emit1("scatter_nd", [data, ind, upd], {"reduction": reduction}))
+
+
+@converter("GatherND")
+def gather_nd(ctx: ConvertContext) -> None:
+    data, ind = ctx.input(0), ctx.input(1)
+    batch_dims = int(ctx.attr("batch_dims", 0))
+    if ind.type.dtype != "int64":
+        raise ctx.unsupported(f"indices of {ind.type.dtype} (int64)")
+    if not 0 <= batch_dims < min(len(data.type.shape), len(ind.type.shape)):
+        raise ctx.unsupported(f"batch_dims {batch_dims} for data of rank {len(data.type.shape)} and indices "
+                              f"of rank {len(ind.type.shape)}")
+    ctx.set_outputs(ctx.emit1("gather_nd", [data, ind], {"batch_dims": batch_dims}))

@@ -12,7 +12,7 @@ from ...ops.common import broadcast_shape
 from ...ops.logic import BINARY_LOOP_C, BINARY_LOOP_DTYPES, REDUCE_LOOP, REDUCE_LOOP_DTYPES
 from ...ops.mod import CODES as MOD_DTYPES
 from .importer import np_dtype_of_onnx
-from .registry import ConvertContext, converter
+from .registry import ConvertContext, converter, int_list
 
 _COMMUTATIVE = ("add", "mul", "max", "min")
 
@@ -120,7 +120,7 @@ def _reduce_axes(ctx: ConvertContext) -> list[int] | None:
     rank = len(x.type.shape)
     axes_as_input = ctx.opset >= (13 if ctx.op_type == "ReduceSum" else 18)
     axes = ctx.const(1) if axes_as_input else ctx.attr("axes")
-    axes = [] if axes is None else [int(a) % max(rank, 1) for a in np.asarray(axes).reshape(-1)]
+    axes = [] if axes is None else [ctx.axis(a, max(rank, 1)) for a in int_list(axes, f"{ctx.name}: axes")]
     if not axes:
         if ctx.attr("noop_with_empty_axes", 0):
             return None

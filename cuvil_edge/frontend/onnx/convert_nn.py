@@ -35,11 +35,21 @@ def _conv_common(ctx: ConvertContext) -> tuple[list, int, list[int], list[int], 
     n = len(w.type.shape) - 2
     if n not in (1, 2, 3):
         raise ctx.unsupported(f"{n}D {ctx.op_type} (1D, 2D and 3D are supported)")
-    kernel = list(ctx.attr("kernel_shape", w.type.shape[2:]))
-    strides = list(ctx.attr("strides", [1] * n))
-    dilations = list(ctx.attr("dilations", [1] * n))
+    kernel = ctx.positive_ints("kernel_shape", w.type.shape[2:], n)
+    strides = ctx.positive_ints("strides", [1] * n, n)
+    dilations = ctx.positive_ints("dilations", [1] * n, n)
+    if len(x.type.shape) != n + 2:
+        raise ctx.unsupported(f"input of shape {x.type.shape} for {n}D weights {w.type.shape}")
     ins = [x, w] + ([ctx.input(2)] if ctx.has_input(2) else [])
     return ins, n, kernel, strides, dilations
+
+
+def _group(ctx: ConvertContext) -> int:
+    """The ``group`` attribute, refused when not at least 1 (channels are divided by it)."""
+    group = int(ctx.attr("group", 1))
+    if group < 1:
+        raise ctx.unsupported(f"group={group}")
+    return group
 
 
 @converter("Conv")
@@ -47,7 +57,7 @@ def conv(ctx: ConvertContext) -> None:
     ins, _, kernel, strides, dilations = _conv_common(ctx)
     pads = conv_pads(ctx, list(ins[0].type.shape[2:]), kernel, strides, dilations)
     ctx.set_outputs(ctx.emit1("conv", ins, dict(strides=strides, dilations=dilations, pads=pads,
-                                                group=int(ctx.attr("group", 1)))))
+                                                group=_group(ctx))))
 
 
 @converter("ConvTranspose")
@@ -80,7 +90,7 @@ def conv_transpose(ctx: ConvertContext) -> None:
             raise ctx.unsupported(f"pads {pads} do not match {n} spatial dims")
     ctx.set_outputs(ctx.emit1("conv_transpose", ins, dict(
         strides=strides, dilations=dilations, pads=pads, output_padding=out_pad,
-        group=int(ctx.attr("group", 1)))))
+        group=_group(ctx))))
 
 
 def _scaled(ctx: ConvertContext, v, factor: float, what: str):
@@ -94,6 +104,8 @@ def _scaled(ctx: ConvertContext, v, factor: float, what: str):
 @converter("Gemm")
 def gemm(ctx: ConvertContext) -> None:
     a, b = ctx.input(0), ctx.input(1)
+    if len(a.type.shape) != 2 or len(b.type.shape) != 2:
+        raise ctx.unsupported(f"Gemm multiplies matrices, got shapes {a.type.shape} and {b.type.shape}")
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     if ctx.attr("transA", 0):
         a = ctx.emit1("transpose", [a], {"perm": [1, 0]}, name=f"{ctx.name}/transA")

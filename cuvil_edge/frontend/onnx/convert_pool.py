@@ -11,11 +11,11 @@ def _pool(ctx: ConvertContext, kind: str) -> None:
     n = len(x.type.shape) - 2
     if n not in (1, 2, 3):
         raise ctx.unsupported(f"{n}D pooling (1D, 2D and 3D are supported)")
-    kernel = ctx.attr("kernel_shape")
-    if kernel is None or len(kernel) != n:
-        raise ctx.unsupported(f"kernel_shape {kernel} does not match {n} spatial dims")
-    strides = list(ctx.attr("strides", [1] * n))
-    dilations = list(ctx.attr("dilations", [1] * n))
+    if ctx.attr("kernel_shape") is None:
+        raise ctx.unsupported("kernel_shape is required")
+    kernel = ctx.positive_ints("kernel_shape", [], n)
+    strides = ctx.positive_ints("strides", [1] * n, n)
+    dilations = ctx.positive_ints("dilations", [1] * n, n)
     pads = conv_pads(ctx, list(x.type.shape[2:]), list(kernel), strides, dilations)
     ctx.set_outputs(ctx.emit1("pool", [x], dict(
         kind=kind, kernel=list(kernel), strides=strides, dilations=dilations, pads=pads,

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...ir.graph import Value
+from ...ir.limits import check_count
 from .importer import np_dtype_of_onnx
-from .registry import ConvertContext, converter
+from .registry import ConvertContext, converter, int_list
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class TensorSeq:
 
 
 def _seq(ctx: ConvertContext, i: int) -> TensorSeq:
-    s = ctx.input(i)
+    s = ctx.item(i)
     if not isinstance(s, TensorSeq):
         raise ctx.unsupported(f"input {i} ({ctx.proto.input[i]!r}) is a tensor, not a sequence")
     return s
@@ -52,6 +53,8 @@ def _position(ctx: ConvertContext, i: int, n: int, default: int, insert: bool = 
     if not ctx.has_input(i):
         return default
     v = ctx.input(i)
+    if v.type.size != 1:
+        raise ctx.unsupported(f"position {ctx.proto.input[i]!r} of shape {v.type.shape} is not one value")
     if v.is_const:
         p = int(v.const.reshape(-1)[0])
         if not -n <= p < n + insert:
@@ -147,19 +150,23 @@ def sequence_insert(ctx: ConvertContext) -> None:
 def split_to_sequence(ctx: ConvertContext) -> None:
     x = ctx.input(0)
     rank = len(x.type.shape)
-    axis = int(ctx.attr("axis", 0)) % rank
+    axis = ctx.axis(ctx.attr("axis", 0), rank)
     dim = x.type.shape[axis]
     if not ctx.has_input(1):
-        sizes, squeeze = [1] * dim, not ctx.attr("keepdims", 1)
+        sizes, squeeze = [1] * check_count(dim, ctx.name), not ctx.attr("keepdims", 1)
     else:
         split = ctx.input(1)
         if not split.is_const:
             if len(split.type.shape) != 1:
                 raise ctx.unsupported("a run-time scalar split: the sequence length would depend on data")
-            _put(ctx, [None] * split.type.shape[0], x.type.dtype, "SplitToSequence with run-time sizes")
+            _put(ctx, [None] * check_count(split.type.shape[0], ctx.name), x.type.dtype,
+                 "SplitToSequence with run-time sizes")
             return
-        sizes, squeeze = [int(v) for v in split.const.reshape(-1)], False
+        sizes, squeeze = int_list(split.const, f"{ctx.name}: split"), False
         if split.const.ndim == 0:
+            if sizes[0] < 1:
+                raise ctx.unsupported(f"split size {sizes[0]} (must be at least 1)")
+            check_count(-(-dim // sizes[0]), ctx.name)
             sizes = [sizes[0]] * (dim // sizes[0]) + ([dim % sizes[0]] if dim % sizes[0] else [])
     parts = ctx.emit("split", [x], {"axis": axis, "sizes": sizes}, n_outputs=len(sizes)) if sizes else []
     if squeeze:
@@ -176,8 +183,8 @@ def concat_from_sequence(ctx: ConvertContext) -> None:
     xs = [_item(ctx, s, i) for i in range(len(s.items))]
     axis = int(ctx.attr("axis"))
     if ctx.attr("new_axis", 0):
-        axis %= len(xs[0].type.shape) + 1
+        axis = ctx.axis(axis, len(xs[0].type.shape) + 1)
         shape = list(xs[0].type.shape)
         xs = [ctx.emit1("reshape", [x], {"shape": [*shape[:axis], 1, *shape[axis:]]},
                         name=f"{ctx.name}/stack") for x in xs]
-    ctx.set_outputs(ctx.emit1("concat", xs, {"axis": axis % len(xs[0].type.shape)}))
+    ctx.set_outputs(ctx.emit1("concat", xs, {"axis": ctx.axis(axis, len(xs[0].type.shape))}))

@@ -12,15 +12,18 @@ only clamps): it becomes ``slice_rt`` / ``range_rt``, which check that length at
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ...ir.graph import Graph, Value
 from ...ops.movement import PAD_MODES
-from .registry import ConvertContext, converter
+from .importer import tensor_array
+from .registry import ConvertContext, converter, int_list
 
 
-def _ints(v) -> list[int]:
-    return [int(a) for a in np.asarray(v).reshape(-1)]
+def _ints(v: Any) -> list[int]:
+    return int_list(v, "a build-time index input")
 
 
 @converter("Transpose")
@@ -87,7 +90,7 @@ def _slice_run_time(ctx: ConvertContext, x: Value) -> Value:
                               f"(starts {start.type}, ends {end.type}, axes {axis}, steps {step})")
     n = _run_time_length(ctx, start, end, step[0])
     return ctx.emit1("slice_rt", [x, start, end],
-                     {"axis": axis[0] % len(x.type.shape), "step": step[0], "length": n})
+                     {"axis": ctx.axis(axis[0], len(x.type.shape)), "step": step[0], "length": n})
 
 
 @converter("Slice")
@@ -110,7 +113,7 @@ def slice_(ctx: ConvertContext) -> None:
     for a, s, e, st in zip(axes, starts, ends, steps):
         if st == 0:
             raise ctx.unsupported("slice step 0")
-        a %= len(shape)
+        a = ctx.axis(a, len(shape))
         norm[a] = slice(s, e, st).indices(shape[a])  # ONNX clamping is python's
     ctx.set_outputs(ctx.emit1("slice", [x], {"starts": [n[0] for n in norm], "ends": [n[1] for n in norm],
                                              "steps": [n[2] for n in norm]}))
@@ -119,11 +122,13 @@ def slice_(ctx: ConvertContext) -> None:
 @converter("Split")
 def split(ctx: ConvertContext) -> None:
     x = ctx.input(0)
-    axis = int(ctx.attr("axis", 0)) % len(x.type.shape)
+    axis = ctx.axis(ctx.attr("axis", 0), len(x.type.shape))
     dim = x.type.shape[axis]
     sizes = ctx.attr("split") if ctx.opset < 13 else ctx.const(1)
     if sizes is None:
         n = int(ctx.attr("num_outputs", len(ctx.proto.output)))
+        if not 1 <= n <= len(ctx.proto.output):
+            raise ctx.unsupported(f"num_outputs={n} for {len(ctx.proto.output)} outputs")
         chunk = -(-dim // n)  # opset 18: the last chunk takes what is left
         sizes = [chunk] * (n - 1) + [dim - chunk * (n - 1)]
         if ctx.opset < 18 and dim % n:
@@ -147,7 +152,9 @@ def pad(ctx: ConvertContext) -> None:
         value = 0.0 if cv is None or cv.size == 0 else np.asarray(cv).reshape(-1)[0].item()
         axes = ctx.const(3)
     if axes is not None:
-        axes = [a % r for a in _ints(axes)]
+        axes = [ctx.axis(a, r) for a in _ints(axes)]
+        if len(pads) != 2 * len(axes):
+            raise ctx.unsupported(f"pads {pads} do not match axes {axes}")
         full = [0] * (2 * r)
         for i, a in enumerate(axes):
             full[a], full[a + r] = pads[i], pads[i + len(axes)]
@@ -186,10 +193,10 @@ def gather(ctx: ConvertContext) -> None:
 
 @converter("ConstantOfShape")
 def constant_of_shape(ctx: ConvertContext) -> None:
-    from onnx import numpy_helper
-
     t = ctx.attr("value")
-    value = np.zeros(1, np.float32) if t is None else numpy_helper.to_array(t)
+    value = np.zeros(1, np.float32) if t is None else tensor_array(t, ctx.op_type, ctx.name, ctx.opset)
+    if value.size != 1:
+        raise ctx.unsupported(f"value holds {value.size} elements, not one")
     ctx.const(0)  # the output shape must be known at build time
     ctx.set_outputs(ctx.emit1("constant_of_shape", [ctx.input(0)],
                               {"value": value.reshape(-1)[0].item(), "dtype": str(value.dtype)}))
@@ -197,12 +204,12 @@ def constant_of_shape(ctx: ConvertContext) -> None:
 
 @converter("Range")
 def range_(ctx: ConvertContext) -> None:
-    start, limit, delta = ctx.inputs()
+    start, limit, delta = ctx.input(0), ctx.input(1), ctx.input(2)
     if start.is_const and limit.is_const:
         ctx.const(2)  # the output length must be known at build time
         ctx.set_outputs(ctx.emit1("range", [start, limit, delta]))
         return
-    step = ctx.const(2).reshape(-1)[0]
+    step = ctx.scalar(2, "delta")
     if step != int(step) or step == 0:
         raise ctx.unsupported(f"a run-time range needs a non-zero integer delta, got {step}")
     n = _run_time_length(ctx, start, limit, int(step)) if step > 0 else _run_time_length(
@@ -219,6 +226,7 @@ def trilu(ctx: ConvertContext) -> None:
     if len(x.type.shape) < 2:
         raise ctx.unsupported(f"input of rank {len(x.type.shape)} (at least 2)")
     rows, cols = x.type.shape[-2:]
+    ctx.materialise(rows * cols * 8)
     offset = ctx.constant(np.arange(cols, dtype=np.int64)[None, :] - np.arange(rows, dtype=np.int64)[:, None],
                           "col_minus_row")
     k = ctx.input(1) if ctx.has_input(1) else ctx.constant(np.int64(0), "k")
@@ -241,4 +249,5 @@ def eye_like(ctx: ConvertContext) -> None:
     if len(x.type.shape) != 2:
         raise ctx.unsupported(f"input of rank {len(x.type.shape)} (EyeLike takes 2)")
     dtype = np_dtype_of_onnx(int(ctx.attr("dtype"))) if ctx.attr("dtype") is not None else x.type.dtype
+    ctx.materialise(x.type.size * np.dtype(dtype).itemsize)
     ctx.set_outputs(ctx.constant(np.eye(*x.type.shape, k=int(ctx.attr("k", 0)), dtype=dtype), "eye"))

@@ -143,6 +143,7 @@ def gradient(ctx: ConvertContext) -> None:
                                   "supported (its forward ops were folded at import)")
     if y.type.dtype != "float32":
         raise ctx.unsupported(f"y {y_name!r} is {y.type.dtype}: gradients are computed in float32 only")
+    ctx.materialise(4 * (y.type.size + sum(x.type.size for x in x_values)))  # the seed, zero gradients
     grads = _backward(ctx, y, x_values)
     ctx.set_outputs(*(grads.get(id(x)) or ctx.constant(np.zeros(x.type.shape, np.float32), f"d_{n}")
                       for n, x in zip(named, x_values)))

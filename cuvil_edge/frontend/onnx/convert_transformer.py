@@ -8,6 +8,8 @@ import math
 import numpy as np
 
 from ...ir.graph import Value
+from ...ir.limits import charge
+from ...ops.common import broadcast_shape
 from .registry import ConvertContext, converter
 
 
@@ -19,13 +21,17 @@ def layer_norm(ctx: ConvertContext) -> None:
     if int(ctx.attr("stash_type", 1)) != 1:
         raise ctx.unsupported(f"stash_type={ctx.attr('stash_type')} (float32 only)")
     rank = len(x.type.shape)
-    axis = int(ctx.attr("axis", -1)) % rank
+    axis = ctx.axis(ctx.attr("axis", -1), rank)
     norm = x.type.shape[axis:]
     n = math.prod(norm)
     eps = float(ctx.attr("epsilon", 1e-5))
     params = [ctx.input(i) if ctx.has_input(i) else None for i in (1, 2)]
+    for p in params:
+        if p is not None and broadcast_shape([p.type.shape, norm], ctx.name) != tuple(norm):
+            raise ctx.unsupported(f"scale or bias of shape {p.type.shape} for normalized dims {norm}")
+    charge(2 * n * 4, ctx.name)  # gamma and beta, made below
     if all(p is None or p.is_const for p in params):  # folded into the kernel
-        scale, bias = (np.full(n, d, np.float32) if p is None else p.const for p, d in zip(params, (1, 0)))
+        scale, bias = (np.full(norm, d, np.float32) if p is None else p.const for p, d in zip(params, (1, 0)))
         gamma, beta = (np.broadcast_to(np.asarray(a, np.float32), norm).reshape(-1).copy()
                        for a in (scale, bias))
         y = ctx.emit1("layernorm", [x, ctx.constant(gamma, "gamma"), ctx.constant(beta, "beta")],
@@ -80,6 +86,9 @@ def einsum(ctx: ConvertContext) -> None:
     lhs, out = eq.split("->")
     terms = lhs.split(",")
     xs = ctx.inputs()
+    if len(xs) != len(terms) or len(set(out)) != len(out) or any(c not in lhs for c in out):
+        raise ctx.unsupported(f"equation {eq!r} does not match its {len(xs)} inputs or repeats an output "
+                              "index")
     if any(len(set(t)) != len(t) or len(t) != len(x.type.shape) for t, x in zip(terms, xs)):
         raise ctx.unsupported(f"equation {eq!r} repeats an index or does not match the input ranks")
     if len(terms) == 1:
@@ -144,6 +153,7 @@ def is_special(ctx: ConvertContext) -> None:
     hits = [ctx.emit1("compare", [x, ctx.constant(np.array(s * np.inf, x.type.dtype), f"inf{s}")],
                       {"kind": "eq"}, name=f"{ctx.name}/eq{s}") for s in signs]
     if not hits:
+        ctx.materialise(x.type.size)
         ctx.set_outputs(ctx.constant(np.zeros(x.type.shape, bool), "none"))
     else:
         ctx.set_outputs(hits[0] if len(hits) == 1 else ctx.emit1("logic", hits, {"kind": "or"}))
@@ -162,23 +172,23 @@ def where(ctx: ConvertContext) -> None:
 def argreduce(ctx: ConvertContext) -> None:
     x = ctx.input(0)
     ctx.set_outputs(ctx.emit1("argreduce", [x], {
-        "kind": ctx.op_type[3:].lower(), "axis": int(ctx.attr("axis", 0)) % len(x.type.shape),
+        "kind": ctx.op_type[3:].lower(), "axis": ctx.axis(ctx.attr("axis", 0), len(x.type.shape)),
         "keepdims": bool(ctx.attr("keepdims", 1)), "last": bool(ctx.attr("select_last_index", 0))}))
 
 
 @converter("TopK")
 def topk(ctx: ConvertContext) -> None:
     x = ctx.input(0)
-    k = int(ctx.attr("k")) if ctx.opset < 10 else int(np.asarray(ctx.const(1)).reshape(-1)[0])
+    k = int(ctx.attr("k")) if ctx.opset < 10 else int(ctx.scalar(1, "k"))
     ctx.set_outputs(*ctx.emit("topk", [x], {
-        "k": k, "axis": int(ctx.attr("axis", -1)) % len(x.type.shape),
+        "k": k, "axis": ctx.axis(ctx.attr("axis", -1), len(x.type.shape)),
         "largest": bool(ctx.attr("largest", 1))}, n_outputs=2))
 
 
 @converter("CumSum")
 def cumsum(ctx: ConvertContext) -> None:
     x = ctx.input(0)
-    axis = int(np.asarray(ctx.const(1)).reshape(-1)[0]) % len(x.type.shape)
+    axis = ctx.axis(ctx.scalar(1, "axis"), len(x.type.shape))
     ctx.set_outputs(ctx.emit1("cumsum", [x], {"axis": axis, "exclusive": bool(ctx.attr("exclusive", 0)),
                                               "reverse": bool(ctx.attr("reverse", 0))}))
 
@@ -188,7 +198,7 @@ def hardmax(ctx: ConvertContext) -> None:
     """One-hot of the first maximum: ArgMax, compare with the index ramp, cast to the input type."""
     x = ctx.input(0)
     s = x.type.shape
-    axis = int(ctx.attr("axis", -1 if ctx.opset >= 13 else 1)) % len(s)
+    axis = ctx.axis(ctx.attr("axis", -1 if ctx.opset >= 13 else 1), len(s))
     v = x if ctx.opset >= 13 else _reshape(ctx, x, [math.prod(s[:axis]), math.prod(s[axis:])], "2d")
     ax = axis if ctx.opset >= 13 else 1
     shape = v.type.shape

@@ -33,8 +33,11 @@ def _group_norm(ctx: ConvertContext, x: Value, groups: int, scale: np.ndarray, b
                 eps: float) -> Value:
     """layernorm over each (n, group) block, then y = scale[c] * y + bias[c]."""
     s = x.type.shape
+    if len(s) < 2 or groups < 1 or s[1] % groups:
+        raise ctx.unsupported(f"input of shape {s} does not split into {groups} channel groups")
     inner = math.prod(s[1:]) // groups
     flat = _reshape(ctx, x, [s[0] * groups, inner], "groups")
+    ctx.materialise(8 * inner)
     ln = ctx.emit1("layernorm", [flat, ctx.constant(np.ones(inner, np.float32), "ones"),
                                  ctx.constant(np.zeros(inner, np.float32), "zeros")],
                    {"axis": 1, "eps": eps}, name=f"{ctx.name}/norm")
@@ -53,9 +56,11 @@ def instance_norm(ctx: ConvertContext) -> None:
 @converter("GroupNormalization")
 def group_norm(ctx: ConvertContext) -> None:
     x = ctx.input(0)
+    if len(x.type.shape) < 2 or ctx.attr("num_groups") is None:
+        raise ctx.unsupported(f"input of shape {x.type.shape} (N, C, ...) and num_groups are required")
     c, g = x.type.shape[1], int(ctx.attr("num_groups"))
     scale, bias = (np.asarray(ctx.const(i), np.float32).reshape(-1) for i in (1, 2))
-    if scale.size == g != c:  # opset 18: one scale/bias per group
+    if scale.size == g != c and g > 0:  # opset 18: one scale/bias per group
         scale, bias = np.repeat(scale, c // g), np.repeat(bias, c // g)
     ctx.set_outputs(_group_norm(ctx, x, g, scale, bias, float(ctx.attr("epsilon", 1e-5))))
 

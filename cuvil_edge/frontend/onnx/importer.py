@@ -8,13 +8,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from runtime_wasm.spec import LENGTH_SUFFIX  # the device's name for a data-dependent length's output
 
 from ...errors import InputError, ModelFormatError, ShapeError, UnsupportedOperator
 from ...ir.graph import STRING_WIDTH, Graph, TensorType, Value, string_width
+from ...ir.limits import import_budget
 from ...quant.qdq import fuse_qdq, graph_record
 from .float16 import HalfFloats
-from .registry import CONVERTERS, ConvertContext
+from .registry import CONVERTERS, ConvertContext, node_name
 
 #: every default-domain opset the onnx wheel defines (1.23: 28); an op's later versions are accepted where
 #: they only widen its types, and a node using an attribute its converter does not read is refused
@@ -115,8 +118,6 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     build-time constant (their scan outputs are allocated for it; see ``convert_control``).
     ``max_string_bytes``: UTF-8 bytes each element of a string input holds (a longer one is refused at
     run time, never cut)."""
-    from onnx import numpy_helper
-
     if not isinstance(max_string_bytes, int) or max_string_bytes < 1:
         raise InputError(f"max_string_bytes must be a positive int, got {max_string_bytes!r}")
     proto = load_onnx(model)
@@ -133,38 +134,36 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
                       max_trip_count=dict(max_trip_count or {}))
     env: dict[str, Value] = {}
     scope = _ImportScope(HalfFloats(graph), _declared_shapes(g))
+    held = proto.ByteSize()  # the model's bytes, weights in external files included (``load_onnx`` read them)
     for init in g.initializer:
         if init.data_type == _ONNX_STRING:
             raise UnsupportedOperator("Initializer", init.name, opset, _STRINGS_ONLY)
-        try:
-            arr = numpy_helper.to_array(init)
-        except Exception as exc:
-            raise ModelFormatError(f"initializer {init.name!r} cannot be read: {exc}") from exc
-        env[init.name] = scope.half.constant(init.name, arr)
+        env[init.name] = scope.half.constant(init.name, tensor_array(init, "Initializer", init.name, opset))
 
-    shapes = dict(input_shapes or {})
-    for inp in g.input:
-        if inp.name in env:
-            continue  # old-style graphs list initializers as inputs too
-        v = graph.value(inp.name, _input_type(inp, shapes.pop(inp.name, None), max_string_bytes))
-        graph.inputs.append(v)
-        env[inp.name] = scope.half.graph_input(v)
-    if shapes:
-        raise ShapeError(f"--input-shape names unknown inputs {sorted(shapes)}; "
-                         f"model inputs are {[v.name for v in graph.inputs]}")
+    with import_budget(held):  # what converters and folds create, beyond what the model holds
+        shapes = dict(input_shapes or {})
+        for inp in g.input:
+            if inp.name in env:
+                continue  # old-style graphs list initializers as inputs too
+            v = graph.value(inp.name, _input_type(inp, shapes.pop(inp.name, None), max_string_bytes))
+            graph.inputs.append(v)
+            env[inp.name] = scope.half.graph_input(v)
+        if shapes:
+            raise ShapeError(f"--input-shape names unknown inputs {sorted(shapes)}; "
+                             f"model inputs are {[v.name for v in graph.inputs]}")
 
-    _convert_nodes(graph, env, g.node, opset, scope)
-    for out in g.output:
-        if out.name not in env:
-            raise ModelFormatError(f"graph output {out.name!r} is never produced")
-        refuse = lambda why, o=out.name: UnsupportedOperator("Output", o, opset, why)  # noqa: E731
-        graph.outputs.append(scope.half.graph_output(_tensor_output(env, out.name, "the graph", refuse)))
-    graph.meta["output_names"] = [o.name for o in g.output]
-    _add_length_outputs(graph)
-    record = graph_record(graph, "onnx")  # the model's own quantization (QDQ, QLinear*): ``inspect`` shows it
-    if record is not None:
-        graph.meta["source_quantization"] = record
-    fuse_qdq(graph)  # pre-quantized layers onto the integer kernels while their weights are known
+        _convert_nodes(graph, env, g.node, opset, scope)
+        for out in g.output:
+            if out.name not in env:
+                raise ModelFormatError(f"graph output {out.name!r} is never produced")
+            refuse = lambda why, o=out.name: UnsupportedOperator("Output", o, opset, why)  # noqa: E731
+            graph.outputs.append(scope.half.graph_output(_tensor_output(env, out.name, "the graph", refuse)))
+        graph.meta["output_names"] = [o.name for o in g.output]
+        _add_length_outputs(graph)
+        record = graph_record(graph, "onnx")  # the model's own quantization (QDQ, QLinear*), for ``inspect``
+        if record is not None:
+            graph.meta["source_quantization"] = record
+        fuse_qdq(graph)  # pre-quantized layers onto the integer kernels while their weights are known
     return graph
 
 
@@ -200,23 +199,24 @@ def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], op
                    scope: _ImportScope) -> None:
     for node in nodes:
         if node.domain not in ("", "ai.onnx") and (node.domain, node.op_type) not in CONTRIB_OPS:
-            raise UnsupportedOperator(f"{node.domain}.{node.op_type}", node.name or node.output[0], opset,
+            raise UnsupportedOperator(f"{node.domain}.{node.op_type}", node_name(node), opset,
                                       "custom-domain operators are not supported")
-        if node.op_type == "If" and node.input[0] in env and env[node.input[0]].is_const:
+        cond = env.get(node.input[0]) if node.op_type == "If" and node.input else None
+        if isinstance(cond, Value) and cond.is_const:
             _inline_if(graph, env, node, opset, scope)
             continue
         if node.op_type not in STRING_OPS and _touches_strings(node, env):
-            raise UnsupportedOperator(node.op_type, node.name or node.output[0], opset, _STRINGS_ONLY)
+            raise UnsupportedOperator(node.op_type, node_name(node), opset, _STRINGS_ONLY)
         fn = CONVERTERS.get(node.op_type)
         if fn is None:
             expanded = _function_body(node, env, opset, scope.half.half)
             if expanded is None:
-                raise UnsupportedOperator(node.op_type, node.name or node.output[0], opset)
+                raise UnsupportedOperator(node.op_type, node_name(node), opset)
             body, body_opset = expanded
             try:
                 _convert_nodes(graph, env, body, body_opset, scope)
             except UnsupportedOperator as exc:  # name the model's own node, then what stopped inside it
-                raise UnsupportedOperator(node.op_type, node.name or node.output[0], opset,
+                raise UnsupportedOperator(node.op_type, node_name(node), opset,
                                           f"its ONNX function: {exc}") from exc
             continue
         ctx = ConvertContext(graph, env, node, opset, scope.declared)
@@ -296,14 +296,15 @@ def _touches_strings(node: Any, env: Mapping[str, Any]) -> bool:
 def _inline_if(graph: Graph, env: dict[str, Value], node: Any, opset: int, scope: _ImportScope) -> None:
     """An ``If`` whose condition folds at build time: the taken branch's nodes join the parent graph
     (branch names are scoped so they cannot shadow the parent's; outer names stay visible)."""
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     ctx = ConvertContext(graph, env, node, opset)
-    taken = "then_branch" if bool(ctx.const(0).reshape(-1)[0]) else "else_branch"
+    taken = "then_branch" if bool(ctx.scalar(0, "condition")) else "else_branch"
     branch = helper.get_attribute_value(next(a for a in node.attribute if a.name == taken))
     inner = dict(env)
     for init in branch.initializer:
-        inner[init.name] = scope.half.constant(f"{ctx.name}/{init.name}", numpy_helper.to_array(init))
+        inner[init.name] = scope.half.constant(f"{ctx.name}/{init.name}",
+                                               tensor_array(init, "Initializer", init.name, opset))
     _convert_nodes(graph, inner, branch.node, opset, scope)
     for out, res in zip(node.output, branch.output):
         if out:
@@ -315,8 +316,6 @@ def import_subgraph(ctx: ConvertContext, attr: str,
     """Graph attribute ``attr`` of the node (a Loop body, an If branch) as its own graph: inputs are
     ``formal`` (typed here, the ONNX ones may be unshaped) then one per outer run-time value it reads
     (returned as the captures, in that order); outer constants are used directly."""
-    from onnx import numpy_helper
-
     body, opset = ctx.attr(attr), ctx.opset
     graph = Graph(f"{ctx.name}/{attr}")
     graph.meta.update(opset=opset, max_trip_count=ctx.graph.meta.get("max_trip_count", {}))
@@ -326,7 +325,7 @@ def import_subgraph(ctx: ConvertContext, attr: str,
         env[inp.name] = graph.value(inp.name, ttype)
         graph.inputs.append(env[inp.name])
     for init in body.initializer:
-        env[init.name] = scope.half.constant(init.name, numpy_helper.to_array(init))
+        env[init.name] = scope.half.constant(init.name, tensor_array(init, "Initializer", init.name, opset))
     inner = set(env) | {o for n in body.node for o in n.output}
     captures: list[Value] = []
     for x in dict.fromkeys([*(x for n in body.node for x in _reads(n)), *(o.name for o in body.output)]):
@@ -422,6 +421,22 @@ def _type_name(elem_type: int) -> str:
         return TensorProto.DataType.Name(elem_type)
     except ValueError:
         return str(elem_type)
+
+
+def tensor_array(t: Any, op: str, where: str, opset: int | None) -> np.ndarray:
+    """A TensorProto's value (an initializer, a Constant's or ConstantOfShape's attribute): its element
+    type one the IR holds, its data there and matching its dims, else a typed error naming it."""
+    from onnx import TensorProto, numpy_helper
+
+    if t.data_type not in _ONNX_DTYPES:
+        raise UnsupportedOperator(op, where, opset,
+                                  f"tensor {t.name!r} of element type {_type_name(t.data_type)}")
+    if t.data_location == TensorProto.EXTERNAL:  # ``load_onnx`` read every file it could resolve
+        raise ModelFormatError(f"tensor {t.name!r} of {where!r} names external data that was not loaded")
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as exc:  # onnx raises ValueError, TypeError, ... when data and dims disagree
+        raise ModelFormatError(f"tensor {t.name!r} of {where!r} cannot be read: {exc}") from exc
 
 
 def np_dtype_of_onnx(elem_type: int) -> str:

@@ -36,7 +36,7 @@ class ConvertContext(IRBuilder):
         self.graph, self.env, self.proto, self.opset = graph, env, node, opset
         self.declared = declared or {}
         self.op_type = node.op_type
-        self.name = node.name or f"{node.op_type}_{node.output[0]}"
+        self.name = node_name(node)
         self._attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         self.read_attrs: set[str] = set()  # what the converter asked for (``check_attrs_read``)
 
@@ -48,13 +48,21 @@ class ConvertContext(IRBuilder):
     def has_input(self, i: int) -> bool:
         return i < len(self.proto.input) and self.proto.input[i] != ""
 
-    def input(self, i: int) -> Value:
+    def item(self, i: int) -> Any:
+        """Input i as the import holds it: a tensor ``Value`` or a sequence (``TensorSeq``)."""
         if not self.has_input(i):
             raise self.unsupported(f"input {i} is required")
         try:
             return self.env[self.proto.input[i]]
         except KeyError:
             raise ShapeError(f"node {self.name!r} reads undefined tensor {self.proto.input[i]!r}") from None
+
+    def input(self, i: int) -> Value:
+        """Input i, which must be a tensor: a sequence fed to a tensor op is refused here, by name."""
+        v = self.item(i)
+        if not isinstance(v, Value):
+            raise self.unsupported(f"input {i} ({self.proto.input[i]!r}) is a sequence, not a tensor")
+        return v
 
     def inputs(self) -> list[Value]:
         return [self.input(i) for i in range(self.n_inputs) if self.has_input(i)]
@@ -68,6 +76,13 @@ class ConvertContext(IRBuilder):
             raise self.unsupported(f"input {i} ({self.proto.input[i]!r}) must be a build-time constant")
         return v.const
 
+    def scalar(self, i: int, what: str) -> Any:
+        """Input i's one build-time value (a count, an axis, a step): empty or several is refused."""
+        c = np.asarray(self.const(i))
+        if c.size != 1:
+            raise self.unsupported(f"the {what} (input {i}) must be one value, got shape {c.shape}")
+        return c.reshape(-1)[0]
+
     def declared_shape(self, i: int = 0) -> tuple[int, ...] | None:
         """Output i's static shape as the model declares it, if it does."""
         return self.declared.get(self.proto.output[i]) if i < len(self.proto.output) else None
@@ -75,7 +90,28 @@ class ConvertContext(IRBuilder):
     def attr(self, name: str, default: Any = None) -> Any:
         self.read_attrs.add(name)
         v = self._attrs.get(name, default)
-        return v.decode() if isinstance(v, bytes) else v
+        if not isinstance(v, bytes):
+            return v
+        try:
+            return v.decode()
+        except UnicodeDecodeError:
+            raise self.unsupported(f"attribute {name} is not UTF-8 text: {v[:40]!r}") from None
+
+    def positive_ints(self, name: str, default: Sequence[int], n: int) -> list[int]:
+        """Int-list attribute ``name`` (strides, dilations, a kernel) with one item >= 1 per spatial
+        axis: a 0 or a negative one (later a divisor or a size) or the wrong count is refused here."""
+        got = [int(v) for v in self.attr(name, default)]
+        if len(got) != n or any(v < 1 for v in got):
+            raise self.unsupported(f"{name}={got}: needs {n} values, each at least 1")
+        return got
+
+    def axis(self, value: Any, rank: int, what: str = "axis") -> int:
+        """``value`` (an int, or a constant's one integer) as an axis of a rank-``rank`` tensor (negative
+        counts from the back)."""
+        v = int_list(value, f"{self.name}: {what}")
+        if len(v) != 1 or not -rank <= v[0] < rank:
+            raise self.unsupported(f"{what} {v} is outside a rank-{rank} tensor")
+        return v[0] % rank
 
     def check_attrs_read(self) -> None:
         """Refuse the node when it sets an attribute its converter never read to anything but the
@@ -116,6 +152,20 @@ class ConvertContext(IRBuilder):
             if out_name:
                 self.env[out_name] = v
 
+
+
+def int_list(values: Any, what: str) -> list[int]:
+    """A build-time shape, axes or sizes as ints: integers only (a float tensor's NaN or infinity has
+    no int), refused with a ``ShapeError`` naming ``what`` otherwise."""
+    a = np.asarray(values).reshape(-1)
+    if a.dtype.kind not in "iub":
+        raise ShapeError(f"{what}: {a.dtype} values {a[:8].tolist()} where integers are needed")
+    return [int(v) for v in a]
+
+
+def node_name(node: onnx.NodeProto) -> str:
+    """A node's name for errors and IR: its own, else made from its op and first output."""
+    return node.name or f"{node.op_type}_{node.output[0] if node.output else '?'}"
 
 
 def _same(default: Any, value: Any) -> bool:

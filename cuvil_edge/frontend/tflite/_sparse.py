@@ -5,11 +5,13 @@ sparse``). The walk is vectorised level by level: each path through the metadata
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from ...errors import ModelFormatError
+from ...ir.limits import charge
 
 DENSE = 0
 
@@ -30,15 +32,20 @@ def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: Any, name: str
     order = [int(x) for x in sparsity.TraversalOrderAsNumpy()] if not sparsity.TraversalOrderIsNone() \
         else list(range(n))
     block_map = [] if sparsity.BlockMapIsNone() else [int(x) for x in sparsity.BlockMapAsNumpy()]
-    if sorted(order) != list(range(n + len(block_map))) or sparsity.DimMetadataLength() != len(order):
+    if sorted(order) != list(range(n + len(block_map))) or sparsity.DimMetadataLength() != len(order) or \
+            any(not 0 <= d < n for d in block_map) or any(d < 1 for d in shape):
         raise ModelFormatError(f"tensor {name!r}: inconsistent sparsity parameters")
+    # the walk holds an int64 coordinate per level and path (at most one path per dense element)
+    charge(math.prod(shape) * (values.itemsize + 8 * (len(order) + 1)), f"sparse tensor {name!r}")
     pos = np.zeros(1, np.int64)  # per path: its position at this level (a segment index for CSR)
     coords: list[np.ndarray] = []  # per level: each path's index along the dimension order[level]
     sizes = []
     for level in range(len(order)):
         dm = sparsity.DimMetadata(level)
         if dm.Format() == DENSE:
-            size = int(dm.DenseSize())
+            size, d = int(dm.DenseSize()), order[level]
+            if not 1 <= size <= shape[d if d < n else block_map[d - n]]:
+                raise ModelFormatError(f"tensor {name!r}: dense size {size} for a dim of {shape}")
             idx = np.tile(np.arange(size, dtype=np.int64), len(pos))
             coords = [np.repeat(c, size) for c in coords] + [idx]
             pos = np.repeat(pos, size) * size + idx

@@ -29,12 +29,29 @@ def _pads(ctx: TflContext, spatial: tuple[int, ...], kernel: list[int], strides:
     return same_pads(spatial, kernel, strides, dilations)
 
 
+def _at_least_1(ctx: TflContext, *keys: str, required: bool = False) -> list[int]:
+    """Options that divide or size (strides, dilations, filter sizes): each at least 1 (1 when absent,
+    unless ``required``), else refused."""
+    got = [int(ctx.options[k] if required else ctx.options.get(k, 1)) for k in keys]
+    if min(got) < 1:
+        raise ctx.unsupported(f"{dict(zip(keys, got))}: each must be at least 1")
+    return got
+
+
 def _strides(ctx: TflContext) -> list[int]:
-    return [int(ctx.options.get("StrideH", 1)), int(ctx.options.get("StrideW", 1))]
+    return _at_least_1(ctx, "StrideH", "StrideW")
 
 
 def _dilations(ctx: TflContext) -> list[int]:
-    return [int(ctx.options.get("DilationHFactor", 1)), int(ctx.options.get("DilationWFactor", 1))]
+    return _at_least_1(ctx, "DilationHFactor", "DilationWFactor")
+
+
+def _const_rank(ctx: TflContext, i: int, rank: int) -> np.ndarray:
+    """Constant input i (weights), which must have ``rank`` dims."""
+    w = ctx.const(i)
+    if w.ndim != rank:
+        raise ctx.unsupported(f"input {i} has shape {w.shape}, not {rank}D")
+    return w
 
 
 def _conv(ctx: TflContext, to_oihw: Callable[[np.ndarray], np.ndarray], group: int) -> None:
@@ -51,18 +68,18 @@ def _conv(ctx: TflContext, to_oihw: Callable[[np.ndarray], np.ndarray], group: i
 
 @converter("CONV_2D")
 def conv(ctx: TflContext) -> None:
-    w = ctx.const(1)  # [O, KH, KW, I/groups]
-    cin = ctx.laid(0).shape[3]
-    if cin % w.shape[3]:
+    w = _const_rank(ctx, 1, 4)  # [O, KH, KW, I/groups]
+    cin = ctx.nchw(0).type.shape[1]
+    if not w.shape[3] or cin % w.shape[3]:
         raise ctx.unsupported(f"{cin} input channels do not split into groups of {w.shape[3]}")
     _conv(ctx, lambda a: a.transpose(0, 3, 1, 2), cin // w.shape[3])
 
 
 @converter("DEPTHWISE_CONV_2D")
 def depthwise_conv(ctx: TflContext) -> None:
-    w = ctx.const(1)  # [1, KH, KW, C * multiplier]
-    cin = ctx.laid(0).shape[3]
-    if w.shape[3] % cin:
+    w = _const_rank(ctx, 1, 4)  # [1, KH, KW, C * multiplier]
+    cin = ctx.nchw(0).type.shape[1]
+    if not cin or w.shape[3] % cin:
         raise ctx.unsupported(f"{w.shape[3]} output channels are not a multiple of {cin} input channels")
     _conv(ctx, lambda a: a.transpose(3, 0, 1, 2), cin)
 
@@ -79,7 +96,9 @@ def deconv(ctx: TflContext, x: int, w: int, bias: int, out_shape: list[int], str
     """A TFLite-style deconvolution (inputs ``x``, weights [O, KH, KW, I] and an optional ``bias`` by
     index) to NHWC ``out_shape``; SAME pads split as in _pads. Shared with custom ops of the same
     meaning (MediaPipe's ``Convolution2DTransposeBias``)."""
-    kernel = list(ctx.const(w).shape[1:3])
+    kernel = list(_const_rank(ctx, w, 4).shape[1:3])
+    if len(out_shape) != 4:
+        raise ctx.unsupported(f"output shape {out_shape} is not NHWC")
     xv = ctx.nchw(x)
     pads = _pads(ctx, tuple(out_shape[1:3]), kernel, strides, [1, 1], padding)
     # output_padding makes the deconvolution reach exactly the declared output size
@@ -98,7 +117,7 @@ def deconv(ctx: TflContext, x: int, w: int, bias: int, out_shape: list[int], str
 @converter("FULLY_CONNECTED")
 def fully_connected(ctx: TflContext) -> None:
     """y = x @ W.T + b over the last axis (x flattened to rows of W's width unless keep_num_dims)."""
-    w = ctx.const(1)  # [O, I]
+    w = _const_rank(ctx, 1, 2)  # [O, I]
     n_in = w.shape[1]
     held = ctx.held(0, flat_ok=True)
     if held.flat_of is not None and held.value.type.shape[1] == n_in:  # a flatten kept in IR order
@@ -108,7 +127,7 @@ def fully_connected(ctx: TflContext) -> None:
     else:
         x = ctx.input(0)
         wt = ctx.weight(1, lambda a: a.T, "w")
-    if x.type.size % n_in:
+    if not n_in or x.type.size % n_in:
         raise ctx.unsupported(f"input {x.type.shape} does not split into rows of {n_in}")
     rows = x if x.type.shape == (x.type.size // n_in, n_in) else \
         ctx.emit1("reshape", [x], {"shape": [x.type.size // n_in, n_in]}, f"{ctx.name}/rows")
@@ -159,7 +178,7 @@ def _swap_last(shape: tuple[int, ...]) -> list[int]:
 
 def _pool(ctx: TflContext, kind: str) -> None:
     x = ctx.nchw(0)
-    kernel = [int(ctx.options["FilterHeight"]), int(ctx.options["FilterWidth"])]
+    kernel = _at_least_1(ctx, "FilterHeight", "FilterWidth", required=True)
     strides = _strides(ctx)
     y = ctx.emit1("pool", [x], dict(kind=kind, kernel=kernel, strides=strides, dilations=[1, 1],
                                     pads=_pads(ctx, x.type.shape[2:], kernel, strides, [1, 1]),

@@ -10,6 +10,8 @@ from .registry import TflContext, converter
 def _resize(ctx: TflContext, mode: str, coord: str, nearest: str) -> None:
     x = ctx.nchw(0)
     size = [int(d) for d in ctx.const(1).reshape(-1)]
+    if len(size) != 2 or min(*size, *x.type.shape) < 1:
+        raise ctx.unsupported(f"size {size} for input {x.type.shape}: two sizes, no empty dims")
     sizes = [*x.type.shape[:2], *size]
     scales = [o / i for o, i in zip(sizes, x.type.shape)]
     ctx.set_output(ctx.emit1("resize", [x], {"sizes": sizes, "scales": scales, "mode": mode, "coord": coord,

@@ -8,13 +8,18 @@ import math
 
 import numpy as np
 
+from ...errors import ShapeError
 from ...ops.cast import RUNTIME_CASTS
 from .layout import NCHW, Laid, compose, dropped, identity, inverse, keeps_order_flat
 from .registry import TflContext, converter
 
 
 def _ints(a: np.ndarray | list[int]) -> list[int]:
-    return [int(x) for x in np.asarray(a).reshape(-1)]
+    """Integers of a constant (shape, axes, sizes); a NaN or infinity among them is refused."""
+    a = np.asarray(a).reshape(-1)
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        raise ShapeError(f"{a.tolist()} are not integers")
+    return [int(x) for x in a]
 
 
 @converter("CAST")
@@ -62,7 +67,7 @@ def squeeze(ctx: TflContext) -> None:
     """Drops size-1 dims where they are in the layout, so the layout survives."""
     x = ctx.laid(0)
     rank = len(x.perm)
-    axes = {int(a) % rank for a in ctx.options.get("SqueezeDims", [])} or \
+    axes = {ctx.axis(a, rank) for a in ctx.options.get("SqueezeDims", [])} or \
         {a for a, d in enumerate(x.shape) if d == 1}
     if any(x.shape[a] != 1 for a in axes):
         raise ctx.unsupported(f"squeeze of dims {sorted(axes)} of shape {x.shape}")
@@ -82,7 +87,7 @@ def transpose(ctx: TflContext) -> None:
 @converter("CONCATENATION")
 def concatenation(ctx: TflContext) -> None:
     vals, perm = ctx.aligned(range(len(ctx.op.inputs)))
-    axis = perm.index(int(ctx.options.get("Axis", 0)) % len(perm))
+    axis = perm.index(ctx.axis(ctx.options.get("Axis", 0), len(perm)))
     ctx.set_output(ctx.fused(ctx.emit1("concat", vals, {"axis": axis})), perm)
 
 
@@ -96,7 +101,9 @@ def pad(ctx: TflContext) -> None:
     conv's explicit padding) runs NCHW: the input's transpose then sits before it (on a graph input: at
     the edge) instead of between it and the conv."""
     x = ctx.laid(0)
-    widths = ctx.const(1).reshape(-1, 2)  # [rank, (before, after)] in TFLite order
+    widths = ctx.const(1)  # [rank, (before, after)] in TFLite order
+    if widths.shape != (len(x.perm), 2):
+        raise ctx.unsupported(f"paddings of shape {widths.shape} for a rank-{len(x.perm)} input")
     out = ctx.op.outputs[0]
     readers = [op for op in ctx.sg.operators if out in op.inputs]
     if len(x.perm) == 4 and x.perm != NCHW and not widths[[0, 3]].any() and readers and \
@@ -123,6 +130,8 @@ def _pad_value(ctx: TflContext) -> float:
 
 def _sliced(ctx: TflContext, x: Laid, ranges: list[tuple[int, int, int]], shrink: list[int]) -> None:
     """Slice TFLite-order ``ranges`` (python range triples) in x's layout, then drop ``shrink`` axes."""
+    if len(ranges) != len(x.perm):
+        raise ctx.unsupported(f"{len(ranges)} slice ranges for a rank-{len(x.perm)} input")
     ir = [ranges[p] for p in x.perm]
     y = ctx.emit1("slice", [x.value], {"starts": [r[0] for r in ir], "ends": [r[1] for r in ir],
                                        "steps": [r[2] for r in ir]},
@@ -139,6 +148,9 @@ def _sliced(ctx: TflContext, x: Laid, ranges: list[tuple[int, int, int]], shrink
 def strided_slice(ctx: TflContext) -> None:
     x = ctx.laid(0)
     begin, end, strides = (_ints(ctx.const(i)) for i in (1, 2, 3))
+    if not len(begin) == len(end) == len(strides) <= len(x.perm):
+        raise ctx.unsupported(f"begin {begin}, end {end} and strides {strides} for a rank-{len(x.perm)} "
+                              "input")
     o = ctx.options
     if o.get("EllipsisMask") or o.get("NewAxisMask"):
         raise ctx.unsupported("ellipsis_mask and new_axis_mask are not supported")
@@ -153,6 +165,8 @@ def strided_slice(ctx: TflContext) -> None:
         if o.get("Offset"):
             e += b
         if o.get("ShrinkAxisMask", 0) >> a & 1:
+            if not -dim <= b < dim:
+                raise ctx.unsupported(f"shrinking axis {a} of {dim} at {b}")
             b %= dim
             ranges.append((b, b + 1, 1))
             shrink.append(a)
@@ -174,7 +188,7 @@ def slice_(ctx: TflContext) -> None:
 def gather(ctx: TflContext) -> None:
     """Rank-1 indices keep the data's layout; other index ranks gather in TFLite order."""
     x = ctx.laid(0)
-    axis = int(ctx.options.get("Axis", 0)) % len(x.perm)
+    axis = ctx.axis(ctx.options.get("Axis", 0), len(x.perm))
     ind = ctx.input(1)
     if int(ctx.options.get("BatchDims", 0)):
         raise ctx.unsupported("batch_dims is not supported")
@@ -193,7 +207,7 @@ def _split(ctx: TflContext, x: Laid, axis: int, sizes: list[int]) -> None:
 @converter("SPLIT")
 def split(ctx: TflContext) -> None:
     x = ctx.laid(1)
-    axis = int(ctx.const(0).reshape(-1)[0]) % len(x.perm)
+    axis = ctx.axis(ctx.const(0), len(x.perm))
     n = int(ctx.options.get("NumSplits", len(ctx.op.outputs)))
     if x.shape[axis] % n:
         raise ctx.unsupported(f"dim {x.shape[axis]} does not split into {n}")
@@ -203,7 +217,7 @@ def split(ctx: TflContext) -> None:
 @converter("SPLIT_V")
 def split_v(ctx: TflContext) -> None:
     x = ctx.laid(0)
-    axis = int(ctx.const(2).reshape(-1)[0]) % len(x.perm)
+    axis = ctx.axis(ctx.const(2), len(x.perm))
     sizes = _ints(ctx.const(1))
     if sizes.count(-1) == 1:
         sizes[sizes.index(-1)] = x.shape[axis] - (sum(sizes) + 1)
@@ -214,7 +228,7 @@ def split_v(ctx: TflContext) -> None:
 def pack(ctx: TflContext) -> None:
     """Each input gets a size-1 dim at ``axis`` (TFLite order), then one concat."""
     rank = len(ctx.laid(0).perm) + 1
-    axis = int(ctx.options.get("Axis", 0)) % rank
+    axis = ctx.axis(ctx.options.get("Axis", 0), rank)
     parts = []
     for i in range(len(ctx.op.inputs)):
         v = ctx.input(i)
@@ -227,7 +241,7 @@ def pack(ctx: TflContext) -> None:
 @converter("UNPACK")
 def unpack(ctx: TflContext) -> None:
     x = ctx.laid(0)
-    axis = int(ctx.options.get("Axis", 0)) % len(x.perm)
+    axis = ctx.axis(ctx.options.get("Axis", 0), len(x.perm))
     n = x.shape[axis]
     gone = x.ir_axis(axis)
     parts = ctx.emit("split", [x.value], {"axis": gone, "sizes": [1] * n}, f"{ctx.name}/split", n_outputs=n)

@@ -12,6 +12,7 @@ import numpy as np
 from ...codegen.memplan import StateVar
 from ...errors import ModelFormatError, ShapeError, UnsupportedOperator
 from ...ir.graph import Graph, QuantParams, TensorType, Value
+from ...ir.limits import import_budget
 from ...quant.qdq import fuse_qdq, source_record
 from ..registry import emit_node
 from .layout import Laid, identity
@@ -27,11 +28,21 @@ def import_tflite(model: str | os.PathLike[str] | bytes | TflModel,
                   signature: str | None = None) -> Graph:
     """Import the subgraph of ``signature`` (default: the first signature, else subgraph 0); inputs and
     outputs take the signature's names when it has them."""
-    tm = model if isinstance(model, TflModel) else read_tflite(model)
+    if isinstance(model, TflModel):
+        held = sum(t.data.nbytes for sg in model.subgraphs for t in sg.tensors if t.data is not None)
+    else:
+        held = len(model) if isinstance(model, (bytes, bytearray)) else os.path.getsize(model)
+    with import_budget(held):  # what the reader (sparse weights), converters and folds create
+        tm = model if isinstance(model, TflModel) else read_tflite(model)
+        return _import(tm, input_shapes, name, signature)
+
+
+def _import(tm: TflModel, input_shapes: Mapping[str, Sequence[int]] | None, name: str | None,
+            signature: str | None) -> Graph:
     sg, inputs, outputs = entry_io(tm, signature)
     graph = Graph(name or sg.name or "model")
     graph.meta.update(source="tflite", tflite_version=tm.version)
-    state = ImportState(Variables(tm, _assigned_variables(sg)))
+    state = ImportState(Variables(tm, _assigned_variables(sg), converting={id(sg)}))
     _constants(graph, state, sg)
     shapes = dict(input_shapes or {})
     for label, t in inputs:
@@ -63,10 +74,19 @@ def import_tflite(model: str | os.PathLike[str] | bytes | TflModel,
 
 
 def convert_subgraph(graph: Graph, state: ImportState, sg: TflSubgraph) -> None:
-    """A subgraph without inputs (a CALL_ONCE initializer) converted into ``graph``."""
-    _constants(graph, state, sg)
-    for op in sg.operators:
-        _convert(graph, state, sg, op)
+    """A subgraph (a CALL_ONCE initializer, an IF branch) converted into ``graph``; one that runs itself
+    through a cycle of IF or CALL_ONCE subgraphs is refused (it would never end)."""
+    converting = state.variables.converting
+    if id(sg) in converting:
+        raise UnsupportedOperator("SUBGRAPH", sg.name, None,
+                                  "it runs itself through IF or CALL_ONCE subgraphs")
+    converting.add(id(sg))
+    try:
+        _constants(graph, state, sg)
+        for op in sg.operators:
+            _convert(graph, state, sg, op)
+    finally:
+        converting.discard(id(sg))
 
 
 def _constants(graph: Graph, state: ImportState, sg: TflSubgraph) -> None:
@@ -189,6 +209,10 @@ ON_HELD = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "CONCATEN
                      "SLICE", "GATHER", "SPLIT", "SPLIT_V", "PACK", "UNPACK", "PAD", "PADV2", "MAX_POOL_2D"})
 
 
+#: the operators without outputs (they write a variable, or run a subgraph for its writes)
+WRITES_NOTHING = frozenset({"ASSIGN_VARIABLE", "CALL_ONCE"})
+
+
 def _moves_held(state: ImportState, op: TflOperator) -> bool:
     """An ``ON_HELD`` op whose quantized inputs and outputs all share one scale and zero point."""
     if op.op not in ON_HELD or op.options.get("FusedActivationFunction"):
@@ -200,6 +224,8 @@ def _moves_held(state: ImportState, op: TflOperator) -> bool:
 
 def _convert(graph: Graph, state: ImportState, sg: TflSubgraph, op: TflOperator) -> None:
     ctx = TflContext(graph, state, sg, op, raw=_moves_held(state, op))
+    if op.op not in WRITES_NOTHING and (not op.outputs or op.outputs[0] < 0):
+        raise ctx.unsupported("it has no output")
     if op.custom_code is not None:
         fn = CUSTOM.get(op.custom_code)
         if fn is None:

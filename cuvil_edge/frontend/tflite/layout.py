@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import ShapeError
 from ...ir.graph import Value
 
 Perm = tuple[int, ...]
@@ -23,6 +24,8 @@ def identity(rank: int) -> Perm:
 
 
 def inverse(perm: Sequence[int]) -> Perm:
+    if sorted(perm) != list(range(len(perm))):
+        raise ShapeError(f"{list(perm)} is not a permutation")
     inv = [0] * len(perm)
     for i, p in enumerate(perm):
         inv[p] = i
@@ -31,6 +34,8 @@ def inverse(perm: Sequence[int]) -> Perm:
 
 def compose(first: Sequence[int], then: Sequence[int]) -> Perm:
     """``x.transpose(first).transpose(then) == x.transpose(compose(first, then))``."""
+    if len(first) != len(then):
+        raise ShapeError(f"layouts {tuple(first)} and {tuple(then)} are of different ranks")
     return tuple(first[t] for t in then)
 
 
@@ -67,7 +72,10 @@ class Laid:
 
     def ir_axis(self, axis: int) -> int:
         """Where TFLite axis ``axis`` (negative counts from the end) lives in the IR value."""
-        return self.perm.index(axis % max(len(self.perm), 1))
+        rank = len(self.perm)
+        if not -rank <= axis < rank:
+            raise ShapeError(f"axis {axis} is outside a rank-{rank} tensor")
+        return self.perm.index(axis % rank)
 
 
 def keeps_order_flat(src: Laid, shape: Sequence[int]) -> bool:

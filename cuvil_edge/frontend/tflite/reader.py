@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ModelFormatError
+from ...errors import CuvilError, ModelFormatError
+from ...ir.limits import check_shape
 from .. import TFLITE_MAGIC
 from ._sparse import densify
 
@@ -88,7 +89,7 @@ def read_tflite(source: str | os.PathLike[str] | bytes) -> TflModel:
         raise ModelFormatError("not a TFLite model: the flatbuffer identifier 'TFL3' is missing")
     try:
         return _read(data)
-    except ModelFormatError:
+    except CuvilError:  # ModelFormatError, or a ShapeError of the import's limits
         raise
     except Exception as exc:  # flatbuffers raise struct.error, IndexError, ... on truncated/corrupt data
         raise ModelFormatError(f"malformed TFLite flatbuffer: {type(exc).__name__}: {exc}") from exc
@@ -113,10 +114,16 @@ def _read(data: bytes) -> TflModel:
     signatures = []
     for i in range(m.SignatureDefsLength()):
         s = m.SignatureDefs(i)
+        if not 0 <= s.SubgraphIndex() < len(subgraphs):
+            raise ModelFormatError(f"signature {i} names subgraph {s.SubgraphIndex()} of {len(subgraphs)}")
         signatures.append(SignatureDef(
             (s.SignatureKey() or b"").decode(), s.SubgraphIndex(),
             {s.Inputs(j).Name().decode(): s.Inputs(j).TensorIndex() for j in range(s.InputsLength())},
             {s.Outputs(j).Name().decode(): s.Outputs(j).TensorIndex() for j in range(s.OutputsLength())}))
+    for sig in signatures:
+        n = len(subgraphs[sig.subgraph].tensors)
+        if any(not 0 <= x < n for x in [*sig.inputs.values(), *sig.outputs.values()]):
+            raise ModelFormatError(f"signature {sig.key!r} names a tensor outside the {n} of its subgraph")
     metadata = {}
     for i in range(m.MetadataLength()):
         md = m.Metadata(i)
@@ -146,12 +153,16 @@ def _subgraph(sg: Any, buffers: list[bytes], codes: list[tuple[int, str, str | N
         code, name, custom = codes[op.OpcodeIndex()]
         ins = [] if op.InputsIsNone() else [int(x) for x in op.InputsAsNumpy()]
         outs = [] if op.OutputsIsNone() else [int(x) for x in op.OutputsAsNumpy()]
-        if any(x >= len(tensors) for x in ins + outs):
-            raise ModelFormatError(f"operator {i} ({name}) names a tensor past the {len(tensors)} there are")
+        if any(not -1 <= x < len(tensors) for x in ins + outs):  # -1: an omitted optional input
+            raise ModelFormatError(f"operator {i} ({name}) names a tensor outside the {len(tensors)} "
+                                   "there are")
         ops.append(TflOperator(i, name, code, custom, ins, outs, _options(op),
                                b"" if op.CustomOptionsIsNone() else op.CustomOptionsAsNumpy().tobytes()))
     io = [[] if none else [int(x) for x in arr()] for none, arr in
           ((sg.InputsIsNone(), sg.InputsAsNumpy), (sg.OutputsIsNone(), sg.OutputsAsNumpy))]
+    if any(not 0 <= x < len(tensors) for x in io[0] + io[1]):
+        raise ModelFormatError(f"subgraph inputs {io[0]} or outputs {io[1]} name a tensor outside the "
+                               f"{len(tensors)} there are")
     return TflSubgraph((sg.Name() or b"").decode(), tensors, ops, io[0], io[1])
 
 
@@ -159,6 +170,9 @@ def _tensor(index: int, t: Any, buffers: list[bytes]) -> TflTensor:
     name = (t.Name() or b"").decode(errors="replace") or f"tensor_{index}"
     dtype = "resource" if t.Type() == RESOURCE else DTYPES.get(t.Type(), f"tflite_type_{t.Type()}")
     shape = () if t.ShapeIsNone() else tuple(int(d) for d in t.ShapeAsNumpy())
+    if any(d < -1 for d in shape):  # -1: a dynamic dim
+        raise ModelFormatError(f"tensor {name!r} has shape {shape}")
+    check_shape([max(d, 1) for d in shape], f"tensor {name!r}")
     raw = buffers[t.Buffer()] if 0 < t.Buffer() < len(buffers) else b""
     data = None
     if not raw and 0 < t.Buffer() < len(buffers) and 0 in shape and dtype in DTYPES.values():
@@ -177,8 +191,31 @@ def _tensor(index: int, t: Any, buffers: list[bytes]) -> TflTensor:
     if q is not None and not q.ScaleIsNone() and q.ScaleLength() > 0:
         zp = (np.zeros(q.ScaleLength(), np.int64) if q.ZeroPointIsNone()
               else q.ZeroPointAsNumpy().astype(np.int64))
-        quant = Quantization(q.ScaleAsNumpy().astype(np.float32), zp, int(q.QuantizedDimension()))
+        quant = _quantization(name, shape, dtype, q.ScaleAsNumpy().astype(np.float32), zp,
+                              int(q.QuantizedDimension()))
     return TflTensor(index, name, shape, dtype, data, quant, bool(t.IsVariable()))
+
+
+#: the values a zero point may hold in a tensor of each quantized type
+_ZERO_POINT_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
+
+
+def _quantization(name: str, shape: tuple[int, ...], dtype: str, scale: np.ndarray, zp: np.ndarray,
+                  axis: int) -> Quantization:
+    """A tensor's quantization, checked as the importer reads it: one scale, or one per channel of
+    ``axis``; as many zero points (or one); finite positive scales; zero points the type can hold."""
+    if zp.size not in (1, scale.size):
+        raise ModelFormatError(f"tensor {name!r}: {scale.size} scales but {zp.size} zero points")
+    if scale.size > 1 and (not 0 <= axis < len(shape) or shape[axis] != scale.size):
+        raise ModelFormatError(f"tensor {name!r}: {scale.size} scales along axis {axis} of shape {shape}")
+    if not np.isfinite(scale).all():
+        raise ModelFormatError(f"tensor {name!r}: scales must be finite")
+    lo, hi = _ZERO_POINT_RANGE.get(dtype, (-(2**63), 2**63 - 1))
+    if zp.size and (zp.min() < lo or zp.max() > hi):
+        raise ModelFormatError(f"tensor {name!r}: zero points outside {dtype}'s [{lo}, {hi}]")
+    if zp.size != scale.size:
+        zp = np.full(scale.size, zp.reshape(-1)[0], np.int64)
+    return Quantization(scale, zp, axis)
 
 
 @functools.cache

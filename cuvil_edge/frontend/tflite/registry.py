@@ -45,6 +45,7 @@ class Variables:
     init: dict[str, np.ndarray] = field(default_factory=dict)
     ran: set[int] = field(default_factory=set)  # initializer subgraphs already run (CALL_ONCE: once)
     reads: dict[str, Value] = field(default_factory=dict)
+    converting: set[int] = field(default_factory=set)  # subgraphs (ids) being converted: IF/CALL_ONCE cycles
 
 
 @dataclass
@@ -67,6 +68,18 @@ class ImportState:
     current: dict[str, Value] = field(default_factory=dict)
 
 
+class Options(dict):
+    """An operator's builtin options: a field the converter needs and the table lacks (an options table
+    of another type, or none) refuses the operator by name, not a ``KeyError``."""
+
+    def __init__(self, fields: dict[str, Any], refuse: Callable[[str], UnsupportedOperator]) -> None:
+        super().__init__(fields)
+        self._refuse = refuse
+
+    def __missing__(self, key: str) -> Any:
+        raise self._refuse(f"its options lack {key} (options table missing or of another type)")
+
+
 class TflContext(IRBuilder):
     """One TFLite operator being converted. Converters see real (float) values: a quantized input is
     dequantized on the way in and a quantized output quantized on the way out (``quant/qdq.py`` then
@@ -76,15 +89,22 @@ class TflContext(IRBuilder):
     def __init__(self, graph: Graph, state: ImportState, sg: TflSubgraph, op: TflOperator,
                  raw: bool = False) -> None:
         self.graph, self.state, self.sg, self.op, self.raw = graph, state, sg, op, raw
-        self.options = op.options
         out = op.outputs[0] if op.outputs else -1
         self.name = sg.tensors[out].name if out >= 0 else f"{op.op}_{op.index}"
+        self.options = Options(op.options, self.unsupported)
 
     # -- reading the operator -----------------------------------------------------------------
     def unsupported(self, detail: str = "") -> UnsupportedOperator:
         op = f"CUSTOM:{self.op.custom_code}" if self.op.custom_code is not None else self.op.op
         where = f"builtin code {self.op.builtin_code}, operator index {self.op.index}"
         return UnsupportedOperator(op, self.name, None, f"{where}" + (f": {detail}" if detail else ""))
+
+    def axis(self, value: Any, rank: int) -> int:
+        """``value`` (an option or a constant's one element) as an axis of a rank-``rank`` tensor."""
+        v = np.asarray(value).reshape(-1)
+        if v.size != 1 or not -rank <= int(v[0]) < rank:
+            raise self.unsupported(f"axis {v.tolist()} is outside a rank-{rank} tensor")
+        return int(v[0]) % rank
 
     def has_input(self, i: int) -> bool:
         return i < len(self.op.inputs) and self.op.inputs[i] >= 0
@@ -168,6 +188,8 @@ class TflContext(IRBuilder):
         """Inputs of a broadcasting op in one layout (that of the first run-time input of full rank);
         lower-rank inputs are first given leading 1s, as numpy broadcasting would."""
         ins = [self.held(i) for i in indices]
+        if not ins:
+            raise self.unsupported("it has no inputs")
         rank = max(len(x.perm) for x in ins)
         perm = next((x.perm for x in ins if len(x.perm) == rank and not x.value.is_const), identity(rank))
         out = []
@@ -201,13 +223,19 @@ class TflContext(IRBuilder):
             v.quant = params.relaid(real.shape, relayout)
         return v
 
+    def output_index(self, i: int) -> int:
+        """The tensor index of output i, which the operator must have."""
+        if i >= len(self.op.outputs) or self.op.outputs[i] < 0:
+            raise self.unsupported(f"output {i} is required")
+        return self.op.outputs[i]
+
     def set_held(self, x: Laid, i: int = 0) -> None:
         """Output i is ``x`` as stored (only where ``same_domain`` holds)."""
-        self.state.env[self.op.outputs[i]] = x
+        self.state.env[self.output_index(i)] = x
 
     def set_output(self, value: Value, perm: Perm | None = None, i: int = 0) -> None:
         """Output i is ``value``, laid out as ``perm`` (default: TFLite order); quantized on the way."""
-        idx = self.op.outputs[i]
+        idx = self.output_index(i)
         q = None if self.raw else self.state.held_quant.get(idx)
         if q is not None:
             s, z = (self.constant(np.float32(q[0]), f"scale{i}"),

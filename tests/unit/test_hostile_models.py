@@ -1,0 +1,158 @@
+"""Hostile model files, for real: every input the ONNX and TFLite import harnesses (``fuzz/targets``) found
+breaking the importers' contract, kept in ``fuzz/regressions``, gets its typed error here (a
+``CuvilError`` naming the node, attribute or tensor; never an IndexError, ZeroDivisionError,
+MemoryError...). Beside them, the import limits (``cuvil_edge.ir.limits``): a declared size past them is
+refused before anything is allocated, and what legitimate models materialise stays within them."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from cuvil_edge.errors import ModelFormatError, ShapeError, UnsupportedOperator
+from cuvil_edge.frontend.onnx import import_onnx
+from cuvil_edge.ir import limits
+from cuvil_edge.ir.graph import TensorType
+from fuzz.engine import REGRESSIONS, replay
+from fuzz.targets import onnx_import, tflite_import
+
+#: ONNX regression input -> (error class, words its message holds)
+ONNX_CASES = {
+    "argmax-axis-of-scalar": (UnsupportedOperator, "outside a rank-0 tensor"),
+    "attribute-not-utf8": (UnsupportedOperator, "not UTF-8"),
+    "concat-of-scalars": (ShapeError, "rank 1 or more"),
+    "constant-of-shape-2-to-the-40": (ShapeError, "over the limit"),
+    "conv-stride-0": (UnsupportedOperator, "strides=[0, 1]"),
+    "cumsum-axis-of-floats": (ShapeError, "where integers are needed"),
+    "conv-transpose-group-0": (UnsupportedOperator, "group=0"),
+    "dequantize-8-scales-for-4-channels": (ShapeError, "8 scales"),
+    "einsum-missing-operand": (UnsupportedOperator, "1 inputs"),
+    "gather-elements-index-out-of-range": (UnsupportedOperator, "outside dims [3]"),
+    "gather-index-out-of-range": (ShapeError, "outside an axis of 3"),
+    "gemm-3d-input": (UnsupportedOperator, "multiplies matrices"),
+    "initializer-of-int4": (UnsupportedOperator, "INT4"),
+    "layernorm-scalar-input": (UnsupportedOperator, "outside a rank-0 tensor"),
+    "maxpool-stride-0": (UnsupportedOperator, "strides=[0, 0]"),
+    "range-delta-0": (ShapeError, "no finite length"),
+    "reducesum-axes-of-floats": (ShapeError, "where integers are needed"),
+    "reshape-to-negative-dim": (ShapeError, "-4611686018427387904"),
+    "sequence-into-relu": (UnsupportedOperator, "is a sequence, not a tensor"),
+    "sequence-position-not-scalar": (UnsupportedOperator, "not one value"),
+    "slice-axis-of-scalar": (UnsupportedOperator, "outside a rank-0 tensor"),
+    "split-to-sequence-million-items": (ShapeError, "1048576 outputs"),
+    "topk-empty-k": (UnsupportedOperator, "must be one value"),
+    "unsqueeze-axes-of-floats": (ShapeError, "where integers are needed"),
+}
+#: TFLite regression input -> (error class, words its message holds)
+TFLITE_CASES = {
+    "concatenation-axis-9-of-4": (UnsupportedOperator, "axis [9]"),
+    "conv-stride-0": (UnsupportedOperator, "'StrideH': 0"),
+    "conv-weights-2d": (UnsupportedOperator, "not 4D"),
+    "fully-connected-weights-3d": (UnsupportedOperator, "not 2D"),
+    "if-branches-that-run-each-other": (UnsupportedOperator, "runs itself"),
+    "int8-zero-point-minus-1664": (ModelFormatError, "zero points outside int8"),
+    "max-pool-without-options": (UnsupportedOperator, "lack FilterHeight"),
+    "operator-without-outputs": (UnsupportedOperator, "no output"),
+    "pad-with-one-width": (UnsupportedOperator, "paddings of shape (1,)"),
+    "per-channel-scales-along-the-wrong-axis": (ModelFormatError, "3 scales along axis 1"),
+    "reshape-to-nan": (ShapeError, "not integers"),
+    "resize-of-an-empty-constant": (UnsupportedOperator, "no empty dims"),
+    "slice-begin-past-the-end": (ShapeError, "reads outside (1,)"),
+    "slice-with-one-range-for-rank-2": (UnsupportedOperator, "1 slice ranges for a rank-2 input"),
+    "sparse-dense-size-50331648": (ModelFormatError, "dense size 50331648"),
+    "subgraph-output-past-the-tensors": (ModelFormatError, "outside the 2 there are"),
+    "transpose-conv-weights-3d": (UnsupportedOperator, "not 4D"),
+}
+HARNESSES = {"onnx_import": (onnx_import, ONNX_CASES), "tflite_import": (tflite_import, TFLITE_CASES)}
+
+
+@pytest.mark.parametrize("name", sorted(HARNESSES))
+def test_every_regression_input_has_its_case(name):
+    assert sorted(p.name for p in (REGRESSIONS / name).iterdir()) == sorted(HARNESSES[name][1])
+
+
+@pytest.mark.parametrize(("harness", "case"), [(h, c) for h, (_, cases) in HARNESSES.items() for c in cases])
+def test_regression_input_gets_its_typed_error(harness, case):
+    module, cases = HARNESSES[harness]
+    error, words = cases[case]
+    one = module.setup()  # the importer, then the IR verifier: what ``CuvilModel.load`` and the build run
+    with pytest.raises(error) as info:
+        one((REGRESSIONS / harness / case).read_bytes())
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(HARNESSES))
+def test_regression_inputs_replay_within_the_harness_bounds(name):
+    target = HARNESSES[name][0].target()
+    paths = sorted((REGRESSIONS / name).iterdir())
+    result = replay(target, paths)
+    assert result.inputs == len(paths) and not result.findings, result.findings
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list) -> onnx.ModelProto:
+    m = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_a_few_kb_model_cannot_make_a_constant_past_the_import_budget():
+    """ConstantOfShape of 96M float32 (384 MB): under the per-tensor limit, over what a tiny model may
+    materialise; refused naming the node and the size before anything is allocated."""
+    shape = numpy_helper.from_array(np.array([96, 1024, 1024], np.int64), "shape")
+    m = _model([helper.make_node("ConstantOfShape", ["shape"], ["c"], name="big"),
+                helper.make_node("Add", ["x", "c"], ["y"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [96, 1024, 1024])], [shape])
+    data = m.SerializeToString()
+    assert len(data) < 4096
+    with pytest.raises(ShapeError, match=r"'big'.*402653184 more bytes"):
+        import_onnx(data)
+
+
+def test_what_a_model_of_large_weights_materialises_is_within_its_budget():
+    """A model holding 16 MB of weights may fold them (a transpose of a weight: 16 MB more) beyond the
+    base budget's share: the budget grows with the model."""
+    w = numpy_helper.from_array(np.ones((2048, 2048), np.float32), "w")
+    m = _model([helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+                helper.make_node("MatMul", ["x", "wt"], ["y"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2048])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2048])], [w])
+    graph = import_onnx(m.SerializeToString())
+    assert graph.outputs[0].type.shape == (1, 2048)
+
+
+def test_budget_counts_across_one_import_and_resets_after():
+    with limits.import_budget(0):
+        limits.charge(limits.BASE_BUDGET - 10, "first")
+        with pytest.raises(ShapeError, match="second"):
+            limits.charge(11, "second")
+    limits.charge(limits.BASE_BUDGET * 4, "outside an import")  # no budget outside an import
+
+
+@pytest.mark.parametrize("shape", [(1 << 40,), (1 << 15, 1 << 15, 2), (2, -1)])
+def test_a_tensor_type_past_the_limits_or_negative_is_a_shape_error(shape):
+    with pytest.raises(ShapeError):
+        TensorType(shape)
+
+
+def test_layer_norm_over_two_axes_without_a_bias_imports():
+    """The default bias of a LayerNormalization over several axes is shaped like them (it was a flat
+    vector, and numpy refused to broadcast it: a ValueError out of the importer)."""
+    scale = numpy_helper.from_array(np.ones((3, 4), np.float32), "s")
+    m = _model([helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=1)],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])], [scale])
+    graph = import_onnx(m.SerializeToString())
+    assert graph.outputs[0].type.shape == (2, 3, 4)
+
+
+@pytest.mark.parametrize("name", sorted(HARNESSES))
+def test_every_seed_imports_and_verifies(name):
+    """The harness seeds are models the importers take whole (a seed refused early covers little)."""
+    module = HARNESSES[name][0]
+    one = module.setup()
+    for data in module.seeds():
+        one(data)
