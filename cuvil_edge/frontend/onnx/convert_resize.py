@@ -62,7 +62,11 @@ def resize(ctx: ConvertContext) -> None:
         sizes = ctx.const(3) if ctx.has_input(3) else None
         sizes = None if sizes is None or sizes.size == 0 else _full(sizes, axes, [float(d) for d in shape])
         policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+        if sizes is not None and not all(np.isfinite(d) and d >= 0 for d in sizes):
+            raise ctx.unsupported(f"sizes {list(sizes)} must be finite and non-negative")
         if sizes is not None and policy != "stretch":
+            if any(shape[a] == 0 for a in axes or range(r)):
+                raise ctx.unsupported(f"keep_aspect_ratio_policy={policy!r} on an empty axis of {shape}")
             # one scale for every resized axis; sizes round half up (as onnxruntime and the spec do),
             # and the sampling grid uses that scale, not out/in per axis
             pick = min if policy == "not_larger" else max
@@ -70,6 +74,8 @@ def resize(ctx: ConvertContext) -> None:
             s = pick(sizes[a] / shape[a] for a in resized)
             sizes = [float(int(s * d + 0.5)) if a in resized else d for a, d in enumerate(shape)]
             scales = [s if a in resized else 1.0 for a in range(r)]
+    if scales is not None and not all(np.isfinite(v) and v > 0 for v in scales):
+        raise ctx.unsupported(f"scales {list(scales)} must be finite and positive")
     if sizes is not None:
         out = [int(d) for d in sizes]
         if scales is None or len(scales) != r:
