@@ -92,7 +92,9 @@ def emit_node(graph: Graph, op: str, inputs: list[Value], attrs: dict[str, Any],
         raise ShapeError(f"node {name!r} ({op}): {exc}") from exc
     if all(v.is_const for v in inputs) and opdef.fold is not None:
         charge(sum(t.nbytes for t in types), f"node {name!r} ({op})")  # before the fold allocates
-        arrays = opdef.fold(probe, [v.const for v in inputs])
+        # empty outputs need no fold (numpy's reductions without an identity refuse an empty input)
+        arrays = ([np.empty(t.shape, t.dtype) for t in types] if all(t.size == 0 for t in types)
+                  else opdef.fold(probe, [v.const for v in inputs]))
         outs = [graph.constant(f"{name}:{i}", np.asarray(a, dtype=t.dtype).reshape(t.shape))
                 for i, (a, t) in enumerate(zip(arrays, types))]
         src = inputs[0].quant if op in MOVES_NUMBERS else None

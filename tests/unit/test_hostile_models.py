@@ -157,3 +157,14 @@ def test_every_seed_imports_and_verifies(name):
     one = module.setup()
     for data in module.seeds():
         one(data)
+
+
+def test_an_op_on_an_empty_constant_folds_to_an_empty_constant():
+    """Found by the onnx_import run: Softmax of a constant with an empty axis reached numpy's max, which
+    has no identity (ValueError). A node whose outputs are all empty folds to empty constants, unrun."""
+    empty = helper.make_tensor("c", TensorProto.FLOAT, [2, 0], [])
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["c"], ["s"], axis=1), helper.make_node("Shape", ["s"], ["y"])],
+        "g", [], [helper.make_tensor_value_info("y", TensorProto.INT64, [2])], initializer=[empty])
+    g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert g.outputs[0].is_const and g.outputs[0].const.tolist() == [2, 0]
