@@ -19,6 +19,8 @@ from ..errors import ShapeError
 
 #: elements one tensor may have (1 GiB of float32); a wasm32 instance holds 4 GiB in all
 MAX_ELEMENTS = 1 << 28
+#: dimensions one tensor may have (numpy's own limit; the device's model.json takes 32)
+MAX_RANK = 64
 #: values one node may output, items one sequence may hold (each is a value of its own in the IR)
 MAX_OUTPUTS = 1 << 14
 #: bytes of constants an import may create from any model, however small its file
@@ -36,7 +38,10 @@ _budget: ContextVar[_Budget | None] = ContextVar("cuvil_import_budget", default=
 
 
 def check_shape(shape: Sequence[int], what: str = "a tensor") -> int:
-    """The element count of ``shape``, or ``ShapeError`` when it is past ``MAX_ELEMENTS``."""
+    """The element count of ``shape``, or ``ShapeError`` when it is past ``MAX_ELEMENTS`` or has more than
+    ``MAX_RANK`` dimensions (an empty shape of 300,000 dimensions has no elements and no array either)."""
+    if len(shape) > MAX_RANK:
+        raise ShapeError(f"{what} has {len(shape)} dimensions, over the limit of {MAX_RANK}")
     n = math.prod(int(d) for d in shape)
     if n > MAX_ELEMENTS:
         raise ShapeError(f"{what} of shape {tuple(shape)} has {n} elements, over the limit of {MAX_ELEMENTS}")

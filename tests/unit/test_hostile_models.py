@@ -24,6 +24,7 @@ ONNX_CASES = {
     "attribute-not-utf8": (UnsupportedOperator, "not UTF-8"),
     "concat-of-scalars": (ShapeError, "rank 1 or more"),
     "constant-of-shape-2-to-the-40": (ShapeError, "over the limit"),
+    "constant-of-shape-rank-327684": (ShapeError, "327684 dimensions, over the limit of 64"),
     "conv-stride-0": (UnsupportedOperator, "strides=[0, 1]"),
     "cumsum-axis-of-floats": (ShapeError, "where integers are needed"),
     "conv-transpose-group-0": (UnsupportedOperator, "group=0"),
