@@ -26,8 +26,10 @@ from pathlib import Path
 from .engine import CORPUS, REGRESSIONS, ROOT, inputs, replay
 
 WORK = ROOT / "work"
-#: libFuzzer's RSS cap for a target process, MB (the interpreter, numpy and wasmtime take ~250)
+#: libFuzzer's RSS cap for a target process, MB (the interpreter, numpy and wasmtime take ~250), raised
+#: for a target whose ``memory_bound`` of the largest input says more (an import's budget)
 RSS_LIMIT_MB = 2048
+INTERPRETER_MB = 512
 MAX_LEN = 16384
 #: libFuzzer's status lines (NEW, REDUCE, pulse, DONE): executions, coverage, features, corpus units
 _STATUS = re.compile(r"^#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/", re.M)
@@ -59,14 +61,15 @@ def child(name: str, libfuzzer_args: list[str]) -> None:
     atheris.Fuzz()
 
 
-def fuzz(name: str, seconds: int, time_limit_s: float, work_root: Path = WORK) -> FuzzReport:
+def fuzz(name: str, seconds: int, time_limit_s: float, work_root: Path = WORK,
+         rss_limit_mb: int = RSS_LIMIT_MB) -> FuzzReport:
     work = work_root / name
     (work / "corpus").mkdir(parents=True, exist_ok=True)
     for old in work.glob("crash-*"):
         old.unlink()
     seeds = [str(d) for d in (CORPUS / name, REGRESSIONS / name) if d.is_dir()]
     args = [f"-max_total_time={seconds}", f"-timeout={max(1, round(time_limit_s))}",
-            f"-rss_limit_mb={RSS_LIMIT_MB}", f"-max_len={MAX_LEN}", "-print_final_stats=1",
+            f"-rss_limit_mb={rss_limit_mb}", f"-max_len={MAX_LEN}", "-print_final_stats=1",
             f"-artifact_prefix={work}/", str(work / "corpus"), *seeds]
     proc = subprocess.run([sys.executable, "-m", "fuzz.run", "--child", name, "--", *args],
                           cwd=ROOT.parent, capture_output=True, text=True, timeout=seconds + 300)
@@ -109,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {where}: {what}")
             failed |= bool(r.findings)
             continue
-        rep = fuzz(t.name, args.seconds, t.time_limit_s, args.work)
+        # the process's cap: the interpreter's own, or what the target may allocate for its largest input
+        rss = max(RSS_LIMIT_MB, (t.memory_bound(MAX_LEN) >> 20) + INTERPRETER_MB)
+        rep = fuzz(t.name, args.seconds, t.time_limit_s, args.work, rss)
         reports.append(asdict(rep))
         print(f"{rep.target:16s} {rep.seconds:6d} s {rep.executions:10d} execs {rep.exec_per_s:7d}/s "
               f"cov {rep.cov:6d} ft {rep.ft:6d} corpus {rep.corpus:5d} findings {rep.findings} (rc {rep.rc})",

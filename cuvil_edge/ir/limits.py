@@ -23,8 +23,9 @@ MAX_ELEMENTS = 1 << 28
 MAX_RANK = 64
 #: values one node may output, items one sequence may hold (each is a value of its own in the IR)
 MAX_OUTPUTS = 1 << 14
-#: bytes of constants an import may create from any model, however small its file
-BASE_BUDGET = 256 << 20
+#: bytes of constants an import may create from any model, however small its file: the ONNX model zoo's
+#: "light" models make their weights with ConstantOfShape (VGG-19: 548 MB from a few KB)
+BASE_BUDGET = 1 << 30
 #: and per byte of the model file
 BUDGET_PER_FILE_BYTE = 8
 
@@ -39,11 +40,12 @@ _budget: ContextVar[_Budget | None] = ContextVar("cuvil_import_budget", default=
 
 def check_shape(shape: Sequence[int], what: str = "a tensor") -> int:
     """The element count of ``shape``, or ``ShapeError`` when it is past ``MAX_ELEMENTS`` or has more than
-    ``MAX_RANK`` dimensions (an empty shape of 300,000 dimensions has no elements and no array either)."""
+    ``MAX_RANK`` dimensions, or empty with its other dimensions past the limit (an empty shape of 300,000
+    dimensions, or of (0, 2**40, 2**40), has no elements, and numpy makes no array of it either)."""
     if len(shape) > MAX_RANK:
         raise ShapeError(f"{what} has {len(shape)} dimensions, over the limit of {MAX_RANK}")
     n = math.prod(int(d) for d in shape)
-    if n > MAX_ELEMENTS:
+    if n > MAX_ELEMENTS or math.prod(int(d) for d in shape if d) > MAX_ELEMENTS:  # empty: no array past it
         raise ShapeError(f"{what} of shape {tuple(shape)} has {n} elements, over the limit of {MAX_ELEMENTS}")
     return n
 

@@ -25,6 +25,7 @@ ONNX_CASES = {
     "concat-of-scalars": (ShapeError, "rank 1 or more"),
     "constant-of-shape-2-to-the-40": (ShapeError, "over the limit"),
     "constant-of-shape-rank-327684": (ShapeError, "327684 dimensions, over the limit of 64"),
+    "constant-of-shape-empty-of-huge-dims": (ShapeError, "over the limit of 268435456"),
     "conv-stride-0": (UnsupportedOperator, "strides=[0, 1]"),
     "cumsum-axis-of-floats": (ShapeError, "where integers are needed"),
     "conv-transpose-group-0": (UnsupportedOperator, "group=0"),
@@ -101,16 +102,17 @@ def _model(nodes: list, inputs: list, outputs: list, inits: list) -> onnx.ModelP
 
 
 def test_a_few_kb_model_cannot_make_a_constant_past_the_import_budget():
-    """ConstantOfShape of 96M float32 (384 MB): under the per-tensor limit, over what a tiny model may
-    materialise; refused naming the node and the size before anything is allocated."""
-    shape = numpy_helper.from_array(np.array([96, 1024, 1024], np.int64), "shape")
-    m = _model([helper.make_node("ConstantOfShape", ["shape"], ["c"], name="big"),
+    """ConstantOfShape of 130M float64 (1.09 GB): under the per-tensor element limit, over what a tiny
+    model may materialise; refused naming the node and the size before anything is allocated."""
+    shape = numpy_helper.from_array(np.array([130, 1024, 1024], np.int64), "shape")
+    value = helper.make_tensor("value", TensorProto.DOUBLE, [1], [1.0])
+    m = _model([helper.make_node("ConstantOfShape", ["shape"], ["c"], name="big", value=value),
                 helper.make_node("Add", ["x", "c"], ["y"])],
-               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [96, 1024, 1024])], [shape])
+               [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [1])],
+               [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [130, 1024, 1024])], [shape])
     data = m.SerializeToString()
     assert len(data) < 4096
-    with pytest.raises(ShapeError, match=r"'big'.*402653184 more bytes"):
+    with pytest.raises(ShapeError, match=r"'big'.*1090519040 more bytes"):
         import_onnx(data)
 
 
