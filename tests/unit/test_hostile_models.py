@@ -36,6 +36,7 @@ ONNX_CASES = {
     "gemm-3d-input": (UnsupportedOperator, "multiplies matrices"),
     "initializer-of-int4": (UnsupportedOperator, "INT4"),
     "layernorm-scalar-input": (UnsupportedOperator, "outside a rank-0 tensor"),
+    "loop-body-of-fewer-inputs": (UnsupportedOperator, "the body takes 2 inputs"),
     "maxpool-stride-0": (UnsupportedOperator, "strides=[0, 0]"),
     "range-delta-0": (ShapeError, "no finite length"),
     "reducesum-axes-of-floats": (ShapeError, "where integers are needed"),

@@ -40,8 +40,12 @@ def _loop(ctx: ConvertContext) -> None:
         np.array(True), "cond")
     carried = [ctx.input(i) for i in range(2, ctx.n_inputs)]
     formal = [TensorType((), "int64"), TensorType((), "bool"), *(v.type for v in carried)]
-    body, captures = import_subgraph(ctx, "body", formal)
     n = len(carried)
+    declared = ctx.attr("body")
+    if len(declared.input) != 2 + n or len(declared.output) < 1 + n:
+        raise ctx.unsupported(f"the body takes {len(declared.input)} inputs and gives {len(declared.output)} "
+                              f"outputs for {n} carried values (it takes {2 + n}, gives at least {1 + n})")
+    body, captures = import_subgraph(ctx, "body", formal)
     for k, (v_in, v_out) in enumerate(zip(body.inputs[2:2 + n], body.outputs[1:1 + n])):
         if v_in.type != v_out.type:
             raise ctx.unsupported(f"loop-carried value {k} changes from {v_in.type} to {v_out.type} "
