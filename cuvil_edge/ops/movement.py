@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedOperator
+from ..ir import limits
 from ..ir.graph import Node, TensorType, Value
 from .attrs import INT, Attr, declare
 from .common import broadcast_shape, cint_list, split_rows
@@ -573,6 +574,9 @@ def _cos_infer(node: Node) -> list[TensorType]:
     v = node.inputs[0]
     if not v.is_const:
         raise ShapeError(f"{node.name}: the shape must be known at build time (it sets the output shape)")
+    if v.const.size > limits.MAX_RANK:  # before a tuple of millions of dimensions is made to refuse it
+        raise ShapeError(f"{node.name}: a shape of {v.const.size} dimensions, over the limit of "
+                         f"{limits.MAX_RANK}")
     shape = tuple(int(d) for d in v.const.reshape(-1))
     return [TensorType(shape, node.attrs["dtype"])]
 

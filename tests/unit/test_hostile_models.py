@@ -172,3 +172,13 @@ def test_an_op_on_an_empty_constant_folds_to_an_empty_constant():
         "g", [], [helper.make_tensor_value_info("y", TensorProto.INT64, [2])], initializer=[empty])
     g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     assert g.outputs[0].is_const and g.outputs[0].const.tolist() == [2, 0]
+
+
+def test_constant_of_shape_refuses_a_shape_past_the_rank_limit_before_reading_it():
+    """Found by the onnx_import run: a Range of 100M values fed to ConstantOfShape as its shape was turned
+    into a Python tuple (40 s) before the rank limit refused it; the shape's size is checked first."""
+    shape = numpy_helper.from_array(np.zeros(65, np.int64), "shape")
+    m = _model([helper.make_node("ConstantOfShape", ["shape"], ["c"], name="wide")], [],
+               [helper.make_tensor_value_info("c", TensorProto.FLOAT, [0] * 65)], [shape])
+    with pytest.raises(ShapeError, match="wide.*a shape of 65 dimensions, over the limit of 64"):
+        import_onnx(m.SerializeToString())
