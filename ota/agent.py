@@ -52,7 +52,7 @@ from .errors import (
 from .http_api import HttpApiServer
 from .http_download import HttpDownload
 from .installer import ENVELOPE_FILE, Installer, align_roots, line_dirs, trusted_root
-from .metadata import parse_time
+from .metadata import parse_time, time_text
 from .metrics import LineUpdate, UpdateCollector
 from .protocol import (
     Announcement,
@@ -61,7 +61,6 @@ from .protocol import (
     format_time,
     sha256_hex,
     status_payload,
-    timestamp,
     verify_announcement,
     verify_command,
 )
@@ -141,8 +140,8 @@ class _Steps:
 STORE_SCHEMA = schema.record({
     "announce_seq": Optional(schema.integer()), "announce_digest": Optional(schema.text(64)),
     "failed": Optional(schema.mapping(schema.text(64), schema.text(1 << 20), 1 << 16)),
-    "nonces": Optional(schema.mapping(schema.text(64), timestamp(), 1 << 16)),
-    "commands_after": Optional(timestamp()),
+    "nonces": Optional(schema.mapping(schema.text(64), time_text, 1 << 16)),
+    "commands_after": Optional(time_text),
 })
 
 

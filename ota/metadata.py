@@ -36,7 +36,7 @@ MAX_TARGETS = 1024
 MAX_GOLDEN = 4096
 
 
-def _time(value: Any, path: str) -> str:
+def time_text(value: Any, path: str) -> str:
     """An ISO 8601 time with an offset (``parse_time``), kept as its text."""
     text = _TIME_TEXT(value, path)
     try:
@@ -96,7 +96,7 @@ _MANIFEST_FIELDS = {
     "name": schema.text(),
     "version": schema.text(256, _SEMVER.pattern),
     "release": schema.integer(1),
-    "expires": _time,
+    "expires": time_text,
     "spec": _OBJECT,
     "targets": schema.record({"hardware_ids": schema.array(schema.text(256), MAX_TARGETS, 1),
                               "profiles": _STRINGS}),

@@ -24,7 +24,7 @@ from runtime_wasm.spec import is_sha256_hex
 from .config import TransferLimits, check_name
 from .crypto import parse_json
 from .errors import BadName, ExpiredMetadata, FormatError, LengthMismatch, UnauthorizedMessage
-from .metadata import parse_envelope, parse_time
+from .metadata import parse_envelope, parse_time, time_text
 from .parse import parse_decimal
 from .trust import TrustState, check_signatures, check_target
 
@@ -64,23 +64,6 @@ def check_url(url: str, what: str = "bundle URL") -> str:
     return url
 
 
-def timestamp() -> schema.Reader:
-    """A time as messages and state files carry it, kept as its text: a string of a bounded length (its
-    type checked before ``parse_time`` sees it) that ``parse_time`` takes (an offset, and a year far
-    enough from ``datetime``'s ends that adding a grace period cannot overflow)."""
-    as_text = schema.text(64)
-
-    def read_time(value: Any, path: str) -> str:
-        text = as_text(value, path)
-        try:
-            parse_time(text)
-        except FormatError as exc:
-            raise schema.Invalid(path, str(exc)) from None
-        return text
-
-    return read_time
-
-
 def _level(what: str, allow_empty: bool = False) -> schema.Reader:
     """A fleet, device or model name: one MQTT topic level (``check_name``); empty where that means
     "none"."""
@@ -108,7 +91,7 @@ MAX_CHUNKS = 1 << 20
 #: the fields an announcement carries (docs/PROTOCOL.md); a newer publisher's extra fields are kept
 ANNOUNCEMENT_SCHEMA = schema.record({
     "type": schema.one_of(ANNOUNCE_TYPE), "format": schema.one_of(PROTOCOL_FORMAT),
-    "fleet": _level("fleet"), "seq": schema.integer(), "issued": timestamp(), "expires": timestamp(),
+    "fleet": _level("fleet"), "seq": schema.integer(), "issued": time_text, "expires": time_text,
     "bundle_sha256": schema.sha256(), "bundle_length": schema.integer(), "release": schema.integer(),
     "name": _TEXT, "version": _TEXT, "chunk_bytes": schema.integer(1),
     "chunks": schema.array(schema.sha256(), MAX_CHUNKS, 1), "select_below": schema.integer(0, BUCKETS),
@@ -261,7 +244,7 @@ class Announcement:
 COMMAND_SCHEMA = schema.record({
     "type": schema.one_of(COMMAND_TYPE), "format": schema.one_of(PROTOCOL_FORMAT),
     "fleet": _level("fleet"), "device": _level("device id"), "action": schema.one_of(*ACTIONS),
-    "nonce": schema.text(64, _NONCE.pattern), "issued": timestamp(), "expires": timestamp(),
+    "nonce": schema.text(64, _NONCE.pattern), "issued": time_text, "expires": time_text,
     "bundle_sha256": Optional(schema.text(64, "|[0-9a-f]{64}"), ""),
     "model": Optional(_level("model", allow_empty=True), ""),
 })
@@ -380,7 +363,7 @@ _COUNT = Optional(schema.nullable(schema.integer()))
 TELEMETRY_SCHEMA = schema.record({
     "type": schema.one_of(TELEMETRY_TYPE), "format": schema.one_of(PROTOCOL_FORMAT),
     "device": _level("device id"), "stream": schema.text(64, min_len=1), "seq": schema.integer(),
-    "time": timestamp(), "event": schema.text(64, "[a-z0-9_]+"),
+    "time": time_text, "event": schema.text(64, "[a-z0-9_]+"),
     "data": schema.mapping(_TEXT, any_json, 1024),
 })
 #: a line's part of a status (``ModelLine.summary``, under ``models`` in a multi-model device's status,
@@ -409,7 +392,7 @@ SUMMARY_DATA_SCHEMA = schema.record({
 })
 #: a device's status as publishers and dashboards read it: unsigned, so every field they use is checked
 STATUS_SCHEMA = schema.record({
-    "device": _level("device id"), "time": Optional(timestamp()), "hardware_id": Optional(_TEXT),
+    "device": _level("device id"), "time": Optional(time_text), "hardware_id": Optional(_TEXT),
     "profile": Optional(_TEXT), "model": Optional(_level("model", allow_empty=True)), "models": _LINES,
     **_LINE_STATUS,
 })
