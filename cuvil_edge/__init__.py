@@ -10,6 +10,7 @@ from .errors import (
     InputError,
     MissingPretrainedFile,
     ModelFormatError,
+    NotConstant,
     NotInCache,
     PretrainedError,
     ShapeError,
@@ -24,7 +25,7 @@ from .torch_compile import compile
 
 __all__ = [
     "ALL_TARGETS", "AmbiguousPretrainedModel", "CompiledModel", "CuvilError", "CuvilModel", "ExportError",
-    "GraphVerificationError", "InputError", "MissingPretrainedFile", "ModelFormatError", "NotInCache",
-    "PretrainedError", "ShapeError", "Target", "TargetError", "ToolchainError", "UnknownTask",
+    "GraphVerificationError", "InputError", "MissingPretrainedFile", "ModelFormatError", "NotConstant",
+    "NotInCache", "PretrainedError", "ShapeError", "Target", "TargetError", "ToolchainError", "UnknownTask",
     "UnsupportedOperator", "VocabularyMismatch", "compile", "compile_graph", "optimize_graph",
 ]

@@ -26,6 +26,7 @@ from .cli_args import (
     add_precision,
     add_targets,
     bounded,
+    load_options,
     parse_shapes,
     parse_targets,
 )
@@ -73,7 +74,7 @@ def _load(args: argparse.Namespace):
     if _is_pretrained(args.model):
         return CuvilModel.from_pretrained(args.model, task=args.task, input_shapes=shapes,
                                           revision=args.revision)
-    return CuvilModel.load(args.model, input_shapes=shapes)
+    return CuvilModel.load(args.model, **load_options(args))
 
 
 def _calibration(path: str | None, pretrained: bool):
@@ -247,7 +248,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from .model import CuvilModel
     from .profile import profile_model, profile_table
 
-    model = CuvilModel.load(args.model, input_shapes=parse_shapes(args.input_shape))
+    model = CuvilModel.load(args.model, **load_options(args))
     target = Target(args.tier, host_target().family)
     model.optimize(precision=args.precision, targets=[target], calibration=args.calib)
     rows = profile_model(model, target, repeat=args.repeat)
@@ -263,7 +264,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     proto = load_onnx(args.model)  # a ModelFormatError, not protobuf's, for a file that is no model
     t0 = time.perf_counter()
-    model = CuvilModel.load(proto, input_shapes=parse_shapes(args.input_shape))
+    model = CuvilModel.load(proto, **load_options(args))
     model.optimize(precision=args.precision, targets=[host_target()])
     build_s = time.perf_counter() - t0
     if args.threads < 1:

@@ -5,15 +5,48 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
 
 from .codegen.toolchain import ALL_TARGETS, Target
-from .errors import ShapeError, TargetError
+from .errors import InputError, ShapeError, TargetError
 from .quant import PRECISIONS
 
 
 def add_input_shape(p: argparse.ArgumentParser) -> None:
-    """``--input-shape`` (repeatable), read by ``parse_shapes``."""
+    """``--input-shape`` and ``--bind`` (repeatable), read by ``load_options``."""
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    p.add_argument("--bind", action="append", default=[], metavar="NAME=V0,V1,...|@FILE.npy",
+                   help="fix an input's value at build time (an axis, shape or pads the model takes as an "
+                        "input); it leaves the compiled model's inputs")
+
+
+def load_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``CuvilModel.load``'s keyword arguments from ``--input-shape`` and ``--bind``."""
+    binds = parse_binds(getattr(args, "bind", []))
+    return {"input_shapes": parse_shapes(args.input_shape), **({"bind": binds} if binds else {})}
+
+
+def parse_binds(items: Sequence[str]) -> dict[str, np.ndarray]:
+    """``--bind NAME=V0,V1,...`` (numbers, shaped as the input declares) or ``--bind NAME=@FILE.npy``."""
+    binds: dict[str, np.ndarray] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name or not text:
+            raise InputError(f"--bind wants NAME=V0,V1,... or NAME=@FILE.npy, got {item!r}")
+        if text.startswith("@"):
+            try:
+                binds[name] = np.load(text[1:], allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise InputError(f"--bind {name}: cannot read {text[1:]!r}: {exc}") from None
+            continue
+        try:
+            binds[name] = np.array([int(v) if v.strip().lstrip("+-").isdigit() else float(v)
+                                    for v in text.split(",")])
+        except (ValueError, OverflowError):
+            raise InputError(f"--bind {item!r}: values must be numbers (int64 or float)") from None
+    return binds
 
 
 def add_precision(p: argparse.ArgumentParser, help: str | None = None) -> None:

@@ -24,7 +24,7 @@ from .cli_args import (
     add_passphrase_env,
     add_targets,
     bounded,
-    parse_shapes,
+    load_options,
     parse_targets,
 )
 from .signing import Keyring, SigningError, add_signatures, build_bundle, load_key
@@ -130,7 +130,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         return 0
     from .model import CuvilModel
 
-    model = CuvilModel.load(source, input_shapes=parse_shapes(args.input_shape))
+    model = CuvilModel.load(source, **load_options(args))
     model.optimize(targets=parse_targets(args.targets), profiles=profile_names(args))
     with tempfile.TemporaryDirectory(prefix="cuvil-bundle-") as tmp:
         sign_model_dir(model.save(Path(tmp) / "model"), args.output, args)

@@ -25,6 +25,21 @@ class UnsupportedOperator(CuvilError):
         super().__init__(f"unsupported operator {op_type!r} at {where}" + (f": {detail}" if detail else ""))
 
 
+class NotConstant(UnsupportedOperator):
+    """An input an op needs at build time (an axis, a shape, pads: what sizes its output) is fed or
+    computed at run time. ``input_name`` names it; ``graph_input`` says it is one of the model's inputs,
+    whose value ``CuvilModel.load(bind=...)`` (``--bind``) can fix at build time."""
+
+    def __init__(self, op_type: str, node: str, opset: int | None, index: int, input_name: str,
+                 graph_input: bool, why: str = "") -> None:
+        self.index, self.input_name, self.graph_input = index, input_name, graph_input
+        detail = (f"{why}: " if why else "") + f"input {index} ({input_name!r}) must be a build-time constant"
+        if graph_input:
+            detail += (f"; it is a model input: fix its value at build time with "
+                       f"bind={{{input_name!r}: ...}} (--bind {input_name}=...)")
+        super().__init__(op_type, node, opset, detail)
+
+
 class ShapeError(CuvilError):
     """Shapes cannot be made static (an ``--input-shape`` that does not parse or fit included), or do not
     agree between producer and consumer."""

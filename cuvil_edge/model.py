@@ -82,14 +82,18 @@ class CuvilModel:
     def load(cls, path: str | os.PathLike[str] | bytes | Any,
              input_shapes: Mapping[str, Sequence[int]] | None = None,
              max_trip_count: Mapping[str, int] | None = None,
-             max_string_bytes: int | None = None) -> CuvilModel:
-        """Import an ONNX model (path, bytes or ModelProto) or a TFLite model (path or bytes); input
-        shapes fix dynamic dims, and ``max_trip_count`` (Loop node name -> most iterations, ONNX only) bounds
+             max_string_bytes: int | None = None,
+             bind: Mapping[str, Any] | None = None) -> CuvilModel:
+        """Import an ONNX model (path, bytes or ModelProto) or a TFLite model (path or bytes); input shapes
+        fix dynamic dims, and ``max_trip_count`` (Loop node name -> most iterations, ONNX only) bounds
         loops whose trip count is not a build-time constant; ``max_string_bytes`` (ONNX string inputs,
-        default 64) the UTF-8 bytes each string may hold. A file is read once and imported from those
-        bytes, so the build cache's key is the digest of what was built. A file read before in the same
-        state (``buildcache.file_state``: inode, size, mtime, ctime) is not read again until its import
-        runs: its recorded sha256 is the key (a 180 MB encoder: 0.21 s of reading and hashing saved)."""
+        default 64) the UTF-8 bytes each string may hold; ``bind`` (input name -> value, ONNX only) fixes
+        inputs at build time, which then leave the signature: an axis, a shape or pads a model takes as an
+        input (its output shapes depend on them, and a compiled module's shapes are static). A file is
+        read once and imported from those bytes, so the build cache's key is the digest of what was built.
+        A file read before in the same state (``buildcache.file_state``: inode, size, mtime, ctime) is not
+        read again until its import runs: its recorded sha256 is the key (a 180 MB encoder: 0.21 s of
+        reading and hashing saved)."""
         from .frontend import source_format
         from .frontend.registry import user_converters_digest
 
@@ -105,6 +109,8 @@ class CuvilModel:
             if state is not None and file_state(path) != state:  # written while read: not a settled state
                 state = None
         strings = {} if max_string_bytes is None else {"max_string_bytes": int(max_string_bytes)}
+        if bind and tflite:
+            raise InputError("bind= is for ONNX models (a TFLite model's shape inputs are constants)")
 
         def import_from(source: Any) -> Graph:
             if tflite:
@@ -113,16 +119,18 @@ class CuvilModel:
                 return import_tflite(source, input_shapes, name=name)
             from .frontend.onnx import import_onnx
 
-            return import_onnx(source, input_shapes, name=name, max_trip_count=max_trip_count, **strings)
+            return import_onnx(source, input_shapes, name=name, max_trip_count=max_trip_count, bind=bind,
+                               **strings)
 
         if data_sha256 is None:  # tensors in external files: onnx reads them itself, builds are not cached
             return cls(import_from(path))
         shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
         key: list[Any] = [data_sha256, shapes, name]
-        if max_trip_count:  # only then: keys of builds without loop bounds stay as they were
-            key.append({k: int(v) for k, v in max_trip_count.items()})
-        if strings:  # likewise
-            key.append(strings)
+        loops = {k: int(v) for k, v in (max_trip_count or {}).items()}
+        bound = data_digest([dict(bind)])[0] if bind else None  # names and values (None: not numbers)
+        for part in (loops, strings, {"bind": bound} if bind else {}):
+            if part:  # only then: keys of builds without them stay as they were
+                key.append(part)
         if user_converters := user_converters_digest():  # a custom op's converter shapes the import too
             key.append({"converters": user_converters})
         digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()
@@ -135,7 +143,7 @@ class CuvilModel:
             now = functools.partial(import_from, data) if data is not None else later
         model = cls._import_known(cache, now, later, digest)
         model._source = {"model_sha256": data_sha256, "input_shapes": shapes, **strings,
-                         **({"max_trip_count": key[3]} if max_trip_count else {})}  # key[3]: the loop bounds
+                         **({"max_trip_count": loops} if loops else {}), **({"bind": bound} if bind else {})}
         if data is not None:  # read and hashed here, and it imports: known by its state from now on
             cache.record_sha256(state, data_sha256)
         return model

@@ -68,15 +68,17 @@ def offset_from(graph: Graph, v: Value, base: Value) -> int | None:
     return c - b if root is base_root else None
 
 
-def _run_time_length(ctx: ConvertContext, start: Value, end: Value, step: int) -> int:
-    """The static element count of a run-time ``range(start, end, step)``."""
+def _run_time_length(ctx: ConvertContext, start: Value, end: Value, step: int,
+                     inputs: tuple[int, int]) -> int:
+    """The static element count of a run-time ``range(start, end, step)``; ``inputs``: the node's inputs
+    that hold the start and the end (the one not known at build time is named when it must be)."""
     if start.is_const:
-        raise ctx.unsupported("the end is known only at run time, so the output length is unknown at "
-                              "build time")
+        raise ctx.not_constant(inputs[1], "the end is known only at run time, so the output length is "
+                               "unknown at build time")
     c = offset_from(ctx.graph, end, start)
     if c is None:
-        raise ctx.unsupported("the start is known only at run time and the end is not the start plus a "
-                              "constant, so the output length is unknown at build time")
+        raise ctx.not_constant(inputs[0], "the start is known only at run time and the end is not the start "
+                               "plus a constant, so the output length is unknown at build time")
     return max(-(-c // step), 0)
 
 
@@ -86,9 +88,10 @@ def _slice_run_time(ctx: ConvertContext, x: Value) -> Value:
     axis = [0] if axes is None else _ints(axes)
     step = [1] if steps is None else _ints(steps)
     if start.type.size != 1 or end.type.size != 1 or len(axis) != 1 or step[0] < 1:
-        raise ctx.unsupported("run-time bounds are supported on one axis with a positive step "
-                              f"(starts {start.type}, ends {end.type}, axes {axis}, steps {step})")
-    n = _run_time_length(ctx, start, end, step[0])
+        raise ctx.not_constant(1 if not start.is_const else 2, "run-time bounds are supported on one axis "
+                               f"with a positive step (starts {start.type}, ends {end.type}, axes {axis}, "
+                               f"steps {step})")
+    n = _run_time_length(ctx, start, end, step[0], (1, 2))
     return ctx.emit1("slice_rt", [x, start, end],
                      {"axis": ctx.axis(axis[0], len(x.type.shape)), "step": step[0], "length": n})
 
@@ -212,8 +215,8 @@ def range_(ctx: ConvertContext) -> None:
     step = ctx.scalar(2, "delta")
     if step != int(step) or step == 0:
         raise ctx.unsupported(f"a run-time range needs a non-zero integer delta, got {step}")
-    n = _run_time_length(ctx, start, limit, int(step)) if step > 0 else _run_time_length(
-        ctx, limit, start, -int(step))
+    n = _run_time_length(ctx, start, limit, int(step), (0, 1)) if step > 0 else _run_time_length(
+        ctx, limit, start, -int(step), (1, 0))
     ctx.set_outputs(ctx.emit1("range_rt", [start, limit, delta], {"length": n}))
 
 

@@ -113,9 +113,11 @@ _STRINGS_ONLY = f"string tensors are supported only as model inputs read by {', 
 
 def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
                 name: str | None = None, max_trip_count: Mapping[str, int] | None = None,
-                max_string_bytes: int = STRING_WIDTH) -> Graph:
+                max_string_bytes: int = STRING_WIDTH, bind: Mapping[str, Any] | None = None) -> Graph:
     """``max_trip_count``: Loop node name -> most iterations, for loops whose trip count is not a
     build-time constant (their scan outputs are allocated for it; see ``convert_control``).
+    ``bind``: input name -> its value, fixed at build time (the input leaves the graph's inputs and is
+    a constant to every converter: an axis, shape or pads fed as an input, see ``NotConstant``).
     ``max_string_bytes``: UTF-8 bytes each element of a string input holds (a longer one is refused at
     run time, never cut)."""
     if not isinstance(max_string_bytes, int) or max_string_bytes < 1:
@@ -141,16 +143,23 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         env[init.name] = scope.half.constant(init.name, tensor_array(init, "Initializer", init.name, opset))
 
     with import_budget(held):  # what converters and folds create, beyond what the model holds
-        shapes = dict(input_shapes or {})
+        shapes, bound = dict(input_shapes or {}), dict(bind or {})
         for inp in g.input:
             if inp.name in env:
                 continue  # old-style graphs list initializers as inputs too
+            if inp.name in bound:
+                value = _bound_value(inp, bound.pop(inp.name), shapes.pop(inp.name, None), max_string_bytes)
+                env[inp.name] = scope.half.constant(inp.name, value)
+                graph.meta.setdefault("bound_inputs", []).append(inp.name)
+                continue
             v = graph.value(inp.name, _input_type(inp, shapes.pop(inp.name, None), max_string_bytes))
             graph.inputs.append(v)
             env[inp.name] = scope.half.graph_input(v)
+        names = [i.name for i in g.input if i.name not in {t.name for t in g.initializer}]
         if shapes:
-            raise ShapeError(f"--input-shape names unknown inputs {sorted(shapes)}; "
-                             f"model inputs are {[v.name for v in graph.inputs]}")
+            raise ShapeError(f"--input-shape names unknown inputs {sorted(shapes)}; model inputs are {names}")
+        if bound:
+            raise InputError(f"bind names unknown inputs {sorted(bound)}; model inputs are {names}")
 
         _convert_nodes(graph, env, g.node, opset, scope)
         for out in g.output:
@@ -377,6 +386,34 @@ _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6:
                 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
 #: IR dtype -> ONNX element type (the typed call ``_function_body`` expands)
 _ONNX_OF_DTYPE = {v: k for k, v in _ONNX_DTYPES.items()}
+
+
+def _bound_value(inp: Any, value: Any, override: Sequence[int] | None, max_string_bytes: int) -> np.ndarray:
+    """``value`` as the constant input ``inp`` is bound to: converted to the input's element type when
+    every value fits it exactly, in a shape its declared one allows."""
+    given = np.asarray(value)
+    declared = _static_dims(inp)
+    if declared is not None and given.shape != declared and given.size == int(np.prod(declared)):
+        given = given.reshape(declared)  # a flat list for an input of static shape (``--bind axes=1``)
+    if override is not None and tuple(int(d) for d in override) != given.shape:
+        raise InputError(f"bind: {inp.name!r} has shape {given.shape}, --input-shape says {tuple(override)}")
+    want = _input_type(inp, given.shape, max_string_bytes).dtype
+    if given.dtype.kind not in "biuf":
+        raise InputError(f"bind: {inp.name!r} takes {want}, got {given.dtype}")
+    with np.errstate(all="ignore"):
+        arr = given.astype(want)
+    if not np.array_equal(arr, given, equal_nan=arr.dtype.kind == "f"):
+        raise InputError(f"bind: the values given for {inp.name!r} do not fit its type {want}")
+    return arr
+
+
+def _static_dims(inp: Any) -> tuple[int, ...] | None:
+    """A tensor input's declared shape when every dimension is a number, else None."""
+    tt = inp.type.tensor_type
+    dims = tt.shape.dim if inp.type.HasField("tensor_type") and tt.HasField("shape") else None
+    if dims is None or not all(d.HasField("dim_value") for d in dims):
+        return None
+    return tuple(int(d.dim_value) for d in dims)
 
 
 def _input_type(inp: Any, override: Sequence[int] | None, max_string_bytes: int) -> TensorType:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...errors import ShapeError, UnsupportedOperator
+from ...errors import NotConstant, ShapeError, UnsupportedOperator
 from ...ir.graph import Graph, Node, Value
 from ..registry import ConverterTable, IRBuilder
 
@@ -71,10 +71,15 @@ class ConvertContext(IRBuilder):
         """Input i's value, which must be known at build time (weights, folded shape chains)."""
         if not self.has_input(i):
             return default
+        if not self.input(i).is_const:
+            raise self.not_constant(i)
+        return self.input(i).const
+
+    def not_constant(self, i: int, why: str = "") -> NotConstant:
+        """The error for input i, needed at build time (``why`` says what for) and known only at run time."""
         v = self.input(i)
-        if not v.is_const:
-            raise self.unsupported(f"input {i} ({self.proto.input[i]!r}) must be a build-time constant")
-        return v.const
+        return NotConstant(self.op_type, self.name, self.opset, i, self.proto.input[i],
+                           any(v is g for g in self.graph.inputs), why)
 
     def scalar(self, i: int, what: str) -> Any:
         """Input i's one build-time value (a count, an axis, a step): empty or several is refused."""
