@@ -111,3 +111,25 @@ def replay(target: Target, paths: list[Path], one: Callable[[bytes], None] | Non
         finally:
             tracemalloc.stop()
     return ReplayResult(len(paths), time.monotonic() - start, findings)
+
+
+def importer_target(name: str, setup: Callable[[], Callable[[bytes], None]], instrument: tuple[str, ...],
+                    mutator: Callable[[bytes, int, int], bytes]) -> Target:
+    """A model importer's target (ONNX, TFLite): ``CuvilError`` documented, memory and time bounded by
+    what an import may materialise (``cuvil_edge.ir.limits``), not by the input's size alone.
+
+    Time: first-touch page faults dominate a large fold on a small VM (the 2-core fuzzing box: numpy's
+    ``arange`` of 10M int64 in 0.03 s, of 100M in 10 s), so materialising the whole base budget (1 GiB)
+    takes ~12 s there. The limit sits above that: an import the budget allows is slow, not a hang."""
+    from cuvil_edge.errors import CuvilError
+
+    return Target(name, "host", setup, (CuvilError,), instrument, mutator=mutator,
+                  time_limit_s=30.0, memory_bound=importer_memory_bound)
+
+
+def importer_memory_bound(n: int) -> int:
+    """The engine's 64 bytes per input byte, and twice what an import may materialise from a small
+    model (``limits.BASE_BUDGET``: a fold's result and its temporaries) plus 64 MiB for the IR itself."""
+    from cuvil_edge.ir.limits import BASE_BUDGET
+
+    return 64 * n + 2 * BASE_BUDGET + (64 << 20)

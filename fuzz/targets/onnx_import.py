@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from ..engine import Target
+from ..engine import Target, importer_target
 
 #: the modules atheris instruments for coverage (imported inside its instrumentation)
 INSTRUMENT = ("cuvil_edge.frontend", "cuvil_edge.ir", "cuvil_edge.ops", "cuvil_edge.passes.verify",
@@ -51,18 +51,7 @@ def setup() -> Callable[[bytes], None]:
 
 
 def target() -> Target:
-    from cuvil_edge.errors import CuvilError
-
-    return Target("onnx_import", "host", setup, (CuvilError,), INSTRUMENT, mutator=onnx_mutator,
-                  time_limit_s=10.0, memory_bound=memory_bound)
-
-
-def memory_bound(n: int) -> int:
-    """The engine's 64 bytes per input byte, and twice what an import may materialise from a small
-    model (``limits.BASE_BUDGET``: a fold's result and its temporaries) plus 64 MiB for the IR itself."""
-    from cuvil_edge.ir.limits import BASE_BUDGET
-
-    return 64 * n + 2 * BASE_BUDGET + (64 << 20)
+    return importer_target("onnx_import", setup, INSTRUMENT, onnx_mutator)
 
 
 # -- the mutator -------------------------------------------------------------------------------------

@@ -42,12 +42,30 @@ def load_onnx(model: str | os.PathLike[str] | bytes | Any):
         raise
     except Exception as exc:  # onnx raises DecodeError, ValueError, ... for corrupt files
         raise ModelFormatError(f"not a readable ONNX model: {exc}") from exc
+    _check_text(proto, "model")
     ordered = _topologically_sorted(proto)
     try:  # a ModelProto is serialized again for the checker (0.25 s per 170 MB): give it the bytes read
         onnx.checker.check_model(raw if raw is not None and ordered is proto else ordered)
     except Exception as exc:
         raise ModelFormatError(f"ONNX model fails the checker: {str(exc).splitlines()[0]}") from exc
     return ordered
+
+
+def _check_text(msg: Any, where: str) -> None:
+    """Every string field of ``msg`` and of the messages in it is text. protobuf hands a name that is not
+    valid UTF-8 back as bytes, which name lookups and onnx's own helpers then trip on (a fuzzed model's
+    output name ``b'\\xe1'`` ended in a UnicodeDecodeError inside onnx.helper)."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for field, value in msg.ListFields():
+        if field.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE):
+            continue
+        items = value if field.is_repeated else [value]
+        for item in items:
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                _check_text(item, f"{where}.{field.name}")
+            elif not isinstance(item, str):
+                raise ModelFormatError(f"{where}.{field.name} is not valid UTF-8 text: {bytes(item)[:40]!r}")
 
 
 def _upgraded(proto: Any) -> Any:
