@@ -209,8 +209,9 @@ def _feed(h: Any, obj: Any) -> None:
         arr = np.ascontiguousarray(obj)
         if arr.dtype.hasobject:
             raise QuantizationError(f"calibration data holds a {type(obj).__name__}, not numbers")
-        h.update(f"{arr.dtype.str}{arr.shape}".encode())
-        h.update(arr.data)
+        # ml_dtypes' types (bfloat16, float8, int4: bound stored-type inputs) are all "V<n>" by str
+        h.update(f"{arr.dtype.name if arr.dtype.kind == 'V' else arr.dtype.str}{arr.shape}".encode())
+        h.update(arr.reshape(-1).view(np.uint8).data)
 
 
 class BuildCache:

@@ -85,9 +85,11 @@ def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
     inputs, outputs = user_io(graph)  # a state's read and write are the module's own, not the caller's
     names = graph.meta.get("output_names") or [v.name for v in outputs]
     bounds = index_bounds(graph)
+    aliases = graph.meta.get("aliases", {})  # role -> name -> other names (a TFLite tensor's own)
 
-    def tensor(v, name: str) -> TensorSpec:
-        return TensorSpec(name, v.type.dtype, v.type.shape, plan.offset(v), bounds.get(id(v)))
+    def tensor(v, name: str, role: str) -> TensorSpec:
+        return TensorSpec(name, v.type.dtype, v.type.shape, plan.offset(v), bounds.get(id(v)),
+                          tuple(aliases.get(role, {}).get(name, ())))
 
     modules: dict[str, bytes] = {}
     variants = []
@@ -99,8 +101,8 @@ def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
                                     hashlib.sha256(wasm).hexdigest(), len(wasm)))
     spec = ModelSpec(
         name=graph.name,
-        inputs=tuple(tensor(v, v.name) for v in inputs),
-        outputs=tuple(tensor(v, n) for v, n in zip(outputs, names)),
+        inputs=tuple(tensor(v, v.name, "inputs") for v in inputs),
+        outputs=tuple(tensor(v, n, "outputs") for v, n in zip(outputs, names)),
         weights_size=len(program.weights),
         arena_size=program.arena_size,
         variants=tuple(variants),

@@ -27,16 +27,21 @@ class UnsupportedOperator(CuvilError):
 
 class NotConstant(UnsupportedOperator):
     """An input an op needs at build time (an axis, a shape, pads: what sizes its output) is fed or
-    computed at run time. ``input_name`` names it; ``graph_input`` says it is one of the model's inputs,
-    whose value ``CuvilModel.load(bind=...)`` (``--bind``) can fix at build time."""
+    computed at run time. ``input_name`` names it; ``model_inputs`` the model inputs its value comes from
+    (itself when it is one), whose values ``CuvilModel.load(bind=...)`` (``--bind``) can fix at build
+    time; empty when it comes from none."""
 
     def __init__(self, op_type: str, node: str, opset: int | None, index: int, input_name: str,
-                 graph_input: bool, why: str = "") -> None:
-        self.index, self.input_name, self.graph_input = index, input_name, graph_input
+                 model_inputs: tuple[str, ...] = (), why: str = "") -> None:
+        self.index, self.input_name, self.model_inputs = index, input_name, model_inputs
         detail = (f"{why}: " if why else "") + f"input {index} ({input_name!r}) must be a build-time constant"
-        if graph_input:
-            detail += (f"; it is a model input: fix its value at build time with "
-                       f"bind={{{input_name!r}: ...}} (--bind {input_name}=...)")
+        binds = ", ".join(f"{n!r}: ..." for n in model_inputs)
+        flags = " ".join(f"--bind {n}=..." for n in model_inputs)
+        if model_inputs == (input_name,):
+            detail += f"; it is a model input: fix its value at build time with bind={{{binds}}} ({flags})"
+        elif model_inputs:
+            detail += (f"; it is computed from model input(s) {', '.join(map(repr, model_inputs))}: fix "
+                       f"them at build time with bind={{{binds}}} ({flags})")
         super().__init__(op_type, node, opset, detail)
 
 

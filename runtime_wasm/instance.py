@@ -29,13 +29,17 @@ from .spec import (
     EXPORT_WEIGHTS,
     EXPORT_WORKER,
     REQUIRED_EXPORTS,
+    STORED_DTYPES,
     THREAD_EXPORTS,
     ModelSpec,
     StateSpec,
     TensorSpec,
+    by_canonical_name,
     caller_outputs,
     check_index_bound,
     encode_strings,
+    storage_dtype,
+    to_storage,
 )
 
 #: bytes read (and hashed) per step when weights come from a file: hashed while still in cache
@@ -220,7 +224,7 @@ class WasmModel:
         self.output_views = {t.name: self._tensor_view(arena_base, t) for t in spec.outputs}
         #: each state's current value (read-only between runs: write it through ``reset_state``)
         self.state_views = {t.name: self._tensor_view(arena_base, t) for t in spec.states}
-        self._state_init = [self._view(weights_base + t.init_offset, np.dtype(t.dtype), t.shape)
+        self._state_init = [self._view(weights_base + t.init_offset, storage_dtype(t.dtype), t.shape)
                             for t in spec.states]
         self._workers: _Workers | None = None
         self._engine, self._module, self._epoch = engine, module, epoch_deadline is not None
@@ -296,7 +300,7 @@ class WasmModel:
         return np.frombuffer(buf, dtype=dtype, count=n // dtype.itemsize).reshape(shape)
 
     def _tensor_view(self, base: int, t: TensorSpec | StateSpec) -> np.ndarray:
-        return self._view(base + t.offset, np.dtype(t.dtype), t.shape)
+        return self._view(base + t.offset, storage_dtype(t.dtype), t.shape)
 
     def run(self) -> None:
         """One inference on whatever is in ``input_views``; results land in ``output_views``."""
@@ -378,16 +382,11 @@ def _read_exactly(f: Any, buf: np.ndarray) -> None:
 
 
 def check_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
-    """Inputs in spec order, checked against names, count, shape, dtype kind (not yet cast) and, for ids
-    into a table, the table's bounds."""
+    """Inputs in spec order, checked against names (or their aliases), count, shape, dtype kind (not yet
+    cast) and, for ids into a table, the table's bounds."""
     if isinstance(inputs, Mapping):
-        unknown = set(inputs) - {t.name for t in specs}
-        missing = [t.name for t in specs if t.name not in inputs]
-        if unknown or missing:
-            detail = (f"missing {missing} " if missing else "") + (
-                f"unknown {sorted(unknown)}" if unknown else "")
-            raise InferenceInputError(f"inputs must be exactly {[t.name for t in specs]}: {detail}")
-        arrays = [inputs[t.name] for t in specs]
+        named = by_canonical_name(specs, inputs, "input")  # a TFLite input by its tensor name too
+        arrays = [named[t.name] for t in specs]
     else:
         arrays = list(inputs)
         if len(arrays) != len(specs):
@@ -397,9 +396,12 @@ def check_inputs(specs: Sequence[TensorSpec], inputs: Mapping[str, Any] | Sequen
         a = np.asarray(a)
         if a.shape != t.shape:
             raise InferenceInputError(f"input {t.name!r} must have shape {t.shape}, got {a.shape}")
-        if np.dtype(t.dtype).kind == "S":
+        want = storage_dtype(t.dtype)
+        if want.kind == "S":
             a = encode_strings(t, a)
-        if a.dtype != np.dtype(t.dtype) and a.dtype.kind != np.dtype(t.dtype).kind:
+        elif t.dtype in STORED_DTYPES:
+            a = to_storage(t, a)
+        if a.dtype != want and a.dtype.kind != want.kind:
             # float64 -> float32 is a convenience; int/bool/complex for a float input is a bug
             raise InferenceInputError(f"input {t.name!r} must be {t.dtype}, got {a.dtype}")
         check_index_bound(t, a, f"input {t.name!r}")

@@ -45,6 +45,7 @@ from .errors import (
 )
 from .instance import check_inputs
 from .policy import RuntimePolicy
+from .spec import from_storage, storage_dtype
 from .supervisor import ModelSource, SupervisedModel, same_signature
 
 THERMAL_ROOT = Path("/sys/class/thermal")
@@ -196,7 +197,7 @@ class Scheduler:
         future: Future[dict[str, np.ndarray]] = Future()
         try:
             try:
-                arrays = [np.array(a, dtype=t.dtype) for t, a in
+                arrays = [np.array(a, dtype=storage_dtype(t.dtype)) for t, a in
                           zip(self.spec.inputs, check_inputs(self.spec.inputs, inputs))]
             except (ValueError, TypeError) as exc:  # ragged lists, objects numpy cannot read
                 raise exc if isinstance(exc, InferenceInputError) else InferenceInputError(str(exc)) from exc
@@ -335,7 +336,8 @@ class Scheduler:
             if isinstance(res, Exception):
                 self._fail([r.future], res)
                 continue
-            r.future.set_result({k: v.copy() for k, v in worker.slot(i)[1].items()})
+            r.future.set_result({t.name: from_storage(t.dtype, worker.slot(i)[1][t.name].copy())
+                                 for t in self.spec.outputs})
             with self._cond:
                 self._counts["completed"] += 1
                 self._latencies.append((end - r.submitted) * 1e3)

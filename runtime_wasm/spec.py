@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -55,7 +56,63 @@ def is_sha256_hex(text: object) -> bool:
 
 def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
     """Exact (Python integers): ``np.prod`` in int64 wraps, and a wrapped size would pass the arena check."""
-    return math.prod(shape) * np.dtype(dtype).itemsize
+    return math.prod(shape) * storage_dtype(dtype).itemsize
+
+
+#: stored element types: ONNX types wasm has no arithmetic for, held in linear memory as a plain numpy
+#: type: bfloat16 and the float8/float4 formats as their bit patterns, int4/int2 sign-extended into a
+#: byte, uint4/uint2 one to a byte (ONNX packs two or four to a byte; the module never does). Callers pass
+#: and get ml_dtypes arrays (numpy's names for these types) where ml_dtypes is installed, else the storage
+#: arrays themselves: a device needs no ml_dtypes
+STORED_DTYPES = {"bfloat16": "uint16", "float8_e4m3fn": "uint8", "float8_e4m3fnuz": "uint8",
+                 "float8_e5m2": "uint8", "float8_e5m2fnuz": "uint8", "float8_e8m0fnu": "uint8",
+                 "float4_e2m1fn": "uint8", "int4": "int8", "uint4": "uint8", "int2": "int8", "uint2": "uint8"}
+#: the integer stored types' values (a storage array holding another is refused, never wrapped)
+STORED_RANGES = {"int4": (-8, 7), "uint4": (0, 15), "int2": (-2, 1), "uint2": (0, 3)}
+
+
+def storage_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype a tensor of ``dtype`` is held as in linear memory (numpy's own dtypes as they are)."""
+    return np.dtype(STORED_DTYPES.get(dtype, dtype))
+
+
+@functools.cache
+def _ml_dtypes() -> Any:
+    """The ml_dtypes module, or None where it is not installed (a device without host extras)."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return ml_dtypes
+
+
+def to_storage(t: TensorSpec, a: np.ndarray) -> np.ndarray:
+    """Input ``a`` for stored-type tensor ``t`` as linear memory holds it. Taken: an ml_dtypes array of
+    t's type; the storage array itself (bit patterns for the float types, values for the integer ones);
+    with ml_dtypes installed, any real numbers, converted as ml_dtypes converts them."""
+    store, ml = storage_dtype(t.dtype), _ml_dtypes()
+    if a.dtype.name != t.dtype and a.dtype != store and ml is not None and a.dtype.kind in "biuf":
+        with np.errstate(all="ignore"):
+            a = a.astype(getattr(ml, t.dtype))
+    if a.dtype.name == t.dtype:
+        a = a.astype(store) if t.dtype in STORED_RANGES else a.view(store)
+    if a.dtype != store:
+        raise InferenceInputError(f"input {t.name!r} must be {t.dtype} (an ml_dtypes array, or its {store} "
+                                  f"storage), got {a.dtype}")
+    lo, hi = STORED_RANGES.get(t.dtype, (None, None))
+    if lo is not None and a.size and (a.min() < lo or a.max() > hi):
+        raise InferenceInputError(f"input {t.name!r} is {t.dtype}: values must be in [{lo}, {hi}], got "
+                                  f"{a.min()}..{a.max()}")
+    return a
+
+
+def from_storage(dtype: str, a: np.ndarray) -> np.ndarray:
+    """A stored-type output as the caller gets it: an ml_dtypes array where ml_dtypes is installed, else
+    the storage array (numpy's own dtypes as they are)."""
+    ml = _ml_dtypes() if dtype in STORED_DTYPES else None
+    if ml is None:
+        return a
+    return a.astype(getattr(ml, dtype)) if dtype in STORED_RANGES else a.view(getattr(ml, dtype))
 
 
 @dataclass(frozen=True)
@@ -70,10 +127,61 @@ class TensorSpec:
     #: (``check_index_bound``), the host draws golden and benchmark inputs from [0, rows). Optional, so
     #: specs without it still load.
     index_bound: int | None = None
+    #: other names the caller may use for it (a TFLite tensor's name, ``serving_default_x:0``, beside its
+    #: signature key ``x``, the canonical name outputs come back under). Optional, as ``index_bound``.
+    aliases: tuple[str, ...] = ()
 
     @property
     def nbytes(self) -> int:
         return _nbytes(self.shape, self.dtype)
+
+    @property
+    def known_as(self) -> str:
+        """The name and its aliases, for messages: ``'x' (or 'serving_default_x:0')``."""
+        return repr(self.name) + "".join(f" (or {a!r})" for a in self.aliases)
+
+
+def by_canonical_name(specs: Sequence[TensorSpec], given: Mapping[str, Any], role: str) -> dict[str, Any]:
+    """``given`` keyed by each tensor's canonical name, an alias standing for its tensor; a name that is
+    neither, or a tensor given twice, is an ``InferenceInputError`` naming every tensor by all its names."""
+    canonical = {a: t.name for t in specs for a in (t.name, *t.aliases)}
+    out: dict[str, Any] = {}
+    unknown = []
+    for k, v in given.items():
+        name = canonical.get(k)
+        if name is None:
+            unknown.append(k)
+        elif name in out:
+            raise InferenceInputError(f"{role} {name!r} is given twice (as {k!r} too)")
+        else:
+            out[name] = v
+    missing = [t.known_as for t in specs if t.name not in out]
+    if unknown or missing:
+        detail = (f"missing {', '.join(missing)} " if missing else "") + (
+            f"unknown {sorted(unknown)}" if unknown else "")
+        raise InferenceInputError(f"{role}s must be exactly [{', '.join(t.known_as for t in specs)}]: "
+                                  f"{detail.strip()}")
+    return out
+
+
+class Outputs(dict):
+    """A run's outputs under their canonical names; an alias reads the same array (``out[alias]``,
+    ``out.get(alias)``, ``alias in out``)."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], specs: Sequence[TensorSpec]) -> None:
+        super().__init__(arrays)
+        self.aliases = {a: t.name for t in specs for a in t.aliases}
+
+    def __missing__(self, key: str) -> np.ndarray:
+        if key in self.aliases:
+            return self[self.aliases[key]]
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(key) or key in self.aliases
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
 
 
 def check_index_bound(t: TensorSpec, a: np.ndarray, what: str) -> None:
@@ -91,7 +199,7 @@ def encode_strings(t: TensorSpec, a: np.ndarray) -> np.ndarray:
     element is refused, never cut, so no caller gets an answer for text it did not send."""
     if a.dtype.kind not in "OUS":
         raise InferenceInputError(f"input {t.name!r} must be strings, got {a.dtype}")
-    width = np.dtype(t.dtype).itemsize
+    width = storage_dtype(t.dtype).itemsize
     try:
         rows = [x if isinstance(x, bytes) else x.encode() for x in a.reshape(-1).tolist()]
     except AttributeError as exc:
@@ -107,9 +215,9 @@ def caller_outputs(specs: tuple[TensorSpec, ...], arrays: Mapping[str, np.ndarra
     """Copies of a run's outputs as the caller gets them: a string output's rows decoded to str (an object
     array, ONNX's string tensors in numpy) and cut along its last axis to its ``<name>:length``
     companion, which is then left out, so the shape is the source model's."""
-    out = {t.name: arrays[t.name].copy() for t in specs}
+    out = Outputs({t.name: from_storage(t.dtype, arrays[t.name].copy()) for t in specs}, specs)
     for t in specs:
-        if np.dtype(t.dtype).kind == "S":
+        if storage_dtype(t.dtype).kind == "S":
             rows = out[t.name]
             n = out.pop(t.name + LENGTH_SUFFIX, None)
             if n is not None:
@@ -150,7 +258,7 @@ class VariantSpec:
 
 #: the numeric dtypes a module's tensors may have (the compiler's IR dtypes, by numpy's names)
 NUMERIC_DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                  "uint32", "uint64", "bool")
+                  "uint32", "uint64", "bool", *STORED_DTYPES)
 #: a string tensor's dtype: fixed-width UTF-8 rows of W >= 1 bytes (model inputs and outputs only)
 _STRING_DTYPE = re.compile(r"S[1-9][0-9]{0,8}")
 MAX_RANK = 32
@@ -194,7 +302,8 @@ _SHAPE = schema.array(_dimension, MAX_RANK)
 _DIGEST_OR_EMPTY = schema.text(64, r"(?:[0-9a-f]{64})?")
 _INDEX_BOUND = schema.Optional(schema.nullable(schema.integer(1)))
 TENSOR_SCHEMA = schema.record({"name": schema.text(), "dtype": _dtype(True), "shape": _SHAPE,
-                               "offset": schema.integer(), "index_bound": _INDEX_BOUND}, extra="drop")
+                               "offset": schema.integer(), "index_bound": _INDEX_BOUND,
+                               "aliases": schema.Optional(schema.array(schema.text(), 8), ())}, extra="drop")
 STATE_SCHEMA = schema.record({"name": schema.text(), "dtype": _dtype(False), "shape": _SHAPE,
                               "offset": schema.integer(), "init_offset": schema.integer()}, extra="drop")
 VARIANT_SCHEMA = schema.record({"name": schema.text(256), "tier": schema.text(64), "family": schema.text(64),
@@ -255,6 +364,8 @@ class ModelSpec:
         for t in (*d["inputs"], *d["outputs"]):  # absent rather than null: older specs stay byte-identical
             if t["index_bound"] is None:
                 del t["index_bound"]
+            if not t["aliases"]:
+                del t["aliases"]
         return json.dumps(d, indent=1, sort_keys=True)
 
     @classmethod
@@ -286,7 +397,8 @@ class ModelSpec:
                 raise SpecError(f"weights_tree_sha256 is not a sha256 digest: {self.weights_tree_sha256!r}")
             check_tree_chunk(self.weights_tree_chunk)
         for role, tensors in (("inputs", self.inputs), ("outputs", self.outputs), ("states", self.states)):
-            twice = [n for n, k in Counter(t.name for t in tensors).items() if k > 1]
+            names = (n for t in tensors for n in (t.name, *getattr(t, "aliases", ())))
+            twice = [n for n, k in Counter(names).items() if k > 1]
             if twice:  # each is looked up by its name: the second would be lost, or read twice
                 raise SpecError(f"{role} {twice[:4]} are named more than once")
         for t in (*self.inputs, *self.outputs, *self.states):
@@ -294,7 +406,7 @@ class ModelSpec:
                 raise SpecError(f"tensor {t.name!r} has a dtype the runtime does not hold: {t.dtype!r}")
             if any(d < 0 for d in t.shape):
                 raise SpecError(f"tensor {t.name!r} has a negative dimension in {t.shape}")
-            if math.prod(d for d in t.shape if d) * np.dtype(t.dtype).itemsize > schema.INT_MAX:
+            if math.prod(d for d in t.shape if d) * storage_dtype(t.dtype).itemsize > schema.INT_MAX:
                 # numpy sizes an array by its non-empty axes too: even holding nothing, it could not be made
                 raise SpecError(f"tensor {t.name!r} of shape {t.shape} is too large for any array")
             if t.offset < 0 or t.offset + t.nbytes > self.arena_size:
@@ -304,10 +416,11 @@ class ModelSpec:
                     raise SpecError(f"state {t.name!r}: its initial value lies outside the weights")
             elif t.index_bound is not None and t.index_bound < 1:
                 raise SpecError(f"tensor {t.name!r} has index_bound {t.index_bound}, want >= 1")
-        strings = {t.name: t for t in self.outputs if np.dtype(t.dtype).kind == "S"}
+        strings = {t.name: t for t in self.outputs if storage_dtype(t.dtype).kind == "S"}
         for t in self.outputs:  # ``caller_outputs`` cuts a string output's last axis to one integer
             base = strings.get(t.name.removesuffix(LENGTH_SUFFIX)) if t.name.endswith(LENGTH_SUFFIX) else None
-            if base is not None and (t.shape != () or np.dtype(t.dtype).kind not in "iu" or not base.shape):
+            if base is not None and (t.shape != () or storage_dtype(t.dtype).kind not in "iu"
+                                     or not base.shape):
                 raise SpecError(f"output {t.name!r} must be an integer scalar, the length of the last axis "
                                 f"of {base.name!r}: got {t.dtype}{list(t.shape)} for "
                                 f"{base.dtype}{list(base.shape)}")

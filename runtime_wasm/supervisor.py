@@ -34,7 +34,7 @@ from .cache import ModuleCache
 from .errors import DeadlineExceeded, InferenceTrap, RuntimeWasmError, WorkerCrashed
 from .instance import WasmModel, check_inputs
 from .loader import instantiate, read_model_dir
-from .spec import ModelSpec, TensorSpec, VariantSpec
+from .spec import ModelSpec, TensorSpec, VariantSpec, from_storage, storage_dtype
 from .variants import HostProbes, deterministic_variant
 
 _ALIGN = 64  # bytes: every tensor in a slot starts on a cache line
@@ -115,7 +115,7 @@ def _slot_views(buf: memoryview, spec: ModelSpec, slot: int) -> tuple[Views, Vie
 
     def view(t: TensorSpec) -> np.ndarray:
         nonlocal offset
-        arr = np.ndarray(t.shape, dtype=t.dtype, buffer=buf, offset=offset)
+        arr = np.ndarray(t.shape, dtype=storage_dtype(t.dtype), buffer=buf, offset=offset)
         offset += -(-t.nbytes // _ALIGN) * _ALIGN
         return arr
 
@@ -220,7 +220,7 @@ class SupervisedModel:
         result = self.run(1, timeout_s)[0]
         if isinstance(result, Exception):
             raise result
-        return {k: v.copy() for k, v in self.output_views.items()}
+        return {t.name: from_storage(t.dtype, self.output_views[t.name].copy()) for t in self.spec.outputs}
 
     # -- running --------------------------------------------------------------------------------
     def run(self, n: int, timeout_s: float) -> list[float | RuntimeWasmError]:

@@ -14,12 +14,16 @@ from typing import Any
 
 import numpy as np
 
+from runtime_wasm.spec import STORED_DTYPES, storage_dtype
+
 from ..errors import ShapeError
 from .limits import check_shape
 
-#: dtypes the IR knows (a quantized tensor's integers are one of them; its parameters: ``QuantParams``)
+#: dtypes the IR knows (a quantized tensor's integers are one of them; its parameters: ``QuantParams``);
+#: the stored types (bfloat16, float8, int4, ...: ``STORED_DTYPES``) exist at run time only at the
+#: model's edges and in casts, held as a wider type in between (``frontend/onnx/float16.py``)
 DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool", "float64", "int16", "uint16",
-          "uint32", "uint64")
+          "uint32", "uint64", *STORED_DTYPES)
 #: bytes per string element unless the build says otherwise: ONNX string tensors exist at the model's edge
 #: only, held as ``S<W>`` (numpy's fixed-width bytes: UTF-8, zero padded, one row of W bytes each)
 STRING_WIDTH = 64
@@ -51,7 +55,7 @@ class TensorType:
 
     @property
     def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
+        return storage_dtype(self.dtype).itemsize
 
     @property
     def nbytes(self) -> int:
@@ -225,6 +229,18 @@ class Graph:
 
     def producers(self) -> dict[int, Node]:
         return {id(v): n for n in self.nodes for v in n.outputs}
+
+    def inputs_feeding(self, v: Value) -> tuple[str, ...]:
+        """The names of this graph's inputs that ``v`` is computed from (``v``'s own when it is one), in
+        input order: what an error about a value known only at run time can tell the user to fix."""
+        made, seen, todo = self.producers(), set(), [v]
+        while todo:
+            x = todo.pop()
+            if id(x) in seen or x.is_const:
+                continue
+            seen.add(id(x))
+            todo += made[id(x)].inputs if id(x) in made else []
+        return tuple(i.name for i in self.inputs if id(i) in seen)
 
     def values(self) -> Iterator[Value]:
         seen: set[int] = set()

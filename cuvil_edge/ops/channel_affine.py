@@ -2,7 +2,9 @@
 
 BatchNormalization (and the scale and bias after Instance/GroupNormalization) is converted to this form
 at import, and ``canonicalize_affine`` turns per-channel constant mul/add/sub/div into it; the fold pass
-merges it into a preceding conv/gemm, and what remains runs as one pass over the data.
+merges it into a preceding conv/gemm, and what remains runs as one pass over the data. a and b may be
+run-time tensors (a norm's scale and bias given as graph inputs): the kernel reads them from memory
+either way, only the merging needs constants.
 """
 
 from __future__ import annotations
@@ -11,12 +13,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..ir.graph import Node
-from .common import act_c, act_numpy, same_type, split_rows
+from ..errors import ShapeError
+from ..ir.graph import Node, TensorType
+from .common import act_c, act_numpy, split_rows
 from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
+
+
+def _infer(node: Node) -> list[TensorType]:
+    """x's type, once a and b hold one float per channel (axis 1): the kernel indexes them by channel."""
+    x, a, b = (v.type for v in node.inputs)
+    if len(x.shape) < 2 or a.size != x.shape[1] or b.size != x.shape[1] or {a.dtype, b.dtype} != {x.dtype}:
+        raise ShapeError(f"{node.name}: channel_affine of {x} by {a} and {b} (one value per channel)")
+    return [x]
 
 
 def _fold(node: Node, args) -> list[np.ndarray]:
@@ -40,4 +51,4 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         by_row=(x, node.outputs[0], *(v for v in (a, b) if v.type.size == s[1])))
 
 
-register(OpDef("channel_affine", same_type, _fold, _emit, kernels=("f32-norm",), inplace=True, dtypes=F32))
+register(OpDef("channel_affine", _infer, _fold, _emit, kernels=("f32-norm",), inplace=True, dtypes=F32))

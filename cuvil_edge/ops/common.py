@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from runtime_wasm.spec import STORED_DTYPES
+
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType, Value
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
 CTYPES = {"float32": "float", "int32": "int32_t", "int64": "int64_t", "int8": "int8_t", "uint8": "uint8_t",
           "int16": "int16_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
           "bool": "uint8_t", "float16": "uint16_t", "float64": "double"}
+CTYPES.update({dtype: CTYPES[store] for dtype, store in STORED_DTYPES.items()})  # held as their storage
 
 #: fused activations: name -> C enum (see kernels/templates/common.c.in)
 ACTS = {"none": "ACT_NONE", "relu": "ACT_RELU", "clip": "ACT_CLIP", "hardsigmoid": "ACT_HARDSIGMOID",

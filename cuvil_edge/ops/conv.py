@@ -9,6 +9,10 @@ enough channels (``uses_winograd``), Winograd F(2x2, 2x2) over the polyphase com
 few outputs per group (``uses_direct``) (1D/2D; 3D always takes im2col over D*H*W voxels + GEMM,
 packed without the 2D row fast path). ConvTranspose is a GEMM (weights^T x input
 pixels) into a column buffer, scatter-added into the output (col2im).
+
+Weights that are run-time tensors (ONNX graph inputs, a dequantized run-time tensor) cannot be packed or
+transformed at build time: those convs and transposed convs run the direct kernels of ``f32-conv-rt``,
+which read the weights in place (``runtime_call``); constant weights keep the packed paths above.
 """
 
 from __future__ import annotations
@@ -235,7 +239,22 @@ def pixel_chunk(g: dict[str, int]) -> int:
     return min(chunk, -(-p // 8) * 8)
 
 
+def runtime_call(fn: str, node: Node, g: dict[str, int], ctx: EmitContext) -> str:
+    """The call of a ``f32-conv-rt`` kernel (``f32_conv_rt``/``f32_deconv_rt``): weights and bias read
+    where they lie, no scratch; threads split the output volumes."""
+    x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    bias = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "0"
+    ctx.parallel()
+    shape = [g[k] for k in ("N", "C", "D", "H", "W")]
+    geometry = [g[k] for k in ("M", "OD", "OH", "OW", "G", "kd", "kh", "kw", "sd", "sh", "sw", "dd", "dh",
+                               "dw", "pd", "pt", "pl")]
+    args = [ctx.ptr(x), *shape, ctx.ptr(w), bias, ctx.ptr(y), *geometry, act_c(node), "tid", "nt"]
+    return f"{fn}({', '.join(map(str, args))});"
+
+
 def _scratch(node: Node) -> int:
+    if not node.inputs[1].is_const:
+        return 0
     g = conv_geometry(node)
     if is_depthwise(g):
         plane = dw_padded_plane(g)
@@ -256,6 +275,9 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     """Every conv kernel splits its work between threads (pixel panels, output channels or channels)."""
     g = conv_geometry(node)
     x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    if not w.is_const:
+        ctx.use_kernel("f32-conv-rt-4")
+        return runtime_call("f32_conv_rt", node, g, ctx)
     bias = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "0"
     ctx.parallel()
     if is_depthwise(g):
@@ -313,7 +335,7 @@ def _emit(node: Node, ctx: EmitContext) -> str:
             f"{act_c(node)}, tid, nt);")
 
 
-register(OpDef("conv", conv_infer, None, _emit, kernels=("f32-gemm", "f32-conv", "f32-dwconv"),
+register(OpDef("conv", conv_infer, None, _emit, kernels=("f32-gemm", "f32-conv", "f32-dwconv", "f32-conv-rt"),
                scratch=_scratch, dtypes=F32))
 
 
@@ -372,6 +394,8 @@ def deconv_chunk(g: dict[str, int]) -> int:
 
 
 def _deconv_scratch(node: Node) -> int:
+    if not node.inputs[1].is_const:
+        return 0
     g = deconv_geometry(node)
     return (g["C"] // g["G"] + _deconv_rows(g)) * deconv_chunk(g) * 4
 
@@ -388,6 +412,9 @@ def deconv_kernel(node: Node, g: dict[str, int]) -> str:
 def _deconv_emit(node: Node, ctx: EmitContext) -> str:
     g = deconv_geometry(node)
     x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    if not w.is_const:
+        ctx.use_kernel("f32-deconv-rt-4")
+        return runtime_call("f32_deconv_rt", node, g, ctx)
     bias = ctx.ptr(node.inputs[2]) if len(node.inputs) > 2 else "0"
     # [C, M/G, taps...] = [G, C/G, R] -> [G, R, C/G]: the GEMM's row-major A operand per group
     wt = w.const.astype(np.float32).reshape(g["G"], g["C"] // g["G"], -1).transpose(0, 2, 1)
@@ -400,5 +427,6 @@ def _deconv_emit(node: Node, ctx: EmitContext) -> str:
     return f"f32_deconv({', '.join(map(str, args))});"
 
 
-register(OpDef("conv_transpose", _deconv_infer, None, _deconv_emit, kernels=("f32-gemm", "f32-deconv"),
+register(OpDef("conv_transpose", _deconv_infer, None, _deconv_emit,
+               kernels=("f32-gemm", "f32-deconv", "f32-conv-rt"),
                scratch=_deconv_scratch, dtypes=F32))

@@ -2,7 +2,7 @@
 ``logic`` (and/or/xor/not on bool), ``where`` (cond ? a : b), ``binary_loop`` (add/sub/mul/div/max/min
 on every integer type and float64, wrapping as numpy and onnxruntime do, and the bit operations on
 integers: ``binary_f32`` runs float32 on vector kernels), plus ``argreduce``
-(ArgMax/ArgMin), ``cumsum`` and ``topk``.
+(ArgMax/ArgMin), ``cumulative`` (CumSum, CumProd) and ``topk``.
 
 These carry masks and ids rather than bulk math, so they are emitted as C loops with every shape and
 stride a build-time constant (broadcasting collapsed as in ``binary_f32``): clang vectorises the
@@ -128,7 +128,7 @@ def _where_emit(node: Node, ctx: EmitContext) -> str:
 register(OpDef("where", _where_infer, lambda n, a: [np.where(a[0], a[1], a[2])], _where_emit))
 
 
-def _outer_inner(shape: Sequence[int], axis: int) -> tuple[int, int, int]:
+def outer_inner(shape: Sequence[int], axis: int) -> tuple[int, int, int]:
     return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
 
@@ -154,7 +154,7 @@ def _arg_fold(node: Node, args) -> list[np.ndarray]:
 
 def _arg_emit(node: Node, ctx: EmitContext) -> str:
     x, y = node.inputs[0], node.outputs[0]
-    outer, n, inner = _outer_inner(x.type.shape, node.attrs["axis"])
+    outer, n, inner = outer_inner(x.type.shape, node.attrs["axis"])
     better = (">" if node.attrs["kind"] == "max" else "<") + ("=" if node.attrs["last"] else "")
     ctx.use_kernel(f"{dtype_code(x.type.dtype)}-arg{node.attrs['kind']}")
     return (f"for (int o = 0; o < {outer}; o++)\n"
@@ -169,36 +169,48 @@ def _arg_emit(node: Node, ctx: EmitContext) -> str:
 register(OpDef("argreduce", _arg_infer, _arg_fold, _arg_emit))
 
 
-# -- cumsum (axis, exclusive, reverse) ------------------------------------------------------------------
-def _cumsum_fold(node: Node, args) -> list[np.ndarray]:
+# -- cumulative (kind sum/prod, axis, exclusive, reverse): CumSum and CumProd -----------------------------
+#: kind -> (numpy scan, C statement folding x[k] into acc, the identity an exclusive scan starts from)
+CUMULATIVE = {"sum": (np.cumsum, "acc += x[k];", 0), "prod": (np.cumprod, "acc *= x[k];", 1)}
+
+
+def _cumulative_infer(node: Node) -> list[TensorType]:
+    if node.attrs["kind"] not in CUMULATIVE:
+        raise ShapeError(f"{node.name}: cumulative kind {node.attrs['kind']!r} (sum or prod)")
+    return [node.inputs[0].type]
+
+
+def _cumulative_fold(node: Node, args) -> list[np.ndarray]:
     x, ax = args[0], node.attrs["axis"]
+    scan, _, identity = CUMULATIVE[node.attrs["kind"]]
     if node.attrs["reverse"]:
         x = np.flip(x, ax)
-    y = np.cumsum(x, axis=ax, dtype=x.dtype)
+    y = scan(x, axis=ax, dtype=x.dtype)
     if node.attrs["exclusive"]:
-        head = np.zeros_like(np.take(y, [0], axis=ax))
+        head = np.full_like(np.take(y, [0], axis=ax), identity)
         y = np.concatenate([head, np.take(y, range(x.shape[ax] - 1), axis=ax)], axis=ax)
     return [np.flip(y, ax) if node.attrs["reverse"] else y]
 
 
-def _cumsum_emit(node: Node, ctx: EmitContext) -> str:
+def _cumulative_emit(node: Node, ctx: EmitContext) -> str:
     x, y = node.inputs[0], node.outputs[0]
-    outer, n, inner = _outer_inner(x.type.shape, node.attrs["axis"])
-    ctx.use_kernel(f"{dtype_code(x.type.dtype)}-cumsum")
+    outer, n, inner = outer_inner(x.type.shape, node.attrs["axis"])
+    _, read, identity = CUMULATIVE[node.attrs["kind"]]
+    ctx.use_kernel(f"{dtype_code(x.type.dtype)}-cum{node.attrs['kind']}")
     step = -inner if node.attrs["reverse"] else inner
     first = (n - 1) * inner if node.attrs["reverse"] else 0
     ct = f"{ctx.ptr(x)}[0]"
-    read, write = "acc += x[k];", "y[k] = acc;"
+    write = "y[k] = acc;"
     body = f"{write} {read}" if node.attrs["exclusive"] else f"{read} {write}"
     return (f"for (int o = 0; o < {outer}; o++)\n"
             f"  for (int i = 0; i < {inner}; i++) {{\n"
             f"    const __typeof__({ct})* x = {ctx.ptr(x)} + (size_t)o * {n * inner} + i + {first};\n"
             f"    __typeof__({ct})* y = {ctx.ptr(y)} + (size_t)o * {n * inner} + i + {first};\n"
-            f"    __typeof__({ct}) acc = 0;\n"
+            f"    __typeof__({ct}) acc = {identity};\n"
             f"    for (ptrdiff_t j = 0, k = 0; j < {n}; j++, k += {step}) {{ {body} }}\n  }}")
 
 
-register(OpDef("cumsum", lambda n: [n.inputs[0].type], _cumsum_fold, _cumsum_emit))
+register(OpDef("cumulative", _cumulative_infer, _cumulative_fold, _cumulative_emit))
 
 
 # -- topk (axis, k, largest, sorted=1): values and int64 indices; ties keep the lower index -------------
@@ -220,7 +232,7 @@ def _topk_fold(node: Node, args) -> list[np.ndarray]:
 def _topk_emit(node: Node, ctx: EmitContext) -> str:
     """Insertion into a sorted list of k per column: O(n k), fine for the small k of detectors."""
     x, vals, idxs = node.inputs[0], *node.outputs
-    outer, n, inner = _outer_inner(x.type.shape, node.attrs["axis"])
+    outer, n, inner = outer_inner(x.type.shape, node.attrs["axis"])
     k = node.attrs["k"]
     if k == 0:
         return ""

@@ -1,11 +1,13 @@
-"""Pooling (NCHW; 1D, 2D and 3D): ``pool`` (max/avg windows) and ``global_pool`` (one value per plane).
+"""Pooling (NCHW; 1D, 2D and 3D): ``pool`` (max/avg/sum windows) and ``global_pool`` (one value per
+plane).
 
 ``pool`` attrs are normalised at import: kind, kernel, strides, dilations, explicit pads
 [begins..., ends...], ceil_mode, count_include_pad. A window is a box clipped to a box, so both the
 max and the average (sum and divisor) separate by axis: average divisors are build-time reciprocal
-tables, one per axis, and a 3D pool is two passes of the 2D kernel (H x W per depth slice, then depth
-over rows of OH*OW pixels) through a scratch buffer. A max pool also runs on uint8 (a quantized tensor as
-held: the max of the bytes is the byte of the max).
+tables, one per axis (a sum pool, LpPool's, is the average kernel with tables of ones), and a 3D pool
+is two passes of the 2D kernel (H x W per depth slice, then depth over rows of OH*OW pixels) through a
+scratch buffer. A max pool also runs on uint8 (a quantized tensor as held: the max of the bytes is the
+byte of the max).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
 
 KINDS = ("max", "avg")
+#: ``pool`` kind -> the 2D kernel that runs it
+POOL_KERNELS = {"max": "max", "avg": "avg", "sum": "avg"}
 #: input dtype -> the 2D kernel's label and C prefix, and its columns per vector step
 _KERNEL_TYPES = {"float32": ("f32", 4), "uint8": ("u8", 16)}
 
@@ -75,8 +79,8 @@ def _out_spatial(node: Node) -> tuple[int, ...]:
 
 
 def _infer(node: Node) -> list[TensorType]:
-    if node.attrs["kind"] not in KINDS:
-        raise ShapeError(f"{node.name}: pool kind {node.attrs['kind']!r} is not one of {KINDS}")
+    if node.attrs["kind"] not in POOL_KERNELS:
+        raise ShapeError(f"{node.name}: pool kind {node.attrs['kind']!r} is not one of {list(POOL_KERNELS)}")
     spatial = _out_spatial(node)
     if min(spatial) <= 0:
         raise ShapeError(f"{node.name}: pool output would be empty")
@@ -96,6 +100,8 @@ def _inv_counts(n_out: int, size: int, k: int, s: int, d: int, pb: int, pe: int,
 
 
 def _avg_tables(node: Node, g: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    if node.attrs["kind"] == "sum":
+        return np.ones(g["OH"], np.float32), np.ones(g["OW"], np.float32)
     inc = bool(node.attrs.get("count_include_pad", 0))
     return (_inv_counts(g["OH"], g["H"], g["kh"], g["sh"], g["dh"], g["pt"], g["pb"], inc),
             _inv_counts(g["OW"], g["W"], g["kw"], g["sw"], g["dw"], g["pl"], g["pr"], inc))
@@ -140,7 +146,7 @@ def _emit_pass(node: Node, ctx: EmitContext, g: dict[str, int], x: str, y: str, 
     """One pass over every plane; threads split the planes (a two-pass pool's middle buffer is shared:
     each thread reads back only the planes it wrote, as the first pass splits its D planes per channel
     in ``unit``s of D)."""
-    kind = node.attrs["kind"]
+    kind = POOL_KERNELS[node.attrs["kind"]]
     # output columns whose every tap is inside the row: ow * sw - pl >= 0, ... + (kw-1)*dw <= W-1
     ow0 = min(-(-g["pl"] // g["sw"]), g["OW"])
     ow1 = min(max((g["W"] - 1 - (g["kw"] - 1) * g["dw"] + g["pl"]) // g["sw"] + 1, ow0), g["OW"])
@@ -160,7 +166,8 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     passes = pool_geometry(node)
     sw = passes[0]["sw"]
     code, lanes = _KERNEL_TYPES[node.inputs[0].type.dtype]
-    ctx.use_kernel(f"{code}-{node.attrs['kind']}pool-{'s' + str(sw) if sw <= 2 else 'scalar'}-{lanes}")
+    kind = POOL_KERNELS[node.attrs["kind"]]
+    ctx.use_kernel(f"{code}-{kind}pool-{'s' + str(sw) if sw <= 2 else 'scalar'}-{lanes}")
     x, y = ctx.ptr(node.inputs[0]), ctx.ptr(node.outputs[0])
     mid = [ctx.scratch(CTYPES[node.inputs[0].type.dtype], shared=True)] if len(passes) > 1 else []
     ins, outs = [x, *mid], [*mid, y]

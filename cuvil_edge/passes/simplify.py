@@ -60,14 +60,19 @@ def canonicalize_affine(graph: Graph) -> bool:
     return changed
 
 
+def _constant_affine(n: Node) -> bool:
+    """A channel_affine whose a and b are constants and no activation: one that merges (a norm's
+    run-time scale and bias stay a pass of their own)."""
+    return n.op == "channel_affine" and not n.attrs.get("act") and all(v.is_const for v in n.inputs[1:])
+
+
 def fold_channel_affine(graph: Graph) -> bool:
     changed = False
     producers, uses = graph.producers(), graph.consumers()
-    for aff in [n for n in graph.nodes if n.op == "channel_affine" and not n.attrs.get("act")]:
+    for aff in [n for n in graph.nodes if _constant_affine(n)]:
         x, a, b = aff.inputs
         p = producers.get(id(x))
-        if p is not None and p.op == "channel_affine" and not p.attrs.get("act") and \
-                graph.sole_consumer(x, uses) is aff:
+        if p is not None and _constant_affine(p) and graph.sole_consumer(x, uses) is aff:
             # affine after affine: one pass over the data
             pa, pb = p.inputs[1].const, p.inputs[2].const
             av, bv = a.const, b.const

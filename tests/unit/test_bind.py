@@ -33,7 +33,7 @@ def test_an_axis_fed_as_input_is_named_with_how_to_bind_it() -> None:
     named = r"'ReduceSum' at node 'r'.*input 1 \('axes'\).*bind=\{'axes'"
     with pytest.raises(NotConstant, match=named) as err:
         CuvilModel.load(reduce_model())
-    assert (err.value.input_name, err.value.index, err.value.graph_input) == ("axes", 1, True)
+    assert (err.value.input_name, err.value.index, err.value.model_inputs) == ("axes", 1, ("axes",))
 
 
 @pytest.mark.parametrize("axes", [[1], np.array([1], np.int32), 1])
@@ -49,6 +49,20 @@ def test_a_run_time_path_that_cannot_take_the_input_names_it_too() -> None:
     bound = {"starts": [0, 1], "ends": [2, 3]}
     with CuvilModel.load(slice_model(), bind=bound).optimize(targets=[Target()]) as cm:
         np.testing.assert_array_equal(cm.predict({"x": X})["y"], X[0:2, 1:3])
+
+
+def test_a_value_computed_from_a_model_input_names_that_input() -> None:
+    """pads = Concat(p + 1, p + 1): Pad needs them at build time, the error names 'p', binding it builds."""
+    x = X[0]
+    model = make_model([N("Add", ["p", "one"], ["q"]), N("Concat", ["q", "q"], ["pads"], axis=0),
+                        N("Pad", ["x", "pads"], ["y"], name="pad")],
+                       {"x": x, "p": np.zeros(2, np.int64)}, {"y": np.pad(x, 1)},
+                       {"one": np.ones(2, np.int64)}, opset=18)
+    with pytest.raises(NotConstant, match=r"input 1 \('pads'\).*computed from model input\(s\) 'p'") as err:
+        CuvilModel.load(model)
+    assert err.value.model_inputs == ("p",)
+    with CuvilModel.load(model, bind={"p": [0, 0]}).optimize(targets=[Target()]) as cm:
+        np.testing.assert_array_equal(cm.predict({"x": x})["y"], np.pad(x, 1))
 
 
 @pytest.mark.parametrize(("bind", "match"), [

@@ -23,6 +23,8 @@ ONNX_CASES = {
     "argmax-axis-of-scalar": (UnsupportedOperator, "outside a rank-0 tensor"),
     "attribute-not-utf8": (UnsupportedOperator, "not UTF-8"),
     "concat-of-scalars": (ShapeError, "rank 1 or more"),
+    "name-not-utf8": (ModelFormatError, "model.graph.node.output is not valid UTF-8"),
+    "optional-of-nothing": (UnsupportedOperator, "optional untyped input"),
     "constant-of-shape-2-to-the-40": (ShapeError, "over the limit"),
     "constant-of-shape-rank-327684": (ShapeError, "327684 dimensions, over the limit of 64"),
     "constant-of-shape-empty-of-huge-dims": (ShapeError, "over the limit of 268435456"),
@@ -34,7 +36,7 @@ ONNX_CASES = {
     "gather-elements-index-out-of-range": (UnsupportedOperator, "outside dims [3]"),
     "gather-index-out-of-range": (ShapeError, "outside an axis of 3"),
     "gemm-3d-input": (UnsupportedOperator, "multiplies matrices"),
-    "initializer-of-int4": (UnsupportedOperator, "INT4"),
+    "initializer-of-int4": (ModelFormatError, "too small for the declared shape"),  # 5 nibbles in 1 byte
     "layernorm-scalar-input": (UnsupportedOperator, "outside a rank-0 tensor"),
     "loop-body-of-fewer-inputs": (UnsupportedOperator, "the body takes 2 inputs"),
     "maxpool-stride-0": (UnsupportedOperator, "strides=[0, 0]"),

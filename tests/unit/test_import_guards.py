@@ -85,11 +85,12 @@ def test_dropout_ignores_ratio_and_seed_and_refuses_training_mode() -> None:
 
 
 def test_a_dtype_no_kernel_takes_is_refused_at_import_naming_op_node_and_dtype() -> None:
-    """Clip on int8 used to be fused as a float activation and stop inside clang."""
-    model = _model([helper.make_node("Clip", ["x"], ["y"], name="clip0")],
+    """Relu on int8 would be a float activation stopping inside clang (Clip on int8, which used to, now
+    runs as integer max/min)."""
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="relu0")],
                    [helper.make_tensor_value_info("x", TensorProto.INT8, [4])],
-                   [helper.make_tensor_value_info("y", TensorProto.INT8, [4])], 13)
-    words = r"'Clip' at node 'clip0' \(opset 13\): epilogue_act runs on float32 only, not int8"
+                   [helper.make_tensor_value_info("y", TensorProto.INT8, [4])], 14)
+    words = r"'Relu' at node 'relu0' \(opset 14\): epilogue_act runs on float32 only, not int8"
     with pytest.raises(UnsupportedOperator, match=words):
         import_onnx(model)
 

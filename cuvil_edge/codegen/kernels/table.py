@@ -25,6 +25,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "f32-bmm": ("f32-gemm",),
     "f32-cast": (),
     "f32-conv": ("f32-gemm",),
+    "f32-conv-rt": (),
     "f32-deconv": ("f32-gemm",),
     "f32-dwconv": (),
     "f32-gemm": (),
@@ -35,7 +36,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "f32-prelu": (),
     "f32-reduce": ("f32-unary",),
     "f32-resize": (),
-    "f32-rnn": ("f32-unary", "f32-gemm"),
+    "f32-rnn": ("f32-unary", "f32-gemm", "f32-bmm"),
     "f32-softmax": ("f32-unary",),
     "f32-transformer": ("f32-unary", "f32-gemm", "f32-bmm"),
     "f32-unary": (),
@@ -49,7 +50,10 @@ NEEDS: dict[str, tuple[str, ...]] = {
 #: IR dtype -> the label's (and C symbols') element-type code
 DTYPE_CODES = {"float32": "f32", "float64": "f64", "float16": "h", "int8": "i8", "uint8": "u8",
                "int16": "i16", "uint16": "u16", "int32": "i32", "uint32": "u32", "int64": "i64",
-               "uint64": "u64", "bool": "b"}
+               "uint64": "u64", "bool": "b", "bfloat16": "bf16", "float8_e4m3fn": "f8e4m3",
+               "float8_e4m3fnuz": "f8e4m3uz", "float8_e5m2": "f8e5m2", "float8_e5m2fnuz": "f8e5m2uz",
+               "float8_e8m0fnu": "f8e8m0", "float4_e2m1fn": "f4e2m1", "int4": "i4", "uint4": "u4",
+               "int2": "i2", "uint2": "u2"}
 
 #: what a ``{field}`` of a pattern matches; a field that also appears in a symbol must name a function
 #: the family defines (``f32-v{kind}-4`` -> ``f32_v{kind}``), which keeps families' labels apart
@@ -102,7 +106,9 @@ KERNELS: tuple[Kernel, ...] = (
             "f32_dwconv_3x3sN", "f32_dwconv_kxks1", "f32_dwconv_kxks2", "f32_dwconv_kxksN")),
     Kernel("f32-deconv-{filter}", "f32-deconv", ("f32_deconv",)),
     Kernel("f32-deconv3d-{filter}", "f32-deconv", ("f32_deconv",)),
-    Kernel("f32-{kind}-{tile}", "f32-rnn", ("f32_{kind}",), "LSTM/GRU cells over the packed 4x8 GEMM"),
+    Kernel("f32-conv-rt-4", "f32-conv-rt", ("f32_conv_rt",), "run-time weights: direct, read in place"),
+    Kernel("f32-deconv-rt-4", "f32-conv-rt", ("f32_deconv_rt",), "run-time weights: direct, read in place"),
+    Kernel("f32-{kind}-{tile}", "f32-rnn", ("f32_{kind}",), "LSTM/GRU/RNN cells over the packed 4x8 GEMM"),
     # f32 elementwise, 4 lanes per step
     Kernel("f32-v{kind}-4", "f32-unary", ("f32_v{kind}",)),
     Kernel("f32-v{kind}-4", "f32-binary", ("f32_v{kind}",)),
@@ -126,7 +132,7 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("f32-attention-{n}", "f32-transformer", ("f32_attention",), "n: query rows per block"),
     # conversions and fp16
     Kernel("{src}-{dst}-vcvt", "f32-cast", ("{src}_{dst}_vcvt",)),
-    Kernel("f32-vroundh", "f32-cast", ("f32_vroundh",)),
+    Kernel("f32-vround{dst}", "f32-cast", ("f32_vround{dst}",), "f32 rounded to a narrower float's grid"),
     Kernel("f16-cvt", "qf16-cvt", ("f16_f32_vcvt",), "fp16-stored weights widened, then +<inner kernel>"),
     Kernel("{dtype}-mod", "f32-mod", ("{dtype}_mod",)),
     # data movement
@@ -164,10 +170,17 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("{dtype}-reduce-{kind}", None),
     Kernel("{dtype}-where", None),
     Kernel("{dtype}-argmax", None), Kernel("{dtype}-argmin", None),
-    Kernel("{dtype}-cumsum", None), Kernel("{dtype}-topk", None),
+    Kernel("{dtype}-cumsum", None), Kernel("{dtype}-cumprod", None), Kernel("{dtype}-topk", None),
+    Kernel("{dtype}-dft", None), Kernel("{dtype}-det", None),
     Kernel("{dtype}-scatter-{kind}", None), Kernel("{dtype}-scatternd-{kind}", None),
     Kernel("{dtype}-gather-elements", None), Kernel("{dtype}-gathernd", None),
     Kernel("{dtype}-onehot", None),
+    Kernel("{dtype}-gridsample-{kind}", None, note="GridSample: kind is the mode (nearest, linear, cubic)"),
+    Kernel("{dtype}-affinegrid", None), Kernel("{dtype}-roialign-{pool}", None),
+    Kernel("{dtype}-col2im", None), Kernel("{dtype}-deformconv", None), Kernel("{dtype}-maxunpool", None),
+    Kernel("{dtype}-reversesequence", None),
+    Kernel("{dtype}-nonzero", None), Kernel("{dtype}-unique", None), Kernel("{dtype}-compress", None),
+    Kernel("f32-nms", None, note="NonMaxSuppression: per batch and class, sorted candidates, greedy IoU"),
     Kernel("x8-slice-rt", None, note="Slice with run-time bounds: rows copied as bytes"),
     Kernel("{dtype}-range-rt", None, note="Range with run-time bounds"),
     Kernel("x8-strnorm", None, note="ONNX StringNormalizer over fixed-width UTF-8 rows"),

@@ -6,18 +6,21 @@ import math
 
 import numpy as np
 
+from runtime_wasm.spec import STORED_RANGES
+
 from ...ir.graph import Value
-from ...ops.cast import RUNTIME_CASTS
+from ...ops.cast import HELD, RUNTIME_CASTS
 from ...ops.common import broadcast_shape
 from ...ops.logic import BINARY_LOOP_C, BINARY_LOOP_DTYPES, REDUCE_LOOP, REDUCE_LOOP_DTYPES
 from ...ops.mod import CODES as MOD_DTYPES
+from .float16 import stored_type_of
 from .importer import np_dtype_of_onnx
 from .registry import ConvertContext, converter, int_list
 
 _COMMUTATIVE = ("add", "mul", "max", "min")
 
 
-def _binary(ctx: ConvertContext, kind: str, a: Value, b: Value, name: str | None = None) -> Value:
+def emit_binary(ctx: ConvertContext, kind: str, a: Value, b: Value, name: str | None = None) -> Value:
     """One IR ``binary_f32``; the full-size run-time operand goes first so the op can run in place.
     Other element types at run time take ``binary_loop``; constant operands of any type fold."""
     if a.type.dtype != b.type.dtype:
@@ -41,7 +44,7 @@ def _binary(ctx: ConvertContext, kind: str, a: Value, b: Value, name: str | None
 @converter("Add", "Sub", "Mul", "Div", "Pow")
 def binary(ctx: ConvertContext) -> None:
     kind = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}[ctx.op_type]
-    ctx.set_outputs(_binary(ctx, kind, ctx.input(0), ctx.input(1)))
+    ctx.set_outputs(emit_binary(ctx, kind, ctx.input(0), ctx.input(1)))
 
 
 @converter("Mod")
@@ -61,7 +64,7 @@ def _chain(ctx: ConvertContext, kind: str, final: bool = True) -> Value:
     acc = xs[0]
     for i, x in enumerate(xs[1:], 1):
         last = final and i == len(xs) - 1
-        acc = _binary(ctx, kind, acc, x, name=None if last else f"{ctx.name}/{i}")
+        acc = emit_binary(ctx, kind, acc, x, name=None if last else f"{ctx.name}/{i}")
     return acc
 
 
@@ -75,7 +78,7 @@ def mean(ctx: ConvertContext) -> None:
     n = len(ctx.inputs())
     total = _chain(ctx, "add", final=False)
     if n > 1:
-        total = _binary(ctx, "mul", total, ctx.constant(np.asarray(1.0 / n, total.type.dtype), "inv_n"))
+        total = emit_binary(ctx, "mul", total, ctx.constant(np.asarray(1.0 / n, total.type.dtype), "inv_n"))
     ctx.set_outputs(total)
 
 
@@ -87,10 +90,19 @@ _UNARY = {"Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal"
 
 @converter(*_UNARY)
 def unary(ctx: ConvertContext) -> None:
+    """float32 on the vector kernels; float64 at run time computed in float32 between two casts (the
+    kernels' polynomials are float32 ones: about 1e-7 relative error, and results past float32's range
+    become inf)."""
     x = ctx.input(0)
-    if not x.is_const and x.type.dtype != "float32":
-        raise ctx.unsupported(f"{ctx.op_type} on {x.type.dtype} at run time (float32 only)")
-    ctx.set_outputs(ctx.emit1("unary", [x], {"kind": _UNARY[ctx.op_type]}))
+    kind = _UNARY[ctx.op_type]
+    if x.is_const or x.type.dtype == "float32":
+        ctx.set_outputs(ctx.emit1("unary", [x], {"kind": kind}))
+        return
+    if x.type.dtype != "float64":
+        raise ctx.unsupported(f"{ctx.op_type} on {x.type.dtype} at run time (float32 and float64 only)")
+    narrow = ctx.emit1("cast", [x], {"to": "float32"}, name=f"{ctx.name}/f32")
+    y = ctx.emit1("unary", [narrow], {"kind": kind}, name=f"{ctx.name}/{kind}")
+    ctx.set_outputs(ctx.emit1("cast", [y], {"to": "float64"}))
 
 
 @converter("Softmax", "LogSoftmax")
@@ -165,12 +177,12 @@ def reduce_log(ctx: ConvertContext) -> None:
                                   name=f"{ctx.name}/{tag}") for bound, tag, kind in bounds)
         finite = ctx.emit1("logic", [below, above], {"kind": "and"}, name=f"{ctx.name}/finite")
         shift = ctx.emit1("where", [finite, m, ctx.constant(np.float32(0), "zero")], name=f"{ctx.name}/shift")
-        x = ctx.emit1("unary", [_binary(ctx, "sub", x, shift, name=f"{ctx.name}/centred")], {"kind": "exp"},
-                      name=f"{ctx.name}/exp")
+        centred = emit_binary(ctx, "sub", x, shift, name=f"{ctx.name}/centred")
+        x = ctx.emit1("unary", [centred], {"kind": "exp"}, name=f"{ctx.name}/exp")
     total = ctx.emit1("reduce", [x], {"kind": "sum", **keep}, name=f"{ctx.name}/sum")
     y = ctx.emit1("unary", [total], {"kind": "log"}, name=f"{ctx.name}/log")
     if shift is not None:
-        y = _binary(ctx, "add", y, shift, name=f"{ctx.name}/shifted")
+        y = emit_binary(ctx, "add", y, shift, name=f"{ctx.name}/shifted")
     if not ctx.attr("keepdims", 1):
         y = ctx.emit1("reshape", [y], {"shape": [d for i, d in enumerate(y.type.shape) if i not in axes]})
     ctx.set_outputs(y)
@@ -188,13 +200,18 @@ def lrn(ctx: ConvertContext) -> None:
 
 @converter("Cast", "CastLike")
 def cast(ctx: ConvertContext) -> None:
-    """Cast to ``to``, or (CastLike) to the type of input 1; float8 rounding attributes keep their
-    defaults (``saturate``, ``round_mode``: float8 tensors are refused anyway)."""
+    """Cast to ``to``, or (CastLike) to the type of input 1, as the type a stored type (float16, bfloat16,
+    float8, int4, ...) is held as: the importer puts the result on the stored type's grid with the node's
+    ``saturate`` and ``round_mode`` (float16.py). To a small integer type (int4, ...) the values wrap, as
+    ml_dtypes and onnxruntime convert."""
     x = ctx.input(0)
-    # a float16 ``like`` tensor is held as float32 and marked half: the importer rounds the output
-    to = np_dtype_of_onnx(int(ctx.attr("to"))) if ctx.op_type == "Cast" else ctx.input(1).type.dtype
-    if to == "float16":
-        to = "float32"  # fp16 tensors run as float32; the importer rounds them (float16.py)
+    ctx.attr("saturate"), ctx.attr("round_mode")  # read by the importer's narrowing cast
+    if ctx.op_type == "Cast":
+        to = np_dtype_of_onnx(int(ctx.attr("to")), ctx.op_type, ctx.name, ctx.opset)
+    else:  # a stored-type ``like`` tensor is held wider: its type is what the importer tracks
+        to = stored_type_of(ctx.graph, ctx.input(1)) or ctx.input(1).type.dtype
+    if to not in STORED_RANGES:  # a small integer type: made here, widened by the importer
+        to = HELD.get(to, to)
     if to == x.type.dtype:
         ctx.set_outputs(x)
         return
@@ -208,10 +225,10 @@ def swish(ctx: ConvertContext) -> None:
     """x * sigmoid(alpha * x) (opset 24): alpha 1 is SiLU, which the fusion passes know."""
     x = ctx.input(0)
     alpha = float(ctx.attr("alpha", 1.0))
-    scaled = x if alpha == 1.0 else _binary(ctx, "mul", x, ctx.constant(np.float32(alpha), "alpha"),
+    scaled = x if alpha == 1.0 else emit_binary(ctx, "mul", x, ctx.constant(np.float32(alpha), "alpha"),
                                             name=f"{ctx.name}/scaled")
     gate = ctx.emit1("epilogue_act", [scaled], {"act": ("sigmoid", 0.0, 0.0)}, name=f"{ctx.name}/gate")
-    ctx.set_outputs(_binary(ctx, "mul", x, gate))
+    ctx.set_outputs(emit_binary(ctx, "mul", x, gate))
 
 
 @converter("RMSNormalization")
@@ -224,12 +241,13 @@ def rms_norm(ctx: ConvertContext) -> None:
     rank = len(x.type.shape)
     axis = int(ctx.attr("axis", -1)) % max(rank, 1)
     eps = ctx.constant(np.float32(ctx.attr("epsilon", 1e-5)), "epsilon")
-    square = _binary(ctx, "mul", x, x, name=f"{ctx.name}/square")
+    square = emit_binary(ctx, "mul", x, x, name=f"{ctx.name}/square")
     mean = ctx.emit1("reduce", [square], {"kind": "mean", "axes": list(range(axis, rank)), "keepdims": True},
                      name=f"{ctx.name}/mean")
-    rms = ctx.emit1("unary", [_binary(ctx, "add", mean, eps, name=f"{ctx.name}/eps")], {"kind": "sqrt"},
+    rms = ctx.emit1("unary", [emit_binary(ctx, "add", mean, eps, name=f"{ctx.name}/eps")], {"kind": "sqrt"},
                     name=f"{ctx.name}/rms")
-    ctx.set_outputs(_binary(ctx, "mul", _binary(ctx, "div", x, rms, name=f"{ctx.name}/normed"), scale))
+    normed = emit_binary(ctx, "div", x, rms, name=f"{ctx.name}/normed")
+    ctx.set_outputs(emit_binary(ctx, "mul", normed, scale))
 
 
 _BITWISE = {"BitwiseAnd": "bitand", "BitwiseOr": "bitor", "BitwiseXor": "bitxor"}

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir.graph import Value
 from ...ops.common import is_row_bias
 from ..padding import same_pads
+from .convert_math import emit_binary
 from .registry import ConvertContext, converter
 
 
@@ -28,10 +30,9 @@ def conv_pads(ctx: ConvertContext, spatial: list[int], kernel: list[int], stride
 
 def _conv_common(ctx: ConvertContext) -> tuple[list, int, list[int], list[int], list[int]]:
     """Inputs and the attrs Conv and ConvTranspose share: (inputs, spatial rank, kernel, strides,
-    dilations)."""
+    dilations). Weights and bias may be run-time tensors (the ``f32-conv-rt`` kernels read them in
+    place), of the input's element type."""
     x, w = ctx.input(0), ctx.input(1)
-    if not w.is_const:
-        raise ctx.unsupported("weights must be constant")
     n = len(w.type.shape) - 2
     if n not in (1, 2, 3):
         raise ctx.unsupported(f"{n}D {ctx.op_type} (1D, 2D and 3D are supported)")
@@ -41,6 +42,11 @@ def _conv_common(ctx: ConvertContext) -> tuple[list, int, list[int], list[int], 
     if len(x.type.shape) != n + 2:
         raise ctx.unsupported(f"input of shape {x.type.shape} for {n}D weights {w.type.shape}")
     ins = [x, w] + ([ctx.input(2)] if ctx.has_input(2) else [])
+    if any(not v.is_const and v.type.dtype != x.type.dtype for v in ins[1:]):
+        raise ctx.unsupported(f"run-time weights or bias of another type than the {x.type.dtype} input")
+    m = w.type.shape[0] if ctx.op_type == "Conv" else w.type.shape[1] * _group(ctx)
+    if len(ins) > 2 and ins[2].type.shape != (m,):
+        raise ctx.unsupported(f"bias of shape {ins[2].type.shape} for {m} output channels")
     return ins, n, kernel, strides, dilations
 
 
@@ -159,22 +165,66 @@ def matmul(ctx: ConvertContext) -> None:
 
 @converter("BatchNormalization")
 def batchnorm(ctx: ConvertContext) -> None:
-    """Inference: the running statistics fold into one affine per channel (``momentum`` only moves them
-    in training, so it changes nothing here; ``training_mode`` 1 is a training graph, refused)."""
+    """Inference: the statistics fold into one affine per channel, at build time when all four are
+    constants, else computed per run over the C values and read by the one data pass. ``training_mode``
+    1 (opset 14 on) normalises by the batch's own mean and population variance (every axis but the
+    channels) and outputs the running statistics moved toward them by ``momentum``."""
     x = ctx.input(0)
-    ctx.attr("momentum")
-    if ctx.attr("training_mode", 0) or any(ctx.proto.output[1:]):
-        raise ctx.unsupported("training_mode (batch statistics and running-mean outputs)")
-    params = [ctx.const(i) for i in range(1, 5)]
-    if any(p is None for p in params):
-        raise ctx.unsupported("scale, bias, mean and var must be constant")
+    momentum = float(ctx.attr("momentum", 0.9))
+    training = ctx.opset >= 14 and bool(ctx.attr("training_mode", 0))
+    if any(ctx.proto.output[1:]) and not training:
+        raise ctx.unsupported("running-statistics outputs outside training_mode")
     if ctx.opset < 9 and ctx.attr("spatial", 1) != 1:
         raise ctx.unsupported("spatial=0")
-    scale, bias, mean, var = (p.astype(np.float64) for p in params)
-    a = scale / np.sqrt(var + float(ctx.attr("epsilon", 1e-5)))
-    b = bias - mean * a
-    ctx.set_outputs(ctx.emit1("channel_affine", [x, ctx.constant(a.astype(np.float32), "a"),
-                                            ctx.constant(b.astype(np.float32), "b")]))
+    params = [ctx.input(i) for i in range(1, 5)]
+    channels = x.type.shape[1] if len(x.type.shape) > 1 else None
+    if any(p.type.shape != (channels,) for p in params):
+        raise ctx.unsupported(f"scale, bias, mean and var of shapes {[p.type.shape for p in params]} "
+                              f"for input {x.type.shape} (one value per channel)")
+    if any(not p.is_const and p.type.dtype != "float32" for p in params):
+        raise ctx.unsupported(f"run-time statistics of types {[p.type.dtype for p in params]} (float32 only)")
+    eps = float(ctx.attr("epsilon", 1e-5))
+    if all(p.is_const for p in params) and not training:
+        scale, bias, mean, var = (p.const.astype(np.float64) for p in params)
+        a = scale / np.sqrt(var + eps)
+        b = bias - mean * a
+        ctx.set_outputs(ctx.emit1("channel_affine", [x, ctx.constant(a.astype(np.float32), "a"),
+                                                ctx.constant(b.astype(np.float32), "b")]))
+        return
+    scale, bias, mean, var = (p if not p.is_const else ctx.constant(p.const.astype(np.float32), p.name)
+                              for p in params)
+    running: list[Value] = []
+    if training:
+        stats = _batch_stats(ctx, x)
+        running = [_running(ctx, tag, old, new, momentum)
+                   for tag, old, new in zip(("mean", "var"), (mean, var), stats)]
+        mean, var = stats
+    std = ctx.emit1("unary", [emit_binary(ctx, "add", var, ctx.constant(np.float32(eps), "eps"),
+                                      name=f"{ctx.name}/var_eps")], {"kind": "sqrt"}, name=f"{ctx.name}/std")
+    a = emit_binary(ctx, "div", scale, std, name=f"{ctx.name}/a")
+    mean_a = emit_binary(ctx, "mul", mean, a, name=f"{ctx.name}/mean_a")
+    b = emit_binary(ctx, "sub", bias, mean_a, name=f"{ctx.name}/b")
+    ctx.set_outputs(ctx.emit1("channel_affine", [x, a, b]), *running)
+
+
+def _batch_stats(ctx: ConvertContext, x: Value) -> list[Value]:
+    """x's mean and population variance over every axis but the channels (axis 1), one per channel."""
+    keep = {"axes": [0, *range(2, len(x.type.shape))], "keepdims": True}
+    mean = ctx.emit1("reduce", [x], {"kind": "mean", **keep}, name=f"{ctx.name}/batch_mean")
+    centred = emit_binary(ctx, "sub", x, mean, name=f"{ctx.name}/centred")
+    square = ctx.emit1("unary", [centred], {"kind": "square"}, name=f"{ctx.name}/square")
+    var = ctx.emit1("reduce", [square], {"kind": "mean", **keep}, name=f"{ctx.name}/batch_var")
+    return [ctx.emit1("reshape", [v], {"shape": [x.type.shape[1]]}, name=f"{ctx.name}/{tag}")
+            for tag, v in (("saved_mean", mean), ("saved_var", var))]
+
+
+def _running(ctx: ConvertContext, tag: str, old: Value, new: Value, momentum: float) -> Value:
+    """A running statistic after one training step: old * momentum + new * (1 - momentum)."""
+    kept = emit_binary(ctx, "mul", old, ctx.constant(np.float32(momentum), "momentum"),
+                   name=f"{ctx.name}/{tag}_kept")
+    moved = emit_binary(ctx, "mul", new, ctx.constant(np.float32(1 - momentum), "rate"),
+                    name=f"{ctx.name}/{tag}_new")
+    return emit_binary(ctx, "add", kept, moved, name=f"{ctx.name}/running_{tag}")
 
 
 def _act(ctx: ConvertContext, kind: str, a: float = 0.0, b: float = 0.0) -> None:
@@ -213,9 +263,24 @@ def leakyrelu(ctx: ConvertContext) -> None:
 
 @converter("Clip")
 def clip(ctx: ConvertContext) -> None:
+    """Constant bounds on float32 are a fused ``clip`` activation; bounds known only at run time, or an
+    integer tensor, take an elementwise max with the lower bound, then a min with the upper one (each
+    one value, broadcast): so min > max gives max everywhere, as ONNX says."""
+    x = ctx.input(0)
     if ctx.opset < 11:
-        lo, hi = ctx.attr("min", -np.inf), ctx.attr("max", np.inf)
-    else:
-        lo = ctx.const(1, np.float32(-np.inf))
-        hi = ctx.const(2, np.float32(np.inf))
-    _act(ctx, "clip", float(np.asarray(lo).reshape(())), float(np.asarray(hi).reshape(())))
+        _act(ctx, "clip", float(ctx.attr("min", -np.inf)), float(ctx.attr("max", np.inf)))
+        return
+    bounds = [(i, kind, ctx.input(i)) for i, kind in ((1, "max"), (2, "min")) if ctx.has_input(i)]
+    for i, _, b in bounds:
+        if b.type.size != 1:
+            raise ctx.unsupported(f"input {i} is a bound of shape {b.type.shape}, not one value")
+    if x.type.dtype == "float32" and all(b.is_const for _, _, b in bounds):
+        const = {kind: float(b.const.reshape(())) for _, kind, b in bounds}
+        _act(ctx, "clip", const.get("max", -np.inf), const.get("min", np.inf))
+        return
+    y = x
+    for n, (i, kind, b) in enumerate(bounds, 1):
+        if b.type.shape:
+            b = ctx.emit1("reshape", [b], {"shape": []}, name=f"{ctx.name}/bound{i}")
+        y = emit_binary(ctx, kind, y, b, name=None if n == len(bounds) else f"{ctx.name}/{kind}")
+    ctx.set_outputs(y)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from ...ir.graph import Value
 from .convert_nn import conv_pads
 from .registry import ConvertContext, converter
 
 
-def _pool(ctx: ConvertContext, kind: str) -> None:
-    x = ctx.input(0)
+def pool(ctx: ConvertContext, kind: str, x: Value, name: str | None = None) -> Value:
+    """An IR ``pool`` of ``x`` with the node's window attributes (LpPool's sum pool shares them)."""
     n = len(x.type.shape) - 2
     if n not in (1, 2, 3):
         raise ctx.unsupported(f"{n}D pooling (1D, 2D and 3D are supported)")
@@ -17,21 +18,22 @@ def _pool(ctx: ConvertContext, kind: str) -> None:
     strides = ctx.positive_ints("strides", [1] * n, n)
     dilations = ctx.positive_ints("dilations", [1] * n, n)
     pads = conv_pads(ctx, list(x.type.shape[2:]), list(kernel), strides, dilations)
-    ctx.set_outputs(ctx.emit1("pool", [x], dict(
+    return ctx.emit1("pool", [x], dict(
         kind=kind, kernel=list(kernel), strides=strides, dilations=dilations, pads=pads,
-        ceil_mode=int(ctx.attr("ceil_mode", 0)), count_include_pad=int(ctx.attr("count_include_pad", 0)))))
+        ceil_mode=int(ctx.attr("ceil_mode", 0)), count_include_pad=int(ctx.attr("count_include_pad", 0))),
+        name=name)
 
 
 @converter("MaxPool")
 def maxpool(ctx: ConvertContext) -> None:
     if len(ctx.proto.output) > 1 and ctx.proto.output[1]:
         raise ctx.unsupported("the Indices output (argmax positions) is not supported")
-    _pool(ctx, "max")
+    ctx.set_outputs(pool(ctx, "max", ctx.input(0)))
 
 
 @converter("AveragePool")
 def avgpool(ctx: ConvertContext) -> None:
-    _pool(ctx, "avg")
+    ctx.set_outputs(pool(ctx, "avg", ctx.input(0)))
 
 
 @converter("GlobalMaxPool", "GlobalAveragePool")

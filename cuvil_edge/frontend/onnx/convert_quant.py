@@ -14,9 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from runtime_wasm.spec import STORED_RANGES
+
 from ...ir.graph import QuantParams, Value
+from ...ops.cast import FLOAT8, HELD
 from ...ops.qlinear import ActQuant
+from .convert_math import emit_binary
 from .convert_nn import conv_pads
+from .float16 import stored_type_of
+from .importer import np_dtype_of_onnx
 from .registry import ConvertContext, converter
 
 
@@ -89,8 +95,8 @@ def _requant(ctx: ConvertContext, y: Value, scale: int, zp: int) -> None:
 
 
 def _conv(ctx: ConvertContext, x: Value, w: Value, bias: list[Value]) -> Value:
-    if not w.is_const:
-        raise ctx.unsupported("weights must be constant")
+    """The float conv of dequantized x and w; run-time weights (dequantized at run time) take the direct
+    ``f32-conv-rt`` kernel, constant ones fold and may fuse into ``qconv``."""
     kernel = list(ctx.attr("kernel_shape", w.type.shape[2:]))
     n = len(kernel)
     strides, dilations = list(ctx.attr("strides", [1] * n)), list(ctx.attr("dilations", [1] * n))
@@ -106,23 +112,90 @@ def _matmul(ctx: ConvertContext, a: Value, b: Value) -> Value:
     return ctx.emit1(op, [a, b], name=f"{ctx.name}/matmul")
 
 
-def _unit(ctx: ConvertContext) -> Value:
-    return ctx.constant(np.ones(1, np.float32), "unit_scale")
+def _unit(ctx: ConvertContext, n: int = 1) -> Value:
+    """Scales of 1 (``n``: one per channel, as many as a per-axis zero point has: ``dequantize`` reads its
+    zero point per channel only when the scale is per channel)."""
+    return ctx.constant(np.ones(n, np.float32), "unit_scale")
+
+
+def _along(ctx: ConvertContext, p: Value, axis: int, rank: int, what: str) -> Value:
+    """A scale or zero point shaped to broadcast against a rank-``rank`` tensor: one value, or one per
+    channel of ``axis``."""
+    shape = [] if p.type.size == 1 else [p.type.size] + [1] * (rank - 1 - axis % max(rank, 1))
+    return ctx.emit1("reshape", [p], {"shape": shape}, name=f"{ctx.name}/{what}")
+
+
+def _as_f32(ctx: ConvertContext, v: Value, what: str) -> Value:
+    if v.type.dtype == "float32":
+        return v
+    return ctx.emit1("cast", [v], {"to": "float32"}, name=f"{ctx.name}/{what}")
+
+
+def _quantize_f32(ctx: ConvertContext, x: Value, to: str, axis: int) -> Value:
+    """QuantizeLinear to a type the ``quantize`` kernel does not make (int16, uint16, int8 without a zero
+    point, the stored types: int4, uint4, int2, uint2, the float8s, float4) in float32 ops, as ONNX
+    defines it: integers
+    round(x / scale) + zero point clamped to the type's range, float8 x / scale cast with ``saturate`` (no
+    zero point), float4 x / scale + zero point cast (saturating). A stored-type result is widened by the
+    importer."""
+    rank = len(x.type.shape)
+    y = ctx.emit1("binary_f32", [x, _along(ctx, _scale(ctx, 1), axis, rank, "scale")], {"kind": "div"},
+                  name=f"{ctx.name}/scaled")
+    lo_hi = None if to in HELD and to not in STORED_RANGES else STORED_RANGES.get(to) or (
+        int(np.iinfo(to).min), int(np.iinfo(to).max))
+    if lo_hi is not None:
+        y = ctx.emit1("unary", [y], {"kind": "round"}, name=f"{ctx.name}/rounded")
+    if ctx.has_input(2) and to not in FLOAT8:
+        z = _along(ctx, _as_f32(ctx, ctx.input(2), "zero_point_f32"), axis, rank, "zero_point")
+        y = ctx.emit1("binary_f32", [y, z], {"kind": "add"}, name=f"{ctx.name}/shifted")
+    if lo_hi is not None:
+        y = ctx.emit1("epilogue_act", [y], {"act": ("clip", *map(float, lo_hi))}, name=f"{ctx.name}/clamped")
+    return ctx.emit1("cast", [y], {"to": to, "saturate": bool(ctx.attr("saturate", 1))})
+
+
+def _dequant_f32(ctx: ConvertContext, x: Value, axis: int) -> Value:
+    """DequantizeLinear in float32 ops of an x the ``dequantize`` kernel does not read: a run-time one of
+    another type than uint8 (int4 held as int8, int16, ...) or a float8 or float4 held as float32:
+    (x - zero point) * scale; the float8s and float4 have no zero point (ONNX ignores it)."""
+    rank = len(x.type.shape)
+    y = _as_f32(ctx, x, "x_f32")
+    if ctx.has_input(2) and x.type.dtype != "float32":
+        z = _along(ctx, _as_f32(ctx, ctx.input(2), "zero_point_f32"), axis, rank, "zero_point")
+        y = ctx.emit1("binary_f32", [y, z], {"kind": "sub"}, name=f"{ctx.name}/steps")
+    return ctx.emit1("binary_f32", [y, _along(ctx, _scale(ctx, 1), axis, rank, "scale")], {"kind": "mul"})
 
 
 @converter("QuantizeLinear")
 def quantize_linear(ctx: ConvertContext) -> None:
+    """To uint8, and int8 with a zero point, on the ``quantize`` kernel; to the other types (the zero
+    point's, else ``output_dtype``'s) in float32 ops."""
     x = ctx.input(0)
     if x.type.dtype != "float32" or ctx.attr("block_size", 0):
         raise ctx.unsupported(f"{x.type.dtype} input" if x.type.dtype != "float32" else "blocked scales")
-    ctx.set_outputs(_quantize(ctx, x, 1, 2, int(ctx.attr("axis", 1))))
+    out_dtype = int(ctx.attr("output_dtype", 0))
+    zp = ctx.input(2) if ctx.has_input(2) else None
+    if zp is not None:
+        to = stored_type_of(ctx.graph, zp) or zp.type.dtype
+    else:
+        to = np_dtype_of_onnx(out_dtype, ctx.op_type, ctx.name, ctx.opset) if out_dtype else "uint8"
+    if to == "uint8" or to == "int8" and zp is not None:
+        ctx.set_outputs(_quantize(ctx, x, 1, 2, int(ctx.attr("axis", 1))))
+    else:
+        ctx.set_outputs(_quantize_f32(ctx, x, to, int(ctx.attr("axis", 1))))
 
 
 @converter("DequantizeLinear")
 def dequantize_linear(ctx: ConvertContext) -> None:
+    """uint8 at run time and constants on the ``dequantize`` kernel (folded), other run-time types and
+    the stored types held as float32 (float8, float4) in float32 ops."""
     if ctx.attr("block_size", 0):
         raise ctx.unsupported("blocked scales")
-    ctx.set_outputs(_dequant(ctx, ctx.input(0), _scale(ctx, 1), 2, int(ctx.attr("axis", 1)), ctx.name))
+    x, axis = ctx.input(0), int(ctx.attr("axis", 1))
+    stored = stored_type_of(ctx.graph, x)
+    if x.type.dtype == "float32" and stored is not None or not x.is_const and x.type.dtype != "uint8":
+        ctx.set_outputs(_dequant_f32(ctx, x, axis))
+        return
+    ctx.set_outputs(_dequant(ctx, x, _scale(ctx, 1), 2, axis, ctx.name))
 
 
 @converter("DynamicQuantizeLinear")
@@ -132,12 +205,18 @@ def dynamic_quantize_linear(ctx: ConvertContext) -> None:
 
 @converter("QLinearConv")
 def qlinear_conv(ctx: ConvertContext) -> None:
-    """Bias is int32 at scale x_scale * w_scale (per output channel)."""
+    """Bias is int32 at scale x_scale * w_scale (per output channel); with a scale known only at run time
+    it is cast to float and scaled there."""
     x, w = _dequant_input(ctx, 0, 1, 2, 1), _dequant_input(ctx, 3, 4, 5, 0)
     bias = []
-    if ctx.has_input(8):
-        bs = (ctx.const(1).astype(np.float32) * ctx.const(4).astype(np.float32)).reshape(-1)
+    xs, ws = _scale(ctx, 1), _scale(ctx, 4)
+    if ctx.has_input(8) and xs.is_const and ws.is_const:
+        bs = (xs.const * ws.const).reshape(-1)
         bias = [_dequant_input(ctx, 8, ctx.constant(bs, "bias_scale"), None, 0)]
+    elif ctx.has_input(8):
+        scale = emit_binary(ctx, "mul", ws, xs, name=f"{ctx.name}/bias_scale")
+        b = ctx.emit1("cast", [ctx.input(8)], {"to": "float32"}, name=f"{ctx.name}/bias_f32")
+        bias = [emit_binary(ctx, "mul", b, scale, name=f"{ctx.name}/bias")]
     _requant(ctx, _conv(ctx, x, w, bias), 6, 7)
 
 
@@ -150,7 +229,8 @@ def qlinear_matmul(ctx: ConvertContext) -> None:
 
 @converter("ConvInteger")
 def conv_integer(ctx: ConvertContext) -> None:
-    x, w = _dequant_input(ctx, 0, _unit(ctx), 2, 1), _dequant_input(ctx, 1, _unit(ctx), 3, 0)
+    w_zp = ctx.input(3).type.size if ctx.has_input(3) else 1
+    x, w = _dequant_input(ctx, 0, _unit(ctx), 2, 1), _dequant_input(ctx, 1, _unit(ctx, w_zp), 3, 0)
     ctx.set_outputs(ctx.emit1("cast", [_conv(ctx, x, w, [])], {"to": "int32"}))
 
 

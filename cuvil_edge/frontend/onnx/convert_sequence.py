@@ -1,11 +1,16 @@
 """Converters for the sequence container ops: SequenceEmpty, SequenceConstruct, SequenceInsert,
-SequenceErase, SequenceAt, SequenceLength, SplitToSequence and ConcatFromSequence.
+SequenceErase, SequenceAt, SequenceLength, SplitToSequence and ConcatFromSequence; and for the optional
+ones: Optional, OptionalHasElement, OptionalGetElement.
 
 The IR has tensors only. A sequence's length is static in every graph whose shapes are, so each
 sequence is resolved at import as a Python tuple of IR values kept under its ONNX name, and only the
 tensors taken out of it reach the IR. A position known at build time indexes that tuple; a run-time
 position (an int scalar input) selects with ``where`` chains, which needs the candidates to share one
 shape: otherwise the output's shape would depend on data, and the error says so.
+
+An optional is resolved at import the same way: a present one is held as its element itself (a tensor
+``Value`` or a ``TensorSeq``), an empty one as ``EmptyOptional``; whether it has an element is known at
+build time. (An optional graph input is fed as its tensor, so it is always present.)
 """
 
 from __future__ import annotations
@@ -188,3 +193,37 @@ def concat_from_sequence(ctx: ConvertContext) -> None:
         xs = [ctx.emit1("reshape", [x], {"shape": [*shape[:axis], 1, *shape[axis:]]},
                         name=f"{ctx.name}/stack") for x in xs]
     ctx.set_outputs(ctx.emit1("concat", xs, {"axis": ctx.axis(axis, len(xs[0].type.shape))}))
+
+
+# -- optional ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EmptyOptional:
+    """An optional without an element (``Optional`` given no input); ``what`` names its element type."""
+
+    what: str
+
+
+@converter("Optional")
+def optional(ctx: ConvertContext) -> None:
+    declared = ctx.attr("type")  # the element's type: read either way, the element's own is what counts
+    if ctx.has_input(0):
+        ctx.env[ctx.proto.output[0]] = ctx.item(0)
+        return
+    if declared is None:
+        raise ctx.unsupported("an empty optional needs its type attribute")
+    ctx.env[ctx.proto.output[0]] = EmptyOptional(  # type: ignore[assignment]
+        f"of {declared.WhichOneof('value').removesuffix('_type')}")
+
+
+@converter("OptionalHasElement")
+def optional_has_element(ctx: ConvertContext) -> None:
+    present = ctx.has_input(0) and not isinstance(ctx.item(0), EmptyOptional)
+    ctx.set_outputs(ctx.constant(np.array(present), "present"))
+
+
+@converter("OptionalGetElement")
+def optional_get_element(ctx: ConvertContext) -> None:
+    got = ctx.item(0)
+    if isinstance(got, EmptyOptional):
+        raise ctx.unsupported(f"the optional ({got.what}) is empty: taking its element fails")
+    ctx.env[ctx.proto.output[0]] = got

@@ -177,8 +177,8 @@ def expand(ctx: ConvertContext) -> None:
         return
     out = ctx.declared_shape()
     if out is None:
-        raise ctx.unsupported("the shape is a run-time input and the model declares no static shape for "
-                              f"output {ctx.proto.output[0]!r}, so its size is unknown at build time")
+        raise ctx.not_constant(1, "the model declares no static shape for output "
+                               f"{ctx.proto.output[0]!r}, so its size is unknown at build time")
     if shape.type.dtype != "int64" or len(shape.type.shape) != 1:
         raise ctx.unsupported(f"shape input of type {shape.type}")
     ctx.set_outputs(ctx.emit1("expand", [x, shape], {"shape": list(out)}))

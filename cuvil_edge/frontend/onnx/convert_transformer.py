@@ -1,5 +1,5 @@
 """Converters for transformer-era ops: LayerNormalization, Gelu, Einsum (as transpose + matmul),
-comparisons, boolean logic, Where, TopK, ArgMax/ArgMin, CumSum and Hardmax."""
+comparisons, boolean logic, Where, TopK, ArgMax/ArgMin, CumSum, CumProd and Hardmax."""
 
 from __future__ import annotations
 
@@ -185,12 +185,13 @@ def topk(ctx: ConvertContext) -> None:
         "largest": bool(ctx.attr("largest", 1))}, n_outputs=2))
 
 
-@converter("CumSum")
-def cumsum(ctx: ConvertContext) -> None:
+@converter("CumSum", "CumProd")
+def cumulative(ctx: ConvertContext) -> None:
     x = ctx.input(0)
     axis = ctx.axis(ctx.scalar(1, "axis"), len(x.type.shape))
-    ctx.set_outputs(ctx.emit1("cumsum", [x], {"axis": axis, "exclusive": bool(ctx.attr("exclusive", 0)),
-                                              "reverse": bool(ctx.attr("reverse", 0))}))
+    ctx.set_outputs(ctx.emit1("cumulative", [x], {
+        "kind": ctx.op_type[3:].lower(), "axis": axis, "exclusive": bool(ctx.attr("exclusive", 0)),
+        "reverse": bool(ctx.attr("reverse", 0))}))
 
 
 @converter("Hardmax")

@@ -29,9 +29,20 @@ def depth_space(ctx: ConvertContext) -> None:
                               [ctx.input(0)], attrs))
 
 
-def _group_norm(ctx: ConvertContext, x: Value, groups: int, scale: np.ndarray, bias: np.ndarray,
-                eps: float) -> Value:
-    """layernorm over each (n, group) block, then y = scale[c] * y + bias[c]."""
+def _channel_param(ctx: ConvertContext, i: int, channels: int, groups: int) -> Value:
+    """Input ``i`` (a scale or bias) as one float32 per channel: a constant (one per group, as
+    GroupNormalization-18 had them, repeated over the group's channels) or a run-time tensor."""
+    v = ctx.input(i)
+    if v.is_const and v.type.size in {channels, groups}:
+        per_channel = np.repeat(v.const.astype(np.float32).reshape(-1), channels // v.type.size)
+        return ctx.constant(per_channel, f"p{i}")
+    if v.type.size != channels or v.type.dtype != "float32":
+        raise ctx.unsupported(f"input {i} of type {v.type} for {channels} channels")
+    return _reshape(ctx, v, [channels], f"p{i}")
+
+
+def _group_norm(ctx: ConvertContext, x: Value, groups: int, eps: float) -> Value:
+    """layernorm over each (n, group) block, then y = scale[c] * y + bias[c] (inputs 1 and 2)."""
     s = x.type.shape
     if len(s) < 2 or groups < 1 or s[1] % groups:
         raise ctx.unsupported(f"input of shape {s} does not split into {groups} channel groups")
@@ -42,15 +53,15 @@ def _group_norm(ctx: ConvertContext, x: Value, groups: int, scale: np.ndarray, b
                                  ctx.constant(np.zeros(inner, np.float32), "zeros")],
                    {"axis": 1, "eps": eps}, name=f"{ctx.name}/norm")
     y = _reshape(ctx, ln, list(s), "back")
-    return ctx.emit1("channel_affine", [y, ctx.constant(scale.astype(np.float32), "scale"),
-                                   ctx.constant(bias.astype(np.float32), "bias")])
+    return ctx.emit1("channel_affine", [y, *(_channel_param(ctx, i, s[1], groups) for i in (1, 2))])
 
 
 @converter("InstanceNormalization")
 def instance_norm(ctx: ConvertContext) -> None:
     x = ctx.input(0)
-    ctx.set_outputs(_group_norm(ctx, x, x.type.shape[1], ctx.const(1), ctx.const(2),
-                                float(ctx.attr("epsilon", 1e-5))))
+    if len(x.type.shape) < 2:
+        raise ctx.unsupported(f"input of shape {x.type.shape} (N, C, ...) is required")
+    ctx.set_outputs(_group_norm(ctx, x, x.type.shape[1], float(ctx.attr("epsilon", 1e-5))))
 
 
 @converter("GroupNormalization")
@@ -58,11 +69,7 @@ def group_norm(ctx: ConvertContext) -> None:
     x = ctx.input(0)
     if len(x.type.shape) < 2 or ctx.attr("num_groups") is None:
         raise ctx.unsupported(f"input of shape {x.type.shape} (N, C, ...) and num_groups are required")
-    c, g = x.type.shape[1], int(ctx.attr("num_groups"))
-    scale, bias = (np.asarray(ctx.const(i), np.float32).reshape(-1) for i in (1, 2))
-    if scale.size == g != c and g > 0:  # opset 18: one scale/bias per group
-        scale, bias = np.repeat(scale, c // g), np.repeat(bias, c // g)
-    ctx.set_outputs(_group_norm(ctx, x, g, scale, bias, float(ctx.attr("epsilon", 1e-5))))
+    ctx.set_outputs(_group_norm(ctx, x, int(ctx.attr("num_groups")), float(ctx.attr("epsilon", 1e-5))))
 
 
 @converter("PRelu")

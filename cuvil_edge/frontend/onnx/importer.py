@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from runtime_wasm.spec import LENGTH_SUFFIX  # the device's name for a data-dependent length's output
 
-from ...errors import InputError, ModelFormatError, ShapeError, UnsupportedOperator
+from ...errors import InputError, ModelFormatError, NotConstant, ShapeError, UnsupportedOperator
 from ...ir.graph import STRING_WIDTH, Graph, TensorType, Value, string_width
 from ...ir.limits import import_budget
 from ...quant.qdq import fuse_qdq, graph_record
@@ -24,6 +24,8 @@ from .registry import CONVERTERS, ConvertContext, node_name
 MIN_OPSET, MAX_OPSET = 7, 28
 #: non-default-domain operators with a converter (registered under their op_type)
 CONTRIB_OPS = frozenset({("com.microsoft", "MatMulNBits"), ("ai.onnx.preview.training", "Gradient")})
+#: non-default-domain operators onnx defines as functions: expanded as the default domain's are
+FUNCTION_OPS = frozenset({("ai.onnx.preview", "FlexAttention")})
 
 
 def load_onnx(model: str | os.PathLike[str] | bytes | Any):
@@ -225,7 +227,8 @@ def _declared_shapes(graph_proto: Any) -> dict[str, tuple[int, ...]]:
 def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], opset: int,
                    scope: _ImportScope) -> None:
     for node in nodes:
-        if node.domain not in ("", "ai.onnx") and (node.domain, node.op_type) not in CONTRIB_OPS:
+        if node.domain not in ("", "ai.onnx") and (node.domain, node.op_type) not in CONTRIB_OPS | \
+                FUNCTION_OPS:
             raise UnsupportedOperator(f"{node.domain}.{node.op_type}", node_name(node), opset,
                                       "custom-domain operators are not supported")
         cond = env.get(node.input[0]) if node.op_type == "If" and node.input else None
@@ -242,6 +245,10 @@ def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], op
             body, body_opset = expanded
             try:
                 _convert_nodes(graph, env, body, body_opset, scope)
+            except NotConstant as exc:  # the same, and still which model inputs would fix it
+                raise NotConstant(node.op_type, node_name(node), opset, exc.index, exc.input_name,
+                                  exc.model_inputs, f"its ONNX function: unsupported operator "
+                                  f"{exc.op_type!r} at node {exc.node!r}") from exc
             except UnsupportedOperator as exc:  # name the model's own node, then what stopped inside it
                 raise UnsupportedOperator(node.op_type, node_name(node), opset,
                                           f"its ONNX function: {exc}") from exc
@@ -261,7 +268,8 @@ def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], op
 _EXPAND_DOMAIN = "cuvil.expand"
 
 
-def _function_body(node: Any, env: Mapping[str, Any], opset: int, half: set) -> tuple[list[Any], int] | None:
+def _function_body(node: Any, env: Mapping[str, Any], opset: int, half: Mapping[Value, str]
+                   ) -> tuple[list[Any], int] | None:
     """An operator without a converter whose ONNX schema defines it as a function of other operators
     (Attention, RotaryEmbedding, the losses, MeanVarianceNormalization, ... at this opset): that
     function's nodes for this node, expanded by onnx's own inliner (renaming, attribute references,
@@ -270,10 +278,11 @@ def _function_body(node: Any, env: Mapping[str, Any], opset: int, half: set) -> 
     import onnx.inliner
     from onnx import defs, helper
 
-    if node.domain not in ("", "ai.onnx"):
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    if domain and (domain, node.op_type) not in FUNCTION_OPS:
         return None
     try:
-        schema = defs.get_schema(node.op_type, opset, "")
+        schema = defs.get_schema(node.op_type, opset, domain)
     except defs.SchemaError:
         return None
     fixed = [v for v in schema.function_opset_versions if v <= opset]
@@ -282,10 +291,13 @@ def _function_body(node: Any, env: Mapping[str, Any], opset: int, half: set) -> 
         return None
     inputs = []
     for name in node.input:
-        v = env.get(name) if name else None
+        if not name:  # an optional input left out: an untyped place keeps the later ones' positions
+            inputs.append(onnx.ValueInfoProto())
+            continue
+        v = env.get(name)
         if not isinstance(v, Value):
-            return None  # a sequence, or an input that is not there: no typed call to expand
-        elem = onnx.TensorProto.FLOAT16 if v in half else _ONNX_OF_DTYPE.get(v.type.dtype)
+            return None  # a sequence: no typed call to expand
+        elem = _ONNX_OF_DTYPE.get(half.get(v, v.type.dtype))
         if elem is None:
             return None
         inputs.append(helper.make_tensor_value_info(name, elem, v.type.shape))
@@ -373,35 +385,65 @@ def import_subgraph(ctx: ConvertContext, attr: str,
     return graph, captures
 
 
+class Padded(NamedTuple):
+    """A value allocated for its bound whose real length is known only at run time (entries of
+    ``graph.meta["padded_scans"]`` by the value's id): its int64 ``length``, the node and op that made it."""
+
+    length: Value
+    node: str
+    op: str = "Loop"  # Loop's and StringNormalizer's converters record (length, node)
+
+
+#: IR ops whose output keeps its input's layout and zero padding (an fp16 graph's rounding and casts):
+#: a padded value they read passes its length on
+PADDING_SAFE_OPS = frozenset({"cast", "round_f16", "round_bf16"})
+
+
+def mark_padded(ctx: ConvertContext, v: Value, length: Value) -> None:
+    """Record that ``v`` is allocated for its bound and holds ``length`` entries at run time: a model
+    output gets ``<name>:length`` for it, any other use is refused naming ``ctx``'s node."""
+    ctx.graph.meta.setdefault("padded_scans", {})[id(v)] = Padded(length, ctx.name, ctx.op_type)
+
+
 def _add_length_outputs(graph: Graph) -> None:
-    """A graph output that is a run-time-length Loop scan output gets a companion output
-    ``<name>:length`` (int64: its real rows); such a scan output must be read by nothing else."""
-    padded = graph.meta.pop("padded_scans", {})
+    """A graph output of run-time length (``Padded``: a Loop's scan output, NonZero's result, ...) gets a
+    companion output ``<name>:length`` (int64: its real entries); such a value must be read by nothing
+    but ``PADDING_SAFE_OPS``."""
+    padded = {k: Padded(*e) for k, e in graph.meta.pop("padded_scans", {}).items()}
     if not padded:
         return
-    names = graph.meta.get("output_names")
+    names, opset = graph.meta.get("output_names"), graph.meta.get("opset")
     for node in graph.nodes:
         for v in node.inputs:
-            if id(v) in padded:
-                raise UnsupportedOperator("Loop", padded[id(v)][1], graph.meta.get("opset"),
-                                          f"its scan output {v.name!r} has a run-time length and is read by "
-                                          f"node {node.name!r}: only model outputs may have one")
+            src = padded.get(id(v))
+            if src is None:
+                continue
+            if node.op in PADDING_SAFE_OPS and node.outputs[0].type.shape == v.type.shape:
+                padded[id(node.outputs[0])] = src
+                continue
+            raise UnsupportedOperator(src.op, src.node, opset,
+                                      f"its output {v.name!r} has a run-time length and is read by node "
+                                      f"{node.name!r}: only model outputs may have one")
     if names is None:  # a body: its outputs have one static shape per iteration
         bad = next((v for v in graph.outputs if id(v) in padded), None)
         if bad is not None:
-            raise UnsupportedOperator("Loop", padded[id(bad)][1], graph.meta.get("opset"),
-                                      f"its scan output {bad.name!r} has a run-time length and is an "
+            raise UnsupportedOperator(padded[id(bad)].op, padded[id(bad)].node, opset,
+                                      f"its output {bad.name!r} has a run-time length and is an "
                                       "output of an enclosing body: only model outputs may have one")
         return
     for v, out_name in list(zip(graph.outputs, names)):
         if id(v) in padded:
-            graph.outputs.append(padded[id(v)][0])
+            graph.outputs.append(padded[id(v)].length)
             names.append(out_name + LENGTH_SUFFIX)
 
 
 _ONNX_STRING = 8  # TensorProto.STRING: an input held as ``S<max_string_bytes>``
 _ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
-                9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
+                9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64",
+                # stored types (float16.py): held wider between the graph's edges
+                16: "bfloat16", 17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2",
+                20: "float8_e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4_e2m1fn", 24: "float8_e8m0fnu",
+                25: "uint2", 26: "int2"}
 #: IR dtype -> ONNX element type (the typed call ``_function_body`` expands)
 _ONNX_OF_DTYPE = {v: k for k, v in _ONNX_DTYPES.items()}
 
@@ -416,6 +458,8 @@ def _bound_value(inp: Any, value: Any, override: Sequence[int] | None, max_strin
     if override is not None and tuple(int(d) for d in override) != given.shape:
         raise InputError(f"bind: {inp.name!r} has shape {given.shape}, --input-shape says {tuple(override)}")
     want = _input_type(inp, given.shape, max_string_bytes).dtype
+    if given.dtype.name == want:  # ml_dtypes' types (bfloat16, float8, int4: stored types) are kind "V"
+        return given
     if given.dtype.kind not in "biuf":
         raise InputError(f"bind: {inp.name!r} takes {want}, got {given.dtype}")
     with np.errstate(all="ignore"):
@@ -435,12 +479,15 @@ def _static_dims(inp: Any) -> tuple[int, ...] | None:
 
 
 def _input_type(inp: Any, override: Sequence[int] | None, max_string_bytes: int) -> TensorType:
-    kind = inp.type.WhichOneof("value")
-    if kind != "tensor_type":  # sequence_type, optional_type, map_type, sparse_tensor_type
+    typ, held = inp.type, ""
+    if typ.WhichOneof("value") == "optional_type":  # fed as its tensor: present in every run
+        typ, held = typ.optional_type.elem_type, "optional "
+    kind = typ.WhichOneof("value") or "untyped_type"  # an optional of nothing is not refused by the checker
+    if kind != "tensor_type":  # sequence_type, map_type, sparse_tensor_type
         raise UnsupportedOperator("Input", inp.name, None,
-                                  f"a {kind.removesuffix('_type').replace('_', ' ')} input: graph inputs "
-                                  "must be tensors")
-    tt = inp.type.tensor_type
+                                  f"a {held}{kind.removesuffix('_type').replace('_', ' ')} input: graph "
+                                  "inputs must be tensors or optional tensors")
+    tt = typ.tensor_type
     dtype = f"S{max_string_bytes}" if tt.elem_type == _ONNX_STRING else _ONNX_DTYPES.get(tt.elem_type)
     if dtype is None:
         raise UnsupportedOperator("Input", inp.name, None,
@@ -494,11 +541,12 @@ def tensor_array(t: Any, op: str, where: str, opset: int | None) -> np.ndarray:
         raise ModelFormatError(f"tensor {t.name!r} of {where!r} cannot be read: {exc}") from exc
 
 
-def np_dtype_of_onnx(elem_type: int) -> str:
+def np_dtype_of_onnx(elem_type: int, op: str = "Cast", node: str = "?", opset: int | None = None) -> str:
+    """The IR dtype of an ONNX element type (an attribute's: Cast's ``to``), else refused naming the node."""
     try:
         return _ONNX_DTYPES[elem_type]
     except KeyError:
-        raise UnsupportedOperator("Cast", "?", None, f"element type {_type_name(elem_type)}") from None
+        raise UnsupportedOperator(op, node, opset, f"element type {_type_name(elem_type)}") from None
 
 
 __all__ = ["LENGTH_SUFFIX", "MAX_OPSET", "MIN_OPSET", "import_onnx", "import_subgraph", "load_onnx",

@@ -76,10 +76,10 @@ class ConvertContext(IRBuilder):
         return self.input(i).const
 
     def not_constant(self, i: int, why: str = "") -> NotConstant:
-        """The error for input i, needed at build time (``why`` says what for) and known only at run time."""
-        v = self.input(i)
+        """The error for input i, needed at build time (``why`` says what for) and known only at run time,
+        naming the model inputs its value is computed from."""
         return NotConstant(self.op_type, self.name, self.opset, i, self.proto.input[i],
-                           any(v is g for g in self.graph.inputs), why)
+                           self.graph.inputs_feeding(self.input(i)), why)
 
     def scalar(self, i: int, what: str) -> Any:
         """Input i's one build-time value (a count, an axis, a step): empty or several is refused."""
