@@ -209,10 +209,10 @@ def _one_op(code: str, custom: str | None = None) -> bytes:
 
 def test_unsupported_builtin_names_op_code_and_index() -> None:
     with pytest.raises(UnsupportedOperator) as err:
-        import_tflite(_one_op("ZEROS_LIKE"))
-    assert err.value.op_type == "ZEROS_LIKE"
+        import_tflite(_one_op("SKIP_GRAM"))
+    assert err.value.op_type == "SKIP_GRAM"
     assert err.value.node == "y"
-    assert "builtin code 93, operator index 0" in str(err.value)
+    assert "builtin code 30, operator index 0" in str(err.value)
 
 
 def test_custom_ops_fail_by_name_until_a_converter_is_registered() -> None:
@@ -315,12 +315,14 @@ def test_op_zoo_matches_litert_with_no_interior_transposes() -> None:
 
 def test_every_builtin_converter_is_checked_against_litert() -> None:
     """A converter joins the table only with a model above that runs it (a list that only grows)."""
+    from builtinkit import builtin_models  # checked in tests/unit/test_tflite_builtins.py
     from pretrainedkit import image_tflite, text_tflite  # checked in test_pretrained
     from test_tflite_stateful import streaming
     from test_tflite_third_party import builder_models
 
     used = {op.op for data in (cnn(), cnn(fp16_weights=True), matmul_slices(), op_zoo(), int8_cnn(),
-                               streaming(), *builder_models(), text_tflite(100), image_tflite())
+                               streaming(), *builder_models(), text_tflite(100), image_tflite(),
+                               *builtin_models())
             for sg in read_tflite(data).subgraphs for op in sg.operators}
     assert set(BUILTINS) - used == set()
 

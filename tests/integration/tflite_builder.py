@@ -13,6 +13,8 @@ from tflite.BuiltinOptions import BuiltinOptions
 from tflite.utils import BUILTIN_OPCODE2NAME
 
 CODES = {name: code for code, name in BUILTIN_OPCODE2NAME.items()}
+#: the opcode version LiteRT registers an op from, where it is not 1
+VERSIONS = {"BROADCAST_TO": 2}
 TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int8": 9, "resource": 13}
 
 
@@ -86,8 +88,11 @@ class TfliteBuilder:
         return TfliteBuilder(buffers=self.buffers)
 
     def build(self, inputs: list[int], outputs: list[int],
-              subgraphs: tuple[tuple[TfliteBuilder, list[int], list[int]], ...] = ()) -> bytes:
-        """``subgraphs``: (builder from ``subgraph()``, inputs, outputs) of subgraphs 1, 2, ..."""
+              subgraphs: tuple[tuple[TfliteBuilder, list[int], list[int]], ...] = (),
+              signature_names: dict[int, str] | None = None) -> bytes:
+        """``subgraphs``: (builder from ``subgraph()``, inputs, outputs) of subgraphs 1, 2, ...;
+        ``signature_names``: tensor -> its name in the signature, where not the tensor's own (a converter
+        names inputs ``serving_default_x:0`` and the signature ``x``)."""
         b = flatbuffers.Builder(1024)
         buffers = []
         for data in self.buffers:
@@ -105,13 +110,13 @@ class TfliteBuilder:
             tflite.OperatorCodeStart(b)
             tflite.OperatorCodeAddBuiltinCode(b, CODES[code])
             tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(CODES[code], 127))
-            tflite.OperatorCodeAddVersion(b, 1)
+            tflite.OperatorCodeAddVersion(b, VERSIONS.get(code, 1))
             if cname is not None:
                 tflite.OperatorCodeAddCustomCode(b, cname)
             codes.append(tflite.OperatorCodeEnd(b))
         sgs = [g._subgraph(b, i, o, name, kinds) for g, i, o, name in graphs]
-        sig = _signature(b, [(self.tensors[i].name, i) for i in inputs],
-                         [(self.tensors[i].name, i) for i in outputs])
+        names = {i: self.tensors[i].name for i in [*inputs, *outputs]} | (signature_names or {})
+        sig = _signature(b, [(names[i], i) for i in inputs], [(names[i], i) for i in outputs])
         code_vec, sg_vec, buf_vec, sig_vec = (_table_vector(b, x) for x in (codes, sgs, buffers, [sig]))
         desc = b.CreateString("cuvil-edge test model")
         tflite.ModelStart(b)
@@ -217,10 +222,11 @@ def _table_vector(b: flatbuffers.Builder, offsets: list[int]) -> int:
 
 
 def _options(b: flatbuffers.Builder, table: str, fields: dict[str, Any]) -> int:
-    """One builtin options table; list values become int32 vectors (SqueezeDims, NewShape), strings
-    strings (VarHandleOptions' SharedName)."""
-    vectors = {k: b.CreateString(v) if isinstance(v, str) else b.CreateNumpyVector(np.asarray(v, np.int32))
-               for k, v in fields.items() if isinstance(v, (list, tuple, str))}
+    """One builtin options table; list values become int32 vectors (SqueezeDims, NewShape) or, holding a
+    float, float32 ones (BucketizeOptions' Boundaries), strings strings (VarHandleOptions' SharedName)."""
+    vectors = {k: b.CreateString(v) if isinstance(v, str) else b.CreateNumpyVector(
+        np.asarray(v, np.float32 if any(isinstance(x, float) for x in v) else np.int32))
+        for k, v in fields.items() if isinstance(v, (list, tuple, str))}
     getattr(tflite, f"{table}Start")(b)
     for k, v in fields.items():
         getattr(tflite, f"{table}Add{k}")(b, vectors.get(k, v))

@@ -1,6 +1,7 @@
-"""Comparisons, selection and IF. IF becomes the IR's ``if`` (only the taken branch runs): each branch
-subgraph is converted into its own graph whose inputs are the run-time operands (constant operands,
-weights mostly, are used directly, so the branch's convs and FCs still see build-time weights)."""
+"""Comparisons, logic and bit ops, selection and IF. IF becomes the IR's ``if`` (only the taken branch
+runs): each branch subgraph is converted into its own graph whose inputs are the run-time operands
+(constant operands, weights mostly, are used directly, so the branch's convs and FCs still see build-time
+weights)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,30 @@ _STATEFUL = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_O
 def compare(ctx: TflContext) -> None:
     (a, b), perm = ctx.aligned([0, 1])
     ctx.set_output(ctx.emit1("compare", [a, b], {"kind": _COMPARE[ctx.op.op]}), perm)
+
+
+@converter("NOT_EQUAL")
+def not_equal(ctx: TflContext) -> None:
+    (a, b), perm = ctx.aligned([0, 1])
+    eq = ctx.emit1("compare", [a, b], {"kind": "eq"}, f"{ctx.name}/eq")
+    ctx.set_output(ctx.emit1("logic", [eq], {"kind": "not"}), perm)
+
+
+#: bool operands -> ``logic``; integer ones (the StableHLO AND, the bit ops) -> ``binary_loop``'s bit kinds
+_LOGIC = {"LOGICAL_AND": "and", "LOGICAL_OR": "or", "LOGICAL_NOT": "not", "STABLEHLO_AND": "and"}
+_BITS = {"STABLEHLO_AND": "bitand", "BITWISE_XOR": "bitxor", "RIGHT_SHIFT": "shr",
+         "STABLEHLO_SHIFT_LEFT": "shl"}
+
+
+@converter(*dict.fromkeys([*_LOGIC, *_BITS]))
+def logic(ctx: TflContext) -> None:
+    vals, perm = ctx.aligned(range(len(ctx.op.inputs)))
+    if vals[0].type.dtype == "bool" and ctx.op.op in _LOGIC:
+        ctx.set_output(ctx.emit1("logic", vals, {"kind": _LOGIC[ctx.op.op]}), perm)
+    elif ctx.op.op in _BITS and len(vals) == 2:
+        ctx.set_output(ctx.emit1("binary_loop", vals, {"kind": _BITS[ctx.op.op]}), perm)
+    else:
+        raise ctx.unsupported(f"{ctx.op.op} of {[v.type.dtype for v in vals]}")
 
 
 @converter("SELECT", "SELECT_V2")

@@ -5,21 +5,88 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir.graph import Value
+from ...ops.logic import REDUCE_LOOP, REDUCE_LOOP_DTYPES
 from ...ops.prelu import channel_slope
-from .layout import dropped
+from ..onnx.convert_math import emit_binary
+from .layout import NCHW, Perm, dropped
 from .registry import TflContext, converter
 
-_BINARY = {"ADD": "add", "SUB": "sub", "MUL": "mul", "DIV": "div", "MAXIMUM": "max", "MINIMUM": "min"}
+#: the StableHLO elementwise ops LiteRT runs (equal shapes, no fused activation) are the same math
+_BINARY = {"ADD": "add", "SUB": "sub", "MUL": "mul", "DIV": "div", "MAXIMUM": "max", "MINIMUM": "min",
+           "POW": "pow", "STABLEHLO_ADD": "add", "STABLEHLO_MULTIPLY": "mul", "STABLEHLO_MAXIMUM": "max",
+           "STABLEHLO_MINIMUM": "min"}
+
+
+def _operands(ctx: TflContext) -> tuple[Value, Value, Perm]:
+    """Inputs 0 and 1 of a broadcasting op, in one layout."""
+    (a, b), perm = ctx.aligned([0, 1])
+    return a, b, perm
 
 
 @converter(*_BINARY)
 def binary(ctx: TflContext) -> None:
-    (a, b), perm = ctx.aligned([0, 1])
-    ctx.set_output(ctx.fused(ctx.emit1("binary_f32", [a, b], {"kind": _BINARY[ctx.op.op]})), perm)
+    """float32 on the vector kernels, integers at run time on ``binary_loop`` (the ONNX import's rule)."""
+    a, b, perm = _operands(ctx)
+    ctx.set_output(ctx.fused(emit_binary(ctx, _BINARY[ctx.op.op], a, b)), perm)
+
+
+@converter("ADD_N")
+def add_n(ctx: TflContext) -> None:
+    """A left fold of ADDs (the inputs have one shape)."""
+    vals, perm = ctx.aligned(range(len(ctx.op.inputs)))
+    total = vals[0]
+    for i, v in enumerate(vals[1:], 1):
+        total = emit_binary(ctx, "add", total, v, None if i == len(vals) - 1 else f"{ctx.name}/{i}")
+    ctx.set_output(total, perm)
+
+
+@converter("SQUARED_DIFFERENCE")
+def squared_difference(ctx: TflContext) -> None:
+    a, b, perm = _operands(ctx)
+    d = emit_binary(ctx, "sub", a, b, f"{ctx.name}/diff")
+    ctx.set_output(emit_binary(ctx, "mul", d, d), perm)
+
+
+@converter("FLOOR_MOD")
+def floor_mod(ctx: TflContext) -> None:
+    a, b, perm = _operands(ctx)
+    ctx.set_output(_floor_mod(ctx, a, b), perm)
+
+
+def _floor_mod(ctx: TflContext, a: Value, b: Value, name: str | None = None) -> Value:
+    """a - floor(a / b) * b, the sign of the divisor: ``mod`` on integers; on floats C's fmod moved by b
+    where it is non-zero and of the other sign (the IR's float ``mod`` is fmod only)."""
+    if a.type.dtype != "float32":
+        return ctx.emit1("mod", [a, b], {"fmod": 0}, name)
+    r = ctx.emit1("mod", [a, b], {"fmod": 1}, f"{ctx.name}/fmod")
+    zero = ctx.constant(np.float32(0), "zero")
+    signs = [ctx.emit1("compare", [v, zero], {"kind": "lt"}, f"{ctx.name}/{tag}_neg")
+             for v, tag in ((r, "r"), (b, "b"))]
+    other = ctx.emit1("logic", signs, {"kind": "xor"}, f"{ctx.name}/other_sign")
+    nonzero = ctx.emit1("logic", [ctx.emit1("compare", [r, zero], {"kind": "eq"}, f"{ctx.name}/r_zero")],
+                        {"kind": "not"}, f"{ctx.name}/r_nonzero")
+    move = ctx.emit1("logic", [other, nonzero], {"kind": "and"}, f"{ctx.name}/move")
+    moved = emit_binary(ctx, "add", r, b, f"{ctx.name}/moved")
+    return ctx.emit1("where", [move, moved, r], name=name)
+
+
+@converter("FLOOR_DIV")
+def floor_div(ctx: TflContext) -> None:
+    """floor(a / b) on floats; on integers (a - floor_mod(a, b)) / b, which C's division then gives
+    exactly."""
+    a, b, perm = _operands(ctx)
+    if a.type.dtype == "float32":
+        q = emit_binary(ctx, "div", a, b, f"{ctx.name}/div")
+        ctx.set_output(ctx.emit1("unary", [q], {"kind": "floor"}), perm)
+        return
+    m = _floor_mod(ctx, a, b, f"{ctx.name}/mod")
+    ctx.set_output(emit_binary(ctx, "div", emit_binary(ctx, "sub", a, m, f"{ctx.name}/sub"), b), perm)
 
 
 _ACT = {"RELU": ("relu", 0.0, 0.0), "RELU6": ("clip", 0.0, 6.0), "RELU_N1_TO_1": ("clip", -1.0, 1.0),
-        "LOGISTIC": ("sigmoid", 0.0, 0.0), "TANH": ("tanh", 0.0, 0.0), "HARD_SWISH": ("hardswish", 0.0, 0.0)}
+        "RELU_0_TO_1": ("clip", 0.0, 1.0), "LOGISTIC": ("sigmoid", 0.0, 0.0), "TANH": ("tanh", 0.0, 0.0),
+        "HARD_SWISH": ("hardswish", 0.0, 0.0)}
 
 
 @converter(*_ACT)
@@ -61,7 +128,8 @@ def prelu(ctx: TflContext) -> None:
 
 
 _UNARY = {"EXP": ["exp"], "LOG": ["log"], "SQRT": ["sqrt"], "RSQRT": ["sqrt", "reciprocal"], "ABS": ["abs"],
-          "NEG": ["neg"], "FLOOR": ["floor"], "CEIL": ["ceil"], "ROUND": ["round"], "SQUARE": ["square"]}
+          "NEG": ["neg"], "FLOOR": ["floor"], "CEIL": ["ceil"], "ROUND": ["round"], "SQUARE": ["square"],
+          "SIN": ["sin"], "COS": ["cos"], "SIGN": ["sign"]}
 
 
 @converter(*_UNARY)
@@ -87,15 +155,54 @@ def softmax(ctx: TflContext) -> None:
     ctx.set_output(y, x.perm)
 
 
-_REDUCE = {"MEAN": "mean", "SUM": "sum", "REDUCE_MAX": "max", "REDUCE_MIN": "min", "REDUCE_PROD": "prod"}
+#: REDUCE_ANY / REDUCE_ALL are max / min of bools
+_REDUCE = {"MEAN": "mean", "SUM": "sum", "REDUCE_MAX": "max", "REDUCE_MIN": "min", "REDUCE_PROD": "prod",
+           "REDUCE_ANY": "max", "REDUCE_ALL": "min"}
 
 
 @converter(*_REDUCE)
 def reduce(ctx: TflContext) -> None:
+    """float32 on the vector ``reduce`` kernels; integers and bools at run time on ``reduce_loop``."""
     x = ctx.laid(0)
     rank = len(x.perm)
     axes = sorted({int(a) % max(rank, 1) for a in ctx.const(1).reshape(-1)})
     keep = bool(ctx.options.get("KeepDims", False))
-    y = ctx.emit1("reduce", [x.value], {"kind": _REDUCE[ctx.op.op], "keepdims": keep,
-                                        "axes": sorted(x.ir_axis(a) for a in axes)})
+    kind, dtype = _REDUCE[ctx.op.op], x.value.type.dtype
+    op = "reduce"
+    if dtype != "float32" and not x.value.is_const:
+        if kind not in REDUCE_LOOP or dtype not in REDUCE_LOOP_DTYPES:
+            raise ctx.unsupported(f"{ctx.op.op} on {dtype} at run time")
+        op = "reduce_loop"
+    y = ctx.emit1(op, [x.value], {"kind": kind, "keepdims": keep, "axes": sorted(x.ir_axis(a) for a in axes)})
     ctx.set_output(y, x.perm if keep else dropped(x.perm, axes))
+
+
+@converter("GELU")
+def gelu(ctx: TflContext) -> None:
+    x = ctx.laid(0)
+    approx = "tanh" if ctx.options.get("Approximate") else "none"
+    ctx.set_output(ctx.emit1("gelu", [x.value], {"approximate": approx}), x.perm)
+
+
+@converter("L2_NORMALIZATION")
+def l2_normalization(ctx: TflContext) -> None:
+    """x / sqrt(max(sum(x^2), 1e-6)) over the last axis, LiteRT's epsilon."""
+    x = ctx.laid(0)
+    axis = x.ir_axis(-1)
+    sq = ctx.emit1("reduce", [x.value], {"kind": "sumsquare", "keepdims": True, "axes": [axis]},
+                   f"{ctx.name}/sumsq")
+    floor = ctx.emit1("binary_f32", [sq, ctx.constant(np.float32(1e-6), "eps")], {"kind": "max"},
+                      f"{ctx.name}/eps")
+    norm = ctx.emit1("unary", [floor], {"kind": "sqrt"}, f"{ctx.name}/norm")
+    ctx.set_output(ctx.fused(emit_binary(ctx, "div", x.value, norm)), x.perm)
+
+
+@converter("LOCAL_RESPONSE_NORMALIZATION")
+def local_response_normalization(ctx: TflContext) -> None:
+    """Over NHWC channels on NCHW: TFLite sums 2 * radius + 1 channels and scales by alpha itself, the IR
+    (ONNX's LRN) by alpha / size."""
+    o = ctx.options
+    size = 2 * int(o["Radius"]) + 1
+    y = ctx.emit1("lrn", [ctx.nchw(0)], {"size": size, "alpha": float(o["Alpha"]) * size,
+                                          "beta": float(o["Beta"]), "bias": float(o["Bias"])})
+    ctx.set_output(y, NCHW)

@@ -1,5 +1,5 @@
-"""Converters for the NN core: CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED,
-BATCH_MATMUL, pooling. Spatial ops run NCHW; their NHWC weights are re-laid here, at build time."""
+"""Converters for the NN core: CONV_2D, CONV_3D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED,
+BATCH_MATMUL, pooling (L2 too). Spatial ops run NCHW; their NHWC weights are re-laid here, at build time."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ...ir.graph import Value
 from ..padding import same_pads
 from .layout import NCHW, flat_order
 from .registry import TflContext, converter
@@ -177,13 +178,16 @@ def _swap_last(shape: tuple[int, ...]) -> list[int]:
 
 
 def _pool(ctx: TflContext, kind: str) -> None:
-    x = ctx.nchw(0)
+    ctx.set_output(ctx.fused(_window(ctx, ctx.nchw(0), kind)), NCHW)
+
+
+def _window(ctx: TflContext, x: Value, kind: str, name: str | None = None) -> Value:
+    """The operator's pooling windows over NCHW ``x`` (padding never counted in an average)."""
     kernel = _at_least_1(ctx, "FilterHeight", "FilterWidth", required=True)
     strides = _strides(ctx)
-    y = ctx.emit1("pool", [x], dict(kind=kind, kernel=kernel, strides=strides, dilations=[1, 1],
-                                    pads=_pads(ctx, x.type.shape[2:], kernel, strides, [1, 1]),
-                                    ceil_mode=0, count_include_pad=0))
-    ctx.set_output(ctx.fused(y), NCHW)
+    return ctx.emit1("pool", [x], dict(kind=kind, kernel=kernel, strides=strides, dilations=[1, 1],
+                                       pads=_pads(ctx, x.type.shape[2:], kernel, strides, [1, 1]),
+                                       ceil_mode=0, count_include_pad=0), name)
 
 
 @converter("MAX_POOL_2D")
@@ -194,3 +198,36 @@ def max_pool(ctx: TflContext) -> None:
 @converter("AVERAGE_POOL_2D")
 def average_pool(ctx: TflContext) -> None:
     _pool(ctx, "avg")
+
+
+@converter("L2_POOL_2D")
+def l2_pool(ctx: TflContext) -> None:
+    """The root of each window's mean square."""
+    sq = ctx.emit1("unary", [ctx.nchw(0)], {"kind": "square"}, f"{ctx.name}/square")
+    mean = _window(ctx, sq, "avg", f"{ctx.name}/mean")
+    ctx.set_output(ctx.fused(ctx.emit1("unary", [mean], {"kind": "sqrt"})), NCHW)
+
+
+#: NDHWC tensor -> NCDHW value
+NCDHW = (0, 4, 1, 2, 3)
+
+
+@converter("CONV_3D")
+def conv_3d(ctx: TflContext) -> None:
+    """On NCDHW; weights [KD, KH, KW, I/groups, O] re-laid to OIDHW at build time."""
+    w = _const_rank(ctx, 1, 5)
+    if len(ctx.laid(0).perm) != 5:
+        raise ctx.unsupported(f"input 0 must be 5D (NDHWC), got shape {ctx.laid(0).shape}")
+    x = ctx.input(0, NCDHW)
+    cin = x.type.shape[1]
+    if not w.shape[3] or cin % w.shape[3]:
+        raise ctx.unsupported(f"{cin} input channels do not split into groups of {w.shape[3]}")
+    ins = [x, ctx.weight(1, lambda a: a.transpose(4, 3, 0, 1, 2), "w")]
+    if ctx.has_input(2):
+        ins.append(ctx.input(2))
+    strides = _at_least_1(ctx, "StrideD", "StrideH", "StrideW")
+    dilations = _at_least_1(ctx, "DilationDFactor", "DilationHFactor", "DilationWFactor")
+    kernel = list(w.shape[:3])
+    y = ctx.emit1("conv", ins, dict(strides=strides, dilations=dilations, group=cin // w.shape[3],
+                                    pads=_pads(ctx, x.type.shape[2:], kernel, strides, dilations)))
+    ctx.set_output(ctx.fused(y), NCDHW)

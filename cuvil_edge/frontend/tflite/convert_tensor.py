@@ -14,7 +14,7 @@ from .layout import NCHW, Laid, compose, dropped, identity, inverse, keeps_order
 from .registry import TflContext, converter
 
 
-def _ints(a: np.ndarray | list[int]) -> list[int]:
+def int_values(a: np.ndarray | list[int]) -> list[int]:
     """Integers of a constant (shape, axes, sizes); a NaN or infinity among them is refused."""
     a = np.asarray(a).reshape(-1)
     if a.dtype.kind == "f" and not np.isfinite(a).all():
@@ -41,7 +41,7 @@ def reshape(ctx: TflContext) -> None:
     tensor keeps the IR order instead (``Laid.flat_of``), so flatten -> FC needs no transpose."""
     src = ctx.held(0, flat_ok=True)
     size = src.value.type.size
-    shape = _ints(ctx.const(1) if ctx.has_input(1) else ctx.options.get("NewShape", []))
+    shape = int_values(ctx.const(1) if ctx.has_input(1) else ctx.options.get("NewShape", []))
     if shape.count(-1) == 1:
         known = math.prod(d for d in shape if d != -1)
         shape[shape.index(-1)] = size // known if known else 0
@@ -80,7 +80,7 @@ def squeeze(ctx: TflContext) -> None:
 def transpose(ctx: TflContext) -> None:
     """No node: the output is the input under another layout (``layout.compose``)."""
     x = ctx.laid(0)
-    perm = _ints(ctx.const(1))
+    perm = int_values(ctx.const(1))
     ctx.set_output(x.value, compose(inverse(perm), x.perm))
 
 
@@ -128,7 +128,7 @@ def _pad_value(ctx: TflContext) -> float:
     return float(int(t.data.reshape(-1)[0]) + (128 if t.dtype == "int8" else 0))
 
 
-def _sliced(ctx: TflContext, x: Laid, ranges: list[tuple[int, int, int]], shrink: list[int]) -> None:
+def sliced(ctx: TflContext, x: Laid, ranges: list[tuple[int, int, int]], shrink: list[int]) -> None:
     """Slice TFLite-order ``ranges`` (python range triples) in x's layout, then drop ``shrink`` axes."""
     if len(ranges) != len(x.perm):
         raise ctx.unsupported(f"{len(ranges)} slice ranges for a rank-{len(x.perm)} input")
@@ -147,7 +147,7 @@ def _sliced(ctx: TflContext, x: Laid, ranges: list[tuple[int, int, int]], shrink
 @converter("STRIDED_SLICE")
 def strided_slice(ctx: TflContext) -> None:
     x = ctx.laid(0)
-    begin, end, strides = (_ints(ctx.const(i)) for i in (1, 2, 3))
+    begin, end, strides = (int_values(ctx.const(i)) for i in (1, 2, 3))
     if not len(begin) == len(end) == len(strides) <= len(x.perm):
         raise ctx.unsupported(f"begin {begin}, end {end} and strides {strides} for a rank-{len(x.perm)} "
                               "input")
@@ -174,14 +174,14 @@ def strided_slice(ctx: TflContext) -> None:
         start = None if o.get("BeginMask", 0) >> a & 1 else b
         stop = None if o.get("EndMask", 0) >> a & 1 else e
         ranges.append(slice(start, stop, s).indices(dim))
-    _sliced(ctx, x, ranges, shrink)
+    sliced(ctx, x, ranges, shrink)
 
 
 @converter("SLICE")
 def slice_(ctx: TflContext) -> None:
     x = ctx.laid(0)
-    begin, size = _ints(ctx.const(1)), _ints(ctx.const(2))
-    _sliced(ctx, x, [(b, dim if n < 0 else b + n, 1) for b, n, dim in zip(begin, size, x.shape)], [])
+    begin, size = int_values(ctx.const(1)), int_values(ctx.const(2))
+    sliced(ctx, x, [(b, dim if n < 0 else b + n, 1) for b, n, dim in zip(begin, size, x.shape)], [])
 
 
 @converter("GATHER")
@@ -218,7 +218,7 @@ def split(ctx: TflContext) -> None:
 def split_v(ctx: TflContext) -> None:
     x = ctx.laid(0)
     axis = ctx.axis(ctx.const(2), len(x.perm))
-    sizes = _ints(ctx.const(1))
+    sizes = int_values(ctx.const(1))
     if sizes.count(-1) == 1:
         sizes[sizes.index(-1)] = x.shape[axis] - (sum(sizes) + 1)
     _split(ctx, x, axis, sizes)

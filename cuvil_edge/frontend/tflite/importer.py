@@ -13,6 +13,7 @@ from ...codegen.memplan import StateVar
 from ...errors import ModelFormatError, ShapeError, UnsupportedOperator
 from ...ir.graph import Graph, QuantParams, TensorType, Value
 from ...ir.limits import import_budget
+from ...ops import get as get_op
 from ...quant.qdq import fuse_qdq, source_record
 from ..registry import emit_node
 from .layout import Laid, identity
@@ -27,7 +28,9 @@ def import_tflite(model: str | os.PathLike[str] | bytes | TflModel,
                   input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
                   signature: str | None = None) -> Graph:
     """Import the subgraph of ``signature`` (default: the first signature, else subgraph 0); inputs and
-    outputs take the signature's names when it has them."""
+    outputs take the signature's names when it has them, their tensor names (what LiteRT's
+    ``get_input_details`` reports: ``serving_default_x:0``) kept as aliases (``meta["aliases"]``), which
+    the compiled model answers to as well."""
     if isinstance(model, TflModel):
         held = sum(t.data.nbytes for sg in model.subgraphs for t in sg.tensors if t.data is not None)
     else:
@@ -46,7 +49,8 @@ def _import(tm: TflModel, input_shapes: Mapping[str, Sequence[int]] | None, name
     _constants(graph, state, sg)
     shapes = dict(input_shapes or {})
     for label, t in inputs:
-        v = graph.value(label, _input_type(t, label, shapes.pop(label, None)))
+        fixed = shapes.pop(label, None) if label in shapes else shapes.pop(t.name, None)  # by either name
+        v = graph.value(label, _input_type(t, label, fixed))
         graph.inputs.append(v)
         held = _to_held(graph, v) if t.index in state.held_quant else v
         state.env[t.index] = Laid(held, identity(len(v.type.shape)))
@@ -65,6 +69,8 @@ def _import(tm: TflModel, input_shapes: Mapping[str, Sequence[int]] | None, name
         graph.outputs.append(_from_held(graph, v) if t.dtype == "int8" and idx in state.held_quant else v)
     names = [name for name, _ in outputs]
     graph.meta["output_names"] = names
+    graph.meta["aliases"] = {role: {name: [t.name] for name, t in io if t.name != name}
+                             for role, io in (("inputs", inputs), ("outputs", outputs))}
     record = _quant_record(sg, [name for name, _ in inputs], names)
     if record is not None:
         graph.meta["source_quantization"] = record
@@ -234,7 +240,11 @@ def _convert(graph: Graph, state: ImportState, sg: TflSubgraph, op: TflOperator)
         fn = BUILTINS.get(op.op)
         if fn is None:
             raise ctx.unsupported()
+    first_new = len(graph.nodes)
     fn(ctx)
+    for n in graph.nodes[first_new:]:  # the kernels' dtype table (``OpDef.dtypes``), as the ONNX import
+        if (wrong := get_op(n.op).dtype_problem(n)) is not None:
+            raise ctx.unsupported(wrong)
     missing = [sg.tensors[o].name for o in op.outputs
                if o >= 0 and o not in state.env and o not in state.handles]  # a handle has no value
     if missing:

@@ -16,7 +16,7 @@ from .layout import NCHW, Laid, Perm, compose, identity, inverse, is_reshape
 from .reader import TflModel, TflOperator, TflSubgraph
 
 Converter = Callable[["TflContext"], None]
-_NOT_FAMILIES = ("importer", "layout", "reader", "registry")
+_NOT_FAMILIES = ("coverage", "importer", "layout", "reader", "registry")
 BUILTINS: ConverterTable[Converter] = ConverterTable("TFLite builtin", __package__, skip=_NOT_FAMILIES)
 CUSTOM: ConverterTable[Converter] = ConverterTable("TFLite custom", __package__, skip=_NOT_FAMILIES)
 converter = BUILTINS.register
@@ -228,6 +228,14 @@ class TflContext(IRBuilder):
         if i >= len(self.op.outputs) or self.op.outputs[i] < 0:
             raise self.unsupported(f"output {i} is required")
         return self.op.outputs[i]
+
+    def output_dtype(self, i: int = 0) -> str:
+        """The TFLite type output i is declared with (an index or shape op's int32 or int64)."""
+        return self.sg.tensors[self.output_index(i)].dtype
+
+    def cast(self, v: Value, dtype: str, tag: str = "cast") -> Value:
+        """``v`` as ``dtype``: no node when it already is (int64 indices in, int32 ones out)."""
+        return v if v.type.dtype == dtype else self.emit1("cast", [v], {"to": dtype}, f"{self.name}/{tag}")
 
     def set_held(self, x: Laid, i: int = 0) -> None:
         """Output i is ``x`` as stored (only where ``same_domain`` holds)."""
