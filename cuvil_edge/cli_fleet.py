@@ -1,5 +1,5 @@
-"""``cuvil-edge publish`` and ``cuvil-edge fleet status|command|telemetry|dashboard|demo``: staged
-rollouts over MQTT.
+"""``cuvil-edge publish`` and ``cuvil-edge fleet status|command|telemetry|dashboard|migrate-state|demo``:
+staged rollouts over MQTT, and the move of a publisher's state file into a fleet store.
 
 ``register(subparsers)`` adds the commands to the ``cuvil-edge`` parser; each sets ``fn``. The broker
 password comes from an environment variable named by ``--password-env`` (never argv).
@@ -156,6 +156,21 @@ def cmd_fleet_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fleet_migrate_state(args: argparse.Namespace) -> int:
+    """Move a publisher's JSON state file into a fleet store (idempotent)."""
+    from .fleetstore import migrate_state, open_store, read_state  # the store loads only for this command
+
+    state = read_state(args.state_file)  # before the store: a bad file leaves no new store behind
+    with open_store(args.store) as store:
+        report = migrate_state(args.state_file, store, state)
+        backend = store.backend
+    line = f"model line {report.line!r}" if report.line else "the single-model line"
+    rollout = f"rollout {report.rollout_id}" if report.rollout_id is not None else "no rollout"
+    print(f"{args.state_file} -> {backend} store: fleet {report.fleet}, {line}: {report.devices} devices "
+          f"({report.written} written), {rollout}, last announcement number {report.seq}")
+    return 0
+
+
 def cmd_fleet_demo(args: argparse.Namespace) -> int:
     from .demo import run_fleet_demo  # as ``cuvil-edge demo``: the compiler and agent load only for it
 
@@ -236,6 +251,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     db.add_argument("--port", type=bounded(int, 0, 65535), default=8088, help="0: any free port")
     db.add_argument("--duration-s", type=seconds, default=0.0, help="stop after this long (default: Ctrl-C)")
     db.set_defaults(fn=cmd_fleet_dashboard)
+    ms = fs.add_parser("migrate-state", help="move a publisher's JSON state file into a fleet store "
+                       "(SQLite or PostgreSQL); running it again changes nothing")
+    ms.add_argument("state_file", metavar="STATE.json")
+    ms.add_argument("--store", required=True, metavar="URL",
+                    help="fleet.db, sqlite:///fleet.db, sqlite:////abs/fleet.db or postgresql://user@host/db")
+    ms.set_defaults(fn=cmd_fleet_migrate_state)
     dm = fs.add_parser("demo", help="broker + publisher + one agent on this machine, no setup")
     dm.add_argument("--workdir", help="where the temporary directory goes")
     dm.set_defaults(fn=cmd_fleet_demo)

@@ -36,10 +36,10 @@ CLIS: dict[str, tuple[Callable[[list[str]], int], argparse.ArgumentParser, set[i
 }
 #: arguments that name a file or directory the command reads (or, for keyring/state_dir, opens)
 FILE_ARGS = {"model", "bundle", "keyring", "root", "config", "sign_key", "calib", "inputs", "state_dir",
-             "tls_ca", "tls_cert", "tls_key"}
+             "tls_ca", "tls_cert", "tls_key", "state_file"}
 #: valid values for the other arguments a command may require, so the error comes from the one under test
 PLAIN_ARGS = {"key_id": "0123", "device": "dev-1", "action": "report", "name": "raspberry-pi-4", "fleet": "f",
-              "hardware_id": "hw"}
+              "hardware_id": "hw", "store": "postgresql://127.0.0.1:1/none"}  # a store URL: creates no file
 #: option values that parse but are wrong, checked by the command rather than argparse
 BAD_VALUES = {"input_shape": "x=1,a", "precision": "int3", "targets": "foo", "broker": "no-port",
               "profile": "no-such-profile", "canary": "150%", "stages": "25,x", "halt_on": "-1"}
@@ -121,7 +121,7 @@ def files(tmp_path_factory) -> Files:
         port = s.getsockname()[1]
     garbage = {"model": d / "random.onnx", "bundle": d / "garbage.cvb", "config": d / "garbage.toml",
                "root": d / "garbage.json", "calib": d / "garbage.npz", "sign_key": d / "garbage.key",
-               "keyring": d / "bad-keyring", "inputs": d / "garbage.npz"}
+               "keyring": d / "bad-keyring", "inputs": d / "garbage.npz", "state_file": d / "garbage.json"}
     spec_dirs = (d / "no-spec.cuvil", d / "bad-spec.cuvil")
     Keyring.init(d / "keys", 1, 1, 1, 1)
     key = next((d / "keys").glob("release-*.key"))

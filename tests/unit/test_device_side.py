@@ -14,7 +14,7 @@ from cuvil_edge import CuvilModel, Target
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE_PACKAGES = ("runtime_wasm", "ota", "device_profiles")
-HOST_ONLY = ("cuvil_edge", "onnx", "onnxruntime", "ziglang")
+HOST_ONLY = ("cuvil_edge", "onnx", "onnxruntime", "ziglang", "psycopg")  # psycopg: the fleet store's
 
 BLOCKER = """
 import sys

@@ -1,0 +1,484 @@
+"""``FleetStore``: the fleet's registry, rollouts and announcement numbers in a database, written as changes
+arrive (one transaction per batch) and queried with filters, counts and keyset paging.
+
+The SQL is the same on every backend; a ``Backend`` (``sqlite.py``, ``postgres.py``) only opens the
+connection, runs transactions, names its column types and says how a write transaction locks the rows it
+reads. One ``FleetStore`` holds one connection: a thread lock serializes its transactions, and several
+processes share a store by each opening their own.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field, fields
+from datetime import timezone
+from typing import Any, Protocol
+
+from ota.errors import FormatError
+from ota.metadata import parse_time
+from ota.protocol import TelemetryRecord
+
+from ..fleet import line_status
+from .errors import SchemaMismatch, StoreConflict
+from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, render
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Limits and timeouts of one store connection (seconds; counts of rows)."""
+
+    #: how long a write waits for another writer's lock before ``StoreUnavailable`` (SQLite's busy
+    #: timeout, PostgreSQL's lock_timeout)
+    busy_timeout_s: float = 10.0
+    connect_timeout_s: float = 10.0
+    #: PostgreSQL cancels a statement running longer (``StoreUnavailable``); SQLite has no such limit
+    statement_timeout_s: float = 60.0
+    #: statuses per transaction: ``apply_statuses`` splits a bigger batch so no write holds the lock long
+    max_batch: int = 5000
+    #: the most rows ``query_devices`` returns per page
+    max_page: int = 1000
+    #: SQLite ``synchronous=FULL`` (each commit reaches the disk: an announcement number, once committed,
+    #: survives a power loss); False is ``NORMAL`` (WAL: survives a crash of the process, not of the machine)
+    durable: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, bool) and (not isinstance(value, int | float) or value <= 0):
+                raise ValueError(f"StoreConfig.{f.name} must be a positive number, got {value!r}")
+
+
+@dataclass(frozen=True)
+class DeviceFilter:
+    """Which device rows a query takes: each field that is not None must be equal. ``line`` is the release
+    line ('' = the fleet's single-model line, else a model line); None takes every line a device follows."""
+
+    line: str | None = None
+    release: int | None = None
+    state: str | None = None
+    device_class: str | None = None
+    group: str | None = None
+    hardware_id: str | None = None
+
+
+#: DeviceFilter field (and ``count_by`` field) -> its column
+_COLUMNS = {"line": "l.line", "release": "l.release", "state": "l.state", "device_class": "d.device_class",
+            "group": "d.grp", "hardware_id": "d.hardware_id"}
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """A device as one release line sees it: the line's state and release, the device's class (its
+    profile), group and hardware id, its whole last status and last telemetry summary."""
+
+    device: str
+    line: str
+    state: str | None
+    release: int | None
+    target_release: int | None
+    device_class: str | None
+    group: str
+    hardware_id: str | None
+    status_time: str | None  # the status's own time, UTC
+    received: float  # when the store got it (Unix time)
+    status: dict[str, Any]
+    telemetry: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of ``query_devices``; ``after`` continues it (None: this was the last page)."""
+
+    rows: list[DeviceRow]
+    after: str | None
+
+
+@dataclass(frozen=True)
+class RolloutRow:
+    """A stored rollout: the publisher's record (its ``Rollout`` fields but ``outcomes``) and the outcome
+    per device."""
+
+    id: int
+    line: str
+    record: dict[str, Any]
+    outcomes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        return str(self.record["status"])
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor the store uses, with ``?`` placeholders on every backend."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any: ...
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+
+
+class Backend(Protocol):
+    """What differs between databases; everything else is ``FleetStore``'s shared SQL."""
+
+    name: str
+    #: the schema's ``{id}``, ``{blob}`` and ``{real}`` column types
+    types: Mapping[str, str]
+    #: appended to a write transaction's SELECT of rows it will change: " FOR UPDATE" where writers lock
+    #: rows, "" where a write transaction already locks the whole database (SQLite)
+    lock_rows: str
+
+    def transaction(self, write: bool) -> AbstractContextManager[Cursor]:
+        """A transaction (committed when the block ends, rolled back on an exception); driver errors come
+        out as ``FleetStoreError``s. ``write``: take the write lock at once (SQLite ``BEGIN IMMEDIATE``)."""
+
+    def lock_schema(self, cur: Cursor) -> None:
+        """Serialize schema migrations of concurrent openers until the transaction ends."""
+
+    def has_table(self, cur: Cursor, name: str) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def utc_key(text: str | None) -> str | None:
+    """A status or telemetry time as fixed-width UTC text, so that the database orders times by comparing
+    text (a device may report in any offset); None for no time or one that does not parse."""
+    if text is None:
+        return None
+    try:
+        return parse_time(text).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except FormatError:
+        return None
+
+
+def _not_older(incoming: str | None, stored: str | None) -> bool:
+    """Whether a status at ``incoming`` replaces one at ``stored``; a status without a time always does
+    (older agents send none; statuses may arrive out of order from several ingesting processes)."""
+    return incoming is None or stored is None or incoming >= stored
+
+
+def status_lines(status: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each release line a status reports on, with the line's view of it (``fleet.line_status``)."""
+    models = status.get("models")
+    names = models if isinstance(models, Mapping) else ("",)
+    views = ((name, line_status(status, name)) for name in names)
+    return {name: view for name, view in views if view is not None}
+
+
+def _cursor_text(row: DeviceRow) -> str:
+    return _json([row.device, row.line])
+
+
+def _read_cursor(after: str) -> tuple[str, str]:
+    try:
+        device, line = json.loads(after)
+    except (ValueError, TypeError):
+        raise ValueError(f"not a query_devices page cursor: {after!r:.80}") from None
+    if not isinstance(device, str) or not isinstance(line, str):
+        raise ValueError(f"not a query_devices page cursor: {after!r:.80}")
+    return device, line
+
+
+_DEVICE_COLUMNS = ("l.device, l.line, l.state, l.release, l.target_release, d.device_class, d.grp, "
+                   "d.hardware_id, d.status_time, d.received, d.status, d.telemetry")
+_UPSERT_DEVICE = (
+    "INSERT INTO devices (device, hardware_id, device_class, status_time, received, status, lines) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (device) DO UPDATE SET hardware_id = excluded.hardware_id, "
+    "device_class = excluded.device_class, status_time = excluded.status_time, "
+    "received = excluded.received, status = excluded.status, lines = excluded.lines "
+    "WHERE devices.status_time IS NULL OR excluded.status_time IS NULL "
+    "OR devices.status_time <= excluded.status_time")
+_UPSERT_LINE = ("INSERT INTO device_lines (line, device, state, release, target_release, bundle, error) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (line, device) DO UPDATE "
+                "SET state = excluded.state, release = excluded.release, "
+                "target_release = excluded.target_release, bundle = excluded.bundle, error = excluded.error")
+_UPSERT_OUTCOME = ("INSERT INTO rollout_outcomes (rollout_id, device, outcome, updated) VALUES (?, ?, ?, ?) "
+                   "ON CONFLICT (rollout_id, device) DO UPDATE SET outcome = excluded.outcome, "
+                   "updated = excluded.updated")
+_ROLLOUT_COLUMNS = "bundle_sha256, release, stages, stage, state, reason, record, updated"
+#: devices named in one ``IN (...)`` list (SQLite allows 32766 parameters per statement)
+_IN_CHUNK = 500
+
+
+class FleetStore:
+    """One fleet's state in a database (``open_store`` opens one from a URL). Every method is one
+    transaction; ``close`` is idempotent and the store is a context manager."""
+
+    def __init__(self, backend: Backend, config: StoreConfig) -> None:
+        self.config = config
+        self._backend: Backend | None = backend
+        self._lock_rows = backend.lock_rows
+        self._lock = threading.Lock()
+        try:
+            self._migrate()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def backend(self) -> str:
+        """The backend's name: ``sqlite`` or ``postgresql``."""
+        if self._backend is None:
+            raise RuntimeError("fleet store is closed")
+        return self._backend.name
+
+    def close(self) -> None:
+        with self._lock:
+            if self._backend is not None:
+                self._backend.close()
+                self._backend = None
+
+    def __enter__(self) -> FleetStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self, write: bool) -> Iterator[Cursor]:
+        with self._lock:
+            if self._backend is None:
+                raise RuntimeError("fleet store is closed")
+            with self._backend.transaction(write) as cur:
+                yield cur
+
+    def _versions(self, cur: Cursor) -> set[int]:
+        """The store's applied migrations; ``SchemaMismatch`` when one is not this code's."""
+        assert self._backend is not None
+        if not self._backend.has_table(cur, "schema_migrations"):
+            return set()
+        cur.execute("SELECT version FROM schema_migrations")
+        have = {row[0] for row in cur.fetchall()}
+        if unknown := have - {m.version for m in MIGRATIONS}:
+            raise SchemaMismatch(max(unknown), LATEST)
+        return have
+
+    def _migrate(self) -> None:
+        """Apply the migrations this store lacks, in order; refuse a store with versions this code does not
+        know (``SchemaMismatch``) before reading or changing anything else. An up-to-date store is only
+        read: opening it does not wait for another process's write."""
+        assert self._backend is not None
+        with self._tx(write=False) as cur:
+            if len(self._versions(cur)) == len(MIGRATIONS):
+                return
+        types = self._backend.types
+        with self._tx(write=True) as cur:
+            self._backend.lock_schema(cur)
+            cur.execute(render(MIGRATIONS_TABLE, types))
+            have = self._versions(cur)
+            for migration in MIGRATIONS:
+                if migration.version not in have:
+                    for statement in migration.statements:
+                        cur.execute(render(statement, types))
+                    cur.execute("INSERT INTO schema_migrations (version, name, applied) VALUES (?, ?, ?)",
+                                (migration.version, migration.name, time.time()))
+
+    # -- the fleet ------------------------------------------------------------------------------
+    @property
+    def fleet(self) -> str | None:
+        """The fleet this store belongs to (None until ``bind_fleet``)."""
+        with self._tx(write=False) as cur:
+            cur.execute("SELECT value FROM fleet_meta WHERE key = 'fleet'")
+            row = cur.fetchone()
+        return row[0] if row else None
+
+    def bind_fleet(self, fleet: str) -> None:
+        """Make this the store of ``fleet``; ``StoreConflict`` when it already belongs to another one."""
+        with self._tx(write=True) as cur:
+            cur.execute("SELECT value FROM fleet_meta WHERE key = 'fleet'" + self._lock_rows)
+            row = cur.fetchone()
+            if row is None:
+                cur.execute("INSERT INTO fleet_meta (key, value) VALUES ('fleet', ?)", (fleet,))
+            elif row[0] != fleet:
+                raise StoreConflict(f"this fleet store holds fleet {row[0]!r}, not {fleet!r}")
+
+    # -- device registry ------------------------------------------------------------------------
+    def apply_statuses(self, batch: Iterable[Mapping[str, Any]]) -> int:
+        """Record device statuses (as ``ota.protocol.read_status`` returns them), ``config.max_batch`` per
+        transaction: each device's row and its release lines. A status older than the stored one (by its
+        own ``time``) is dropped, and so is all but the newest of one device's in the batch. Returns the
+        number of devices written."""
+        latest: dict[str, tuple[str | None, Mapping[str, Any]]] = {}
+        for status in batch:
+            device, when = status["device"], utc_key(status.get("time"))
+            if device not in latest or _not_older(when, latest[device][0]):
+                latest[device] = (when, status)
+        items = sorted(latest.items())  # rows locked in one order: concurrent writers cannot deadlock
+        step = self.config.max_batch
+        return sum(self._apply(items[i:i + step]) for i in range(0, len(items), step))
+
+    def _apply(self, items: Sequence[tuple[str, tuple[str | None, Mapping[str, Any]]]]) -> int:
+        now = time.time()
+        with self._tx(write=True) as cur:
+            stored = self._stored(cur, [device for device, _ in items])
+            fresh = [(d, when, s) for d, (when, s) in items if _not_older(when, stored.get(d, (None,))[0])]
+            lines = {d: status_lines(s) for d, _, s in fresh}
+            names = {d: _json(sorted(views)) for d, views in lines.items()}
+            cur.executemany(_UPSERT_DEVICE, [(d, s.get("hardware_id"), s.get("profile"), when, now, _json(s),
+                                              names[d]) for d, when, s in fresh])
+            # a device that reports other lines than before loses the rows of the old ones; the rest are
+            # updated in place (deleting every row first cost PostgreSQL 20% more per batch)
+            cur.executemany("DELETE FROM device_lines WHERE device = ?",
+                            [(d,) for d in lines if d in stored and stored[d][1] != names[d]])
+            cur.executemany(_UPSERT_LINE, [
+                (line, d, v.get("state"), v.get("release"), v.get("target_release"), v.get("bundle"),
+                 v.get("error")) for d, views in lines.items() for line, v in views.items()])
+        return len(fresh)
+
+    def _stored(self, cur: Cursor, devices: Sequence[str]) -> dict[str, tuple[str | None, str]]:
+        """The stored status time and lines of each known device in ``devices``, its row locked for this
+        write."""
+        out: dict[str, tuple[str | None, str]] = {}
+        for i in range(0, len(devices), _IN_CHUNK):
+            chunk = devices[i:i + _IN_CHUNK]
+            cur.execute(f"SELECT device, status_time, lines FROM devices WHERE device IN "
+                        f"({', '.join('?' * len(chunk))}) ORDER BY device{self._lock_rows}", chunk)
+            out.update((d, (when, names)) for d, when, names in cur.fetchall())
+        return out
+
+    def apply_telemetry(self, records: Iterable[TelemetryRecord]) -> None:
+        """Keep each known device's newest telemetry summary (other events are not kept here); a device
+        the registry has no status of yet is skipped."""
+        latest: dict[str, tuple[str | None, TelemetryRecord]] = {}
+        for r in records:
+            when = utc_key(r.time)
+            if r.event == "summary" and (r.device not in latest or _not_older(when, latest[r.device][0])):
+                latest[r.device] = (when, r)
+        with self._tx(write=True) as cur:
+            cur.executemany("UPDATE devices SET telemetry = ?, telemetry_time = ? WHERE device = ? AND "
+                            "(telemetry_time IS NULL OR telemetry_time <= COALESCE(?, telemetry_time))",
+                            [(_json(dict(r.data)), when, d, when) for d, (when, r) in sorted(latest.items())])
+
+    def assign_group(self, devices: Iterable[str], group: str) -> None:
+        """Put known devices in an operator's group ('' = none): a status never changes it."""
+        with self._tx(write=True) as cur:
+            cur.executemany("UPDATE devices SET grp = ? WHERE device = ?", [(group, d) for d in devices])
+
+    def device(self, device: str) -> dict[str, Any] | None:
+        """A device's last status as it was sent, or None for a device never seen."""
+        with self._tx(write=False) as cur:
+            cur.execute("SELECT status FROM devices WHERE device = ?", (device,))
+            row = cur.fetchone()
+        return json.loads(row[0]) if row else None
+
+    @staticmethod
+    def _where(filters: DeviceFilter) -> tuple[list[str], list[Any]]:
+        clauses, params = [], []
+        for name, column in _COLUMNS.items():
+            if (value := getattr(filters, name)) is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        return clauses, params
+
+    def query_devices(self, filters: DeviceFilter = DeviceFilter(), limit: int = 100,
+                      after: str | None = None) -> Page:
+        """Device rows matching ``filters`` in (device, line) order, at most ``limit`` of them, after the
+        page whose ``Page.after`` is ``after``. Keyset paging: rows inserted or changed between pages
+        neither repeat nor shift a row off a page; each row is visited at most once."""
+        if not 0 < limit <= self.config.max_page:
+            raise ValueError(f"limit must be within 1..{self.config.max_page}, got {limit}")
+        clauses, params = self._where(filters)
+        if after is not None:
+            device, line = _read_cursor(after)
+            if filters.line is None:  # a row value: both databases seek to it in the (device, line) index
+                clauses.append("(l.device, l.line) > (?, ?)")
+                params += [device, line]
+            else:  # in the (line, device) primary key
+                clauses.append("l.device > ?")
+                params.append(device)
+            # said of the join's other side too: else PostgreSQL's merge join reads devices from the first
+            # (page cost grew with the page number: 38 µs/row paging 100k devices, 10 at 1k)
+            clauses.append("d.device >= ?")
+            params.append(device)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        with self._tx(write=False) as cur:
+            cur.execute(f"SELECT {_DEVICE_COLUMNS} FROM device_lines l JOIN devices d ON d.device = l.device"
+                        f"{where} ORDER BY l.device, l.line LIMIT ?", [*params, limit])
+            rows = [DeviceRow(*r[:10], json.loads(r[10]), json.loads(r[11]) if r[11] else None)
+                    for r in cur.fetchall()]
+        return Page(rows, _cursor_text(rows[-1]) if len(rows) == limit else None)
+
+    def count_by(self, field_name: str, filters: DeviceFilter = DeviceFilter()) -> dict[Any, int]:
+        """How many device rows matching ``filters`` have each value of ``field_name`` (a DeviceFilter
+        field: line, release, state, device_class, group, hardware_id)."""
+        if field_name not in _COLUMNS:
+            raise ValueError(f"cannot count by {field_name!r}: one of {', '.join(_COLUMNS)}")
+        clauses, params = self._where(filters)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        column = _COLUMNS[field_name]
+        with self._tx(write=False) as cur:
+            cur.execute(f"SELECT {column}, COUNT(*) FROM device_lines l JOIN devices d ON d.device = l.device"
+                        f"{where} GROUP BY {column}", params)
+            return dict(cur.fetchall())
+
+    # -- rollouts -------------------------------------------------------------------------------
+    def save_rollout(self, line: str, record: Mapping[str, Any], outcomes: Mapping[str, str] | None = None,
+                     rollout_id: int | None = None) -> int:
+        """Store a rollout's record (a new rollout when ``rollout_id`` is None) and the device outcomes that
+        changed, in one transaction; returns its id. ``record`` holds at least bundle_sha256, release,
+        stages, stage, status and reason; an ``outcomes`` key in it is not stored (give changes only)."""
+        kept = {k: v for k, v in record.items() if k != "outcomes"}
+        values = (kept["bundle_sha256"], kept["release"], _json(kept["stages"]), kept["stage"],
+                  kept["status"], kept["reason"], _json(kept), time.time())
+        with self._tx(write=True) as cur:
+            if rollout_id is None:
+                cur.execute(f"INSERT INTO rollouts (line, {_ROLLOUT_COLUMNS}) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id", (line, *values))
+            else:
+                cur.execute(f"UPDATE rollouts SET ({_ROLLOUT_COLUMNS}) = (?, ?, ?, ?, ?, ?, ?, ?) "
+                            "WHERE id = ? AND line = ? RETURNING id", (*values, rollout_id, line))
+            row = cur.fetchone()
+            if row is None:
+                raise ValueError(f"no rollout {rollout_id} on line {line!r}")
+            cur.executemany(_UPSERT_OUTCOME, [(row[0], d, o, values[-1])
+                                              for d, o in (outcomes or {}).items()])
+        return int(row[0])
+
+    def current_rollout(self, line: str) -> RolloutRow | None:
+        """The line's latest rollout with every device's outcome, or None before the first."""
+        with self._tx(write=False) as cur:
+            cur.execute("SELECT id, record FROM rollouts WHERE line = ? ORDER BY id DESC LIMIT 1", (line,))
+            row = cur.fetchone()
+            if row is None:
+                return None
+            cur.execute("SELECT device, outcome FROM rollout_outcomes WHERE rollout_id = ?", (row[0],))
+            return RolloutRow(int(row[0]), line, json.loads(row[1]), dict(cur.fetchall()))
+
+    # -- announcements --------------------------------------------------------------------------
+    def announce(self, line: str, rollout_id: int | None, sign: Callable[[int], bytes]) -> tuple[int, bytes]:
+        """Take the line's next announcement number and record ``sign(number)`` (the signed announcement)
+        in the same transaction, so two controllers never publish one number twice: the second waits for
+        the first's commit and gets the next number. Publish only after this returns; when ``sign``
+        raises, nothing is recorded and the number is not used."""
+        with self._tx(write=True) as cur:
+            cur.execute("INSERT INTO line_sequences (line, seq) VALUES (?, 0) ON CONFLICT (line) DO NOTHING",
+                        (line,))
+            cur.execute("UPDATE line_sequences SET seq = seq + 1 WHERE line = ? RETURNING seq", (line,))
+            seq = int(cur.fetchone()[0])
+            payload = sign(seq)
+            cur.execute("INSERT INTO announcements (line, seq, rollout_id, payload, created) "
+                        "VALUES (?, ?, ?, ?, ?)", (line, seq, rollout_id, payload, time.time()))
+        return seq, payload
+
+    def sequence(self, line: str) -> int:
+        """The line's last announcement number (0 before the first)."""
+        with self._tx(write=False) as cur:
+            cur.execute("SELECT seq FROM line_sequences WHERE line = ?", (line,))
+            row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+    def raise_sequence(self, line: str, at_least: int) -> int:
+        """Make the line's next announcement number above ``at_least`` (numbers a state file's publisher
+        already used); never lowers it. Returns the line's last number."""
+        with self._tx(write=True) as cur:
+            cur.execute("INSERT INTO line_sequences (line, seq) VALUES (?, ?) ON CONFLICT (line) DO UPDATE "
+                        "SET seq = CASE WHEN line_sequences.seq < excluded.seq THEN excluded.seq "
+                        "ELSE line_sequences.seq END RETURNING seq", (line, at_least))
+            return int(cur.fetchone()[0])
