@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from ai_edge_litert.interpreter import Interpreter
 from tflite_builder import TfliteBuilder
 
 SAME, VALID = 0, 1
@@ -237,3 +238,13 @@ CASES: dict[str, Callable[[], Case]] = {f.__name__: f for f in (
 def builtin_models() -> list[bytes]:
     """The models of every case (for the converter-coverage check)."""
     return [make().model for make in CASES.values()]
+
+
+def litert(model: bytes, feeds: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """LiteRT's outputs (the oracle) by the tensor names ``get_output_details`` reports."""
+    it = Interpreter(model_content=model, num_threads=1)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), feeds):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return {d["name"]: it.get_tensor(d["index"]) for d in it.get_output_details()}

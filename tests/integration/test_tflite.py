@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ai_edge_litert.interpreter import Interpreter
+from builtinkit import litert
 from tflite_builder import TfliteBuilder
 
 from cuvil_edge import CuvilModel
@@ -23,14 +23,6 @@ SAME, VALID = 0, 1
 def _w(*shape: int, scale: float = 0.3) -> np.ndarray:
     return (RNG.standard_normal(shape) * scale).astype(np.float32)
 
-
-def litert(data: bytes, feeds: list[np.ndarray]) -> dict[str, np.ndarray]:
-    it = Interpreter(model_content=data, num_threads=1)
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), feeds):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return {d["name"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
 
 
 def check_against_litert(data: bytes, shapes: list[tuple[int, ...]]) -> CuvilModel:

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))  # the TFLite test kits
 
 from ai_edge_litert.interpreter import Interpreter  # noqa: E402
-from builtinkit import CASES, Ops  # noqa: E402
+from builtinkit import CASES, Ops, litert  # noqa: E402
 from tflite_builder import TfliteBuilder  # noqa: E402
 
 from cuvil_edge import CuvilModel  # noqa: E402
@@ -32,15 +32,6 @@ from cuvil_edge.frontend.tflite.registry import BUILTINS  # noqa: E402
 
 SUPPORTED_MD = Path(__file__).resolve().parents[2] / "docs" / "SUPPORTED.md"
 
-
-def litert(model: bytes, feeds: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """LiteRT's outputs by the tensor names ``get_output_details`` reports."""
-    it = Interpreter(model_content=model, num_threads=1)
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), feeds):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return {d["name"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
