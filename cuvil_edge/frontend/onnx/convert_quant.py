@@ -165,6 +165,10 @@ def _dequant_f32(ctx: ConvertContext, x: Value, axis: int) -> Value:
     return ctx.emit1("binary_f32", [y, _along(ctx, _scale(ctx, 1), axis, rank, "scale")], {"kind": "mul"})
 
 
+#: the types QuantizeLinear makes (its schema's T2 at opset 25)
+QUANTIZED = frozenset({"int8", "uint8", "int16", "uint16", *STORED_RANGES, *FLOAT8, "float4_e2m1fn"})
+
+
 @converter("QuantizeLinear")
 def quantize_linear(ctx: ConvertContext) -> None:
     """To uint8, and int8 with a zero point, on the ``quantize`` kernel; to the other types (the zero
@@ -178,6 +182,9 @@ def quantize_linear(ctx: ConvertContext) -> None:
         to = stored_type_of(ctx.graph, zp) or zp.type.dtype
     else:
         to = np_dtype_of_onnx(out_dtype, ctx.op_type, ctx.name, ctx.opset) if out_dtype else "uint8"
+    if to not in QUANTIZED:  # the checker does not look at types: a float32 zero point gets here
+        raise ctx.unsupported(f"a {to} zero point or output_dtype (QuantizeLinear makes "
+                              f"{', '.join(sorted(QUANTIZED))})")
     if to == "uint8" or to == "int8" and zp is not None:
         ctx.set_outputs(_quantize(ctx, x, 1, 2, int(ctx.attr("axis", 1))))
     else:
