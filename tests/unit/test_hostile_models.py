@@ -69,6 +69,7 @@ TFLITE_CASES = {
     "slice-begin-past-the-end": (ShapeError, "reads outside (1,)"),
     "slice-with-one-range-for-rank-2": (UnsupportedOperator, "1 slice ranges for a rank-2 input"),
     "sparse-dense-size-50331648": (ModelFormatError, "dense size 50331648"),
+    "split-into-0": (UnsupportedOperator, "does not split into 0"),
     "subgraph-output-past-the-tensors": (ModelFormatError, "outside the 2 there are"),
     "transpose-conv-weights-3d": (UnsupportedOperator, "not 4D"),
 }

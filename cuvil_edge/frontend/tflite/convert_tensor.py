@@ -209,7 +209,7 @@ def split(ctx: TflContext) -> None:
     x = ctx.laid(1)
     axis = ctx.axis(ctx.const(0), len(x.perm))
     n = int(ctx.options.get("NumSplits", len(ctx.op.outputs)))
-    if x.shape[axis] % n:
+    if n < 1 or x.shape[axis] % n:  # NumSplits 0 from a hostile file: no modulo by zero
         raise ctx.unsupported(f"dim {x.shape[axis]} does not split into {n}")
     _split(ctx, x, axis, [x.shape[axis] // n] * n)
 
