@@ -23,7 +23,7 @@ from .convert_math import emit_binary
 from .convert_nn import conv_pads
 from .float16 import stored_type_of
 from .importer import np_dtype_of_onnx
-from .registry import ConvertContext, converter
+from .registry import ConvertContext, contrib_converter, converter
 
 
 def _scale(ctx: ConvertContext, i: int) -> Value:
@@ -249,10 +249,12 @@ def matmul_integer(ctx: ConvertContext) -> None:
     ctx.set_outputs(ctx.emit1("cast", [y], {"to": "int32"}))
 
 
-@converter("MatMulNBits")
+@contrib_converter("MatMulNBits")
 def matmul_nbits(ctx: ConvertContext) -> None:
     """com.microsoft 4-bit weights: B [N, K/bs, bs/2] bytes (low nibble first), scales [N, K/bs],
-    zero points packed two blocks a byte (default 8) or float; activations int8-dynamic per row."""
+    zero points packed two blocks a byte (default 8) or float; activations int8-dynamic per row (what
+    ``accuracy_level``, a floor on onnxruntime's own activation precision, leaves open)."""
+    ctx.attr("accuracy_level")
     k, n, bs = int(ctx.attr("K")), int(ctx.attr("N")), int(ctx.attr("block_size"))
     if int(ctx.attr("bits", 4)) != 4 or bs % 32 or k % bs or ctx.has_input(4):
         raise ctx.unsupported("only 4 bits, block size a multiple of 32 dividing K, no g_idx")

@@ -17,13 +17,22 @@ from ...ir.graph import STRING_WIDTH, Graph, TensorType, Value, string_width
 from ...ir.limits import import_budget
 from ...quant.qdq import fuse_qdq, graph_record
 from .float16 import HalfFloats
-from .registry import CONVERTERS, ConvertContext, node_name
+from .registry import CONTRIB_CONVERTERS, CONTRIB_DOMAIN, CONVERTERS, ConvertContext, node_name
 
 #: every default-domain opset the onnx wheel defines (1.23: 28); an op's later versions are accepted where
 #: they only widen its types, and a node using an attribute its converter does not read is refused
 MIN_OPSET, MAX_OPSET = 7, 28
-#: non-default-domain operators with a converter (registered under their op_type)
-CONTRIB_OPS = frozenset({("com.microsoft", "MatMulNBits"), ("ai.onnx.preview.training", "Gradient")})
+#: non-default-domain operators with a converter (com.microsoft ones in ``CONTRIB_CONVERTERS``, the others
+#: in ``CONVERTERS``, under their op_type)
+CONTRIB_OPS = frozenset({("ai.onnx.preview.training", "Gradient"), *((CONTRIB_DOMAIN, op) for op in (
+    "Attention", "BiasGelu", "DynamicQuantizeMatMul", "EmbedLayerNormalization", "FastGelu", "FusedMatMul",
+    "Gelu", "GroupQueryAttention", "MatMulNBits", "MultiHeadAttention", "QLinearAdd", "QLinearAveragePool",
+    "QLinearConcat", "QLinearGlobalAveragePool", "QLinearLeakyRelu", "QLinearMul", "QLinearSigmoid",
+    "QLinearSoftmax", "QuickGelu", "RotaryEmbedding", "SkipLayerNormalization",
+    "SkipSimplifiedLayerNormalization"))})
+#: operators onnxruntime defines in the default domain and onnx does not (its transformer optimizer writes
+#: them): onnx's checker, which refuses an unknown default-domain op, sees them in the contrib domain
+ORT_DEFAULT_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
 #: non-default-domain operators onnx defines as functions: expanded as the default domain's are
 FUNCTION_OPS = frozenset({("ai.onnx.preview", "FlexAttention")})
 
@@ -46,11 +55,32 @@ def load_onnx(model: str | os.PathLike[str] | bytes | Any):
         raise ModelFormatError(f"not a readable ONNX model: {exc}") from exc
     _check_text(proto, "model")
     ordered = _topologically_sorted(proto)
+    checked = _checkable(ordered)
     try:  # a ModelProto is serialized again for the checker (0.25 s per 170 MB): give it the bytes read
-        onnx.checker.check_model(raw if raw is not None and ordered is proto else ordered)
+        onnx.checker.check_model(raw if raw is not None and checked is proto else checked)
     except Exception as exc:
         raise ModelFormatError(f"ONNX model fails the checker: {str(exc).splitlines()[0]}") from exc
     return ordered
+
+
+def _checkable(proto: Any) -> Any:
+    """``proto`` as onnx's checker takes it: a copy with the ``ORT_DEFAULT_DOMAIN_OPS`` nodes of its graph
+    moved to the contrib domain (whose schemas the checker does not know), or itself when it has none."""
+    from onnx import helper
+
+    def ort_own(node: Any) -> bool:
+        return node.domain in ("", "ai.onnx") and node.op_type in ORT_DEFAULT_DOMAIN_OPS
+
+    if not any(ort_own(n) for n in proto.graph.node):
+        return proto
+    out = type(proto)()
+    out.CopyFrom(proto)
+    for n in out.graph.node:
+        if ort_own(n):
+            n.domain = CONTRIB_DOMAIN
+    if all(o.domain != CONTRIB_DOMAIN for o in out.opset_import):
+        out.opset_import.append(helper.make_opsetid(CONTRIB_DOMAIN, 1))
+    return out
 
 
 def _check_text(msg: Any, where: str) -> None:
@@ -237,7 +267,7 @@ def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], op
             continue
         if node.op_type not in STRING_OPS and _touches_strings(node, env):
             raise UnsupportedOperator(node.op_type, node_name(node), opset, _STRINGS_ONLY)
-        fn = CONVERTERS.get(node.op_type)
+        fn = (CONTRIB_CONVERTERS if node.domain == CONTRIB_DOMAIN else CONVERTERS).get(node.op_type)
         if fn is None:
             expanded = _function_body(node, env, opset, scope.half.half)
             if expanded is None:

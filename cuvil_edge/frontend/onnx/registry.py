@@ -16,11 +16,19 @@ if TYPE_CHECKING:
     import onnx
 
 Converter = Callable[["ConvertContext"], None]
+_NOT_CONVERTERS = ("float16", "importer", "registry")
 #: ONNX op type (default domain) -> converter
-CONVERTERS: ConverterTable[Converter] = ConverterTable("ONNX", __package__,
-                                                       skip=("float16", "importer", "registry"))
+CONVERTERS: ConverterTable[Converter] = ConverterTable("ONNX", __package__, skip=_NOT_CONVERTERS)
 #: ``@converter("OnnxOp", ...)``: register the decorated function as the converter for those op types
 converter = CONVERTERS.register
+#: com.microsoft op type -> converter, the only table a node of that domain is looked up in: its Gelu,
+#: Attention and RotaryEmbedding take other inputs and attributes than the default domain's namesakes
+CONTRIB_CONVERTERS: ConverterTable[Converter] = ConverterTable("ONNX com.microsoft", __package__,
+                                                               skip=_NOT_CONVERTERS)
+#: ``@contrib_converter("Op", ...)``: the decorated function converts those com.microsoft op types
+contrib_converter = CONTRIB_CONVERTERS.register
+#: the domain whose operators ``CONTRIB_CONVERTERS`` converts
+CONTRIB_DOMAIN = "com.microsoft"
 
 
 class ConvertContext(IRBuilder):
@@ -129,7 +137,9 @@ class ConvertContext(IRBuilder):
             return
         try:
             schema = defs.get_schema(self.op_type, self.opset, self.proto.domain)
-        except defs.SchemaError:  # contrib ops: their converters answer for their attributes
+        except defs.SchemaError:  # contrib ops: their converters read every attribute they honour
+            if self.proto.domain == CONTRIB_DOMAIN:
+                raise self.unsupported(f"attribute {unread[0].name} is not supported") from None
             return
         for a in unread:
             spec = schema.attributes.get(a.name)
@@ -149,7 +159,9 @@ class ConvertContext(IRBuilder):
                 raise self.unsupported(wrong)
 
     def unsupported(self, detail: str = "") -> UnsupportedOperator:
-        return UnsupportedOperator(self.op_type, self.name, self.opset, detail)
+        domain = self.proto.domain
+        op = self.op_type if domain in ("", "ai.onnx") else f"{domain}.{self.op_type}"
+        return UnsupportedOperator(op, self.name, self.opset, detail)
 
     # -- producing IR (emit, emit1, constant: IRBuilder) ------------------------------------------
     def set_outputs(self, *values: Value) -> None:
