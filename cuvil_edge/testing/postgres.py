@@ -11,6 +11,7 @@ and ``stop`` reaches it). ``pg_ctl stop -m immediate`` stops it; a kill of the p
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import pwd
@@ -125,7 +126,7 @@ class LocalPostgres:
         options = [f"-c{k}={v}" for k, v in self.settings.items()]
         self.proc = subprocess.Popen([str(self.bin / "postgres"), "-D", str(data), "-p", str(self.port),
                                       "-k", str(self.dir), *options], stdout=log, stderr=log,
-                                     start_new_session=True, **self._as_user())
+                                     start_new_session=True, preexec_fn=_die_with_parent, **self._as_user())
         os.close(log)
         end = time.monotonic() + timeout_s
         while True:  # bounded: pg_isready answers 0 once the server accepts connections
@@ -163,3 +164,9 @@ class LocalPostgres:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the server's child before exec (after its user is set, which would clear it): SIGTERM when the
+    test process dies, so a killed test run leaves no server behind (prctl PR_SET_PDEATHSIG, Linux)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
