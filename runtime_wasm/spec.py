@@ -157,7 +157,7 @@ def by_canonical_name(specs: Sequence[TensorSpec], given: Mapping[str, Any], rol
             out[name] = v
     missing = [t.known_as for t in specs if t.name not in out]
     if unknown or missing:
-        detail = (f"missing {', '.join(missing)} " if missing else "") + (
+        detail = (f"missing [{', '.join(missing)}] " if missing else "") + (
             f"unknown {sorted(unknown)}" if unknown else "")
         raise InferenceInputError(f"{role}s must be exactly [{', '.join(t.known_as for t in specs)}]: "
                                   f"{detail.strip()}")

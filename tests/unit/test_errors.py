@@ -50,13 +50,11 @@ def test_checker_failure_is_a_format_error() -> None:
 
 
 # -- operators ------------------------------------------------------------------------------------
-def _nms_model() -> onnx.ModelProto:
-    node = helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["idx"], name="nms")
-    graph = helper.make_graph(
-        [node], "nms",
-        [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 3, 4]),
-         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 3])],
-        [helper.make_tensor_value_info("idx", TensorProto.INT64, [None, 3])])
+def _random_model() -> onnx.ModelProto:
+    """RandomNormal: refused by design (no seeded generator matches onnxruntime's)."""
+    node = helper.make_node("RandomNormal", [], ["y"], name="rng", shape=[2, 3])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph([node], "rng", [], [out])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -69,7 +67,7 @@ def _custom_domain_model() -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize(("build", "op_type", "node"), [
-    (_nms_model, "NonMaxSuppression", "nms"),
+    (_random_model, "RandomNormal", "rng"),
     (_custom_domain_model, "com.example.FooBar", "foo"),
 ])
 def test_unsupported_operator_names_op_node_and_opset(build, op_type: str, node: str) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 from ...errors import NotConstant, UnsupportedOperator
 from ...ir.graph import Value
 from .convert_math import emit_binary
-from .convert_quant import _dequant_input, _matmul, _requant
+from .convert_quant import dequant_input, quant_matmul, requant
 from .registry import CONVERTERS, ConvertContext, contrib_converter, converter
 
 #: onnxruntime's default ``mask_filter_value``: what a masked-out key adds to its attention score
@@ -446,23 +446,23 @@ def dynamic_quantize_matmul(ctx: ConvertContext) -> None:
     a = ctx.emit("quantize_dyn", [ctx.input(0)], name=f"{ctx.name}/quantize_a", n_outputs=3)
     a_real = ctx.emit1("dequantize", a, {"axis": 1}, name=f"{ctx.name}/a")
     b_axis = len(ctx.input(1).type.shape) - 1
-    y = _matmul(ctx, a_real, _dequant_input(ctx, 1, 2, 3 if ctx.has_input(3) else None, b_axis))
+    y = quant_matmul(ctx, a_real, dequant_input(ctx, 1, 2, 3 if ctx.has_input(3) else None, b_axis))
     ctx.set_outputs(emit_binary(ctx, "add", y, ctx.input(4)) if ctx.has_input(4) else y)
 
 
 @contrib_converter("QLinearAdd", "QLinearMul")
 def qlinear_binary(ctx: ConvertContext) -> None:
-    a, b = _dequant_input(ctx, 0, 1, 2, 1), _dequant_input(ctx, 3, 4, 5, 1)
+    a, b = dequant_input(ctx, 0, 1, 2, 1), dequant_input(ctx, 3, 4, 5, 1)
     kind = "add" if ctx.op_type == "QLinearAdd" else "mul"
-    _requant(ctx, emit_binary(ctx, kind, a, b, name=f"{ctx.name}/{kind}"), 6, 7)
+    requant(ctx, emit_binary(ctx, kind, a, b, name=f"{ctx.name}/{kind}"), 6, 7)
 
 
 @contrib_converter("QLinearSigmoid", "QLinearLeakyRelu")
 def qlinear_activation(ctx: ConvertContext) -> None:
-    x = _dequant_input(ctx, 0, 1, 2, 1)
+    x = dequant_input(ctx, 0, 1, 2, 1)
     act = ("sigmoid", 0.0, 0.0) if ctx.op_type == "QLinearSigmoid" else \
         ("leakyrelu", float(ctx.attr("alpha", 0.01)), 0.0)
-    _requant(ctx, ctx.emit1("epilogue_act", [x], {"act": act}, name=f"{ctx.name}/{act[0]}"), 3, 4)
+    requant(ctx, ctx.emit1("epilogue_act", [x], {"act": act}, name=f"{ctx.name}/{act[0]}"), 3, 4)
 
 
 @contrib_converter("QLinearConcat")
@@ -470,20 +470,20 @@ def qlinear_concat(ctx: ConvertContext) -> None:
     """Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per input."""
     if (ctx.n_inputs - 2) % 3 or ctx.n_inputs < 5:
         raise ctx.unsupported(f"{ctx.n_inputs} inputs: Y_scale, Y_zero_point and a triple per tensor")
-    xs = [_dequant_input(ctx, i, i + 1, i + 2, 1) for i in range(2, ctx.n_inputs, 3)]
+    xs = [dequant_input(ctx, i, i + 1, i + 2, 1) for i in range(2, ctx.n_inputs, 3)]
     (y,) = _delegate(ctx, "Concat", xs, {"axis": int(ctx.attr("axis"))})
-    _requant(ctx, y, 0, 1)
+    requant(ctx, y, 0, 1)
 
 
 @contrib_converter("QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearSoftmax")
 def qlinear_float_op(ctx: ConvertContext) -> None:
     """The default domain's op (the same attributes; Softmax at the node's ``opset``) on the dequantized
     input; a ``channels_last`` pool reads and writes NHWC through transposes."""
-    x = _dequant_input(ctx, 0, 1, 2, 1)
+    x = dequant_input(ctx, 0, 1, 2, 1)
     op = ctx.op_type.removeprefix("QLinear")
     if op == "Softmax":
         (y,) = _delegate(ctx, op, [x], {"axis": int(ctx.attr("axis", -1))}, opset=int(ctx.attr("opset")))
-        _requant(ctx, y, 3, 4)
+        requant(ctx, y, 3, 4)
         return
     last = bool(ctx.attr("channels_last", 0))
     rank = len(x.type.shape)
@@ -494,4 +494,4 @@ def qlinear_float_op(ctx: ConvertContext) -> None:
     (y,) = _delegate(ctx, op, [x], attrs)
     if last:
         y = _transpose(ctx, y, [0, *range(2, rank), 1], "nhwc")
-    _requant(ctx, y, 3, 4)
+    requant(ctx, y, 3, 4)

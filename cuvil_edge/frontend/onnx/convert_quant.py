@@ -83,14 +83,14 @@ def _dequant(ctx: ConvertContext, x: Value, s: Value, zp: int, axis: int, name: 
     return y
 
 
-def _dequant_input(ctx: ConvertContext, i: int, scale: Value | int, zp: int | None, axis: int) -> Value:
+def dequant_input(ctx: ConvertContext, i: int, scale: Value | int, zp: int | None, axis: int) -> Value:
     """Dequantize input ``i`` with the scale at input ``scale`` (or the given Value) and the zero point
     at input ``zp`` (None: 0)."""
     s = scale if isinstance(scale, Value) else _scale(ctx, scale)
     return _dequant(ctx, ctx.input(i), s, ctx.n_inputs if zp is None else zp, axis, f"{ctx.name}/dq{i}")
 
 
-def _requant(ctx: ConvertContext, y: Value, scale: int, zp: int) -> None:
+def requant(ctx: ConvertContext, y: Value, scale: int, zp: int) -> None:
     ctx.set_outputs(_quantize(ctx, y, scale, zp, 1))
 
 
@@ -105,7 +105,7 @@ def _conv(ctx: ConvertContext, x: Value, w: Value, bias: list[Value]) -> Value:
                                                   group=int(ctx.attr("group", 1))), name=f"{ctx.name}/conv")
 
 
-def _matmul(ctx: ConvertContext, a: Value, b: Value) -> Value:
+def quant_matmul(ctx: ConvertContext, a: Value, b: Value) -> Value:
     if len(a.type.shape) < 2:
         raise ctx.unsupported("1-D matmul operand")
     op = "gemm" if b.is_const and len(b.type.shape) == 2 else "matmul"
@@ -214,38 +214,38 @@ def dynamic_quantize_linear(ctx: ConvertContext) -> None:
 def qlinear_conv(ctx: ConvertContext) -> None:
     """Bias is int32 at scale x_scale * w_scale (per output channel); with a scale known only at run time
     it is cast to float and scaled there."""
-    x, w = _dequant_input(ctx, 0, 1, 2, 1), _dequant_input(ctx, 3, 4, 5, 0)
+    x, w = dequant_input(ctx, 0, 1, 2, 1), dequant_input(ctx, 3, 4, 5, 0)
     bias = []
     xs, ws = _scale(ctx, 1), _scale(ctx, 4)
     if ctx.has_input(8) and xs.is_const and ws.is_const:
         bs = (xs.const * ws.const).reshape(-1)
-        bias = [_dequant_input(ctx, 8, ctx.constant(bs, "bias_scale"), None, 0)]
+        bias = [dequant_input(ctx, 8, ctx.constant(bs, "bias_scale"), None, 0)]
     elif ctx.has_input(8):
         scale = emit_binary(ctx, "mul", ws, xs, name=f"{ctx.name}/bias_scale")
         b = ctx.emit1("cast", [ctx.input(8)], {"to": "float32"}, name=f"{ctx.name}/bias_f32")
         bias = [emit_binary(ctx, "mul", b, scale, name=f"{ctx.name}/bias")]
-    _requant(ctx, _conv(ctx, x, w, bias), 6, 7)
+    requant(ctx, _conv(ctx, x, w, bias), 6, 7)
 
 
 @converter("QLinearMatMul")
 def qlinear_matmul(ctx: ConvertContext) -> None:
     b = ctx.input(3)
-    a = _dequant_input(ctx, 0, 1, 2, 1)
-    _requant(ctx, _matmul(ctx, a, _dequant_input(ctx, 3, 4, 5, len(b.type.shape) - 1)), 6, 7)
+    a = dequant_input(ctx, 0, 1, 2, 1)
+    requant(ctx, quant_matmul(ctx, a, dequant_input(ctx, 3, 4, 5, len(b.type.shape) - 1)), 6, 7)
 
 
 @converter("ConvInteger")
 def conv_integer(ctx: ConvertContext) -> None:
     w_zp = ctx.input(3).type.size if ctx.has_input(3) else 1
-    x, w = _dequant_input(ctx, 0, _unit(ctx), 2, 1), _dequant_input(ctx, 1, _unit(ctx, w_zp), 3, 0)
+    x, w = dequant_input(ctx, 0, _unit(ctx), 2, 1), dequant_input(ctx, 1, _unit(ctx, w_zp), 3, 0)
     ctx.set_outputs(ctx.emit1("cast", [_conv(ctx, x, w, [])], {"to": "int32"}))
 
 
 @converter("MatMulInteger")
 def matmul_integer(ctx: ConvertContext) -> None:
     b = ctx.input(1)
-    a = _dequant_input(ctx, 0, _unit(ctx), 2, 1)
-    y = _matmul(ctx, a, _dequant_input(ctx, 1, _unit(ctx), 3, len(b.type.shape) - 1))
+    a = dequant_input(ctx, 0, _unit(ctx), 2, 1)
+    y = quant_matmul(ctx, a, dequant_input(ctx, 1, _unit(ctx), 3, len(b.type.shape) - 1))
     ctx.set_outputs(ctx.emit1("cast", [y], {"to": "int32"}))
 
 
