@@ -31,12 +31,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from cuvil_agent.agent import Agent
+from cuvil_agent.config import AgentConfig
+from cuvil_agent.log import JsonLog
 from cuvil_edge.fleet import Publisher, Rollout
 from cuvil_edge.signing import Keyring
 from cuvil_edge.testing.broker import LocalBroker
 from cuvil_edge.testing.release import tiny_release
-from ota import Agent, AgentConfig, BrokerSettings, Installer, TransferLimits
-from ota.agent import JsonLog
+from ota import BrokerSettings, Installer, TransferLimits
 from ota.errors import OtaError
 from ota.protocol import Announcement, Topics, bucket, status_payload, verify_announcement
 from ota.transport import MqttClient

@@ -14,8 +14,7 @@ import numpy as np
 
 from device_profiles import Caches
 from device_profiles.profile import DeviceProfilesError
-from ota.cli import ExitCodes, exit_code
-from ota.errors import OtaError, TransportError
+from ota.errors import ExitCodes, OtaError, TransportError, exit_code
 from runtime_wasm.engine import TIER_RELAXED, TIERS
 from runtime_wasm.errors import RuntimeWasmError
 from runtime_wasm.spec import MAX_THREADS

@@ -11,7 +11,7 @@ dashboard.html``, plain DOM code, no framework) that polls it once a second.
 
 Why the standard library's HTTP server: the page is for an operator's machine (127.0.0.1 by default),
 answers two small GETs and holds no connection open, so it needs none of the request deadlines the
-device API (``ota.http_api``) has to put on untrusted clients. What devices say is untrusted text: the
+device API (``cuvil_agent.http_api``) has to put on untrusted clients. What devices say is untrusted text: the
 page only ever sets it as ``textContent``, never as HTML.
 """
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from ota.agent import Agent
-from ota.config import AgentConfig
+from cuvil_agent.agent import Agent
+from cuvil_agent.config import AgentConfig
+from cuvil_agent.serve import infer
 from ota.golden import decode_vector
-from ota.serve import infer
 from runtime_wasm import ModuleCache, probe_host
 from runtime_wasm.loader import load_model_dir
 

@@ -1,7 +1,7 @@
 """The operator's side of device telemetry: subscribe to a fleet's telemetry topics and keep, per device,
 the records in order, with the duplicates and gaps the sequence numbers reveal.
 
-Devices publish at least once and in order (``ota.telemetry``), so a record whose ``seq`` is not above
+Devices publish at least once and in order (``cuvil_agent.telemetry``), so a record whose ``seq`` is not above
 the last one seen is a repeat and is dropped here; a jump in ``seq`` is a gap (records dropped at the
 device's bound, torn by a crash, or sent before this collector first subscribed). The collector's
 client id is fixed per fleet by default, so with the persistent MQTT session the broker queues telemetry

@@ -1,7 +1,7 @@
 """Seed corpora, made by the project's own code where it writes the format: the OIP request and response
-bodies by ``ota.oip`` (what ``ota.http_client`` sends and the server answers), the HTTP requests by
-``ota.http_client.InferenceClient`` itself (captured on a loopback socket), the download server's
-answers as the HTTP/1.1 responses the download client must handle. ``python -m fuzz.seeds`` rewrites
+bodies by ``cuvil_agent.oip`` (what ``cuvil_agent.http_client`` sends and the server answers), the HTTP
+requests by ``cuvil_agent.http_client.InferenceClient`` itself (captured on a loopback socket), the download
+server's answers as the HTTP/1.1 responses the download client must handle. ``python -m fuzz.seeds`` rewrites
 ``fuzz/corpus``; seeds are named by their content's sha256."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _tensors() -> list[list[tuple[str, np.ndarray, bool]]]:
 
 
 def oip_seeds() -> list[bytes]:
-    from ota import oip
+    from cuvil_agent import oip
 
     out = []
     for tensors in _tensors():
@@ -60,7 +60,7 @@ def oip_seeds() -> list[bytes]:
 def _captured(calls) -> list[bytes]:  # type: ignore[no-untyped-def]
     """What ``InferenceClient`` sends for each call, on a socket that answers every request with an
     empty 200 and records the bytes of each connection."""
-    from ota.http_client import InferenceClient
+    from cuvil_agent.http_client import InferenceClient
 
     listener = socket.create_server(("127.0.0.1", 0))
     got: list[bytes] = []

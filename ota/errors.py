@@ -7,6 +7,9 @@ are not about trust raise an ``InstallError``.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+
 
 class OtaError(Exception):
     """Base class of every error the update path raises."""
@@ -180,11 +183,28 @@ class WrongModel(WrongTarget):
 
 
 class ConfigError(OtaError, ValueError):
-    """A setting the agent's config (``agent.toml``, or an ``ota.config`` dataclass built in code) gets
-    wrong: an unknown section or key, a mistyped or out-of-range value, a file that is not TOML. A
-    ``ValueError`` too, as these checks raised before they had a type of their own."""
+    """A setting the agent's config (``agent.toml``, or an ``ota.config`` or ``cuvil_agent.config``
+    dataclass built in code) gets wrong: an unknown section or key, a mistyped or out-of-range value, a file
+    that is not TOML. A ``ValueError`` too, as these checks raised before they had a type of their own."""
 
 
 class BadName(ConfigError):
     """A fleet, device, model or topic-prefix name that is not exactly one MQTT topic level (a ``/``, ``+``
     or ``#`` in it would widen a subscription or an ACL match)."""
+
+
+#: (error types, exit code, stderr line) rows of a command line's table (``exit_code``)
+ExitCodes = Sequence[tuple[tuple[type[BaseException], ...], int, str]]
+
+
+def exit_code(exc: Exception, table: ExitCodes) -> int | None:
+    """Print ``exc`` as the one stderr line of the first ``table`` row it matches and return that row's
+    code; None when none matches. Shared by ``cuvil-agent`` and ``cuvil-edge`` (each with its table) so an
+    error reads the same from both; line breaks in a message (compiler output, nested causes) are
+    joined, since scripts read the first stderr line."""
+    for types, code, line in table:
+        if isinstance(exc, types):
+            message = " | ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+            print(line.format(type=type(exc).__name__, message=message), file=sys.stderr)
+            return code
+    return None

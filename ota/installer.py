@@ -10,29 +10,27 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import logging
 import os
 import shutil
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import numpy as np
 
-from runtime_wasm import EngineConfig, ModelSource, ModuleCache, RuntimePolicy, SupervisedModel, schema
-from runtime_wasm.loader import SPEC_FILE
+from runtime_wasm import schema
+from runtime_wasm.policy import RuntimePolicy
+from runtime_wasm.spec import SPEC_FILE
 
 from .bundle import read_header, read_payloads, verify_bundle
 from .config import OtaConfig
 from .crypto import canonical_bytes, parse_json
 from .errors import (
-    BrokenChain,
     CorruptSlot,
     DiskFull,
     HashMismatch,
@@ -41,13 +39,15 @@ from .errors import (
     NothingToRollBack,
     OtaError,
     SelfTestFailed,
-    StateLocked,
     WrongModel,
 )
 from .golden import decode_vector
-from .metadata import FileEntry, Manifest, Root, parse_envelope
-from .store import remove_temp_files
+from .metadata import FileEntry, Manifest, parse_envelope
+from .store import StateLock, fsync_dir, remove_temp_files
 from .trust import Report, TrustState, check_payload
+
+if TYPE_CHECKING:  # the runtime (wasmtime, worker processes) loads when an installer is made, not before
+    from runtime_wasm.supervisor import ModelSource
 
 log = logging.getLogger(__name__)
 SLOTS = ("a", "b")
@@ -55,7 +55,7 @@ TRUST_FILE = "trust.json"
 POINTER_FILE = "active"
 ENVELOPE_FILE = "bundle.json"
 LOCK_FILE = "lock"
-MODELS_DIR = "models"  # <state_dir>/models/<name>: one state directory per model line of a device
+CACHE_DIR = "cache"  # precompiled modules (``runtime_wasm.cache.ModuleCache``)
 #: the ``active`` pointer (and its staged copy): which slot serves
 POINTER_SCHEMA = schema.record({"slot": schema.one_of(*SLOTS)})
 #: named points of an install, in order; ``on_step`` is called after each (crash tests kill there)
@@ -76,14 +76,6 @@ class FileWriter:
         f.write(data)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _spec_bytes(manifest: Manifest) -> bytes:
     return json.dumps(manifest.spec, indent=1, sort_keys=True).encode()
 
@@ -102,53 +94,25 @@ def _os_failure(exc: OSError) -> InstallError:
     return InstallError(f"I/O error while installing: {exc}")
 
 
-class StateLock:
-    """One writer per state directory, across processes and threads: an exclusive ``flock`` on
-    ``<state>/lock`` (released by the kernel if the holder dies, so a crash never leaves it stuck) plus a
-    thread lock; re-entrant for its holder. Waits at most ``timeout_s``, then ``StateLocked``."""
+@dataclass(frozen=True)
+class ActiveModel:
+    """The installed model a server loads (``Installer.active_model``): the directory holding its spec
+    (``model.json``), modules, weights and processing, its signed manifest, and the precompiled-module
+    cache beside them. Read it, never write it: the installer owns the slots."""
 
-    def __init__(self, path: Path, timeout_s: float) -> None:
-        self.path, self.timeout_s = path, timeout_s
-        self._thread_lock = threading.RLock()
-        self._depth = 0
-        self._fd: int | None = None
+    directory: Path
+    manifest: Manifest
+    cache_dir: Path
 
-    @contextlib.contextmanager
-    def hold(self) -> Iterator[None]:
-        if not self._thread_lock.acquire(timeout=self.timeout_s):
-            raise StateLocked(f"{self.path.parent} is busy in this process for over {self.timeout_s}s")
-        try:
-            if self._depth == 0:
-                self._fd = self._acquire()
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-                if self._depth == 0 and self._fd is not None:
-                    os.close(self._fd)  # closing the descriptor releases the flock
-                    self._fd = None
-        finally:
-            self._thread_lock.release()
+    @property
+    def release(self) -> int:
+        return self.manifest.release
 
-    def _acquire(self) -> int:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        end = time.monotonic() + self.timeout_s
-        waited = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except BlockingIOError:
-                if not waited:
-                    waited = True
-                    log.warning("waiting for %s: another install, rollback or root update holds it",
-                                self.path)
-                if time.monotonic() >= end:
-                    os.close(fd)
-                    raise StateLocked(f"another install, rollback or root update holds {self.path} for "
-                                      f"over {self.timeout_s}s") from None
-                time.sleep(0.05)
+
+class ActiveModelSource(Protocol):
+    """What serving needs of the installer: the model that serves now."""
+
+    def active_model(self) -> ActiveModel: ...
 
 
 class Installer:
@@ -177,7 +141,9 @@ class Installer:
         self._on_step = on_step
         self._writer = writer or FileWriter()
         self._report: Report | None = None
-        self.cache = ModuleCache(self.state_dir / "cache")
+        from runtime_wasm.cache import ModuleCache
+
+        self.cache = ModuleCache(self.state_dir / CACHE_DIR)
         self.lock = StateLock(self.state_dir / LOCK_FILE, self.config.lock_timeout_s)
         self._trust: TrustState | None = None
         self._trust_id: tuple[int, int, int] | None = None
@@ -192,7 +158,7 @@ class Installer:
                 if root is None:
                     raise InstallError(f"{self.state_dir} holds no trust state; provision it with a root")
                 (self.state_dir / "slots").mkdir(parents=True, exist_ok=True)
-                self._save_trust(TrustState(root, 0, self.config))
+                self.save_trust(TrustState(root, 0, self.config))
             self._recover()
 
     # -- trust on disk ------------------------------------------------------------------------
@@ -210,6 +176,14 @@ class Installer:
             self._trust_id = ident
         return self._trust
 
+    @contextlib.contextmanager
+    def changing_trust(self) -> Iterator[TrustState]:
+        """Under the state lock (held until the block ends): the trust state read from disk, to change and
+        store with ``save_trust``, or drop on failure."""
+        self._writable()
+        with self.lock.hold():
+            yield self._fresh_trust()
+
     def _fresh_trust(self) -> TrustState:
         """Under the lock: a private copy read from disk, to change and then save (or drop on failure)."""
         self._trust = None
@@ -217,7 +191,7 @@ class Installer:
         self._trust = None
         return trust
 
-    def _save_trust(self, trust: TrustState) -> None:
+    def save_trust(self, trust: TrustState) -> None:
         self._trust = None  # whatever happens, the next read comes from disk
         self._atomic_write(self.state_dir / TRUST_FILE, canonical_bytes(trust.to_dict()))
 
@@ -254,7 +228,7 @@ class Installer:
                     self._write_temp(staged, _pointer_bytes(slot))
                     self._step("pointer_staged")
                     trust.accept_release(manifest)
-                    self._save_trust(trust)
+                    self.save_trust(trust)
                 except OSError as exc:
                     self._abort(staged, slot)
                     raise _os_failure(exc) from exc
@@ -292,14 +266,29 @@ class Installer:
 
     def update_root(self, chain: list[Mapping[str, Any]]) -> None:
         """Rotate the root of trust (all links or none) and persist it."""
-        self._writable()
-        with self.lock.hold():
-            trust = self._fresh_trust()
+        with self.changing_trust() as trust:
             trust.update_root(chain)
-            self._save_trust(trust)
+            self.save_trust(trust)
 
     def active_manifest(self) -> Manifest:
         return self._slot_manifest(self.active_dir())
+
+    def active_model(self) -> ActiveModel:
+        """What a server loads: the active slot's files and signed manifest, read together (``NoActiveModel``
+        when nothing is installed, ``CorruptSlot`` when the manifest is unreadable)."""
+        slot = self.active_dir()
+        return ActiveModel(slot, self._slot_manifest(slot), self.cache.directory)
+
+    def active_stamp(self) -> tuple[str, int, int] | None:
+        """Which slot is active and which file its signed manifest is (an install writes a new one), from
+        ``stat`` alone (cheap enough to check every second): a change means another model to serve. None
+        when there is none or it is unreadable."""
+        try:
+            slot = self.active_dir()
+            st = (slot / ENVELOPE_FILE).stat()
+        except (OtaError, OSError):
+            return None
+        return slot.name, st.st_ino, st.st_mtime_ns
 
     def verify_active(self) -> Manifest:
         """Health check: the active slot's files match its manifest and it passes its self-test."""
@@ -384,8 +373,8 @@ class Installer:
                 os.fsync(out.fileno())
         self._write_synced(slot / SPEC_FILE, _spec_bytes(manifest))
         self._write_synced(slot / ENVELOPE_FILE, canonical_bytes(envelope))  # last: marks the slot complete
-        _fsync_dir(slot)
-        _fsync_dir(slot.parent)
+        fsync_dir(slot)
+        fsync_dir(slot.parent)
 
     def _check_slot(self, slot: Path, manifest: Manifest) -> None:
         """Read back from disk: the stored manifest is the verified one and every payload matches it."""
@@ -409,6 +398,9 @@ class Installer:
         what = f"{manifest.name} release {manifest.release}"
         if not manifest.golden:
             raise SelfTestFailed(f"{what}: bundle carries no golden vectors to self-test with")
+        from runtime_wasm.engine import EngineConfig
+        from runtime_wasm.supervisor import ModelSource
+
         try:
             det = self.policy.deterministic  # the variant and engine it will be served with
             source = ModelSource.from_dir(slot, cache_dir=str(self.cache.directory), deterministic=det)
@@ -422,6 +414,8 @@ class Installer:
         self._step("selftested")
 
     def _run_golden(self, source: ModelSource, manifest: Manifest) -> None:
+        from runtime_wasm.supervisor import SupervisedModel
+
         cfg = self.config
         with SupervisedModel(source, self.policy.memory_cap_bytes,
                              start_timeout_s=max(cfg.selftest_start_timeout_s,
@@ -519,7 +513,7 @@ class Installer:
         try:
             if step:
                 self._step(step)
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         except OSError as exc:
             self._warn(f"{path.name} was replaced but syncing {path.parent} failed: {exc}")
 
@@ -534,7 +528,7 @@ class Installer:
         except OSError as exc:
             raise InstallError(f"cannot clear slot {slot.name}: {exc}") from exc
         if slot.parent.exists():
-            _fsync_dir(slot.parent)
+            fsync_dir(slot.parent)
 
     def _recover(self) -> None:
         """After a crash (under the lock): finish a committed switch, drop temp files and an incomplete
@@ -568,7 +562,7 @@ class Installer:
         trust = self._fresh_trust()
         if active.release > trust.release_counter:
             trust.raise_counter(active.release)
-            self._save_trust(trust)
+            self.save_trust(trust)
 
     def _committed_slot(self, staged: Path, pointed: str | None) -> str | None:
         """A staged pointer to the other slot whose release the saved counter already reached: that install
@@ -581,78 +575,3 @@ class Installer:
         except OtaError:
             pass
         return None
-
-
-# -- one device, one root: the trust of every model line together -------------------------------------------
-def line_dirs(state_dir: str | os.PathLike[str], models: Iterable[str]) -> dict[str, Path]:
-    """Each model line's state directory on a multi-model device (``<state_dir>/models/<name>``)."""
-    return {m: Path(state_dir) / MODELS_DIR / m for m in models}
-
-
-def trusted_root(state_dirs: Iterable[Path]) -> dict[str, Any] | None:
-    """The newest root any of these state directories trusts (None when none is provisioned): a model line
-    added to a device is provisioned with the device's root, never an older one from its config."""
-    newest: TrustState | None = None
-    for d in state_dirs:
-        path = Path(d) / TRUST_FILE
-        if path.exists():
-            trust = TrustState.from_dict(parse_json(path.read_bytes(), f"trust state {path}"))
-            if newest is None or trust.root.version > newest.root.version:
-                newest = trust
-    return newest.root_envelope if newest else None
-
-
-def _root_version(link: Mapping[str, Any]) -> int:
-    return Root.from_dict(parse_envelope(link, "root metadata")[0]).version
-
-
-@contextlib.contextmanager
-def _all_locked(installers: Sequence[Installer]) -> Iterator[list[TrustState]]:
-    """Every line's lock, in the given order, and each line's trust state read from disk under it."""
-    with contextlib.ExitStack() as held:
-        for inst in installers:
-            inst._writable()
-            held.enter_context(inst.lock.hold())
-        yield [inst._fresh_trust() for inst in installers]
-
-
-def update_roots(installers: Sequence[Installer], chain: Sequence[Mapping[str, Any]]) -> int:
-    """Rotate the root of every model line of one device (one root per device, so a key revoked for one
-    line is revoked for all). Under all the lines' locks each line's part of ``chain`` (the links newer
-    than its root) is checked on a copy first, so one bad link changes no line; then the links are saved
-    one version at a time across the lines, so a crash leaves them at most one version apart, which
-    ``align_roots`` closes. Returns the device's root version."""
-    versions = [_root_version(link) for link in chain]
-    with _all_locked(installers) as trusts:
-        for trust in trusts:
-            trial = TrustState(trust.root_envelope, trust.release_counter, trust.config)
-            trial.update_root([link for link, v in zip(chain, versions) if v > trust.root.version])
-        for link, version in zip(chain, versions):
-            for inst, trust in zip(installers, trusts):
-                if version > trust.root.version:
-                    trust.update_root([link])
-                    inst._save_trust(trust)
-        return _align(installers, trusts)
-
-
-def align_roots(installers: Sequence[Installer]) -> int:
-    """Bring every model line up to the newest root any of them trusts (a rotation a crash cut short, a
-    line restored from an old backup); a line's trust never goes back. Returns the device's root
-    version; ``BrokenChain`` when a line is more than one version behind (the links between are not on
-    the device: rotate it with ``cuvil-agent trust --root``, each missing version in order)."""
-    with _all_locked(installers) as trusts:
-        return _align(installers, trusts)
-
-
-def _align(installers: Sequence[Installer], trusts: Sequence[TrustState]) -> int:
-    newest = max(trusts, key=lambda t: t.root.version)
-    for inst, trust in zip(installers, trusts):
-        if trust.root.version == newest.root.version:
-            continue
-        if trust.root.version + 1 != newest.root.version:
-            raise BrokenChain(f"{inst.state_dir} trusts root v{trust.root.version}, another model line of "
-                              f"this device v{newest.root.version}: give the versions between with "
-                              "cuvil-agent trust --root")
-        trust.update_root([newest.root_envelope])  # the very next link, checked like any other
-        inst._save_trust(trust)
-    return newest.root.version

@@ -12,8 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from runtime_wasm import schema
-from runtime_wasm.loader import WEIGHTS_FILE
-from runtime_wasm.spec import is_sha256_hex
+from runtime_wasm.spec import WEIGHTS_FILE, is_sha256_hex
 
 from .crypto import key_id
 from .errors import FormatError

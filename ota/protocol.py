@@ -376,7 +376,7 @@ _LINE_STATUS = {
 _LINES = Optional(schema.mapping(_TEXT, schema.record(_LINE_STATUS, extra="drop"), 1024))
 _MS = Optional(schema.nullable(schema.number()))
 _NAME_TEXT = Optional(schema.nullable(_TEXT))
-#: what a summary says per model (``ota.telemetry.ServingWatch.summary``) and per line, as far as
+#: what a summary says per model (``cuvil_agent.telemetry.ServingWatch.summary``) and per line, as far as
 #: receivers read it (``fleet_telemetry.format_record``, the dashboard): counts, latencies, health
 SUMMARY_DATA_SCHEMA = schema.record({
     "models": Optional(schema.mapping(_TEXT, schema.record({

@@ -1,5 +1,6 @@
 """Small durable JSON files (agent state, transfer progress, publisher state): written whole or not at all,
-read back bounded and checked against the caller's schema (``runtime_wasm.schema``).
+read back bounded and checked against the caller's schema (``runtime_wasm.schema``); and the lock that
+keeps one writer per state directory (``StateLock``).
 
 Written atomically, such a file is damaged only from outside (a bad disk, a person, a bug elsewhere), and
 then it is a ``FormatError`` here; each reader says in its docstring whether that is fatal or the file is
@@ -8,10 +9,14 @@ dropped and rebuilt.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import os
 import re
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +24,9 @@ from typing import Any, BinaryIO
 
 from runtime_wasm import schema
 
-from .errors import FormatError
+from .errors import FormatError, StateLocked
+
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -37,11 +44,16 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     except BaseException:
         os.unlink(tmp)
         raise
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a directory's entries (a created, renamed or removed file) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(dfd)
+        os.fsync(fd)
     finally:
-        os.close(dfd)
+        os.close(fd)
 
 
 #: what ``atomic_file``'s temp files look like: ``.<name>.`` + mkstemp's 8 random characters
@@ -80,3 +92,52 @@ def read_json(path: str | os.PathLike[str], default: Any, reader: schema.Reader 
         return default
     doc = schema.load(data, max_bytes, str(path), FormatError)
     return doc if reader is None else schema.read(doc, reader, str(path), FormatError)
+
+
+class StateLock:
+    """One writer per state directory, across processes and threads: an exclusive ``flock`` on
+    ``<state>/lock`` (released by the kernel if the holder dies, so a crash never leaves it stuck) plus a
+    thread lock; re-entrant for its holder. Waits at most ``timeout_s``, then ``StateLocked``."""
+
+    def __init__(self, path: Path, timeout_s: float) -> None:
+        self.path, self.timeout_s = path, timeout_s
+        self._thread_lock = threading.RLock()
+        self._depth = 0
+        self._fd: int | None = None
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        if not self._thread_lock.acquire(timeout=self.timeout_s):
+            raise StateLocked(f"{self.path.parent} is busy in this process for over {self.timeout_s}s")
+        try:
+            if self._depth == 0:
+                self._fd = self._acquire()
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._fd is not None:
+                    os.close(self._fd)  # closing the descriptor releases the flock
+                    self._fd = None
+        finally:
+            self._thread_lock.release()
+
+    def _acquire(self) -> int:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        end = time.monotonic() + self.timeout_s
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if not waited:
+                    waited = True
+                    log.warning("waiting for %s: another install, rollback or root update holds it",
+                                self.path)
+                if time.monotonic() >= end:
+                    os.close(fd)
+                    raise StateLocked(f"another install, rollback or root update holds {self.path} for "
+                                      f"over {self.timeout_s}s") from None
+                time.sleep(0.05)

@@ -20,13 +20,13 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-
-import paho.mqtt.client as paho
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
+from typing import TYPE_CHECKING
 
 from .config import BrokerSettings, TransferLimits
 from .errors import NotAuthorized, TransportError
+
+if TYPE_CHECKING:  # paho loads with the first client, not with ``ota`` (the host imports ota for its formats)
+    import paho.mqtt.client as paho
 
 log = logging.getLogger(__name__)
 #: (topic, payload, retained) for every message received
@@ -43,6 +43,8 @@ class MqttClient:
         self.settings, self.client_id = settings, client_id
         self.limits = limits or TransferLimits()
         self._on_message, self._on_connect_hook = on_message, on_connect
+        import paho.mqtt.client as paho
+
         v5 = settings.protocol == 5
         self._client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
                                    protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
@@ -125,6 +127,10 @@ class MqttClient:
     def _run(self) -> None:
         """Connect, serve until the link drops, back off (jittered, doubling), repeat; see the module
         docstring for when it gives up."""
+        import paho.mqtt.client as paho
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
         first = True
         while not self._stop.is_set():
             try:
@@ -227,6 +233,9 @@ class MqttClient:
         """QoS 1 publish acknowledged by the broker; ``NotAuthorized`` when its ACL refuses (MQTT 5)."""
         props = None
         if self.settings.protocol == 5 and (expiry_s or user):
+            from paho.mqtt.packettypes import PacketTypes
+            from paho.mqtt.properties import Properties
+
             props = Properties(PacketTypes.PUBLISH)
             if expiry_s:
                 props.MessageExpiryInterval = int(expiry_s)

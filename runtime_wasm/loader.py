@@ -10,11 +10,8 @@ from .cache import ModuleCache
 from .engine import EngineConfig, engine_for
 from .errors import SpecError
 from .instance import WasmModel, Weights, resolve_threads
-from .spec import ModelSpec, VariantSpec
+from .spec import SPEC_FILE, WEIGHTS_FILE, ModelSpec, VariantSpec
 from .variants import HostProbes, probe_host, select_variant
-
-SPEC_FILE = "model.json"
-WEIGHTS_FILE = "weights.bin"
 
 
 def instantiate(spec: ModelSpec, wasm: bytes, weights: Weights, variant: VariantSpec,

@@ -18,6 +18,9 @@ from .digest import check_tree_chunk
 from .errors import InferenceInputError, SpecError
 
 SPEC_FORMAT = 1
+#: a model directory's spec and weights files (``loader.read_model_dir``; an installed slot holds them too)
+SPEC_FILE = "model.json"
+WEIGHTS_FILE = "weights.bin"
 #: suffix of the output that holds how many entries of the same-named output are real (a data-dependent
 #: length: a Loop's scan output, StringNormalizer's result)
 LENGTH_SUFFIX = ":length"

@@ -1,6 +1,6 @@
 """The agent's other state files as a restarted agent reads them: the store (``agent.json``: announcement
-order, failed releases, used command nonces; ``ota.agent.Store``, and ``describe_state`` for
-``cuvil-agent status``) and the telemetry queue's ``cursor.json`` (``ota.telemetry.TelemetryQueue``).
+order, failed releases, used command nonces; ``cuvil_agent.state.Store``, and ``describe_state`` for
+``cuvil-agent status``) and the telemetry queue's ``cursor.json`` (``cuvil_agent.telemetry.TelemetryQueue``).
 
 Input: one file's bytes, written as both (a store that is a cursor, or the other way round, is damage
 too). The contract: a damaged store is rebuilt (``Store.rebuilt``) and a damaged cursor starts a new
@@ -21,17 +21,17 @@ from ..mutators import json_mutator
 from .mqtt_messages import NOW, command, scratch
 
 #: the modules atheris instruments for coverage (imported inside its instrumentation)
-INSTRUMENT = ("ota.agent", "ota.telemetry", "ota.store", "ota.chunks", "runtime_wasm.schema")
+INSTRUMENT = ("cuvil_agent.state", "cuvil_agent.telemetry", "ota.store", "ota.chunks", "runtime_wasm.schema")
 #: the queue's bounds in the harness: small, so a cursor's counts meet them
 MAX_EVENTS, MAX_BYTES = 4, 4096
-#: the device store's defaults, as ``ota.agent.Agent`` gives them
+#: the device store's defaults, as ``cuvil_agent.agent.Agent`` gives them
 DEFAULT = {"announce_seq": 0, "announce_digest": "", "failed": {}, "nonces": {}}
 
 
 def setup() -> Callable[[bytes], None]:
-    from ota.agent import STORE_FILE, Store, describe_state, unused_command
+    from cuvil_agent.state import STORE_FILE, Store, describe_state, unused_command
+    from cuvil_agent.telemetry import CURSOR_FILE, TelemetryQueue
     from ota.errors import ReplayedCommand
-    from ota.telemetry import CURSOR_FILE, TelemetryQueue
 
     cmd = command()
     state = scratch("fuzz-agent-state-")
@@ -65,9 +65,9 @@ def setup() -> Callable[[bytes], None]:
 
 def seeds() -> list[bytes]:
     """A store and a cursor as the agent writes them, fresh and after some use."""
-    from ota.agent import STORE_FILE, Store
+    from cuvil_agent.state import STORE_FILE, Store
+    from cuvil_agent.telemetry import CURSOR_FILE, TelemetryQueue
     from ota.protocol import format_time
-    from ota.telemetry import CURSOR_FILE, TelemetryQueue
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,4 +1,4 @@
-"""The device's HTTP API (``ota.http_api``: h11, routing, the OIP request layer, a model in supervised
+"""The device's HTTP API (``cuvil_agent.http_api``: h11, routing, the OIP request layer, a model in supervised
 workers) over a real loopback socket, as a remote client reaches it before any authentication.
 
 Input: the bytes a client sends on one connection (one request, or several pipelined), after which it
@@ -22,7 +22,7 @@ from ..engine import Finding, Target
 from ..mutators import http_mutator
 
 #: the modules atheris instruments for coverage (imported inside its instrumentation)
-INSTRUMENT = ("ota.http_api", "ota.oip", "ota.parse", "ota.serve", "h11")
+INSTRUMENT = ("cuvil_agent.http_api", "cuvil_agent.oip", "ota.parse", "cuvil_agent.serve", "h11")
 
 #: the served model: y = x (f32[4]) and z = ids (i64[2], ids into a table of 10 rows)
 COPY_RUN = """(func (export "run")
@@ -85,11 +85,11 @@ def exchange(address: tuple[str, int], data: bytes) -> bytes:
 def serve(base: Path):
     """A signed, installed model behind an ``HttpApiServer`` on an ephemeral loopback port, with short
     phase timeouts: (server, the host, the handler that records unexpected errors)."""
+    from cuvil_agent.config import HttpSettings
+    from cuvil_agent.http_api import HttpApiServer
+    from cuvil_agent.serve import ModelHost, ModelRegistry
     from cuvil_edge.signing import Keyring, build_bundle
     from ota import Installer
-    from ota.config import HttpSettings
-    from ota.http_api import HttpApiServer
-    from ota.serve import ModelHost, ModelRegistry
     from runtime_wasm import RuntimePolicy
 
     ring = Keyring.init(base / "keys", root_keys=1, root_threshold=1, release_keys=1, release_threshold=1)
@@ -103,7 +103,7 @@ def serve(base: Path):
     settings = HttpSettings(port=0, max_connections=8, header_timeout_s=1.0, body_timeout_s=1.0,
                             max_header_bytes=4096, max_body_bytes=64 << 10)
     unexpected = _Unexpected()
-    logging.getLogger("ota.http_api").addHandler(unexpected)
+    logging.getLogger("cuvil_agent.http_api").addHandler(unexpected)
     return HttpApiServer(models, settings), host, unexpected
 
 

@@ -1,4 +1,4 @@
-"""The Open Inference Protocol's request layer (``ota.oip``), as a remote client reaches it before any
+"""The Open Inference Protocol's request layer (``cuvil_agent.oip``), as a remote client reaches it before any
 model runs: an inference request body (JSON, or JSON and binary tensors) checked against a model's
 signatures, and a response body as the client reads a (possibly hostile) server's reply.
 
@@ -14,7 +14,7 @@ from ..engine import Target
 from ..mutators import json_mutator
 
 #: the modules atheris instruments for coverage (imported inside its instrumentation)
-INSTRUMENT = ("ota.oip", "ota.parse")
+INSTRUMENT = ("cuvil_agent.oip", "ota.parse")
 
 #: one model's two ways in: tensors (every kind of datatype check) and a processed BYTES text input
 SIGNATURE_INPUTS = (("x", "float32", (2, 4), None), ("ids", "int64", (2,), 10), ("mask", "bool", (3,), None),
@@ -22,7 +22,7 @@ SIGNATURE_INPUTS = (("x", "float32", (2, 4), None), ("ids", "int64", (2,), 10), 
 
 
 def setup() -> Callable[[bytes], None]:
-    from ota import oip
+    from cuvil_agent import oip
     from ota.errors import BadInferenceRequest
     from runtime_wasm.spec import TensorSpec
 

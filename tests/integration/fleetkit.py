@@ -14,10 +14,12 @@ from typing import Any
 
 from test_install import compile_matmul
 
+from cuvil_agent.agent import Agent
+from cuvil_agent.config import AgentConfig
+from cuvil_agent.log import JsonLog
 from cuvil_edge.signing import Keyring, build_bundle
 from ota import Installer
-from ota.agent import Agent, JsonLog
-from ota.config import AgentConfig, BrokerSettings, TransferLimits
+from ota.config import BrokerSettings, TransferLimits
 from ota.protocol import Topics
 from ota.transport import MqttClient
 

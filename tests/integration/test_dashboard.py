@@ -33,13 +33,13 @@ from fleetkit import AgentThreads, FleetWorld
 from test_model_lines import FLEET as LINES_FLEET
 from test_model_lines import A, B, LinesWorld
 
+from cuvil_agent.config import load_agent_config
+from cuvil_agent.serve import infer
 from cuvil_edge.dashboard import Dashboard, DashboardError, FleetView
 from cuvil_edge.fleet import Publisher
 from ota import SelfTestFailed
-from ota.config import load_agent_config
 from ota.golden import decode_vector
 from ota.protocol import bucket
-from ota.serve import infer
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [

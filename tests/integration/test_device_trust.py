@@ -24,16 +24,19 @@ from fleetkit import HW as FLEET_HW
 from fleetkit import AgentThreads, FleetWorld, Watcher, log_events, write_toml
 from test_install import HW, ROOT, World, assert_serving, only_active_slot
 
+from cuvil_agent.agent import Agent
+from cuvil_agent.cli import main as agent_cli
+from cuvil_agent.config import AgentConfig
+from cuvil_agent.log import JsonLog
+from cuvil_agent.serve import infer
+from cuvil_agent.state import TRANSFER_DIR, describe_state
 from cuvil_edge.fleet import Publisher
 from cuvil_edge.signing import Keyring, build_bundle
 from cuvil_edge.testing.broker import LocalBroker
 from ota import CorruptSlot, Installer, RollbackError, UntrustedKey
-from ota.agent import TRANSFER_DIR, Agent, JsonLog, describe_state
 from ota.chunks import PART_FILE, PROGRESS_FILE
-from ota.cli import main as agent_cli
-from ota.config import AgentConfig, BrokerSettings
+from ota.config import BrokerSettings
 from ota.golden import decode_vector
-from ota.serve import infer
 
 pytestmark = pytest.mark.integration
 needs_broker = pytest.mark.skipif(not shutil.which("mosquitto"), reason="mosquitto not installed")
@@ -201,14 +204,14 @@ def test_concurrent_installs_are_serialized_and_status_never_disturbs_them(world
         wait_until(lambda: (marks / "writing").exists() or a.poll() is not None, "first install writing")
         assert a.poll() is None, a.communicate()
         # a read-only status while the first install writes its slot: no recovery, nothing deleted
-        status = subprocess.run([sys.executable, "-m", "ota.cli", "status", "--state-dir", str(state),
+        status = subprocess.run([sys.executable, "-m", "cuvil_agent.cli", "status", "--state-dir", str(state),
                                  "--hardware-id", HW], cwd=ROOT, env=ENV, capture_output=True, text=True,
                                 timeout=WAIT_S)
         assert status.returncode == 0, status.stderr
         assert "active: slot a" in status.stdout and "release 1" in status.stdout, status.stdout
-        b = subprocess.Popen([sys.executable, "-m", "ota.cli", "install", str(bundles[second]), "--state-dir",
-                              str(state), "--hardware-id", HW], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+        b = subprocess.Popen([sys.executable, "-m", "cuvil_agent.cli", "install", str(bundles[second]),
+                              "--state-dir", str(state), "--hardware-id", HW], cwd=ROOT, env=ENV,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines: list[str] = []
         read_until(b, "waiting for", lines)  # the second install waits for the lock, and says so
         (marks / "go").touch()
@@ -333,7 +336,7 @@ def test_agent_starts_with_a_corrupted_active_slot(world, state, broker, tmp_pat
                       socket=str(state / "infer.sock"), log_file=str(tmp_path / "cor0.log"),
                       telemetry_interval_s=0, broker=broker.settings())
     watcher = Watcher(broker.settings(), FLEET)
-    proc = subprocess.Popen([sys.executable, "-m", "ota.cli", "run", "--config",
+    proc = subprocess.Popen([sys.executable, "-m", "cuvil_agent.cli", "run", "--config",
                              str(write_toml(cfg, tmp_path / "cor0.toml"))], cwd=ROOT, env=ENV,
                             stderr=subprocess.PIPE)
     try:

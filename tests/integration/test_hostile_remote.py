@@ -15,13 +15,13 @@ import threading
 import numpy as np
 import pytest
 
+from cuvil_agent.http_client import InferenceClient
 from fuzz.engine import REGRESSIONS, ROOT, inputs, replay
 from fuzz.targets import all_targets
 from fuzz.targets.http_api import exchange, serve
 from fuzz.targets.http_download import LENGTH, OFFSET, HostileServer
 from ota.config import HttpDownloadLimits
 from ota.errors import HttpUnavailable, LengthMismatch, RedirectRefused
-from ota.http_client import InferenceClient
 from ota.http_download import open_body
 
 pytestmark = pytest.mark.integration

@@ -27,16 +27,17 @@ from onnx import TensorProto, helper, numpy_helper
 from prometheus_client.parser import text_string_to_metric_families
 from test_serving_hardening import SENTINEL, SpinWorld
 
+from cuvil_agent.agent import Agent
+from cuvil_agent.config import AgentConfig, HttpSettings, load_agent_config
+from cuvil_agent.http_api import HttpApiServer
+from cuvil_agent.http_client import InferenceClient
+from cuvil_agent.log import JsonLog
+from cuvil_agent.serve import ModelHost, ModelRegistry, infer
 from cuvil_edge import CuvilModel
 from cuvil_edge.signing import Keyring, build_bundle
 from cuvil_edge.testing.broker import LocalBroker
 from ota import Installer
-from ota.agent import Agent, JsonLog
-from ota.config import AgentConfig, HttpSettings, load_agent_config
 from ota.errors import CannotListen, InferenceRefused
-from ota.http_api import HttpApiServer
-from ota.http_client import InferenceClient
-from ota.serve import ModelHost, ModelRegistry, infer
 from runtime_wasm import RuntimePolicy
 
 pytestmark = pytest.mark.integration

@@ -22,13 +22,14 @@ from test_http_api import call
 from test_http_text_inputs import GUARD_S, ask_path, json_outputs, post_binary, post_json, read_binary
 from test_pretrained_audio import check_against_onnxruntime, ref_wav2vec2, riff
 
+from cuvil_agent import processed
+from cuvil_agent.cli import main as agent_main
+from cuvil_agent.config import HttpSettings, ServeLimits
+from cuvil_agent.http_api import HttpApiServer
+from cuvil_agent.serve import InferenceServer, ModelHost, ModelRegistry
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.signing import Keyring, build_bundle
-from ota import Installer, processed
-from ota.cli import main as agent_main
-from ota.config import HttpSettings, ServeLimits
-from ota.http_api import HttpApiServer
-from ota.serve import InferenceServer, ModelHost, ModelRegistry
+from ota import Installer
 from runtime_wasm import Classification
 from runtime_wasm.processing import AudioWindow
 

@@ -22,14 +22,15 @@ import pytest
 from pretrainedkit import IMAGE_LABELS, image_dir, sst_dir, train_tokenizer
 from test_http_api import call
 
+from cuvil_agent import processed
+from cuvil_agent.cli import main as agent_main
+from cuvil_agent.config import HttpSettings, ServeLimits
+from cuvil_agent.http_api import HttpApiServer
+from cuvil_agent.http_client import InferenceClient
+from cuvil_agent.serve import InferenceServer, ModelHost, ModelRegistry
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.signing import Keyring, build_bundle
-from ota import Installer, processed
-from ota.cli import main as agent_main
-from ota.config import HttpSettings, ServeLimits
-from ota.http_api import HttpApiServer
-from ota.http_client import InferenceClient
-from ota.serve import InferenceServer, ModelHost, ModelRegistry
+from ota import Installer
 from runtime_wasm import Classification
 
 pytestmark = pytest.mark.integration

@@ -500,7 +500,7 @@ def test_verification_errors_share_one_base():
 
 # -- command line -----------------------------------------------------------------------------
 def test_cli_keys_bundle_verify_install_rollback(world, tmp_path, capsys, monkeypatch, host_cli):
-    from ota.cli import main as agent
+    from cuvil_agent.cli import main as agent
 
     host = host_cli
 

@@ -20,6 +20,9 @@ import pytest
 from fleetkit import AgentThreads, Watcher, log_events, wait_until, write_toml
 from test_multi_model import HW, mlp
 
+from cuvil_agent.agent import Agent
+from cuvil_agent.cli import main as agent_cli
+from cuvil_agent.config import AgentConfig, ModelConfig, load_agent_config
 from cuvil_edge import CuvilModel
 from cuvil_edge.cli import main as edge_cli
 from cuvil_edge.dashboard import FleetView
@@ -27,11 +30,8 @@ from cuvil_edge.fleet import FleetError, Publisher, line_status
 from cuvil_edge.signing import Keyring, build_bundle
 from cuvil_edge.testing.broker import LocalBroker
 from ota import Installer
-from ota.agent import Agent
-from ota.cli import main as agent_cli
-from ota.config import AgentConfig, ModelConfig, load_agent_config
 from ota.errors import BrokenChain, SelfTestFailed
-from ota.installer import MODELS_DIR, line_dirs
+from ota.roots import MODELS_DIR, line_dirs
 
 pytestmark = pytest.mark.integration
 FLEET = "lines"

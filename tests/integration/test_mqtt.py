@@ -22,15 +22,15 @@ import numpy as np
 import pytest
 from fleetkit import AgentThreads, FleetWorld, Watcher, log_events, wait_until, with_limits, write_toml
 
+from cuvil_agent.cli import main as agent_cli
+from cuvil_agent.serve import infer
 from cuvil_edge.fleet import Publisher
 from cuvil_edge.testing.broker import LocalBroker
 from ota import SelfTestFailed
-from ota.cli import main as agent_cli
 from ota.errors import NotAuthorized
 from ota.golden import decode_vector
 from ota.installer import Installer
 from ota.protocol import Command, Topics, bucket, format_time
-from ota.serve import infer
 from ota.transport import MqttClient
 
 pytestmark = [pytest.mark.integration,
@@ -45,8 +45,8 @@ def fleet_world(tmp_path_factory) -> FleetWorld:
 
 
 def spawn_agent(cfg_path: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ota.cli", "run", "--config", str(cfg_path)], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "cuvil_agent.cli", "run", "--config", str(cfg_path)],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE)
 
 
 def stop_agent(proc: subprocess.Popen) -> int:
@@ -358,7 +358,7 @@ def test_slow_retrieval_and_stalls_are_bounded(fleet_world, tmp_path):
 
 
 def test_example_agent_config_parses(monkeypatch, tmp_path):
-    from ota.config import load_agent_config
+    from cuvil_agent.config import load_agent_config
 
     text = (ROOT / "packaging" / "agent.example.toml").read_text()
     monkeypatch.setenv("CUVIL_MQTT_PASS", "s3cret")

@@ -27,13 +27,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from prometheus_client.parser import text_string_to_metric_families
 
+from cuvil_agent.config import HttpSettings
+from cuvil_agent.http_api import HttpApiServer
+from cuvil_agent.serve import ModelHost, ModelRegistry
 from cuvil_edge import CuvilModel
 from cuvil_edge.signing import Keyring, build_bundle
 from ota import Installer
-from ota.config import HttpSettings
 from ota.errors import WrongModel
-from ota.http_api import HttpApiServer
-from ota.serve import ModelHost, ModelRegistry
 from runtime_wasm import DeviceAdmission, RuntimePolicy, divide_threads
 
 pytestmark = pytest.mark.integration

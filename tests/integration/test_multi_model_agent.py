@@ -16,12 +16,12 @@ import pytest
 from fleetkit import AgentThreads, Watcher, log_events, write_toml
 from test_multi_model import HIGH, HW, LOW, MultiWorld
 
+from cuvil_agent.config import AdmissionSettings, AgentConfig, HttpSettings, ModelConfig, load_agent_config
+from cuvil_agent.http_client import InferenceClient
 from cuvil_edge.signing import sign_envelope
 from cuvil_edge.testing.broker import LocalBroker
-from ota.config import AdmissionSettings, AgentConfig, HttpSettings, ModelConfig, load_agent_config
-from ota.http_client import InferenceClient
-from ota.installer import MODELS_DIR
 from ota.protocol import Announcement, Topics, format_time, sha256_hex, split_chunks
+from ota.roots import MODELS_DIR
 from ota.transport import MqttClient
 from runtime_wasm import RuntimePolicy
 

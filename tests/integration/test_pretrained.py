@@ -44,6 +44,9 @@ from pretrainedkit import (
 from pretrainedkit import sst_dir as build_sst_dir
 from tokenizers import Tokenizer
 
+from cuvil_agent.cli import main as agent_main
+from cuvil_agent.config import AgentConfig
+from cuvil_agent.serve import InferenceServer, ModelHost, infer_items
 from cuvil_edge import (
     AmbiguousPretrainedModel,
     CuvilModel,
@@ -60,9 +63,6 @@ from cuvil_edge.pretrained import load_source
 from cuvil_edge.signing import Keyring, build_bundle
 from cuvil_edge.testing.broker import LocalBroker, free_port
 from ota import Installer, VerificationError
-from ota.cli import main as agent_main
-from ota.config import AgentConfig
-from ota.serve import InferenceServer, ModelHost, infer_items
 from runtime_wasm import Classification, ProcessingError, Span
 from runtime_wasm.loader import load_model_dir
 from runtime_wasm.processing import TIE_SLACK, Processor, read_image
@@ -403,7 +403,7 @@ def test_the_agent_daemon_serves_the_bundle_and_cuvil_agent_infer_text_prints_it
     """What a device runs, each a ``cuvil-agent`` process reading one agent.toml: ``install`` the signed
     bundle, ``run`` the daemon (its Unix socket, its broker connection), ``infer --text "I love this
     movie!"``; the daemon itself tokenizes and labels (it answers a processed request)."""
-    cli = [sys.executable, "-m", "ota.cli"]
+    cli = [sys.executable, "-m", "cuvil_agent.cli"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def agent(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,7 @@ from fleetkit import HW, AgentThreads, FleetWorld, Watcher, log_events
 from onnx import TensorProto, helper, numpy_helper, save
 from test_install import compile_matmul
 
+from cuvil_agent.serve import infer
 from cuvil_edge import ALL_TARGETS, CuvilError, CuvilModel, Target, TargetError
 from cuvil_edge.cli import main
 from cuvil_edge.fleet import Publisher, Rollout
@@ -32,7 +33,6 @@ from ota.errors import BadSignature, FormatError
 from ota.golden import decode_vector
 from ota.installer import Installer
 from ota.protocol import Announcement, format_time, verify_announcement
-from ota.serve import infer
 from runtime_wasm.loader import SPEC_FILE
 from runtime_wasm.spec import ModelSpec
 from runtime_wasm.variants import EngineProbes, select_variant

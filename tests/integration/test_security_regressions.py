@@ -17,13 +17,13 @@ import pytest
 from fleetkit import FleetWorld, log_events
 from test_install import write_raw_bundle
 
-import ota.agent as agent_module
+import cuvil_agent.agent as agent_module
+from cuvil_agent.agent import Agent
+from cuvil_agent.serve import InferenceServer
 from cuvil_edge.signing import make_manifest, sign_envelope
-from ota.agent import Agent
 from ota.chunks import file_sha256
 from ota.config import BrokerSettings, OtaConfig
 from ota.protocol import Announcement, Command, format_time
-from ota.serve import InferenceServer
 
 pytestmark = pytest.mark.integration
 FLEET = "lab"

@@ -24,14 +24,16 @@ import pytest
 from fleetkit import log_events, write_toml
 from test_install import wat_model
 
+from cuvil_agent.agent import Agent
+from cuvil_agent.config import AgentConfig, ServeLimits, load_agent_config
+from cuvil_agent.log import JsonLog
+from cuvil_agent.serve import InferenceServer, ModelHost, infer
 from cuvil_edge.signing import Keyring, build_bundle
 from cuvil_edge.testing.broker import LocalBroker
 from ota import Installer
-from ota.agent import Agent, JsonLog
-from ota.config import AgentConfig, BrokerSettings, ServeLimits, TransferLimits, load_agent_config
+from ota.config import BrokerSettings, TransferLimits
 from ota.errors import NoActiveModel, NoHealthyModel, NotAuthorized, OtaError
 from ota.golden import encode_vector
-from ota.serve import InferenceServer, ModelHost, infer
 from ota.transport import MqttClient
 from runtime_wasm import DeadlineExceeded, ModuleLoadError, RuntimePolicy, SpecError
 
@@ -115,8 +117,8 @@ def test_looping_input_gets_a_deadline_error_and_the_agent_process_keeps_serving
         toml = write_toml(cfg, tmp_path / "agent.toml")
         assert load_agent_config(toml).policy is None
         with open(tmp_path / "agent.err", "wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "ota.cli", "run", "--config", str(toml)], cwd=ROOT,
-                                    env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=err)
+            proc = subprocess.Popen([sys.executable, "-m", "cuvil_agent.cli", "run", "--config", str(toml)],
+                                    cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=err)
         try:
             eventually(lambda: bool(log_events(Path(cfg.log_file), "start")), 60, "the agent to start")
             assert log_events(Path(cfg.log_file), "start")[0]["release"] == 1

@@ -193,8 +193,9 @@ def test_closed_scheduler_refuses_and_close_is_idempotent(cache_dir):
 
 
 def test_agent_serves_through_the_scheduler_when_its_config_has_a_policy(cache_dir, tmp_path):
+    from cuvil_agent.serve import InferenceServer, ModelHost, infer
     from ota.errors import OtaError
-    from ota.serve import InferenceServer, ModelHost, infer
+    from ota.installer import ActiveModel
 
     slot = tmp_path / "slot"
     slot.mkdir()
@@ -202,8 +203,8 @@ def test_agent_serves_through_the_scheduler_when_its_config_has_a_policy(cache_d
     (slot / "model.wasm").write_bytes(wasmtime.wat2wasm(MODULE.format(pages=1, body=GUARDED)))
     (slot / "weights.bin").write_bytes(np.float32([0.5]).tobytes())
     (slot / "model.json").write_text(ModelSpec(**{**SPEC.__dict__, "variants": (variant,)}).to_json())
-    installer = SimpleNamespace(active_dir=lambda: slot, cache=SimpleNamespace(directory=cache_dir),
-                                active_manifest=lambda: SimpleNamespace(release=3, name="m", version="1.0.3"))
+    manifest = SimpleNamespace(release=3, name="m", version="1.0.3")
+    installer = SimpleNamespace(active_model=lambda: ActiveModel(slot, manifest, cache_dir))
     host = ModelHost(installer, policy(deadline_ms=500.0, max_input_age_ms=1000.0))
     server = InferenceServer(tmp_path / "infer.sock", host)
     try:

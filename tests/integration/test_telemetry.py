@@ -18,12 +18,12 @@ import pytest
 from fleetkit import TEST_LIMITS, AgentThreads, FleetWorld
 from prometheus_client.parser import text_string_to_metric_families
 
+from cuvil_agent.agent import Agent
+from cuvil_agent.config import AgentConfig, HttpSettings, TelemetrySettings
+from cuvil_agent.telemetry import SEGMENT_SUFFIX
 from cuvil_edge.fleet import Publisher
 from cuvil_edge.fleet_telemetry import DeviceTelemetry, TelemetryCollector
 from cuvil_edge.testing.broker import LocalBroker
-from ota.agent import Agent
-from ota.config import AgentConfig, HttpSettings, TelemetrySettings
-from ota.telemetry import SEGMENT_SUFFIX
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not shutil.which("mosquitto"), reason="mosquitto not installed")]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ota.config import load_agent_config, serving_policy
+from cuvil_agent.config import load_agent_config, serving_policy
 from ota.errors import ConfigError, OtaError
 
 BASE = '[agent]\ndevice_id = "d"\nfleet = "f"\nstate_dir = "/tmp/none"\n'

@@ -22,11 +22,11 @@ import numpy as np
 import onnx
 import pytest
 
+from cuvil_agent import cli as agent
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge import cli as host
 from cuvil_edge.signing import Keyring
 from cuvil_edge.testing.zoo import NetBuilder
-from ota import cli as agent
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIS: dict[str, tuple[Callable[[list[str]], int], argparse.ArgumentParser, set[int]]] = {
@@ -256,10 +256,12 @@ def test_every_command_fails_cleanly(files: Files, capsys):
     ("cuvil_edge.cli", ["inspect", "missing.cuvil"], 1, "error: FileNotFoundError: "),
     ("cuvil_edge.cli", ["build", "{onnx}", "--precision", "int8", "-q"], 2,
      "error: QuantizationError: int8 (static) needs calibration data: give --calib FILE"),
-    ("ota.cli", ["install", "missing.cvb", "--state-dir", "{tmp}/state", "--root", "{tmp}/missing.json"], 1,
+    ("cuvil_agent.cli",
+     ["install", "missing.cvb", "--state-dir", "{tmp}/state", "--root", "{tmp}/missing.json"], 1,
      "error: FileNotFoundError: "),
-    ("ota.cli", ["run", "--config", "{config}"], 1, "error: ConfigError: {config}: not a TOML file: "),
-    ("ota.cli", ["infer", "--text", "hi", "--state-dir", "{tmp}", "--socket", "{tmp}/agent.sock"], 1,
+    ("cuvil_agent.cli", ["run", "--config", "{config}"], 1,
+     "error: ConfigError: {config}: not a TOML file: "),
+    ("cuvil_agent.cli", ["infer", "--text", "hi", "--state-dir", "{tmp}", "--socket", "{tmp}/agent.sock"], 1,
      "error: ServerUnreachable: agent socket {tmp}/agent.sock: No such file or directory"),
 ], ids=["host-missing-file", "host-int8-without-calib", "agent-missing-root", "agent-binary-config",
         "agent-no-socket"])

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from cuvil_edge import CuvilModel, Target
 
 ROOT = Path(__file__).resolve().parents[2]
-DEVICE_PACKAGES = ("runtime_wasm", "ota", "device_profiles")
+DEVICE_PACKAGES = ("runtime_wasm", "ota", "cuvil_agent", "device_profiles")
 HOST_ONLY = ("cuvil_edge", "onnx", "onnxruntime", "ziglang", "psycopg")  # psycopg: the fleet store's
 
 BLOCKER = """
@@ -50,7 +50,8 @@ def test_device_runs_a_built_model_with_host_modules_blocked(tmp_path):
     np.save(tmp_path / "x.npy", x)
     script = BLOCKER.format(host=set(HOST_ONLY)) + f"""
 import numpy as np
-import runtime_wasm, ota, device_profiles
+import runtime_wasm, ota, cuvil_agent, device_profiles
+import cuvil_agent.agent, cuvil_agent.cli
 from runtime_wasm.loader import load_model_dir
 with load_model_dir({str(out_dir)!r}) as m:
     y = m.predict([np.load({str(tmp_path / "x.npy")!r})])["y"]

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md"),
                *(ROOT / "benchmarks" / "results").glob("*.md")])
 README_MAX_LINES = 220
-PRODUCT = ("cuvil_edge", "runtime_wasm", "ota", "device_profiles")
+PRODUCT = ("cuvil_edge", "runtime_wasm", "ota", "cuvil_agent", "device_profiles")
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 _LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -109,7 +109,7 @@ def test_every_environment_variable_the_code_reads_is_documented():
 
 
 def test_every_agent_config_key_is_documented():
-    from ota import config as c
+    from cuvil_agent import config as c
     from runtime_wasm.policy import RuntimePolicy
 
     text = (ROOT / "docs" / "CONFIG.md").read_text()

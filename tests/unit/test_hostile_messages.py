@@ -15,6 +15,11 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
+from cuvil_agent.agent import Agent
+from cuvil_agent.config import AgentConfig
+from cuvil_agent.log import JsonLog
+from cuvil_agent.state import STORE_FILE, Store, describe_state, unused_command
+from cuvil_agent.telemetry import CURSOR_FILE, TelemetryQueue
 from cuvil_edge.dashboard import FleetView
 from cuvil_edge.fleet import Publisher
 from cuvil_edge.fleet_telemetry import TelemetryCollector
@@ -33,9 +38,8 @@ from fuzz.targets.mqtt_messages import (
     signed,
     trust,
 )
-from ota.agent import STORE_FILE, Agent, JsonLog, Store, describe_state, unused_command
 from ota.chunks import PART_FILE, PROGRESS_FILE, ChunkTransfer
-from ota.config import AgentConfig, BrokerSettings, TransferLimits
+from ota.config import BrokerSettings, TransferLimits
 from ota.errors import FormatError, ReplayedCommand
 from ota.metadata import parse_time
 from ota.protocol import (
@@ -49,7 +53,6 @@ from ota.protocol import (
     verify_announcement,
     verify_command,
 )
-from ota.telemetry import CURSOR_FILE, TelemetryQueue
 from ota.transport import MqttClient
 
 LIMITS = TransferLimits(window_chunks=2)

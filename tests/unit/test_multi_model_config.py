@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ota.config import AdmissionSettings, ModelConfig, load_agent_config, model_policies
+from cuvil_agent.config import AdmissionSettings, ModelConfig, load_agent_config, model_policies
 from ota.errors import FormatError
 from ota.protocol import Command, Topics
 from runtime_wasm import DeviceAdmission, Overloaded, RuntimePolicy, divide_threads

@@ -85,7 +85,7 @@ def test_cpu_temperature_is_the_hottest_readable_zone(tmp_path):
 
 
 def test_agent_config_embeds_a_policy_table(tmp_path):
-    from ota.config import load_agent_config
+    from cuvil_agent.config import load_agent_config
 
     cfg = tmp_path / "agent.toml"
     base = '[agent]\ndevice_id = "d1"\nfleet = "f"\nstate_dir = "s"\n'
@@ -103,8 +103,8 @@ def test_the_agent_serves_under_its_profiles_policy_and_threads():
     profile's ``threads``; an explicit count wins; an unknown profile is a configuration error."""
     from dataclasses import replace
 
+    from cuvil_agent.config import AgentConfig, serving_policy
     from device_profiles import load_profile
-    from ota.config import AgentConfig, serving_policy
 
     base = AgentConfig(device_id="d", fleet="f", state_dir="/nonexistent")
     assert serving_policy(base) == RuntimePolicy()

@@ -1,5 +1,6 @@
-"""``ota.processed``: the typed results of every task become exactly the tensors its metadata announces
-(names, datatypes, ranks), spans flattened across the batch with the item each came from. No model runs."""
+"""``cuvil_agent.processed``: the typed results of every task become exactly the tensors its metadata
+announces (names, datatypes, ranks), spans flattened across the batch with the item each came from. No model
+runs."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ota import oip
+from cuvil_agent import oip
+from cuvil_agent.processed import decode_items, result_tensors, run, signature
 from ota.errors import BadInferenceRequest, InputOverLimit, ModelChanged, NoProcessing
-from ota.processed import decode_items, result_tensors, run, signature
 from runtime_wasm.processing import Classification, ProcessingConfig, Processor, Span
 
 LABELS = ["O", "B-PER", "I-PER"]

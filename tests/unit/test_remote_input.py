@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from cuvil_agent import oip
 from fuzz.engine import REGRESSIONS
 from fuzz.targets.oip_request import SIGNATURE_INPUTS
-from ota import oip
 from ota.errors import BadInferenceRequest, LengthMismatch, RedirectRefused
 from ota.http_download import check_headers
 from ota.parse import MAX_DIGITS, finite_number, join_url, parse_decimal, split_url

@@ -9,13 +9,20 @@ from typing import Any
 
 import pytest
 
-import ota.telemetry
+import cuvil_agent.telemetry
+from cuvil_agent.config import TelemetrySettings, load_agent_config
+from cuvil_agent.serve import ModelRegistry
+from cuvil_agent.telemetry import (
+    CURSOR_FILE,
+    SEGMENT_SUFFIX,
+    ServingWatch,
+    Telemetry,
+    TelemetryQueue,
+    quantile_ms,
+)
 from cuvil_edge.fleet_telemetry import DeviceTelemetry
-from ota.config import TelemetrySettings, load_agent_config
 from ota.errors import FormatError, LengthMismatch, TelemetryError
 from ota.protocol import MAX_TELEMETRY_BYTES, TelemetryRecord
-from ota.serve import ModelRegistry
-from ota.telemetry import CURSOR_FILE, SEGMENT_SUFFIX, ServingWatch, Telemetry, TelemetryQueue, quantile_ms
 
 
 def payload(seq: int, size: int = 40) -> bytes:
@@ -150,7 +157,7 @@ def disk_full(_fd: int) -> None:
 def test_a_failed_write_leaves_no_partial_frame(tmp_path, monkeypatch):
     with TelemetryQueue(tmp_path, max_events=100, max_bytes=1 << 20) as q:
         fill(q, 2)
-        monkeypatch.setattr(ota.telemetry.os, "fsync", disk_full)
+        monkeypatch.setattr(cuvil_agent.telemetry.os, "fsync", disk_full)
         with pytest.raises(TelemetryError, match="No space"):
             q.append(payload)
         monkeypatch.undo()
@@ -163,7 +170,7 @@ def test_a_failed_write_leaves_no_partial_frame(tmp_path, monkeypatch):
 def test_emit_counts_what_the_disk_refused(tmp_path, monkeypatch):
     logged = []
     with Telemetry("dev", tmp_path, TelemetrySettings(), lambda event, **f: logged.append(event)) as t:
-        monkeypatch.setattr(ota.telemetry.os, "fsync", disk_full)
+        monkeypatch.setattr(cuvil_agent.telemetry.os, "fsync", disk_full)
         assert t.emit("update_state", state="active") is None
         monkeypatch.undo()
         assert t.emit("update_state", state="active") is not None

@@ -1,6 +1,6 @@
 """The Open Inference Protocol's (KServe v2) HTTP wire format: datatypes, tensors as JSON or binary, and
-inference requests and responses. No I/O: the server (``ota.http_api``) and the client
-(``ota.http_client``) share it, and everything a client sends is checked here against the model's
+inference requests and responses. No I/O: the server (``cuvil_agent.http_api``) and the client
+(``cuvil_agent.http_client``) share it, and everything a client sends is checked here against the model's
 signature, so a bad request is one ``BadInferenceRequest`` naming the field, never a numpy error.
 
 Binary tensor data extension: a body is a JSON header of ``Inference-Header-Content-Length`` bytes
@@ -23,11 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from ota.errors import BadInferenceRequest, InputOverLimit
+from ota.parse import finite_number, parse_decimal
 from runtime_wasm.errors import InferenceInputError
 from runtime_wasm.spec import TensorSpec, check_index_bound
-
-from .errors import BadInferenceRequest, InputOverLimit
-from .parse import finite_number, parse_decimal
 
 #: the header that splits a body into its JSON part and the binary tensors after it
 HEADER_LENGTH = "Inference-Header-Content-Length"

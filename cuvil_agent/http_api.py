@@ -5,10 +5,10 @@ tensor data extension, plus Prometheus metrics at ``/metrics``.
     GET  /v2 | /v2/                                    server metadata and extensions
     GET  /v2/models/{name}[/versions/{release}]        model metadata (+ release, version, variant)
     GET  /v2/models/{name}[/versions/{release}]/ready  200, or 400 while it is not loaded
-    POST /v2/models/{name}[/versions/{release}]/infer  inference (``ota.oip``): tensors, or for a model
+    POST /v2/models/{name}[/versions/{release}]/infer  inference (``oip``): tensors, or for a model
                                                        with processing a BYTES text/image/audio
-                                                       input and typed results (``ota.processed``)
-    GET  /metrics                                      Prometheus text format (``ota.metrics``)
+                                                       input and typed results (``processed``)
+    GET  /metrics                                      Prometheus text format (``cuvil_agent.metrics``)
 
 Errors are ``{"error": "<Type>: <message>", "type": "<Type>"}``: 400 malformed request (or text that is not
 UTF-8, an unreadable image or WAV file), 404 unknown model or path, 405 method, 408 too slow, 413 body too
@@ -47,6 +47,15 @@ from urllib.parse import unquote
 
 import h11
 
+from ota.errors import (
+    BadInferenceRequest,
+    InputOverLimit,
+    ModelChanged,
+    NoActiveModel,
+    OtaError,
+    UnknownModel,
+)
+from ota.parse import parse_decimal, split_url
 from runtime_wasm.errors import (
     DeadlineExceeded,
     InferenceInputError,
@@ -58,16 +67,7 @@ from runtime_wasm.errors import (
 
 from . import oip, processed
 from .config import HttpSettings
-from .errors import (
-    BadInferenceRequest,
-    InputOverLimit,
-    ModelChanged,
-    NoActiveModel,
-    OtaError,
-    UnknownModel,
-)
 from .metrics import CONTENT_TYPE, ServingMetrics
-from .parse import parse_decimal, split_url
 from .serve import BoundedThreads, ModelHost, ModelRegistry, listening_on
 
 log = logging.getLogger(__name__)
@@ -395,7 +395,7 @@ class HttpApiServer:
 
     def _infer(self, host: ModelHost, version: str | None, headers: Mapping[str, str], body: bytes) -> Reply:
         """Tensors in, tensors out; or, for a model with processing, one BYTES ``text``/``image``/``audio``
-        input through the served release's processing and its typed results out (``ota.processed``)."""
+        input through the served release's processing and its typed results out (``processed``)."""
         served = self._check_version(host, version)
         signatures = [oip.Signature(served.spec.inputs, served.spec.outputs)]
         if served.processor is not None:

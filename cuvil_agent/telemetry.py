@@ -36,15 +36,15 @@ from typing import Any, BinaryIO
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from ota.errors import FormatError, TelemetryError, TransportError
+from ota.parse import parse_decimal
+from ota.protocol import TelemetryRecord, format_time
+from ota.store import read_json, write_json
+from ota.transport import MqttClient
 from runtime_wasm import schema
 
 from .config import TelemetrySettings
-from .errors import FormatError, TelemetryError, TransportError
-from .parse import parse_decimal
-from .protocol import TelemetryRecord, format_time
 from .serve import ModelRegistry
-from .store import read_json, write_json
-from .transport import MqttClient
 
 log = logging.getLogger(__name__)
 CURSOR_FILE = "cursor.json"

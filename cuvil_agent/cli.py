@@ -15,12 +15,22 @@ from typing import Any
 import numpy as np
 
 from device_profiles.profile import DeviceProfilesError, load_profile
+from ota.crypto import parse_json
+from ota.errors import (
+    ConfigError,
+    ExitCodes,
+    InstallError,
+    OtaError,
+    ServerUnreachable,
+    UnknownModel,
+    VerificationError,
+    exit_code,
+)
+from ota.installer import Installer
+from ota.roots import MODELS_DIR, line_dirs, trusted_root, update_roots
 from runtime_wasm.errors import RuntimeWasmError
 
 from .config import default_hardware_id, load_agent_config, model_policies
-from .crypto import parse_json
-from .errors import ConfigError, InstallError, OtaError, ServerUnreachable, UnknownModel, VerificationError
-from .installer import MODELS_DIR, Installer, line_dirs, trusted_root, update_roots
 
 
 def _read_roots(paths: Sequence[str]) -> list[dict[str, Any]]:
@@ -135,7 +145,7 @@ def _show_state(args: argparse.Namespace, state_dir: Path) -> int:
         what = f"{slot['name']} {slot['version']} (release {slot['release']})" if "release" in slot else "?"
         health = "ok" if slot["healthy"] else f"CORRUPT: {slot['problem']}"
         print(f"{'active' if slot['active'] else 'other '}: slot {name}: {what}: {health}")
-    from .agent import describe_state
+    from .state import describe_state
 
     d = describe_state(state_dir)
     t = d["transfer"]
@@ -231,9 +241,9 @@ def _process_here(args: argparse.Namespace, items: Sequence[str]) -> tuple[int, 
     from .processed import result_record
     from .serve import infer
 
-    installer = Installer(args.state_dir, args.hardware_id, args.profile, read_only=True)
-    release = installer.active_manifest().release
-    processor = Processor.from_dir(installer.active_dir())
+    active = Installer(args.state_dir, args.hardware_id, args.profile, read_only=True).active_model()
+    release = active.release
+    processor = Processor.from_dir(active.directory)
 
     def predict(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         answered, outputs = infer(args.socket, feeds)
@@ -293,7 +303,6 @@ def build_parser() -> argparse.ArgumentParser:
 #: error matches decides. Anything else is a bug and keeps its traceback. Exit 2 is also argparse's, for a
 #: command line that does not parse (its usage block instead of one line); ``SystemExit("...")`` (an
 #: option missing that argparse cannot require) prints its one line and exits 1.
-ExitCodes = Sequence[tuple[tuple[type[BaseException], ...], int, str]]
 EXIT_CODES: ExitCodes = (
     # a bad config, input or profile; a missing or unreadable file, state directory or socket
     ((ConfigError, ServerUnreachable, ValueError, OSError, DeviceProfilesError), 1,
@@ -302,19 +311,6 @@ EXIT_CODES: ExitCodes = (
     ((InstallError,), 3, "failed: {type}: {message} (the previous model stays active)"),
     ((OtaError, RuntimeWasmError), 3, "failed: {type}: {message}"),  # broker, transfer or agent failed
 )
-
-
-def exit_code(exc: Exception, table: ExitCodes) -> int | None:
-    """Print ``exc`` as the one stderr line of the first ``table`` row it matches and return that row's
-    code; None when none matches. Shared by ``cuvil-agent`` and ``cuvil-edge`` (each with its table) so an
-    error reads the same from both; line breaks in a message (compiler output, nested causes) are
-    joined, since scripts read the first stderr line."""
-    for types, code, line in table:
-        if isinstance(exc, types):
-            message = " | ".join(part.strip() for part in str(exc).splitlines() if part.strip())
-            print(line.format(type=type(exc).__name__, message=message), file=sys.stderr)
-            return code
-    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,7 +6,7 @@ A model built with ``from_pretrained`` carries its processing in the signed bund
 token ids and normalised pixels. The processing read is the served release's own (``ServedModel``), and a
 reply from another release (an update landed meanwhile) is refused with ``ModelChanged``, never mixed.
 
-On the wire (``ota.oip``) a processed call is one BYTES input, ``text``, ``image`` or ``audio`` (WAV
+On the wire (``cuvil_agent.oip``) a processed call is one BYTES input, ``text``, ``image`` or ``audio`` (WAV
 files), and typed outputs: classification ``label`` (BYTES), ``score`` (FP32) and ``scores`` (FP32, every
 class); embeddings ``embedding`` (FP32); token classification one row per span across the batch:
 ``span_item`` (INT64, the input it came from), ``span_label``, ``span_text`` (BYTES), ``span_score``
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ota.errors import BadInferenceRequest, InputOverLimit, ModelChanged, NoProcessing
 from runtime_wasm import ModelSpec
 from runtime_wasm.processing import (
     PROCESSING_FILE,
@@ -38,7 +39,6 @@ from runtime_wasm.processing import (
 )
 from runtime_wasm.spec import TensorSpec
 
-from .errors import BadInferenceRequest, InputOverLimit, ModelChanged, NoProcessing
 from .oip import Signature
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ base64 little-endian data). File permissions on the socket decide which local us
 Neither a local app nor the model can hang serving: the model always runs in supervised worker
 processes under the policy's deadline (``ModelHost``), and ``ServeLimits`` bound the connections served
 at once, the time to send a request and its size (``InferenceServer``). ``ModelRegistry`` names the
-models a device serves, for the HTTP API (``ota.http_api``) and its metrics.
+models a device serves, for the HTTP API (``cuvil_agent.http_api``) and its metrics.
 """
 
 from __future__ import annotations
@@ -29,6 +29,20 @@ from typing import Any
 
 import numpy as np
 
+from ota.errors import (
+    BadInferenceRequest,
+    CannotListen,
+    LengthMismatch,
+    NoActiveModel,
+    NoHealthyModel,
+    NoProcessing,
+    OtaError,
+    ServerUnreachable,
+    UnknownModel,
+)
+from ota.golden import decode_tensor, encode_tensor
+from ota.installer import ActiveModelSource
+from ota.parse import finite_number
 from runtime_wasm import (
     AdmissionGate,
     ModelSource,
@@ -42,20 +56,6 @@ from runtime_wasm.processing import Processor
 
 from . import processed
 from .config import ServeLimits
-from .errors import (
-    BadInferenceRequest,
-    CannotListen,
-    LengthMismatch,
-    NoActiveModel,
-    NoHealthyModel,
-    NoProcessing,
-    OtaError,
-    ServerUnreachable,
-    UnknownModel,
-)
-from .golden import decode_tensor, encode_tensor
-from .installer import Installer
-from .parse import finite_number
 
 log = logging.getLogger(__name__)
 #: the client's bound on one reply line
@@ -87,7 +87,7 @@ class ModelHost:
     multi-model device (every scheduler it loads passes requests through it).
     """
 
-    def __init__(self, installer: Installer, policy: RuntimePolicy | None = None, name: str = "",
+    def __init__(self, installer: ActiveModelSource, policy: RuntimePolicy | None = None, name: str = "",
                  admission: AdmissionGate | None = None) -> None:
         self._installer, self.policy, self._name = installer, policy or RuntimePolicy(), name
         self.admission = admission
@@ -105,16 +105,16 @@ class ModelHost:
         and retire the previous model in the background: its in-flight request ends by its deadline, so
         this never waits on it. On failure: raises, sets ``load_error``, the previous model keeps serving."""
         try:
-            slot = self._installer.active_dir()
-            manifest = self._installer.active_manifest()
-            model = Scheduler(ModelSource.from_dir(slot, cache_dir=str(self._installer.cache.directory),
+            active = self._installer.active_model()
+            model = Scheduler(ModelSource.from_dir(active.directory, cache_dir=str(active.cache_dir),
                                                    deterministic=self.policy.deterministic),
                               self.policy, admission=self.admission)
         except Exception as exc:
             self.load_error = exc
             raise
+        manifest, processor = active.manifest, processed.load_processor(active.directory, model.spec)
         served = ServedModel(self._name or manifest.name, manifest.release, manifest.version,
-                             model.variants[0], model.spec, processed.load_processor(slot, model.spec))
+                             model.variants[0], model.spec, processor)
         with self._lock:
             old, self._model, self.release, self.load_error = self._model, model, manifest.release, None
             self._served = served

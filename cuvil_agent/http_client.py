@@ -1,4 +1,4 @@
-"""A small client of the device's HTTP inference API (``ota.http_api``) for local apps: the standard
+"""A small client of the device's HTTP inference API (``cuvil_agent.http_api``) for local apps: the standard
 library's ``http.client`` plus numpy, over TCP or the API's Unix socket, one keep-alive connection.
 
     with InferenceClient("http://127.0.0.1:8080") as client:
@@ -23,9 +23,10 @@ from urllib.parse import quote, urlsplit
 
 import numpy as np
 
+from ota.errors import BadInferenceRequest, InferenceRefused, ServerUnreachable
+from ota.parse import parse_decimal
+
 from . import oip
-from .errors import BadInferenceRequest, InferenceRefused, ServerUnreachable
-from .parse import parse_decimal
 
 
 class _UnixConnection(http.client.HTTPConnection):
