@@ -172,7 +172,11 @@ class Installer:
             raise InstallError(f"{self.state_dir} holds no trust state; provision it with a root") from None
         ident = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._trust is None or ident != self._trust_id:
-            self._trust = TrustState.from_dict(parse_json(path.read_bytes(), "trust state"), self.config)
+            try:
+                data = path.read_bytes()
+            except OSError as exc:  # a directory in its place, no permission: typed, naming the file
+                raise InstallError(f"{path} cannot be read: {exc.strerror}") from exc
+            self._trust = TrustState.from_dict(parse_json(data, "trust state"), self.config)
             self._trust_id = ident
         return self._trust
 

@@ -90,6 +90,8 @@ def read_json(path: str | os.PathLike[str], default: Any, reader: schema.Reader 
             data = f.read(max_bytes + 1)
     except FileNotFoundError:
         return default
+    except OSError as exc:  # a directory in its place, no permission: the typed error, naming the file
+        raise FormatError(f"{path} cannot be read: {exc.strerror}") from exc
     doc = schema.load(data, max_bytes, str(path), FormatError)
     return doc if reader is None else schema.read(doc, reader, str(path), FormatError)
 

@@ -45,6 +45,8 @@ def read_model_dir(path: str | os.PathLike[str], variant: str | None = None,
         spec = ModelSpec.from_json((root / SPEC_FILE).read_bytes())
     except FileNotFoundError as exc:
         raise SpecError(f"{root} has no {SPEC_FILE}") from exc
+    except OSError as exc:  # a directory in its place, no permission: the typed error, naming the file
+        raise SpecError(f"{root / SPEC_FILE} cannot be read: {exc.strerror}") from exc
     if variant is not None:
         chosen = next((v for v in spec.variants if v.name == variant), None)
         if chosen is None:
@@ -58,7 +60,10 @@ def read_model_dir(path: str | os.PathLike[str], variant: str | None = None,
     weights = root / WEIGHTS_FILE
     if not weights.is_file():
         raise SpecError(f"{root} has no {WEIGHTS_FILE}")
-    return spec, chosen, module.read_bytes(), weights
+    try:
+        return spec, chosen, module.read_bytes(), weights
+    except OSError as exc:  # the variant's module missing or unreadable: a broken directory, typed
+        raise SpecError(f"variant {chosen.name!r}: {module.name} cannot be read: {exc.strerror}") from exc
 
 
 def load_model_dir(path: str | os.PathLike[str], variant: str | None = None,

@@ -35,6 +35,7 @@ from ota import (
     FormatError,
     HashMismatch,
     Installer,
+    InstallError,
     LengthMismatch,
     OtaConfig,
     RollbackError,
@@ -47,9 +48,12 @@ from ota import (
 from ota.bundle import MAGIC
 from ota.crypto import canonical_bytes
 from ota.golden import decode_vector, encode_vector
-from ota.installer import ENVELOPE_FILE
+from ota.installer import ENVELOPE_FILE, TRUST_FILE
+from ota.store import read_json
 from runtime_wasm import ModelSpec, RuntimePolicy, TensorSpec, VariantSpec
+from runtime_wasm.errors import SpecError
 from runtime_wasm.loader import load_model_dir
+from runtime_wasm.spec import SPEC_FILE
 
 pytestmark = pytest.mark.integration
 
@@ -526,3 +530,25 @@ def test_cli_keys_bundle_verify_install_rollback(world, tmp_path, capsys, monkey
     assert "RollbackError" in capsys.readouterr().err
     assert agent(["rollback", "--state-dir", state, "--hardware-id", HW]) == 0
     assert_serving(Path(state), 1)
+
+
+def test_unreadable_state_files_are_typed_errors_naming_them(state):
+    """A directory where the active model's module or spec, ``trust.json`` or a JSON state file should be
+    (disk damage, a botched manual repair): typed errors naming the file, never a bare OSError."""
+    inst = Installer(state, HW)
+    active = inst.active_dir()
+    for module in active.glob("*.wasm"):
+        module.unlink()
+    with pytest.raises(SpecError, match=r"\.wasm cannot be read"):
+        load_model_dir(active, cache=inst.cache)
+    (active / SPEC_FILE).unlink()
+    (active / SPEC_FILE).mkdir()
+    with pytest.raises(SpecError, match=f"{SPEC_FILE} cannot be read"):
+        load_model_dir(active, cache=inst.cache)
+    (state / TRUST_FILE).unlink()
+    (state / TRUST_FILE).mkdir()
+    with pytest.raises(InstallError, match=f"{TRUST_FILE} cannot be read"):
+        assert Installer(state, HW).trust
+    (state / "progress.json").mkdir()
+    with pytest.raises(FormatError, match="progress.json cannot be read"):
+        read_json(state / "progress.json", None)
