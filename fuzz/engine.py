@@ -26,8 +26,10 @@ class Finding(AssertionError):
     """What a harness reports: a parser broke its contract on one input."""
 
 
-class Hang(Finding):
-    """One input ran past the target's time limit."""
+class Hang(BaseException):
+    """One input ran past the target's time limit. Raised from a signal handler inside the code under test,
+    so it is not an ``Exception``: a parser's broad ``except Exception`` (read_tflite's, around flatbuffers)
+    must not turn a hang into its own error, as it would ``KeyboardInterrupt``."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ def replay(target: Target, paths: list[Path], one: Callable[[bytes], None] | Non
             peak = tracemalloc.get_traced_memory()[1]
             if peak > target.memory_bound(len(data)):
                 findings[path.name] = f"allocated {peak} bytes at peak for {len(data)} bytes of input"
-        except Exception as exc:  # a finding, whatever it is: report them all, not the first
+        except (Exception, Hang) as exc:  # a finding, whatever it is: report them all, not the first
             findings[path.name] = f"{type(exc).__name__}: {str(exc)[:300]}"
         finally:
             tracemalloc.stop()

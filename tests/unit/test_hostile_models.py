@@ -6,6 +6,8 @@ refused before anything is allocated, and what legitimate models materialise sta
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import onnx
 import pytest
@@ -15,7 +17,7 @@ from cuvil_edge.errors import ModelFormatError, ShapeError, UnsupportedOperator
 from cuvil_edge.frontend.onnx import import_onnx
 from cuvil_edge.ir import limits
 from cuvil_edge.ir.graph import TensorType
-from fuzz.engine import REGRESSIONS, replay
+from fuzz.engine import REGRESSIONS, Target, replay
 from fuzz.targets import onnx_import, tflite_import
 
 #: ONNX regression input -> (error class, words its message holds)
@@ -186,3 +188,20 @@ def test_constant_of_shape_refuses_a_shape_past_the_rank_limit_before_reading_it
                [helper.make_tensor_value_info("c", TensorProto.FLOAT, [0] * 65)], [shape])
     with pytest.raises(ShapeError, match="wide.*a shape of 65 dimensions, over the limit of 64"):
         import_onnx(m.SerializeToString())
+
+
+def test_a_hang_inside_a_broad_except_is_still_reported(tmp_path) -> None:
+    """The replay's time limit fires inside the code under test: a parser's ``except Exception`` (as
+    read_tflite has around flatbuffers) must not swallow it into its own error."""
+
+    def swallowing(data: bytes) -> None:
+        while True:
+            try:
+                time.sleep(1)
+            except Exception:  # what a broad parser does
+                raise ModelFormatError("malformed") from None
+
+    target = Target("slow", "host", lambda: swallowing, (ModelFormatError,), (), time_limit_s=0.2)
+    (tmp_path / "input").write_bytes(b"x")
+    found = replay(target, [tmp_path / "input"]).findings
+    assert list(found) == ["input"] and found["input"].startswith("Hang: over the time limit")
