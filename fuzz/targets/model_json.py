@@ -24,7 +24,7 @@ def setup() -> Callable[[bytes], None]:
 
     from runtime_wasm.errors import NoUsableVariant
     from runtime_wasm.instance import check_inputs
-    from runtime_wasm.spec import ModelSpec, caller_outputs
+    from runtime_wasm.spec import ModelSpec, caller_outputs, storage_dtype
     from runtime_wasm.variants import HostProbes, select_variant
 
     host = HostProbes("x86", relaxed_simd=True)
@@ -39,8 +39,8 @@ def setup() -> Callable[[bytes], None]:
             return
         arena = np.zeros(spec.arena_size, np.uint8)
 
-        def view(t):  # type: ignore[no-untyped-def]
-            return arena[t.offset:t.offset + t.nbytes].view(np.dtype(t.dtype)).reshape(t.shape)
+        def view(t):  # type: ignore[no-untyped-def]  # as the instance views linear memory
+            return arena[t.offset:t.offset + t.nbytes].view(storage_dtype(t.dtype)).reshape(t.shape)
 
         check_inputs(spec.inputs, [view(t).copy() for t in spec.inputs])
         caller_outputs(spec.outputs, {t.name: view(t) for t in spec.outputs})

@@ -46,6 +46,15 @@ def test_malformed_model_json_is_a_spec_error(name, match):
         model_json.setup()(data)
 
 
+def test_a_stored_type_tensor_passes_the_harness_as_the_instance_views_it():
+    """An int4 tensor (the harness viewed memory with ``np.dtype('int4')``, which numpy does not know; the
+    instance views a stored type as its storage, ``storage_dtype``)."""
+    data = regression("model_json", "int4-tensor")
+    spec = ModelSpec.from_json(data)
+    assert "int4" in {t.dtype for t in (*spec.inputs, *spec.outputs, *spec.states)}
+    model_json.setup()(data)
+
+
 def test_every_model_json_seed_still_loads():
     """The specs ``to_json`` writes (stateful, threaded with a weights tree, strings with a length, an
     unknown field) pass the schema, and unknown fields survive the round trip as before."""
