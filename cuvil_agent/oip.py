@@ -26,7 +26,8 @@ import numpy as np
 from ota.errors import BadInferenceRequest, InputOverLimit
 from ota.parse import finite_number, parse_decimal
 from runtime_wasm.errors import InferenceInputError
-from runtime_wasm.spec import TensorSpec, check_index_bound
+from runtime_wasm.schema import INT_MAX
+from runtime_wasm.spec import MAX_RANK, TensorSpec, check_index_bound
 
 #: the header that splits a body into its JSON part and the binary tensors after it
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -149,9 +150,11 @@ def _from_binary(blob: memoryview, t: TensorSpec) -> np.ndarray:
 
 def _shape(item: Mapping[str, Any], what: str) -> tuple[int, ...]:
     shape = item.get("shape")
-    if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0
-                                          for d in shape):
-        raise BadInferenceRequest(f"{what}.shape must be a list of non-negative integers")
+    if not isinstance(shape, list) or len(shape) > MAX_RANK or any(
+            isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
+        raise BadInferenceRequest(f"{what}.shape must be a list of at most {MAX_RANK} non-negative integers")
+    if math.prod(d for d in shape if d) > INT_MAX:  # numpy sizes even an empty array by its other axes
+        raise BadInferenceRequest(f"{what}.shape {shape} is too large for any array")
     return tuple(shape)
 
 

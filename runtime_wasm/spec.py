@@ -417,8 +417,9 @@ class ModelSpec:
             if isinstance(t, StateSpec):
                 if t.init_offset < 0 or t.init_offset + t.nbytes > self.weights_size:
                     raise SpecError(f"state {t.name!r}: its initial value lies outside the weights")
-            elif t.index_bound is not None and t.index_bound < 1:
-                raise SpecError(f"tensor {t.name!r} has index_bound {t.index_bound}, want >= 1")
+            elif t.index_bound is not None and (t.index_bound < 1 or storage_dtype(t.dtype).kind not in "iu"):
+                raise SpecError(f"tensor {t.name!r} has index_bound {t.index_bound}: ids are integers and "
+                                "the bound at least 1")
         strings = {t.name: t for t in self.outputs if storage_dtype(t.dtype).kind == "S"}
         for t in self.outputs:  # ``caller_outputs`` cuts a string output's last axis to one integer
             base = strings.get(t.name.removesuffix(LENGTH_SUFFIX)) if t.name.endswith(LENGTH_SUFFIX) else None
