@@ -13,8 +13,7 @@ Names load on first use (PEP 562), so ``import cuvil_agent`` costs nothing until
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from runtime_wasm.lazy import lazy_exports
 
 #: public name -> the submodule defining it
 _WHERE = {
@@ -32,16 +31,4 @@ _WHERE = {
     "load_agent_config": "config",
 }
 
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _WHERE)

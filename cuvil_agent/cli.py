@@ -24,7 +24,7 @@ from ota.errors import (
     ServerUnreachable,
     UnknownModel,
     VerificationError,
-    exit_code,
+    run_cli,
 )
 from ota.installer import Installer
 from ota.roots import MODELS_DIR, line_dirs, trusted_root, update_roots
@@ -315,14 +315,7 @@ EXIT_CODES: ExitCodes = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="cuvil-agent: %(message)s")  # e.g. waiting for the lock
-    args = build_parser().parse_args(argv)
-    try:
-        return args.fn(args)
-    except Exception as exc:
-        code = exit_code(exc, EXIT_CODES)
-        if code is None:
-            raise
-        return code
+    return run_cli(build_parser(), argv, EXIT_CODES)
 
 
 if __name__ == "__main__":

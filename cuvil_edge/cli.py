@@ -14,7 +14,7 @@ import numpy as np
 
 from device_profiles import Caches
 from device_profiles.profile import DeviceProfilesError
-from ota.errors import ExitCodes, OtaError, TransportError, exit_code
+from ota.errors import ExitCodes, OtaError, TransportError, run_cli
 from runtime_wasm.engine import TIER_RELAXED, TIERS
 from runtime_wasm.errors import RuntimeWasmError
 from runtime_wasm.spec import MAX_THREADS
@@ -433,14 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.fn(args)
-    except Exception as exc:
-        code = exit_code(exc, EXIT_CODES)
-        if code is None:
-            raise
-        return code
+    return run_cli(build_parser(), argv, EXIT_CODES)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ are not about trust raise an ``InstallError``.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 
@@ -208,3 +209,16 @@ def exit_code(exc: Exception, table: ExitCodes) -> int | None:
             print(line.format(type=type(exc).__name__, message=message), file=sys.stderr)
             return code
     return None
+
+
+def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None, table: ExitCodes) -> int:
+    """A command line's ``main``: the chosen command's exit code, or the ``table`` row an error matches
+    (``exit_code``); an error no row matches is a bug and ends in its traceback."""
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except Exception as exc:
+        code = exit_code(exc, table)
+        if code is None:
+            raise
+        return code
