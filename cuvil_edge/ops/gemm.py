@@ -1,7 +1,8 @@
 """GEMM family: ``gemm`` (activations x constant weights), ``matmul`` (both operands at run time).
 
 Both lower to the packed-panel microkernels in ``kernels/templates/f32-gemm.c.in``; batched matmul runs
-all batches in one C loop (``f32-bmm``), with a constant B packed at build time.
+all batches in one C loop (``f32-bmm``), with a constant B packed at build time. A float64 ``matmul`` runs
+the double-precision ``f64_bmm`` (``float64.py``).
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import act_c, act_numpy
+from .float64 import emit_bmm_f64
 from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
 
 NR = 8  # panel width of the f32 GEMM microkernels
+#: matmul's families (f64-math: float64)
+KERNELS = ("f32-gemm", "f32-bmm", "f64-math")
 
 
 def pack_b_panels(b: np.ndarray) -> np.ndarray:
@@ -90,21 +94,26 @@ def _matmul_infer(node: Node) -> list[TensorType]:
     a, b = node.inputs[0].type.shape, node.inputs[1].type.shape
     if len(a) < 2 or len(b) < 2 or a[-1] != _b_dims(node)[0]:
         raise ShapeError(f"{node.name}: matmul shapes {a} x {b} do not agree")
+    dtype = node.inputs[0].type.dtype
+    if node.inputs[1].type.dtype != dtype or (dtype == "float64" and node.attrs.get("act")):
+        raise ShapeError(f"{node.name}: matmul of {dtype} by {node.inputs[1].type.dtype}"
+                         f"{' with a fused activation' if node.attrs.get('act') else ''}")
     try:
         batch = np.broadcast_shapes(a[:-2], b[:-2])
     except ValueError as exc:
         raise ShapeError(f"{node.name}: matmul batch dims {a[:-2]} and {b[:-2]} do not broadcast") from exc
-    return [TensorType((*batch, a[-2], _b_dims(node)[1]), "float32")]
+    return [TensorType((*batch, a[-2], _b_dims(node)[1]), dtype)]
 
 
 def _matmul_fold(node: Node, args) -> list[np.ndarray]:
     b = np.swapaxes(args[1], -1, -2) if node.attrs.get("trans_b") else args[1]
-    return [np.matmul(args[0], b).astype(np.float32)]
+    return [np.matmul(args[0], b).astype(args[0].dtype)]
 
 
 def _matmul_scratch(node: Node) -> int:
     k, n = _b_dims(node)
-    return 0 if node.inputs[1].is_const else k * (-(-n // NR) * NR) * 4
+    packs = not node.inputs[1].is_const and node.inputs[1].type.dtype == "float32"
+    return k * (-(-n // NR) * NR) * 4 if packs else 0
 
 
 def batch_offsets(shape: tuple[int, ...], batch: tuple[int, ...], block: int) -> np.ndarray:
@@ -126,6 +135,8 @@ def _matmul_emit(node: Node, ctx: EmitContext) -> str:
     aoff = batch_offsets(a.type.shape[:-2], batch, m * k)
     boff = batch_offsets(b.type.shape[:-2], batch, k * n)
     sk, sn = (1, k) if node.attrs.get("trans_b") else (n, 1)
+    if y.type.dtype == "float64":
+        return emit_bmm_f64(ctx, node, aoff, boff, k, n, sk, sn)
     ctx.use_kernel(gemm_kernel_name(m))
     if b.is_const:  # pack every distinct B matrix at build time
         mats = b.const.astype(np.float32).reshape(-1, *b.type.shape[-2:])
@@ -139,5 +150,5 @@ def _matmul_emit(node: Node, ctx: EmitContext) -> str:
             f"{ctx.weight(boff, 'int32_t')}, {sk}, {sn}, {packed}, {ctx.ptr(y)}, {scratch}, {act_c(node)});")
 
 
-register(OpDef("matmul", _matmul_infer, _matmul_fold, _matmul_emit, kernels=("f32-gemm", "f32-bmm"),
-               scratch=_matmul_scratch, dtypes=F32))
+register(OpDef("matmul", _matmul_infer, _matmul_fold, _matmul_emit, kernels=KERNELS,
+               scratch=_matmul_scratch, dtypes=F32 | {"float64"}))

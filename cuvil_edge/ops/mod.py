@@ -1,8 +1,10 @@
-"""``mod``: ONNX Mod with numpy broadcasting on float32, float64 and int8/uint8/int32/int64.
+"""``mod`` and ``pow_loop``: ONNX Mod and Pow with numpy broadcasting as the C loops of the ``logic`` family.
 
-attrs: ``fmod`` (1: the sign of the dividend, C fmod; 0: the sign of the divisor, integers only as
-ONNX requires before opset 28). Emitted as the broadcast C loops of the ``logic`` family around the
-``<dtype>_mod`` helpers of the f32-mod template (exact float fmod, no libm in the module).
+``mod`` (float32, float64 and every integer type; attrs: ``fmod``, 1: the sign of the dividend, C fmod;
+0: the sign of the divisor, numpy.mod) calls the ``<dtype>_mod`` helpers of the f32-mod template (exact
+float fmod, no libm in the module). ``pow_loop`` (every integer type and float64: float32 runs on the
+vector kernels of ``binary_f32``) calls the ``<dtype>_pow`` helpers of the f64-pow template: exact
+integer powers that wrap as numpy's do.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..codegen.kernels.table import dtype_code
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import broadcast_shape
@@ -20,31 +23,53 @@ from .registry import OpDef, register
 if TYPE_CHECKING:
     from ..codegen.emit import EmitContext
 
-#: dtype -> helper prefix in the f32-mod template
-CODES = {"float32": "f32", "float64": "f64", "int8": "i8", "uint8": "u8", "int32": "i32", "int64": "i64"}
+_INTS = tuple(f"{s}int{b}" for b in (8, 16, 32, 64) for s in ("", "u"))
+#: the element types ``mod`` runs on
+MOD_DTYPES = ("float32", "float64", *_INTS)
+#: the element types ``pow_loop`` runs on
+POW_DTYPES = ("float64", *_INTS)
 
 
-def _infer(node: Node) -> list[TensorType]:
-    a, b = node.inputs[0].type, node.inputs[1].type
-    if a.dtype != b.dtype or a.dtype not in CODES:
-        raise ShapeError(f"{node.name}: mod of {a.dtype} by {b.dtype}")
-    if not node.attrs["fmod"] and a.dtype.startswith("float"):
-        raise ShapeError(f"{node.name}: mod with fmod=0 is defined on integers only")
-    return [TensorType(broadcast_shape([a.shape, b.shape], node.name), a.dtype)]
+def _same_type_infer(dtypes: tuple[str, ...]):
+    """Infer for a broadcasting binary op whose operands share one of ``dtypes``."""
+    def infer(node: Node) -> list[TensorType]:
+        a, b = node.inputs[0].type, node.inputs[1].type
+        if a.dtype != b.dtype or a.dtype not in dtypes:
+            raise ShapeError(f"{node.name}: {node.op} of {a.dtype} by {b.dtype}")
+        return [TensorType(broadcast_shape([a.shape, b.shape], node.name), a.dtype)]
+    return infer
 
 
-def _fold(node: Node, args) -> list[np.ndarray]:
+def _mod_fold(node: Node, args) -> list[np.ndarray]:
     a, b = args
     with np.errstate(all="ignore"):
         return [(np.fmod(a, b) if node.attrs["fmod"] else np.mod(a, b)).astype(a.dtype)]
 
 
-def _emit(node: Node, ctx: EmitContext) -> str:
-    code = CODES[node.outputs[0].type.dtype]
-    ctx.use_kernel(f"{code}-mod")
-    call = f"{code}_mod({{0}}, {{1}})" if code.startswith("f") else \
-        f"{code}_mod({{0}}, {{1}}, {int(not node.attrs['fmod'])})"
-    return broadcast_loop(ctx, node.outputs[0], node.inputs, call)
+def _call_emit(node: Node, ctx: EmitContext, helper: str, extra: str = "") -> str:
+    """The broadcast loop calling the ``<dtype>_<helper>`` template function on each element pair."""
+    code = dtype_code(node.outputs[0].type.dtype)
+    ctx.use_kernel(f"{code}-{helper}")
+    return broadcast_loop(ctx, node.outputs[0], node.inputs, f"{code}_{helper}({{0}}, {{1}}{extra})")
 
 
-register(OpDef("mod", _infer, _fold, _emit, kernels=("f32-mod",)))
+register(OpDef("mod", _same_type_infer(MOD_DTYPES), _mod_fold,
+               lambda n, ctx: _call_emit(n, ctx, "mod", f", {int(not n.attrs['fmod'])}"),
+               kernels=("f32-mod",)))
+
+
+def pow_numpy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a ** b as the helpers compute it: integers wrap, and a negative integer exponent gives 1 / a^-b
+    truncated (numpy refuses those)."""
+    if a.dtype.kind == "f":
+        with np.errstate(all="ignore"):
+            return np.power(a, b)
+    a, b = np.broadcast_arrays(a, b)
+    with np.errstate(all="ignore"):
+        pos = np.power(a, np.where(b < 0, 0, b).astype(b.dtype))
+    neg = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
+    return np.where(b < 0, neg, pos)
+
+
+register(OpDef("pow_loop", _same_type_infer(POW_DTYPES), lambda n, a: [pow_numpy(a[0], a[1])],
+               lambda n, ctx: _call_emit(n, ctx, "pow"), kernels=("f64-math", "f64-pow")))

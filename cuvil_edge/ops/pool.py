@@ -7,7 +7,7 @@ max and the average (sum and divisor) separate by axis: average divisors are bui
 tables, one per axis (a sum pool, LpPool's, is the average kernel with tables of ones), and a 3D pool
 is two passes of the 2D kernel (H x W per depth slice, then depth over rows of OH*OW pixels) through a
 scratch buffer. A max pool also runs on uint8 (a quantized tensor as held: the max of the bytes is the
-byte of the max).
+byte of the max). ``max_pool_argmax`` is MaxPool with its Indices output (the argmax's flat position).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedOperator
 from ..ir.graph import Node, TensorType
 from .common import CTYPES, split_rows
+from .movement import strides_of
 from .registry import OpDef, register
 
 if TYPE_CHECKING:
@@ -78,16 +79,21 @@ def _out_spatial(node: Node) -> tuple[int, ...]:
     return (ow,) if n == 1 else (oh, ow) if n == 2 else (passes[1]["OH"], oh, ow)
 
 
-def _infer(node: Node) -> list[TensorType]:
-    if node.attrs["kind"] not in POOL_KERNELS:
-        raise ShapeError(f"{node.name}: pool kind {node.attrs['kind']!r} is not one of {list(POOL_KERNELS)}")
+def _out_shape(node: Node) -> tuple[int, ...]:
+    """The pooled shape: N, C and the spatial lengths, none of them empty."""
     spatial = _out_spatial(node)
     if min(spatial) <= 0:
         raise ShapeError(f"{node.name}: pool output would be empty")
+    return node.inputs[0].type.shape[:2] + spatial
+
+
+def _infer(node: Node) -> list[TensorType]:
+    if node.attrs["kind"] not in POOL_KERNELS:
+        raise ShapeError(f"{node.name}: pool kind {node.attrs['kind']!r} is not one of {list(POOL_KERNELS)}")
     x = node.inputs[0].type
     if x.dtype != "float32" and (x.dtype, node.attrs["kind"]) != ("uint8", "max"):
         raise UnsupportedOperator("pool", node.name, None, f"{node.attrs['kind']} pool of {x.dtype}")
-    return [TensorType(x.shape[:2] + spatial, x.dtype)]
+    return [TensorType(_out_shape(node), x.dtype)]
 
 
 def _inv_counts(n_out: int, size: int, k: int, s: int, d: int, pb: int, pe: int,
@@ -178,6 +184,95 @@ def _emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("pool", _infer, _fold, _emit, kernels=("f32-pool",), scratch=_scratch))
+
+
+# -- max_pool_argmax: MaxPool with its Indices output ------------------------------------------------------
+# attrs: the ``pool`` window (kernel, strides, dilations, pads, ceil_mode) and ``storage_order`` (0: an
+# index counts row-major through the spatial axes, 1: column-major). Outputs the max and its flat index
+# into the whole input (N and C included, as ONNX defines): the first tap holding the max in row-major
+# window order, as the ONNX reference and onnxruntime pick. One scalar pass per plane writes both (the
+# argmax visits every tap anyway).
+def _argmax_infer(node: Node) -> list[TensorType]:
+    """float32 only: the op's types are checked here, not by ``OpDef.dtypes`` (its second output is int64)."""
+    x = node.inputs[0].type
+    if node.attrs["storage_order"] not in (0, 1):
+        raise ShapeError(f"{node.name}: storage_order {node.attrs['storage_order']!r} is not 0 or 1")
+    if x.dtype != "float32":
+        raise UnsupportedOperator("max_pool_argmax", node.name, None, f"max pool indices of {x.dtype}")
+    shape = _out_shape(node)
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
+
+
+def _window_axes(node: Node) -> list[tuple[int, int, int, int, int, int]]:
+    """Each spatial axis as (size, kernel, stride, dilation, pad begin, output length)."""
+    a, x = node.attrs, node.inputs[0].type.shape
+    return [(x[2 + i], a["kernel"][i], a["strides"][i], a["dilations"][i], a["pads"][i], o)
+            for i, o in enumerate(_out_spatial(node))]
+
+
+def _plane_index(node: Node) -> np.ndarray:
+    """Each input position's index within its plane, in the node's storage order."""
+    sizes = node.inputs[0].type.shape[2:]
+    flat = np.arange(int(np.prod(sizes)), dtype=np.int64)
+    return flat.reshape(sizes) if node.attrs["storage_order"] == 0 else flat.reshape(sizes[::-1]).T
+
+
+def _argmax_fold(node: Node, args) -> list[np.ndarray]:
+    """numpy reference: each window's taps in row-major order, a tap replacing the max only when greater."""
+    x = args[0]
+    axes, index = _window_axes(node), _plane_index(node)
+    planes = x.reshape(-1, *x.shape[2:])
+    out = tuple(o for *_, o in axes)
+    best, at = np.zeros((len(planes), *out), x.dtype), np.full((len(planes), *out), -1, np.int64)
+    for tap in np.ndindex(*(k for _, k, *_ in axes)):
+        pos = [np.arange(o) * s - pb + t * d for t, (_, _, s, d, pb, o) in zip(tap, axes)]
+        ok = np.ones(out, bool)
+        for i, (p, (size, *_)) in enumerate(zip(pos, axes)):
+            ok &= ((p >= 0) & (p < size)).reshape([-1 if j == i else 1 for j in range(len(out))])
+        where = np.ix_(*(np.clip(p, 0, size - 1) for p, (size, *_) in zip(pos, axes)))
+        v = planes[(slice(None), *where)]
+        take = ok & ((at < 0) | (v > best))  # the first tap of the max; NaN never replaces
+        best, at = np.where(take, v, best), np.where(take, index[where], at)
+    at += np.arange(len(planes), dtype=np.int64).reshape(-1, *[1] * len(out)) * index.size
+    shape = x.shape[:2] + out
+    return [best.reshape(shape), at.reshape(shape)]
+
+
+def _argmax_emit(node: Node, ctx: EmitContext) -> str:
+    """Scalar C, nested loops per spatial axis (taps outside the input skipped); threads split planes."""
+    x, (y, ind) = node.inputs[0], node.outputs
+    ctx.use_kernel("f32-maxpool-indices")
+    axes = _window_axes(node)
+    n, planes = len(axes), x.type.shape[0] * x.type.shape[1]
+    plane, out_plane = x.type.size // planes, y.type.size // planes
+    xs, ys = strides_of(x.type.shape[2:]), strides_of(y.type.shape[2:])
+    read = " + ".join(f"i{i} * {xs[i]}" for i in range(n))
+    cols = [int(np.prod([a[0] for a in axes[:i]], dtype=np.int64)) for i in range(n)]  # column-major
+    at = read if node.attrs["storage_order"] == 0 else " + ".join(f"i{i} * {cols[i]}" for i in range(n))
+    outs = " ".join(f"for (int o{i} = 0; o{i} < {o}; o{i}++)" for i, (*_, o) in enumerate(axes))
+    taps = " ".join(f"for (int k{i} = 0; k{i} < {k}; k{i}++) {{ const int i{i} = o{i} * {s} - {pb} + k{i} * "
+                    f"{d}; if (i{i} < 0 || i{i} >= {size}) continue;"
+                    for i, (size, k, s, d, pb, _) in enumerate(axes))
+    o_at = "p * {} + {}".format(out_plane, " + ".join(f"o{i} * {ys[i]}" for i in range(n)))
+
+    def call(count: str, first: str) -> str:
+        return "\n".join([
+            f"for (size_t p = {first}; p < (size_t){first} + {count}; p++) {{",
+            f"  const float *xp = {ctx.ptr(x)} + p * {plane};",
+            f"  {outs} {{",
+            "    float best = 0.0f; int64_t at = -1;",
+            f"    {taps}",
+            f"      const float v = xp[{read}];",
+            f"      if (at < 0 || v > best) {{ best = v; at = {at}; }}",
+            f"    {'}' * n}",
+            f"    {ctx.ptr(y)}[{o_at}] = best;",
+            f"    {ctx.ptr(ind)}[{o_at}] = (int64_t)p * {plane} + at;",
+            "  }",
+            "}"])
+    return split_rows(ctx, planes, y.type.size * int(np.prod(node.attrs["kernel"])), call, by_row=(x, y, ind))
+
+
+register(OpDef("max_pool_argmax", _argmax_infer, _argmax_fold, _argmax_emit))
 
 
 # -- global_pool: reduce every plane (all dims after N, C) to one value -------------------------------

@@ -15,12 +15,9 @@ Ops:  qgemm   [x, w int8 [K,N], w_scale [N], bias?]             int8 per-channel
       qb4gemm [x, q uint8 [N,K], scale [N,K/G], zp int32 [N,K/G], bias?]   4-bit group-wise
       qb4conv [x, q uint8 [M,C,kh,kw], scale, zp, bias?]        + conv attrs (group 1)
 
-ONNX QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear at run time:
-      quantize   [x f32, scale, zp uint8] (axis)  -> uint8     per tensor or per axis
-      dequantize [x uint8, scale, zp uint8] (axis) -> f32
-      quantize_dyn [x f32] -> (uint8, scale f32 [], zp uint8 [])
 Quantized activations are always uint8 here: an ONNX int8 tensor is held as uint8 with its values and
-zero point shifted by +128 (same products after zero-point subtraction, same order for max pooling).
+zero point shifted by +128 (same products after zero-point subtraction, same order for max pooling); the
+run-time quantize / dequantize ops that make and read them are in ``ops/quantize.py``.
 
 Threads: every op here with enough work splits it (``ctx.parallel``; smaller ones run on thread 0):
 quantization by ranges of values (a large per-tensor dynamic range reduced per thread, then combined in a
@@ -246,7 +243,7 @@ class _Act:
     def emit(self, node: Node, ctx: EmitContext, mem: str, threads: str, own: bool = False
              ) -> tuple[str, str, str, str, int]:
         """(C that quantizes x into scratch at ``mem`` (a uint8_t* expression), uint8 pointer, scale pointer,
-        zero-point pointer, bytes used). ``threads`` (``_threads``) share the scratch: each quantizes a
+        zero-point pointer, bytes used). ``threads`` (``split_threads``) share the scratch: each quantizes a
         part, then they meet; in ``own`` scratch (each thread's: a GEMV's few rows) each quantizes all of
         x, waiting for no one. The C declares locals: the caller puts the node's code in braces."""
         x = ctx.ptr(node.inputs[0])
@@ -291,7 +288,7 @@ ALL, ONE = "tid, nt", "0, 1"
 SPLIT_MACS, SPLIT_VALUES = 1 << 18, 1 << 14
 
 
-def _threads(ctx: EmitContext, work: int, least: int) -> str:
+def split_threads(ctx: EmitContext, work: int, least: int) -> str:
     """The (tid, nt) arguments of the node's kernels: ``ALL`` (and the node split) when its ``work`` is
     at least ``least``, else ``ONE``."""
     if work < least:
@@ -300,7 +297,7 @@ def _threads(ctx: EmitContext, work: int, least: int) -> str:
     return ALL
 
 
-def _braced(*lines: str) -> str:
+def braced(*lines: str) -> str:
     """A node's code in braces: its locals stay its own (split nodes run unwrapped in one function)."""
     return "{\n" + "\n".join(line for line in lines if line) + "\n}"
 
@@ -334,11 +331,11 @@ def _qgemm_emit(node: Node, ctx: EmitContext) -> str:
     n = node.inputs[1].type.shape[1]
     w, wsum, ws, b = pack_s8(node.inputs[1].const.T, node.inputs[2].const, _bias(node, 3))
     act = _Act(node, m, k)
-    threads = _threads(ctx, m * k * n, SPLIT_MACS)
+    threads = split_threads(ctx, m * k * n, SPLIT_MACS)
     mem = _gemm_scratch(ctx, m)
     pre, xq, s, z, used = act.emit(node, ctx, mem, threads, own=m < 4)
     ctx.use_kernel(f"qs8-gemm{'' if act.xbits == 7 else '-x8'}-{s8_tile(m)}")
-    return _braced(pre, (
+    return braced(pre, (
         f"qs8_gemm_x{act.xbits}({n}, {m}, {k}, {ctx.weight(w, 'int8_t')}, {xq}, {k}, "
         f"({mem} + {used}), {s}, {z}, {act.xstep}, {ctx.weight(wsum, 'int32_t')}, "
         f"{ctx.weight(ws)}, {ctx.weight(b)}, {qout(node, ctx)}, 1, {n}, {act_c(node)}, {threads});"))
@@ -366,11 +363,11 @@ def _qb4gemm_emit(node: Node, ctx: EmitContext) -> str:
     w, ws, wz, wsc, b = pack_b4(node.inputs[1].const, node.inputs[2].const, node.inputs[3].const,
                                 _bias(node, 4), group)
     act = _Act(node, m, k)
-    threads = _threads(ctx, m * k * n, SPLIT_MACS)
+    threads = split_threads(ctx, m * k * n, SPLIT_MACS)
     mem = _gemm_scratch(ctx, m)
     pre, xq, s, z, used = act.emit(node, ctx, mem, threads, own=m < 4)
     ctx.use_kernel(f"qb4-gemm-{b4_tile(m)}")
-    return _braced(pre, (
+    return braced(pre, (
         f"qb4_gemm({n}, {m}, {k}, {ctx.weight(w, 'uint8_t')}, {ctx.weight(ws)}, "
         f"{ctx.weight(wz, 'uint8_t')}, {ctx.weight(wsc)}, {xq}, {k}, {s}, {z}, {act.xstep}, "
         f"{ctx.weight(b)}, {ctx.ptr(node.outputs[0])}, 1, {n}, ({mem} + {used}), "
@@ -428,9 +425,9 @@ def _qdwconv_emit(node: Node, ctx: EmitContext, g: dict[str, int]) -> str:
     taps[..., :kw] = wq
     wsum, ws, b = row_params(wq.reshape(m, -1), node.inputs[2].const, _bias(node, 3))
     hp, wp = dw_plane(g)
-    threads = _threads(ctx, g["N"] * m * g["OH"] * g["OW"] * kh * kw, SPLIT_MACS)
+    threads = split_threads(ctx, g["N"] * m * g["OH"] * g["OW"] * kh * kw, SPLIT_MACS)
     pre, xf, xq, s, z = act.emit_params(node, ctx, threads)
-    return _braced(pre, (
+    return braced(pre, (
         f"qs8_dwconv_x{act.xbits}_{dw_variant(g)}({xf}, {xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
         f"{ctx.weight(taps.reshape(-1), 'int8_t')}, {ctx.weight(wsum, 'int32_t')}, {ctx.weight(ws)}, "
         f"{ctx.weight(b)}, {s}, {z}, {act.qmax}, {qout(node, ctx)}, {g['OH']}, {g['OW']}, {kh}, "
@@ -489,7 +486,7 @@ def _conv_prologue(node: Node, ctx: EmitContext
     kernels' thread arguments."""
     g = conv_geometry(node)
     act = _Act(node, 1, node.inputs[0].type.size)
-    threads = _threads(ctx, g["N"] * g["M"] * g["OH"] * g["OW"] * _conv_k(g), SPLIT_MACS)
+    threads = split_threads(ctx, g["N"] * g["M"] * g["OH"] * g["OW"] * _conv_k(g), SPLIT_MACS)
     mem = ctx.scratch("uint8_t", shared=True)
     pre, xq, s, z, used = act.emit(node, ctx, mem, threads)
     return g, act, pre, xq, s, z, f"({mem} + {used})", threads
@@ -515,7 +512,7 @@ def _qconv_emit(node: Node, ctx: EmitContext) -> str:
     else:
         call = (f"qs8_conv2d_x{act.xbits}({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {operands}, "
                 f"{_conv_args(g)}, {_pchunk(g)}, {col}, {xp}")
-    return _braced(pre, f"{call}, {act_c(node)}, {threads});")
+    return braced(pre, f"{call}, {act_c(node)}, {threads});")
 
 
 register(OpDef("qconv", requantized(conv_infer), None, _qconv_emit, kernels=("qs8-gemm", "qs8-dwconv"),
@@ -530,7 +527,7 @@ def _qb4conv_emit(node: Node, ctx: EmitContext) -> str:
     w, ws, wz, wsc, b = pack_b4(node.inputs[1].const.reshape(g["M"], k), node.inputs[2].const,
                                 node.inputs[3].const, _bias(node, 4), group)
     ctx.use_kernel(f"qb4-conv-im2col-gemm-{b4_tile(_pchunk(g))}")
-    return _braced(pre, (
+    return braced(pre, (
         f"qb4_conv2d({xq}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {ctx.weight(w, 'uint8_t')}, "
         f"{ctx.weight(ws)}, {ctx.weight(wz, 'uint8_t')}, {ctx.weight(wsc)}, {ctx.weight(b)}, {s}, {z}, "
         f"{ctx.ptr(node.outputs[0])}, {g['M']}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, "
@@ -553,120 +550,3 @@ def _qb4conv_scratch(node: Node) -> int:
 register(OpDef("qb4conv", conv_infer, None, _qb4conv_emit, kernels=("qs8-gemm", "qb4-gemm"),
                scratch=_qb4conv_scratch))
 declare("qb4conv", {**CONV_ATTRS, **XQ})
-
-
-# -- quantize / dequantize / quantize_dyn: ONNX QuantizeLinear and friends at run time ------------------
-def _axis_blocks(node: Node) -> tuple[int, int, int]:
-    """(outer, channels, inner) for per-axis parameters; per tensor is (1, 1, size)."""
-    shape, n = node.inputs[0].type.shape, node.inputs[1].type.size
-    if n == 1:
-        return 1, 1, node.inputs[0].type.size
-    axis = node.attrs.get("axis", 1) % len(shape)
-    return (int(np.prod(shape[:axis], dtype=np.int64)), shape[axis],
-            int(np.prod(shape[axis + 1:], dtype=np.int64)))
-
-
-def broadcast_param(p: np.ndarray, rank: int, axis: int) -> np.ndarray:
-    """A scale or zero point shaped to broadcast against a rank-``rank`` tensor (per tensor or along
-    ``axis``)."""
-    if p.size == 1:
-        return p.reshape(())
-    return p.reshape([-1 if d == axis % rank else 1 for d in range(rank)])
-
-
-def _param(p: np.ndarray, node: Node) -> np.ndarray:
-    return broadcast_param(p, len(node.inputs[0].type.shape), node.attrs.get("axis", 1))
-
-
-def _same_shape(dtype: str) -> Callable[[Node], list[TensorType]]:
-    return lambda node: [TensorType(node.inputs[0].type.shape, dtype)]
-
-
-def _blockwise(node: Node, ctx: EmitContext, call: str) -> str:
-    """Run ``call`` (a qu8_* kernel call over x, y, s, z and n) on each channel block's part in the thread's
-    share of the values: whole blocks, or whole 16-value steps of a per-tensor one."""
-    outer, chans, inner = _axis_blocks(node)
-    x, s, zp = node.inputs
-    body = call.format(n="e - i", x=f"{ctx.ptr(x)} + i", y=f"{ctx.ptr(node.outputs[0])} + i",
-                       s=f"{ctx.ptr(s)} + c")
-    total = outer * chans * inner
-    threads = _threads(ctx, total, SPLIT_VALUES)
-    return _braced(
-        "int lo, hi;",
-        f"cuvil_split({total}, {16 if outer * chans == 1 else inner}, {threads}, &lo, &hi);",
-        f"for (int i = lo, e; i < hi; i = e) {{\n"
-        f"  const int b = i / {inner}, c = b % {chans};\n"
-        f"  const int32_t z = {ctx.ptr(zp)}[c];\n"
-        f"  e = (b + 1) * {inner} < hi ? (b + 1) * {inner} : hi;\n  {body}\n}}")
-
-
-def _quantize_fold(node: Node, args) -> list[np.ndarray]:
-    x, s, z = args
-    q = np.rint(x.astype(np.float32) / _param(s, node).astype(np.float32)) + _param(z, node)
-    return [np.clip(q, 0, 255).astype(np.uint8)]
-
-
-def _quantize_emit(node: Node, ctx: EmitContext) -> str:
-    ctx.use_kernel("qu8-quantize")
-    return _blockwise(node, ctx, "qu8_quantize({n}, {x}, {y}, {s}, &z, 255);")
-
-
-def _dequantize_fold(node: Node, args) -> list[np.ndarray]:
-    x, s, z = args
-    return [(x.astype(np.int32) - _param(z, node).astype(np.int32)).astype(np.float32)
-            * _param(s, node).astype(np.float32)]
-
-
-def _dequantize_emit(node: Node, ctx: EmitContext) -> str:
-    ctx.use_kernel("qu8-dequantize")
-    return _blockwise(node, ctx, "qu8_dequantize({n}, {x}, {y}, {s}, &z);")
-
-
-def _qdq_infer(dtype: str) -> Callable[[Node], list[TensorType]]:
-    """x's shape in ``dtype``, once its scale and zero point are one value each or one per channel of
-    ``axis`` (what the fold broadcasts and the kernel indexes by channel)."""
-
-    def infer(node: Node) -> list[TensorType]:
-        x = node.inputs[0].type
-        rank, axis = len(x.shape), node.attrs.get("axis", 1)
-        for p in node.inputs[1:]:
-            n = p.type.size
-            if n != 1 and (len(p.type.shape) != 1 or not -rank <= axis < rank or n != x.shape[axis]):
-                raise ShapeError(f"{node.name}: {n} scales or zero points for axis {axis} of {x}")
-        return [TensorType(x.shape, dtype)]
-
-    return infer
-
-
-register(OpDef("quantize", _qdq_infer("uint8"), _quantize_fold, _quantize_emit, kernels=("qs8-gemm",)))
-register(OpDef("dequantize", _qdq_infer("float32"), _dequantize_fold, _dequantize_emit,
-               kernels=("qs8-gemm",)))
-declare("quantize", {"axis": Attr(INT, required=False)})
-declare("dequantize", {"axis": Attr(INT, required=False)})
-
-
-def _quantize_dyn_infer(node: Node) -> list[TensorType]:
-    return [TensorType(node.inputs[0].type.shape, "uint8"), TensorType((), "float32"),
-            TensorType((), "uint8")]
-
-
-def _quantize_dyn_fold(node: Node, args) -> list[np.ndarray]:
-    x = args[0].astype(np.float32)
-    lo, hi = np.float32(min(x.min(), 0)), np.float32(max(x.max(), 0))
-    s = np.float32((hi - lo) / np.float32(255)) if hi > lo else np.float32(1)
-    z = np.float32(np.clip(np.rint(-lo / s), 0, 255))
-    return [np.clip(np.rint(x / s) + z, 0, 255).astype(np.uint8), s, z.astype(np.uint8)]
-
-
-def _quantize_dyn_emit(node: Node, ctx: EmitContext) -> str:
-    x, (y, s, z) = node.inputs[0], node.outputs
-    ctx.use_kernel("qu8-quantize-dyn")
-    threads = _threads(ctx, x.type.size, SPLIT_VALUES)
-    return _braced("int32_t z;",
-                   f"qu8_quantize_dyn(1, {x.type.size}, {ctx.ptr(x)}, {ctx.ptr(y)}, {ctx.ptr(s)}, &z, 255, "
-                   f"{threads});", f"if (tid == 0) {ctx.ptr(z)}[0] = (uint8_t)z;")
-
-
-register(OpDef("quantize_dyn", _quantize_dyn_infer, _quantize_dyn_fold, _quantize_dyn_emit,
-               kernels=("qs8-gemm",)))
-declare("quantize_dyn", {})

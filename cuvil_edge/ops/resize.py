@@ -4,9 +4,10 @@ bicubic on the last two.
 attrs: ``sizes`` (output shape), ``scales`` (per-axis scale as the coordinate transform uses it),
 ``mode`` (nearest | linear | cubic), ``coord`` (coordinate_transformation_mode) and ``nearest``
 (nearest_mode, or "simple" for the pre-opset-11 rule); cubic also ``cubic_a`` (cubic_coeff_a) and
-``exclude_outside``. Source coordinates are computed at build time, in float32 as onnxruntime does,
-into index/weight tables in the weights blob: nearest is a table gather (``x32_gather_nd``), linear a
-gather + lerp, cubic 4 taps per axis (edge-clamped, or dropped and renormalised with exclude_outside).
+``exclude_outside``; optional ``antialias`` (linear/cubic filters stretched by 1/scale on downsampled
+axes). Source coordinates are computed at build time, in float32 as onnxruntime does, into index/weight
+tables in the weights blob: nearest is a table gather (``x32_gather_nd``), linear a gather + lerp, cubic
+and antialiased filters K taps per axis (edge-clamped, or dropped and renormalised with exclude_outside).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
                "tf_half_pixel_for_nearest", "tf_crop_and_resize")
 #: tf_crop_and_resize samples a box (attr ``roi``: [start, end] per axis, as fractions of the input) and
-#: writes ``extrapolation`` where it reads outside the input: supported with cubic weights only
+#: writes ``extrapolation`` where it reads outside the input: supported with linear and cubic weights
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
 
 
@@ -75,27 +76,30 @@ def linear_taps(x: np.ndarray, n_in: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return i0, np.minimum(i0 + 1, n_in - 1), (x - i0).astype(np.float32)
 
 
-def cubic_taps(x: np.ndarray, n_in: int, a: float, exclude_outside: bool, crop: bool = False
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """Input indices and weights ([n_out, 4], float32) of the cubic convolution kernel with coefficient
-    ``a`` at floor(x) - 1 .. floor(x) + 2: out-of-range taps clamp to the edge, or with
-    ``exclude_outside`` get weight 0 and the rest are renormalised. With ``crop`` (tf_crop_and_resize) a
-    coordinate outside the input gets all-zero weights (its output is the extrapolation value)."""
-    base = np.floor(x)
-    t = (x - base).astype(np.float32)[:, None]
-    a = np.float32(a)
-    d = np.abs(np.arange(-1, 3, dtype=np.float32)[None, :] - t)  # distance to each tap, in [0, 2]
+def _filter(d: np.ndarray, mode: str, a: float) -> np.ndarray:
+    """The triangle (linear) or cubic convolution (coefficient ``a``) kernel at distances ``d`` >= 0."""
+    if mode == "linear":
+        return np.clip(1 - d, 0, None)
     near = ((a + 2) * d - (a + 3)) * d * d + 1
     far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
-    w = np.where(d <= 1, near, far).astype(np.float32)
-    idx = base.astype(np.int64)[:, None] + np.arange(-1, 3)[None, :]
+    return np.where(d <= 1, near, np.where(d < 2, far, 0))
+
+
+def filter_taps(x: np.ndarray, n_in: int, mode: str, scale: float = 1.0, a: float = -0.75,
+                exclude_outside: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Input indices and weights ([n_out, K], float32) of the linear or cubic kernel around each
+    coordinate, normalised to sum 1. ``scale`` < 1 (antialias on a downsampled axis) stretches the kernel
+    by 1/scale, as the ONNX reference does, so K grows to cover it; scale 1 gives 2 (linear) or the
+    usual 4 cubic taps. Out-of-range taps clamp to the edge, or with ``exclude_outside`` get weight 0."""
+    s = min(scale, 1.0)
+    start = int(np.floor(-(1 if mode == "linear" else 2) / s)) + 1
+    idx = np.floor(x).astype(np.int64)[:, None] + np.arange(start, 2 - start)[None, :]
+    w = _filter(np.abs(idx - x[:, None].astype(np.float64)) * s, mode, a)
     if exclude_outside:
-        w = np.where((idx >= 0) & (idx < n_in), w, np.float32(0))
-        total = w.sum(axis=1, keepdims=True)  # 0 only where crop extrapolates the whole window
-        w = np.divide(w, total, out=np.zeros_like(w), where=total != 0).astype(np.float32)
-    if crop:
-        w[outside_input(x, n_in)] = 0
-    return np.clip(idx, 0, n_in - 1), w
+        w = np.where((idx >= 0) & (idx < n_in), w, 0)
+    total = w.sum(axis=1, keepdims=True)  # 0 only where crop extrapolates the whole window
+    w = np.divide(w, total, out=np.zeros_like(w), where=total != 0)
+    return np.clip(idx, 0, n_in - 1), w.astype(np.float32)
 
 
 def outside_input(x: np.ndarray, n_in: int) -> np.ndarray:
@@ -117,8 +121,8 @@ def _infer(node: Node) -> list[TensorType]:
         raise ShapeError(f"{node.name}: resize mode {a['mode']}/{a['coord']}/{a['nearest']} is not supported")
     if a["mode"] != "nearest" and not all(_is_identity(node, d) for d in range(len(x.shape) - 2)):
         raise ShapeError(f"{node.name}: {a['mode']} resize runs on the last two axes only")
-    if a["coord"] == "tf_crop_and_resize" and a["mode"] != "cubic":
-        raise ShapeError(f"{node.name}: tf_crop_and_resize runs with cubic weights only")
+    if a["mode"] == "nearest" and (a["coord"] == "tf_crop_and_resize" or a.get("antialias")):
+        raise ShapeError(f"{node.name}: tf_crop_and_resize and antialias run with linear or cubic weights")
     return [TensorType(tuple(int(d) for d in a["sizes"]), x.dtype)]
 
 
@@ -129,33 +133,37 @@ def _nearest_tables(node: Node) -> list[np.ndarray | None]:
         for d, n in enumerate(x)]
 
 
-def _hw_coords(node: Node) -> list[tuple[np.ndarray, int]]:
-    """(source coordinates, input size) for the H and W axes (H = 1 with coordinate 0 for rank 1)."""
+def _hw_coords(node: Node) -> list[tuple[np.ndarray, int, float]]:
+    """(source coordinates, input size, scale) for the H and W axes (H = 1 with coordinate 0 for rank 1)."""
     x, a = node.inputs[0].type.shape, node.attrs
     roi = a.get("roi") or [(0.0, 1.0)] * len(x)
-    return [(np.zeros(1, np.float32), 1) if d < 0 else
-            (source_coords(a["sizes"][d], x[d], a["scales"][d], a["coord"], roi[d]), x[d])
+    return [(np.zeros(1, np.float32), 1, 1.0) if d < 0 else
+            (source_coords(a["sizes"][d], x[d], a["scales"][d], a["coord"], roi[d]), x[d], a["scales"][d])
             for d in (len(x) - 2, len(x) - 1)]
 
 
 def _linear_tables(node: Node) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(i0, i1, weight) for the H and W axes."""
-    return [linear_taps(c, n) for c, n in _hw_coords(node)]
+    return [linear_taps(c, n) for c, n, _ in _hw_coords(node)]
 
 
-def _cubic_tables(node: Node) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(indices, weights), each [n_out, 4], for the H and W axes."""
+def _uses_taps(node: Node) -> bool:
+    """Cubic and antialiased resizes run as K-tap filters; plain linear as the 2x2 lerp."""
+    return node.attrs["mode"] == "cubic" or bool(node.attrs.get("antialias"))
+
+
+def _tap_tables(node: Node) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(indices, weights), each [n_out, K], for the H and W axes."""
     a = node.attrs
-    crop = a["coord"] == "tf_crop_and_resize"
-    return [cubic_taps(c, n, a["cubic_a"], a["exclude_outside"], crop) for c, n in _hw_coords(node)]
+    return [filter_taps(c, n, a["mode"], s if a.get("antialias") else 1.0, a["cubic_a"], a["exclude_outside"])
+            for c, n, s in _hw_coords(node)]
 
 
 def _extrapolated(node: Node) -> tuple[np.ndarray, np.ndarray] | None:
-    """(rows, columns) tf_crop_and_resize fills with a nonzero extrapolation value (zero weights already
-    give zeros there); None when there are none."""
-    if node.attrs["coord"] != "tf_crop_and_resize" or not node.attrs["extrapolation"]:
+    """(rows, columns) tf_crop_and_resize fills with the extrapolation value; None when there are none."""
+    if node.attrs["coord"] != "tf_crop_and_resize":
         return None
-    (ys, h), (xs, w) = _hw_coords(node)
+    (ys, h, _), (xs, w, _) = _hw_coords(node)
     rows, cols = np.flatnonzero(outside_input(ys, h)), np.flatnonzero(outside_input(xs, w))
     return (rows, cols) if rows.size or cols.size else None
 
@@ -176,18 +184,19 @@ def _fold(node: Node, args) -> list[np.ndarray]:
     if node.attrs["mode"] == "nearest":
         idx = [np.arange(n) if t is None else t for t, n in zip(_nearest_tables(node), x.shape)]
         return [x[np.ix_(*idx)]]
-    if node.attrs["mode"] == "cubic":
-        (iy, wy), (ix, wx) = _cubic_tables(node)
-        y = np.einsum("wk,powk->pow", wx, np.einsum("ok,pokw->pow", wy, _planes(x)[:, iy])[:, :, ix])
-        fill = _extrapolated(node)
-        if fill is not None:
-            y[:, fill[0], :] = y[:, :, fill[1]] = node.attrs["extrapolation"]
-        return [y.reshape(node.attrs["sizes"]).astype(x.dtype)]
-    (h0, h1, lh), (w0, w1, lw) = _linear_tables(node)
-    x = _planes(x)
-    top = x[:, h0][:, :, w0] + (x[:, h0][:, :, w1] - x[:, h0][:, :, w0]) * lw
-    bot = x[:, h1][:, :, w0] + (x[:, h1][:, :, w1] - x[:, h1][:, :, w0]) * lw
-    return [(top + (bot - top) * lh[:, None]).reshape(node.attrs["sizes"])]
+    p = _planes(x)
+    if _uses_taps(node):
+        (iy, wy), (ix, wx) = _tap_tables(node)
+        y = np.einsum("wk,powk->pow", wx, np.einsum("ok,pokw->pow", wy, p[:, iy])[:, :, ix])
+    else:
+        (h0, h1, lh), (w0, w1, lw) = _linear_tables(node)
+        top = p[:, h0][:, :, w0] + (p[:, h0][:, :, w1] - p[:, h0][:, :, w0]) * lw
+        bot = p[:, h1][:, :, w0] + (p[:, h1][:, :, w1] - p[:, h1][:, :, w0]) * lw
+        y = top + (bot - top) * lh[:, None]
+    fill = _extrapolated(node)
+    if fill is not None:
+        y[:, fill[0], :] = y[:, :, fill[1]] = node.attrs["extrapolation"]
+    return [y.reshape(node.attrs["sizes"]).astype(x.dtype)]
 
 
 def _emit(node: Node, ctx: EmitContext) -> str:
@@ -201,30 +210,32 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     def itab(a: np.ndarray, mul: int = 1) -> str:
         return ctx.weight(np.ascontiguousarray(a * mul).astype(np.int32), "int32_t")
 
-    if node.attrs["mode"] == "cubic":
-        (iy, wy), (ix, wx) = _cubic_tables(node)
-        ctx.use_kernel("f32-resize-bicubic-4")
+    if _uses_taps(node):
+        (iy, wy), (ix, wx) = _tap_tables(node)
+        ctx.use_kernel("f32-resize-antialias-4" if node.attrs.get("antialias") else "f32-resize-bicubic-4")
         oh, ow = iy.shape[0], ix.shape[0]
-        code = (f"f32_resize_bicubic({ctx.ptr(x)}, {ctx.ptr(y)}, {planes}, {H}, {W}, {oh}, {ow}, "
-                f"{itab(iy, W)}, {ctx.weight(wy)}, {itab(ix.T)}, {ctx.weight(np.ascontiguousarray(wx.T))}, "
-                f"{ctx.scratch()});")
-        fill = _extrapolated(node)
-        if fill is None:
-            return code
-        mask = np.zeros((oh, ow), np.uint8)
-        mask[fill[0], :] = mask[:, fill[1]] = 1
-        return (f"{code}\nfor (size_t i = 0; i < {planes * oh * ow}; i++)\n"
-                f"  if ({ctx.weight(mask, 'uint8_t')}[i % {oh * ow}]) "
-                f"{ctx.ptr(y)}[i] = {float(np.float32(node.attrs['extrapolation']))!r}f;")
-    (h0, h1, lh), (w0, w1, lw) = _linear_tables(node)
-    ctx.use_kernel("f32-resize-bilinear-4")
-    return (f"f32_resize_bilinear({ctx.ptr(x)}, {ctx.ptr(y)}, {planes}, {H}, {W}, {h0.size}, {w0.size}, "
-            f"{itab(h0, W)}, {itab(h1, W)}, {ctx.weight(lh)}, {itab(w0)}, {itab(w1)}, {ctx.weight(lw)});")
+        code = (f"f32_resize_taps({ctx.ptr(x)}, {ctx.ptr(y)}, {planes}, {H}, {W}, {oh}, {ow}, "
+                f"{iy.shape[1]}, {itab(iy, W)}, {ctx.weight(wy)}, "
+                f"{ix.shape[1]}, {itab(ix.T)}, {ctx.weight(np.ascontiguousarray(wx.T))}, {ctx.scratch()});")
+    else:
+        (h0, h1, lh), (w0, w1, lw) = _linear_tables(node)
+        ctx.use_kernel("f32-resize-bilinear-4")
+        oh, ow = h0.size, w0.size
+        code = (f"f32_resize_bilinear({ctx.ptr(x)}, {ctx.ptr(y)}, {planes}, {H}, {W}, {oh}, {ow}, "
+                f"{itab(h0, W)}, {itab(h1, W)}, {ctx.weight(lh)}, {itab(w0)}, {itab(w1)}, {ctx.weight(lw)});")
+    fill = _extrapolated(node)
+    if fill is None:
+        return code
+    mask = np.zeros((oh, ow), np.uint8)
+    mask[fill[0], :] = mask[:, fill[1]] = 1
+    return (f"{code}\nfor (size_t i = 0; i < {planes * oh * ow}; i++)\n"
+            f"  if ({ctx.weight(mask, 'uint8_t')}[i % {oh * ow}]) "
+            f"{ctx.ptr(y)}[i] = {float(np.float32(node.attrs['extrapolation']))!r}f;")
 
 
 def _scratch(node: Node) -> int:
-    """One row of W floats for the bicubic kernel's vertical pass."""
-    return 4 * _hw(node)[1] if node.attrs["mode"] == "cubic" else 0
+    """One row of W floats for the K-tap kernel's vertical pass."""
+    return 4 * _hw(node)[1] if _uses_taps(node) else 0
 
 
 register(OpDef("resize", _infer, _fold, _emit, kernels=("f32-resize", "x32-movement"), scratch=_scratch))

@@ -1,7 +1,8 @@
 """Index-driven ops: ``scatter_elements`` (ONNX ScatterElements and opset-9 Scatter) and
 ``gather_elements`` (GatherElements) along one axis, ``scatter_nd`` (ScatterND: slices at index
 tuples, as exporters write KV-cache updates) and ``gather_nd`` (GatherND: slices read at index tuples,
-as torch's dynamo exporter writes advanced indexing).
+as torch's dynamo exporter writes advanced indexing) and ``tensor_scatter`` (TensorScatter: a KV-cache
+update written at each batch row's offset along the sequence axis).
 
 ``scatter_elements``: inputs data, indices (int32 or int64, run time or constant), updates (the
 indices' shape).
@@ -62,11 +63,19 @@ def _emit(node: Node, ctx: EmitContext) -> str:
     y = node.outputs[0]
     ctx.use_kernel(f"{dtype_code(y.type.dtype)}-scatter-{node.attrs['reduction']}")
     ct = CTYPES[y.type.dtype]
-    copy = [] if not data.is_const and ctx.plan.offset(y) == ctx.plan.offset(data) else [
-        f"memmove({ctx.ptr(y, 'unsigned char')}, {ctx.ptr(data, 'unsigned char')}, {data.type.nbytes});"]
+    copy = _copy_data(node, ctx)
     body = [f"  {ct} *p = {ctx.ptr(y)} + {{at}}, u = {ctx.ptr(upd)}[k];",
             f"  {REDUCTIONS[node.attrs['reduction']][0]}"]
     return "\n".join([*copy, *_index_loop(node, ctx, y.type.shape, body)])
+
+
+def _copy_data(node: Node, ctx: EmitContext) -> list[str]:
+    """The copy of data (input 0) into the output that a scatter writes into: none when the output took
+    over data's buffer (``inplace``)."""
+    data, y = node.inputs[0], node.outputs[0]
+    if not data.is_const and ctx.plan.offset(y) == ctx.plan.offset(data):
+        return []
+    return [f"memmove({ctx.ptr(y, 'unsigned char')}, {ctx.ptr(data, 'unsigned char')}, {data.type.nbytes});"]
 
 
 def _index_loop(node: Node, ctx: EmitContext, shape: tuple[int, ...], body: list[str]) -> list[str]:
@@ -152,8 +161,7 @@ def _nd_emit(node: Node, ctx: EmitContext) -> str:
     offset = [f"  int64_t j{d} = {ctx.ptr(ind)}[n * {k} + {d}];\n"
               f"  j{d} = j{d} < 0 ? j{d} + {data.type.shape[d]} : j{d};\n"
               f"  if (j{d} < 0 || j{d} >= {data.type.shape[d]}) __builtin_trap();" for d in range(k)]
-    copy = [] if not data.is_const and ctx.plan.offset(y) == ctx.plan.offset(data) else [
-        f"memmove({ctx.ptr(y, 'unsigned char')}, {ctx.ptr(data, 'unsigned char')}, {data.type.nbytes});"]
+    copy = _copy_data(node, ctx)
     at = " + ".join(f"(size_t)j{d} * {strides[d]}" for d in range(k))
     return "\n".join([
         *copy,
@@ -227,3 +235,64 @@ def _gnd_emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("gather_nd", _gnd_infer, _gnd_fold, _gnd_emit))
+
+
+# -- tensor_scatter ------------------------------------------------------------------------------------
+# ONNX TensorScatter (opset 24). Inputs past_cache, update (past_cache's shape but for ``axis``), and
+# optionally write_indices (int64[batch]: where batch row b's update starts along ``axis``; 0 without).
+# attrs: ``axis`` (1 .. rank-1: axis 0 is the batch), ``circular`` (the position wraps modulo the cache
+# length; else one past the cache traps, as the ONNX reference raises).
+def _ts_infer(node: Node) -> list[TensorType]:
+    past, upd = node.inputs[0].type, node.inputs[1].type
+    axis = node.attrs["axis"]
+    ind = node.inputs[2].type if len(node.inputs) > 2 else None
+    if (past.dtype not in CTYPES or upd.dtype != past.dtype or len(upd.shape) != len(past.shape)
+            or not 1 <= axis < len(past.shape) or upd.shape[axis] > past.shape[axis]
+            or any(u != p for k, (u, p) in enumerate(zip(upd.shape, past.shape)) if k != axis)
+            or ind is not None and (ind.dtype != "int64" or ind.shape != past.shape[:1])):
+        raise ShapeError(f"{node.name}: tensor_scatter of {upd} into {past} on axis {axis}"
+                         + (f" at {ind}" if ind else ""))
+    return [past]
+
+
+def _ts_fold(node: Node, args) -> list[np.ndarray]:
+    past, upd = args[:2]
+    axis, length = node.attrs["axis"], past.shape[node.attrs["axis"]]
+    starts = args[2] if len(args) > 2 else np.zeros(past.shape[0], np.int64)
+    out = past.copy()
+    for prefix in np.ndindex(past.shape[:axis]):
+        at = int(starts[prefix[0]]) + np.arange(upd.shape[axis])
+        if node.attrs["circular"]:
+            at %= length
+        elif at.size and (at.min() < 0 or at.max() >= length):
+            raise ShapeError(f"{node.name}: tensor_scatter writes rows {at.min()}..{at.max()} of {length}")
+        out[(*prefix, at)] = upd[prefix]
+    return [out]
+
+
+def _ts_emit(node: Node, ctx: EmitContext) -> str:
+    """A copy of the cache, then per row of the axes before ``axis`` its update's rows copied to their
+    positions (each ``prod(shape[axis+1:])`` elements)."""
+    past, upd = node.inputs[:2]
+    y = node.outputs[0]
+    circular = node.attrs["circular"]
+    ctx.use_kernel(f"{dtype_code(y.type.dtype)}-tensorscatter-{'circular' if circular else 'linear'}")
+    shape, axis = past.type.shape, node.attrs["axis"]
+    rows, length, n = int(np.prod(shape[:axis], dtype=np.int64)), shape[axis], upd.type.shape[axis]
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    start = f"{ctx.ptr(node.inputs[2])}[r / {rows // shape[0]}]" if len(node.inputs) > 2 else "0"
+    place = (f"    c = (c % {length} + {length}) % {length};" if circular else
+             f"    if (c < 0 || c >= {length}) __builtin_trap();")
+    return "\n".join([
+        *_copy_data(node, ctx),
+        f"for (size_t r = 0; r < {rows}; r++) {{",
+        f"  for (int64_t s = 0; s < {n}; s++) {{",
+        f"    int64_t c = {start} + s;",
+        place,
+        f"    memmove({ctx.ptr(y)} + (r * {length} + (size_t)c) * {inner},",
+        f"            {ctx.ptr(upd)} + (r * {n} + (size_t)s) * {inner}, {inner} * sizeof(*{ctx.ptr(y)}));",
+        "  }",
+        "}"])
+
+
+register(OpDef("tensor_scatter", _ts_infer, _ts_fold, _ts_emit, inplace=True))

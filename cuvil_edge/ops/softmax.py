@@ -1,7 +1,8 @@
 """``softmax`` (attrs ``axis``, ``log``): Softmax / LogSoftmax over one axis.
 
 The converter maps opset < 13's "flatten to 2D at axis" onto one axis through reshapes. The kernel walks
-contiguous rows when the axis is innermost and 4 columns at a time otherwise (channel softmax of NCHW).
+contiguous rows when the axis is innermost and 4 columns at a time otherwise (channel softmax of NCHW);
+float64 runs the double-precision ``f64_softmax`` (``float64.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.graph import Node, TensorType
 from .common import split_rows
+from .float64 import emit_softmax_f64
 from .registry import F32, OpDef, register
 
 if TYPE_CHECKING:
@@ -38,6 +40,8 @@ def _fold(node: Node, args) -> list[np.ndarray]:
 
 def _emit(node: Node, ctx: EmitContext) -> str:
     x, y = node.inputs[0], node.outputs[0]
+    if x.type.dtype == "float64":
+        return emit_softmax_f64(ctx, node)
     s, ax = x.type.shape, node.attrs["axis"]
     outer, n, inner = math.prod(s[:ax]), s[ax] if s else 1, math.prod(s[ax + 1:])
     log = int(bool(node.attrs["log"]))
@@ -50,4 +54,4 @@ def _emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("softmax", _infer, _fold, _emit,
-               kernels=("f32-unary", "f32-softmax"), inplace=True, dtypes=F32))
+               kernels=("f32-unary", "f32-softmax", "f64-math"), inplace=True, dtypes=F32 | {"float64"}))

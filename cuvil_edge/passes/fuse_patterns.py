@@ -216,7 +216,7 @@ def _through_transpose(m: _Matcher, v: Value, perm: list[int]) -> tuple[Value, l
 def _fuse_attention(m: _Matcher, sm: Node) -> bool:
     s = sm.inputs[0]
     rank = len(s.type.shape)
-    if rank not in (3, 4) or sm.attrs["log"] or sm.attrs["axis"] != rank - 1:
+    if rank not in (3, 4) or sm.attrs["log"] or sm.attrs["axis"] != rank - 1 or s.type.dtype != "float32":
         return False
     mask, scale = None, 1.0
     add = m.node(s, "binary_f32", "add")

@@ -196,10 +196,12 @@ def test_pool_1d_and_old_opset() -> None:
     check(nodes, {"x": x}, ["m", "a", "g"], opset=9)
 
 
-def test_maxpool_indices_unsupported() -> None:
-    model = make_model([N("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])], {"x": rand(1, 1, 4, 4)},
-                       dict.fromkeys(["y", "i"], np.zeros((1, 1, 3, 3), np.float32)), opset=13)
-    with pytest.raises(UnsupportedOperator, match="Indices"):
+def test_maxpool_indices_of_integers_unsupported() -> None:
+    """MaxPool's Indices output runs on float32 (tests/unit/test_loop_pool_scatter.py): int8 is refused."""
+    x = np.arange(16, dtype=np.int8).reshape(1, 1, 4, 4)
+    outs = {"y": np.zeros((1, 1, 3, 3), np.int8), "i": np.zeros((1, 1, 3, 3), np.int64)}
+    model = make_model([N("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])], {"x": x}, outs, opset=13)
+    with pytest.raises(UnsupportedOperator, match="indices of int8"):
         CuvilModel.load(model)
 
 

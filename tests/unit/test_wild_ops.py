@@ -97,9 +97,9 @@ def test_resize_tf_crop_and_resize_other_modes_are_refused_at_import() -> None:
     x = rand(1, 1, 4, 4)
     inits = {"roi": np.array([0, 0, 0.1, 0.1, 1, 1, 0.9, 0.9], np.float32),
              "sizes": np.array([1, 1, 3, 3], np.int64)}
-    node = N("Resize", ["x", "roi", "", "sizes"], ["y"], name="r", mode="linear",
+    node = N("Resize", ["x", "roi", "", "sizes"], ["y"], name="r", mode="nearest",
              coordinate_transformation_mode="tf_crop_and_resize")
-    with pytest.raises(UnsupportedOperator, match="'Resize' at node 'r'.*cubic only"):
+    with pytest.raises(UnsupportedOperator, match="'Resize' at node 'r'.*linear and cubic only"):
         CuvilModel.load(make_model([node], {"x": x}, {"y": np.zeros((1, 1, 3, 3), np.float32)}, inits, 19))
 
 

@@ -1,8 +1,7 @@
 """Converters for index-driven writes and reads: OneHot -> ``onehot``, ScatterElements / Scatter ->
 ``scatter_elements``, ScatterND -> ``scatter_nd``, GatherElements -> ``gather_elements``, GatherND ->
-``gather_nd``. Axes are
-normalised to non-negative here; OneHot's depth sets the output shape, so it must be known at build
-time."""
+``gather_nd``, TensorScatter -> ``tensor_scatter``. Axes are normalised to non-negative here; OneHot's
+depth sets the output shape, so it must be known at build time."""
 
 from __future__ import annotations
 
@@ -90,3 +89,22 @@ def gather_nd(ctx: ConvertContext) -> None:
         raise ctx.unsupported(f"batch_dims {batch_dims} for data of rank {len(data.type.shape)} and indices "
                               f"of rank {len(ind.type.shape)}")
     ctx.set_outputs(ctx.emit1("gather_nd", [data, ind], {"batch_dims": batch_dims}))
+
+
+@converter("TensorScatter")
+def tensor_scatter(ctx: ConvertContext) -> None:
+    """A KV-cache update: ``update`` written into ``past_cache`` at each batch row's write index."""
+    past, upd = ctx.input(0), ctx.input(1)
+    rank, mode = len(past.type.shape), ctx.attr("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise ctx.unsupported(f"mode={mode!r} (linear or circular)")
+    axis = ctx.axis(int(ctx.attr("axis", -2)), rank)
+    if axis == 0:
+        raise ctx.unsupported("axis 0: it is the batch axis the write indices are per")
+    others = [(p, u) for k, (p, u) in enumerate(zip(past.type.shape, upd.type.shape)) if k != axis]
+    if len(upd.type.shape) != rank or any(p != u for p, u in others):
+        raise ctx.unsupported(f"update of shape {upd.type.shape} for a cache of shape {past.type.shape} "
+                              f"(they may differ on axis {axis} only)")
+    ind = [ctx.input(2)] if ctx.has_input(2) else []
+    attrs = {"axis": axis, "circular": mode == "circular"}
+    ctx.set_outputs(ctx.emit1("tensor_scatter", [past, upd, *ind], attrs))

@@ -11,8 +11,9 @@ from runtime_wasm.spec import STORED_RANGES
 from ...ir.graph import Value
 from ...ops.cast import HELD, RUNTIME_CASTS
 from ...ops.common import broadcast_shape
+from ...ops.float64 import UNARY as F64_UNARY
 from ...ops.logic import BINARY_LOOP_C, BINARY_LOOP_DTYPES, REDUCE_LOOP, REDUCE_LOOP_DTYPES
-from ...ops.mod import CODES as MOD_DTYPES
+from ...ops.mod import MOD_DTYPES, POW_DTYPES
 from .float16 import stored_type_of
 from .importer import np_dtype_of_onnx
 from .registry import ConvertContext, converter, int_list
@@ -22,12 +23,13 @@ _COMMUTATIVE = ("add", "mul", "max", "min")
 
 def emit_binary(ctx: ConvertContext, kind: str, a: Value, b: Value, name: str | None = None) -> Value:
     """One IR ``binary_f32``; the full-size run-time operand goes first so the op can run in place.
-    Other element types at run time take ``binary_loop``; constant operands of any type fold."""
+    Other element types at run time take ``binary_loop`` (Pow: ``pow_loop``); constant operands of any
+    type fold."""
     if a.type.dtype != b.type.dtype:
-        if kind != "pow" or not b.is_const:
-            raise ctx.unsupported(f"operands of different types ({a.type.dtype}, {b.type.dtype})")
-        b = ctx.constant(b.const.astype(a.type.dtype), "exponent")
+        raise ctx.unsupported(f"operands of different types ({a.type.dtype}, {b.type.dtype})")
     if not (a.is_const and b.is_const) and a.type.dtype != "float32":
+        if kind == "pow" and a.type.dtype in POW_DTYPES:
+            return ctx.emit1("pow_loop", [a, b], name=name)
         if kind not in BINARY_LOOP_C or a.type.dtype not in BINARY_LOOP_DTYPES:
             raise ctx.unsupported(f"{kind} on {a.type.dtype} tensors at run time")
         return ctx.emit1("binary_loop", [a, b], {"kind": kind}, name=name)
@@ -41,19 +43,49 @@ def emit_binary(ctx: ConvertContext, kind: str, a: Value, b: Value, name: str | 
     return ctx.emit1("binary_f32", [a, b], {"kind": kind}, name=name)
 
 
-@converter("Add", "Sub", "Mul", "Div", "Pow")
+@converter("Add", "Sub", "Mul", "Div")
 def binary(ctx: ConvertContext) -> None:
-    kind = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}[ctx.op_type]
+    kind = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}[ctx.op_type]
     ctx.set_outputs(emit_binary(ctx, kind, ctx.input(0), ctx.input(1)))
+
+
+def _as_type(ctx: ConvertContext, v: Value, dtype: str, tag: str) -> Value:
+    """``v`` converted to ``dtype``: a constant at build time, else by a run-time ``cast``."""
+    if v.type.dtype == dtype:
+        return v
+    if v.is_const:
+        with np.errstate(all="ignore"):
+            return ctx.constant(v.const.astype(dtype), tag)
+    return ctx.emit1("cast", [v], {"to": dtype}, name=f"{ctx.name}/{tag}")
+
+
+@converter("Pow")
+def power(ctx: ConvertContext) -> None:
+    """The result has the base's type, whatever the exponent's. The exponent takes the base's type when
+    that loses nothing that matters (a float base; an integer exponent, which wraps into a narrower base
+    type; a constant the base type holds exactly); an integer base under a float exponent runs in
+    float64 and is truncated back, as numpy (and the ONNX reference) computes it."""
+    a, b = ctx.input(0), ctx.input(1)
+    base = a.type.dtype
+    with np.errstate(all="ignore"):
+        exact = b.is_const and np.array_equal(b.const, b.const.astype(base))
+    if base.startswith("float") or b.type.dtype.startswith(("int", "uint")) or exact:
+        ctx.set_outputs(emit_binary(ctx, "pow", a, _as_type(ctx, b, base, "exponent")))
+        return
+    a, b = (_as_type(ctx, v, "float64", tag) for v, tag in ((a, "base"), (b, "exponent")))
+    wide = emit_binary(ctx, "pow", a, b, name=f"{ctx.name}/f64")
+    ctx.set_outputs(ctx.emit1("cast", [wide], {"to": base}))
 
 
 @converter("Mod")
 def mod(ctx: ConvertContext) -> None:
+    """fmod=1 (C fmod) or fmod=0 (the divisor's sign, numpy.mod) on float32, float64 and every integer
+    type; float16 and bfloat16 run on the float32 they are held as."""
     a, b = ctx.input(0), ctx.input(1)
     fmod = int(ctx.attr("fmod", 0))
     if a.type.dtype != b.type.dtype or a.type.dtype not in MOD_DTYPES:
         raise ctx.unsupported(f"Mod of {a.type.dtype} by {b.type.dtype}")
-    if not fmod and a.type.dtype.startswith("float"):
+    if not fmod and a.type.dtype.startswith("float") and ctx.opset < 28:
         raise ctx.unsupported("fmod=0 on float tensors (ONNX requires fmod=1 for floats before opset 28)")
     ctx.set_outputs(ctx.emit1("mod", [a, b], {"fmod": fmod}))
 
@@ -90,9 +122,9 @@ _UNARY = {"Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal"
 
 @converter(*_UNARY)
 def unary(ctx: ConvertContext) -> None:
-    """float32 on the vector kernels; float64 at run time computed in float32 between two casts (the
-    kernels' polynomials are float32 ones: about 1e-7 relative error, and results past float32's range
-    become inf)."""
+    """float32 on the vector kernels; float64 at run time in double (``unary_f64``: exp, log and the exact
+    ones), else computed in float32 between two casts (erf and the trigonometric ones: the kernels'
+    polynomials are float32 ones, about 1e-7 relative error, and results past float32's range become inf)."""
     x = ctx.input(0)
     kind = _UNARY[ctx.op_type]
     if x.is_const or x.type.dtype == "float32":
@@ -100,6 +132,9 @@ def unary(ctx: ConvertContext) -> None:
         return
     if x.type.dtype != "float64":
         raise ctx.unsupported(f"{ctx.op_type} on {x.type.dtype} at run time (float32 and float64 only)")
+    if kind in F64_UNARY:
+        ctx.set_outputs(ctx.emit1("unary_f64", [x], {"kind": kind}))
+        return
     narrow = ctx.emit1("cast", [x], {"to": "float32"}, name=f"{ctx.name}/f32")
     y = ctx.emit1("unary", [narrow], {"kind": kind}, name=f"{ctx.name}/{kind}")
     ctx.set_outputs(ctx.emit1("cast", [y], {"to": "float64"}))
@@ -158,29 +193,42 @@ def reduce(ctx: ConvertContext) -> None:
         raise ctx.unsupported(f"{ctx.op_type} on {x.type.dtype} at run time (float32 only)")
 
 
+def _reduce_any(ctx: ConvertContext, x: Value, kind: str, attrs: dict, name: str) -> Value:
+    """A ``reduce`` on float32 (the vector kernels), ``reduce_loop`` on the other types."""
+    op = "reduce" if x.type.dtype == "float32" or x.is_const else "reduce_loop"
+    return ctx.emit1(op, [x], {"kind": kind, **attrs}, name=name)
+
+
+def _exp_log(ctx: ConvertContext, x: Value, kind: str, name: str | None = None) -> Value:
+    """exp or log in x's precision: ``unary`` on float32, ``unary_f64`` (double throughout) on float64."""
+    return ctx.emit1("unary_f64" if x.type.dtype == "float64" else "unary", [x], {"kind": kind}, name=name)
+
+
 @converter("ReduceLogSum", "ReduceLogSumExp")
 def reduce_log(ctx: ConvertContext) -> None:
     """log(sum(x)), and log(sum(exp(x - m))) + m with m the (finite) maximum: no overflow for large x, and
-    an all -inf slice gives -inf rather than nan."""
+    an all -inf slice gives -inf rather than nan. float64 stays in double precision throughout."""
     x, axes = ctx.input(0), _reduce_axes(ctx)
-    if not x.is_const and x.type.dtype != "float32":
-        raise ctx.unsupported(f"{ctx.op_type} on {x.type.dtype} at run time (float32 only)")
+    dtype = x.type.dtype
+    if not x.is_const and dtype not in ("float32", "float64"):
+        raise ctx.unsupported(f"{ctx.op_type} on {dtype} at run time (float32 and float64 only)")
     if axes is None:
-        ctx.set_outputs(ctx.emit1("unary", [x], {"kind": "log"}) if ctx.op_type == "ReduceLogSum" else x)
+        ctx.set_outputs(_exp_log(ctx, x, "log") if ctx.op_type == "ReduceLogSum" else x)
         return
     keep = {"axes": axes, "keepdims": True}
     shift = None
     if ctx.op_type == "ReduceLogSumExp":
-        m = ctx.emit1("reduce", [x], {"kind": "max", **keep}, name=f"{ctx.name}/max")
+        m = _reduce_any(ctx, x, "max", keep, f"{ctx.name}/max")
         bounds = ((np.inf, "below", "lt"), (-np.inf, "above", "gt"))
-        below, above = (ctx.emit1("compare", [m, ctx.constant(np.float32(bound), tag)], {"kind": kind},
+        below, above = (ctx.emit1("compare", [m, ctx.constant(np.asarray(bound, dtype), tag)], {"kind": kind},
                                   name=f"{ctx.name}/{tag}") for bound, tag, kind in bounds)
         finite = ctx.emit1("logic", [below, above], {"kind": "and"}, name=f"{ctx.name}/finite")
-        shift = ctx.emit1("where", [finite, m, ctx.constant(np.float32(0), "zero")], name=f"{ctx.name}/shift")
+        shift = ctx.emit1("where", [finite, m, ctx.constant(np.asarray(0, dtype), "zero")],
+                          name=f"{ctx.name}/shift")
         centred = emit_binary(ctx, "sub", x, shift, name=f"{ctx.name}/centred")
-        x = ctx.emit1("unary", [centred], {"kind": "exp"}, name=f"{ctx.name}/exp")
-    total = ctx.emit1("reduce", [x], {"kind": "sum", **keep}, name=f"{ctx.name}/sum")
-    y = ctx.emit1("unary", [total], {"kind": "log"}, name=f"{ctx.name}/log")
+        x = _exp_log(ctx, centred, "exp", f"{ctx.name}/exp")
+    total = _reduce_any(ctx, x, "sum", keep, f"{ctx.name}/sum")
+    y = _exp_log(ctx, total, "log", f"{ctx.name}/log")
     if shift is not None:
         y = emit_binary(ctx, "add", y, shift, name=f"{ctx.name}/shifted")
     if not ctx.attr("keepdims", 1):

@@ -99,23 +99,26 @@ def conv_transpose(ctx: ConvertContext) -> None:
         group=_group(ctx))))
 
 
-def _scaled(ctx: ConvertContext, v, factor: float, what: str):
-    """``v * factor`` as a Value (folded when v is constant)."""
+def _scaled(ctx: ConvertContext, v: Value, factor: float, what: str) -> Value:
+    """``v * factor`` as a Value of v's type (folded when v is constant)."""
     if factor == 1.0:
         return v
-    return ctx.emit1("binary_f32", [v, ctx.constant(np.float32(factor), what)], {"kind": "mul"},
-                     name=f"{ctx.name}/{what}")
+    return emit_binary(ctx, "mul", v, ctx.constant(np.asarray(factor, v.type.dtype), what),
+                       name=f"{ctx.name}/{what}")
 
 
 @converter("Gemm")
 def gemm(ctx: ConvertContext) -> None:
+    """float32 with constant B: the packed ``gemm`` (alpha and a row bias folded in); otherwise (a run-time
+    B, or float64) ``matmul``, then alpha and C as elementwise ops."""
     a, b = ctx.input(0), ctx.input(1)
+    packed = b.is_const and a.type.dtype == "float32"
     if len(a.type.shape) != 2 or len(b.type.shape) != 2:
         raise ctx.unsupported(f"Gemm multiplies matrices, got shapes {a.type.shape} and {b.type.shape}")
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     if ctx.attr("transA", 0):
         a = ctx.emit1("transpose", [a], {"perm": [1, 0]}, name=f"{ctx.name}/transA")
-    if b.is_const:
+    if packed:
         lay = np.transpose if ctx.attr("transB", 0) else np.asarray
         w = ctx.constant(np.ascontiguousarray(lay(b.const.astype(np.float32)) * np.float32(alpha)), "w")
         if b.quant is not None and alpha == 1.0:  # the same numbers re-laid: still quantized weights
@@ -127,14 +130,14 @@ def gemm(ctx: ConvertContext) -> None:
         ins, post_alpha = [a, b], alpha
     n = ins[1].type.shape[1]
     c = ctx.input(2) if ctx.has_input(2) and beta != 0.0 else None
-    if c is not None and b.is_const and c.is_const and is_row_bias(c.type.shape, n):
+    if c is not None and packed and c.is_const and is_row_bias(c.type.shape, n):
         bias = np.broadcast_to(c.const.astype(np.float32).reshape(-1) * np.float32(beta), (n,))
         ins.append(ctx.constant(bias.copy(), "bias"))
         c = None
-    y = ctx.emit1("gemm" if b.is_const else "matmul", ins, name=ctx.name if c is None else f"{ctx.name}/mm")
+    y = ctx.emit1("gemm" if packed else "matmul", ins, name=ctx.name if c is None else f"{ctx.name}/mm")
     y = _scaled(ctx, y, post_alpha, "alpha")
     if c is not None:
-        y = ctx.emit1("binary_f32", [y, _scaled(ctx, c, beta, "beta")], {"kind": "add"})
+        y = emit_binary(ctx, "add", y, _scaled(ctx, c, beta, "beta"))
     ctx.set_outputs(y)
 
 
@@ -147,7 +150,7 @@ def matmul(ctx: ConvertContext) -> None:
         a = ctx.emit1("reshape", [a], {"shape": [1, a.type.shape[0]]}, name=f"{ctx.name}/a2d")
     if squeeze_back:
         b = ctx.emit1("reshape", [b], {"shape": [b.type.shape[0], 1]}, name=f"{ctx.name}/b2d")
-    if b.is_const and len(b.type.shape) == 2:
+    if b.is_const and len(b.type.shape) == 2 and a.type.dtype == "float32":  # float64: matmul
         w = ctx.constant(b.const.astype(np.float32), "w")
         w.quant = b.quant  # quantized weights stay quantized (``quant/qdq.py`` fuses them)
         y = ctx.emit1("gemm", [a, w])

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...ir.graph import Value
 from .convert_nn import conv_pads
 from .registry import ConvertContext, converter
 
 
-def pool(ctx: ConvertContext, kind: str, x: Value, name: str | None = None) -> Value:
-    """An IR ``pool`` of ``x`` with the node's window attributes (LpPool's sum pool shares them)."""
+def window(ctx: ConvertContext, x: Value) -> dict[str, Any]:
+    """The node's pooling window attributes for an ``x`` of N, C and 1-3 spatial axes."""
     n = len(x.type.shape) - 2
     if n not in (1, 2, 3):
         raise ctx.unsupported(f"{n}D pooling (1D, 2D and 3D are supported)")
@@ -18,16 +20,27 @@ def pool(ctx: ConvertContext, kind: str, x: Value, name: str | None = None) -> V
     strides = ctx.positive_ints("strides", [1] * n, n)
     dilations = ctx.positive_ints("dilations", [1] * n, n)
     pads = conv_pads(ctx, list(x.type.shape[2:]), list(kernel), strides, dilations)
-    return ctx.emit1("pool", [x], dict(
-        kind=kind, kernel=list(kernel), strides=strides, dilations=dilations, pads=pads,
-        ceil_mode=int(ctx.attr("ceil_mode", 0)), count_include_pad=int(ctx.attr("count_include_pad", 0))),
-        name=name)
+    return dict(kernel=list(kernel), strides=strides, dilations=dilations, pads=pads,
+                ceil_mode=int(ctx.attr("ceil_mode", 0)))
+
+
+def pool(ctx: ConvertContext, kind: str, x: Value, name: str | None = None) -> Value:
+    """An IR ``pool`` of ``x`` with the node's window attributes (LpPool's sum pool shares them)."""
+    return ctx.emit1("pool", [x], dict(window(ctx, x), kind=kind,
+                                       count_include_pad=int(ctx.attr("count_include_pad", 0))), name=name)
 
 
 @converter("MaxPool")
 def maxpool(ctx: ConvertContext) -> None:
+    """MaxPool; its Indices output (flat argmax positions) comes with the max from ``max_pool_argmax``."""
+    order = int(ctx.attr("storage_order", 0))
+    if order not in (0, 1):
+        raise ctx.unsupported(f"storage_order={order} (0 row-major, 1 column-major)")
     if len(ctx.proto.output) > 1 and ctx.proto.output[1]:
-        raise ctx.unsupported("the Indices output (argmax positions) is not supported")
+        x = ctx.input(0)
+        ctx.set_outputs(*ctx.emit("max_pool_argmax", [x], dict(window(ctx, x), storage_order=order),
+                                  n_outputs=2))
+        return
     ctx.set_outputs(pool(ctx, "max", ctx.input(0)))
 
 

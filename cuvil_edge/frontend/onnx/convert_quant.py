@@ -7,7 +7,9 @@ scale and zero point are constants gets its ``QuantParams`` (``Value.quant``): a
 integers its real values are, so ``quant/qdq.py`` can fuse dequantize -> conv/gemm into qconv/qgemm at
 the end of import (what does not fuse still computes the right answer in f32), and all of them are what
 ``inspect`` shows of the model's quantization. Quantized run-time tensors are held as uint8 (ONNX int8
-ones shifted by +128 together with their zero points). MatMulNBits goes straight to qb4gemm.
+ones shifted by +128 together with their zero points, ``held_int8.py``). Blocked scales (``block_size``)
+run in float32 ops, each scale and zero point gathered over its block. MatMulNBits goes straight to
+qb4gemm.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ...ops.qlinear import ActQuant
 from .convert_math import emit_binary
 from .convert_nn import conv_pads
 from .float16 import stored_type_of
+from .held_int8 import flip_sign
 from .importer import np_dtype_of_onnx
 from .registry import ConvertContext, contrib_converter, converter
 
@@ -35,16 +38,20 @@ def _scale(ctx: ConvertContext, i: int) -> Value:
     return ctx.constant(s.const.astype(np.float32), f"scale{i}")
 
 
+def _held(ctx: ConvertContext, v: Value, what: str) -> Value:
+    """``v`` as a tensor held as uint8: an int8 one shifted by +128 (at run time too), a uint8 one as is."""
+    if v.type.dtype == "uint8":
+        return v
+    if v.type.dtype != "int8":
+        raise ctx.unsupported(f"{v.type.dtype} {what}" + ("" if v.is_const else " at run time"))
+    return flip_sign(ctx.graph, v, "uint8", f"{ctx.name}/{what.replace(' ', '_')}_held")
+
+
 def _zero_point(ctx: ConvertContext, i: int, uint8_domain: bool) -> Value:
     """Zero point input ``i`` (default 0); for a tensor held as uint8 an int8 one shifts by +128."""
     if not ctx.has_input(i):
         return ctx.constant(np.zeros(1, np.uint8), f"zero_point{i}")
-    z = ctx.input(i)
-    if not uint8_domain or z.type.dtype == "uint8":
-        return z
-    if z.type.dtype != "int8" or not z.is_const:
-        raise ctx.unsupported(f"{z.type.dtype} zero point" + ("" if z.is_const else " at run time"))
-    return ctx.constant((z.const.astype(np.int16) + 128).astype(np.uint8), f"zero_point{i}")
+    return _held(ctx, ctx.input(i), "zero point") if uint8_domain else ctx.input(i)
 
 
 def _params(ctx: ConvertContext, s: Value, zp: int, axis: int, rank: int, dtype: str | None = None
@@ -71,8 +78,8 @@ def _quantize(ctx: ConvertContext, x: Value, scale: int, zp: int, axis: int) -> 
 def _dequant(ctx: ConvertContext, x: Value, s: Value, zp: int, axis: int, name: str) -> Value:
     """x's float value: a folded constant or a run-time dequantize, with the scale ``s`` and the zero
     point at input ``zp`` (absent: 0). The constant, or the run-time x, gets its ``QuantParams``."""
-    if not x.is_const and x.type.dtype != "uint8":
-        raise ctx.unsupported(f"run-time {x.type.dtype} quantized tensor (uint8 or QuantizeLinear output)")
+    if not x.is_const:
+        x = _held(ctx, x, "quantized tensor")
     z = _zero_point(ctx, zp, x.type.dtype == "uint8")
     y = ctx.emit1("dequantize", [x, s, z], {"axis": axis}, name=name)
     rank = len(x.type.shape)
@@ -112,17 +119,27 @@ def quant_matmul(ctx: ConvertContext, a: Value, b: Value) -> Value:
     return ctx.emit1(op, [a, b], name=f"{ctx.name}/matmul")
 
 
-def _unit(ctx: ConvertContext, n: int = 1) -> Value:
-    """Scales of 1 (``n``: one per channel, as many as a per-axis zero point has: ``dequantize`` reads its
-    zero point per channel only when the scale is per channel)."""
-    return ctx.constant(np.ones(n, np.float32), "unit_scale")
+def _unit(ctx: ConvertContext) -> Value:
+    """A scale of 1 (under a zero point per tensor or per channel)."""
+    return ctx.constant(np.ones(1, np.float32), "unit_scale")
 
 
-def _along(ctx: ConvertContext, p: Value, axis: int, rank: int, what: str) -> Value:
-    """A scale or zero point shaped to broadcast against a rank-``rank`` tensor: one value, or one per
-    channel of ``axis``."""
-    shape = [] if p.type.size == 1 else [p.type.size] + [1] * (rank - 1 - axis % max(rank, 1))
-    return ctx.emit1("reshape", [p], {"shape": shape}, name=f"{ctx.name}/{what}")
+def _along(ctx: ConvertContext, i: int, x: Value, axis: int, what: str) -> Value:
+    """Scale or zero point input ``i`` in float32, shaped to broadcast against ``x``: one value, one per
+    channel of ``axis``, or (``block_size``) one per block of that many channels along ``axis`` in a
+    tensor of x's rank, repeated over its block."""
+    p, shape = _as_f32(ctx, ctx.input(i), f"{what}_f32"), list(x.type.shape)
+    block = int(ctx.attr("block_size", 0))
+    axis %= max(len(shape), 1)
+    if block:
+        blocks = [-(-n // block) if d == axis else n for d, n in enumerate(shape)]
+        if block < 0 or list(p.type.shape) != blocks:
+            raise ctx.unsupported(f"a {what} of shape {list(p.type.shape)} for blocks of {block} along axis "
+                                  f"{axis} of {shape} (ONNX: {blocks})")
+        of_block = ctx.constant(np.arange(shape[axis], dtype=np.int64) // block, f"{what}_blocks")
+        return ctx.emit1("gather", [p, of_block], {"axis": axis}, name=f"{ctx.name}/{what}")
+    along = [] if p.type.size == 1 else [p.type.size] + [1] * (len(shape) - 1 - axis)
+    return ctx.emit1("reshape", [p], {"shape": along}, name=f"{ctx.name}/{what}")
 
 
 def _as_f32(ctx: ConvertContext, v: Value, what: str) -> Value:
@@ -133,21 +150,19 @@ def _as_f32(ctx: ConvertContext, v: Value, what: str) -> Value:
 
 def _quantize_f32(ctx: ConvertContext, x: Value, to: str, axis: int) -> Value:
     """QuantizeLinear to a type the ``quantize`` kernel does not make (int16, uint16, int8 without a zero
-    point, the stored types: int4, uint4, int2, uint2, the float8s, float4) in float32 ops, as ONNX
-    defines it: integers
-    round(x / scale) + zero point clamped to the type's range, float8 x / scale cast with ``saturate`` (no
-    zero point), float4 x / scale + zero point cast (saturating). A stored-type result is widened by the
-    importer."""
-    rank = len(x.type.shape)
-    y = ctx.emit1("binary_f32", [x, _along(ctx, _scale(ctx, 1), axis, rank, "scale")], {"kind": "div"},
+    point, the stored types: int4, uint4, int2, uint2, the float8s, float4), or under blocked scales, in
+    float32 ops, as ONNX defines it: integers round(x / scale) + zero point clamped to the type's range,
+    float8 x / scale cast with ``saturate`` (no zero point), float4 x / scale + zero point cast
+    (saturating). A stored-type result is widened by the importer."""
+    y = ctx.emit1("binary_f32", [x, _along(ctx, 1, x, axis, "scale")], {"kind": "div"},
                   name=f"{ctx.name}/scaled")
     lo_hi = None if to in HELD and to not in STORED_RANGES else STORED_RANGES.get(to) or (
         int(np.iinfo(to).min), int(np.iinfo(to).max))
     if lo_hi is not None:
         y = ctx.emit1("unary", [y], {"kind": "round"}, name=f"{ctx.name}/rounded")
     if ctx.has_input(2) and to not in FLOAT8:
-        z = _along(ctx, _as_f32(ctx, ctx.input(2), "zero_point_f32"), axis, rank, "zero_point")
-        y = ctx.emit1("binary_f32", [y, z], {"kind": "add"}, name=f"{ctx.name}/shifted")
+        y = ctx.emit1("binary_f32", [y, _along(ctx, 2, x, axis, "zero_point")], {"kind": "add"},
+                      name=f"{ctx.name}/shifted")
     if lo_hi is not None:
         y = ctx.emit1("epilogue_act", [y], {"act": ("clip", *map(float, lo_hi))}, name=f"{ctx.name}/clamped")
     return ctx.emit1("cast", [y], {"to": to, "saturate": bool(ctx.attr("saturate", 1))})
@@ -155,14 +170,14 @@ def _quantize_f32(ctx: ConvertContext, x: Value, to: str, axis: int) -> Value:
 
 def _dequant_f32(ctx: ConvertContext, x: Value, axis: int) -> Value:
     """DequantizeLinear in float32 ops of an x the ``dequantize`` kernel does not read: a run-time one of
-    another type than uint8 (int4 held as int8, int16, ...) or a float8 or float4 held as float32:
-    (x - zero point) * scale; the float8s and float4 have no zero point (ONNX ignores it)."""
-    rank = len(x.type.shape)
+    another type than uint8 (int4 held as int8, int16, ...), a float8 or float4 held as float32, or any x
+    under blocked scales: (x - zero point) * scale; the float8s and float4 have no zero point (ONNX
+    ignores it)."""
     y = _as_f32(ctx, x, "x_f32")
     if ctx.has_input(2) and x.type.dtype != "float32":
-        z = _along(ctx, _as_f32(ctx, ctx.input(2), "zero_point_f32"), axis, rank, "zero_point")
-        y = ctx.emit1("binary_f32", [y, z], {"kind": "sub"}, name=f"{ctx.name}/steps")
-    return ctx.emit1("binary_f32", [y, _along(ctx, _scale(ctx, 1), axis, rank, "scale")], {"kind": "mul"})
+        y = ctx.emit1("binary_f32", [y, _along(ctx, 2, x, axis, "zero_point")], {"kind": "sub"},
+                      name=f"{ctx.name}/steps")
+    return ctx.emit1("binary_f32", [y, _along(ctx, 1, x, axis, "scale")], {"kind": "mul"})
 
 
 #: the types QuantizeLinear makes (its schema's T2 at opset 25)
@@ -172,10 +187,10 @@ QUANTIZED = frozenset({"int8", "uint8", "int16", "uint16", *STORED_RANGES, *FLOA
 @converter("QuantizeLinear")
 def quantize_linear(ctx: ConvertContext) -> None:
     """To uint8, and int8 with a zero point, on the ``quantize`` kernel; to the other types (the zero
-    point's, else ``output_dtype``'s) in float32 ops."""
+    point's, else ``output_dtype``'s) and with blocked scales in float32 ops."""
     x = ctx.input(0)
-    if x.type.dtype != "float32" or ctx.attr("block_size", 0):
-        raise ctx.unsupported(f"{x.type.dtype} input" if x.type.dtype != "float32" else "blocked scales")
+    if x.type.dtype != "float32":
+        raise ctx.unsupported(f"{x.type.dtype} input")
     out_dtype = int(ctx.attr("output_dtype", 0))
     zp = ctx.input(2) if ctx.has_input(2) else None
     if zp is not None:
@@ -185,7 +200,7 @@ def quantize_linear(ctx: ConvertContext) -> None:
     if to not in QUANTIZED:  # the checker does not look at types: a float32 zero point gets here
         raise ctx.unsupported(f"a {to} zero point or output_dtype (QuantizeLinear makes "
                               f"{', '.join(sorted(QUANTIZED))})")
-    if to == "uint8" or to == "int8" and zp is not None:
+    if (to == "uint8" or to == "int8" and zp is not None) and not ctx.attr("block_size", 0):
         ctx.set_outputs(_quantize(ctx, x, 1, 2, int(ctx.attr("axis", 1))))
     else:
         ctx.set_outputs(_quantize_f32(ctx, x, to, int(ctx.attr("axis", 1))))
@@ -193,13 +208,12 @@ def quantize_linear(ctx: ConvertContext) -> None:
 
 @converter("DequantizeLinear")
 def dequantize_linear(ctx: ConvertContext) -> None:
-    """uint8 at run time and constants on the ``dequantize`` kernel (folded), other run-time types and
-    the stored types held as float32 (float8, float4) in float32 ops."""
-    if ctx.attr("block_size", 0):
-        raise ctx.unsupported("blocked scales")
+    """uint8 at run time and constants on the ``dequantize`` kernel (folded), other run-time types, the
+    stored types held as float32 (float8, float4) and blocked scales in float32 ops."""
     x, axis = ctx.input(0), int(ctx.attr("axis", 1))
     stored = stored_type_of(ctx.graph, x)
-    if x.type.dtype == "float32" and stored is not None or not x.is_const and x.type.dtype != "uint8":
+    f32 = x.type.dtype == "float32" and stored is not None or not x.is_const and x.type.dtype != "uint8"
+    if f32 or ctx.attr("block_size", 0):
         ctx.set_outputs(_dequant_f32(ctx, x, axis))
         return
     ctx.set_outputs(_dequant(ctx, x, _scale(ctx, 1), 2, axis, ctx.name))
@@ -236,8 +250,7 @@ def qlinear_matmul(ctx: ConvertContext) -> None:
 
 @converter("ConvInteger")
 def conv_integer(ctx: ConvertContext) -> None:
-    w_zp = ctx.input(3).type.size if ctx.has_input(3) else 1
-    x, w = dequant_input(ctx, 0, _unit(ctx), 2, 1), dequant_input(ctx, 1, _unit(ctx, w_zp), 3, 0)
+    x, w = dequant_input(ctx, 0, _unit(ctx), 2, 1), dequant_input(ctx, 1, _unit(ctx), 3, 0)
     ctx.set_outputs(ctx.emit1("cast", [_conv(ctx, x, w, [])], {"to": "int32"}))
 
 

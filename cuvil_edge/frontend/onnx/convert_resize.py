@@ -34,18 +34,17 @@ def resize(ctx: ConvertContext) -> None:
     mode = MODES.get(ctx.attr("mode", "nearest"))
     if mode is None:
         raise ctx.unsupported(f"mode={ctx.attr('mode')!r} (nearest, linear and cubic are supported)")
-    sizes, crop = None, {}
+    sizes, crop, antialias = None, {}, False
     if ctx.op_type == "Upsample" or ctx.opset < 11:
         scales = ctx.attr("scales") if ctx.op_type == "Upsample" and ctx.opset < 9 else ctx.const(1)
         scales, coord, nearest = _full(scales, None, []), "asymmetric", "simple"
     else:
         coord = ctx.attr("coordinate_transformation_mode", "half_pixel")
         nearest = ctx.attr("nearest_mode", "round_prefer_floor")
-        if coord == "tf_crop_and_resize" and mode != "cubic":
-            raise ctx.unsupported(f"coordinate_transformation_mode='tf_crop_and_resize' with mode={mode!r} "
-                                  "(cubic only)")
-        if ctx.attr("antialias", 0):
-            raise ctx.unsupported("antialias=1")
+        antialias = bool(ctx.attr("antialias", 0))
+        if mode == "nearest" and (coord == "tf_crop_and_resize" or antialias):
+            what = "antialias=1" if antialias else "coordinate_transformation_mode='tf_crop_and_resize'"
+            raise ctx.unsupported(f"{what} with mode='nearest' (linear and cubic only)")
         axes = ctx.attr("axes")
         axes = None if axes is None else [int(a) % r for a in axes]
         if coord == "tf_crop_and_resize":
@@ -87,4 +86,5 @@ def resize(ctx: ConvertContext) -> None:
     ctx.set_outputs(ctx.emit1("resize", [x], {
         "sizes": out, "scales": scales, "mode": mode, "coord": coord, "nearest": nearest,
         "cubic_a": float(ctx.attr("cubic_coeff_a", -0.75)),
-        "exclude_outside": bool(ctx.attr("exclude_outside", 0)), **crop}))
+        "exclude_outside": bool(ctx.attr("exclude_outside", 0)),
+        "antialias": antialias and min(scales) < 1, **crop}))

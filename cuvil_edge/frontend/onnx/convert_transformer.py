@@ -1,4 +1,4 @@
-"""Converters for transformer-era ops: LayerNormalization, Gelu, Einsum (as transpose + matmul),
+"""Converters for transformer-era ops: LayerNormalization, Gelu, Einsum (diagonals, sums, matmuls),
 comparisons, boolean logic, Where, TopK, ArgMax/ArgMin, CumSum, CumProd and Hardmax."""
 
 from __future__ import annotations
@@ -66,59 +66,117 @@ def gelu(ctx: ConvertContext) -> None:
 
 
 # -- Einsum -----------------------------------------------------------------------------------------
-def _permute(ctx: ConvertContext, v: Value, have: str, want: str, tag: str) -> Value:
-    if have == want:
+#: the letters an ellipsis stands for (never an equation's own: those are ASCII letters)
+_ELLIPSIS = "".join(chr(0x100 + i) for i in range(64))
+
+
+def _transpose(ctx: ConvertContext, v: Value, perm: list[int], tag: str) -> Value:
+    if perm == sorted(perm):
         return v
-    return ctx.emit1("transpose", [v], {"perm": [have.index(c) for c in want]}, name=f"{ctx.name}/{tag}")
+    return ctx.emit1("transpose", [v], {"perm": perm}, name=f"{ctx.name}/{tag}")
+
+
+def _permute(ctx: ConvertContext, v: Value, have: str, want: str, tag: str) -> Value:
+    return _transpose(ctx, v, [have.index(c) for c in want], tag)
 
 
 def _reshape(ctx: ConvertContext, v: Value, shape: list[int], tag: str) -> Value:
     return ctx.emit1("reshape", [v], {"shape": [int(d) for d in shape]}, name=f"{ctx.name}/{tag}")
 
 
-@converter("Einsum")
-def einsum(ctx: ConvertContext) -> None:
-    """Two-operand contractions (``bhid,bhjd->bhij`` and friends) become one batched matmul over
-    [batch, free-a, contracted] x [batch, contracted, free-b]; one operand is a transpose."""
+def _einsum_terms(ctx: ConvertContext, xs: list[Value]) -> tuple[list[str], str]:
+    """The operands' and the output's subscripts, each ellipsis spelled out as letters of ``_ELLIPSIS``
+    (right-aligned: an operand of fewer ellipsis dims takes the last ones); an implicit output is the
+    ellipsis then the letters that appear once, sorted (the ONNX and numpy rule)."""
     eq = ctx.attr("equation").replace(" ", "")
-    if "..." in eq or "->" not in eq:
-        raise ctx.unsupported(f"equation {eq!r} (explicit output, no ellipsis, is supported)")
-    lhs, out = eq.split("->")
+    lhs, arrow, out = eq.partition("->")
     terms = lhs.split(",")
-    xs = ctx.inputs()
-    if len(xs) != len(terms) or len(set(out)) != len(out) or any(c not in lhs for c in out):
-        raise ctx.unsupported(f"equation {eq!r} does not match its {len(xs)} inputs or repeats an output "
-                              "index")
-    if any(len(set(t)) != len(t) or len(t) != len(x.type.shape) for t, x in zip(terms, xs)):
-        raise ctx.unsupported(f"equation {eq!r} repeats an index or does not match the input ranks")
-    if len(terms) == 1:
-        if sorted(terms[0]) != sorted(out):
-            raise ctx.unsupported(f"single-operand equation {eq!r} (only permutations)")
-        ctx.set_outputs(_permute(ctx, xs[0], terms[0], out, "perm"))
-        return
-    if len(terms) != 2:
-        raise ctx.unsupported(f"{len(terms)} operands")
-    a, b = terms
-    batch = [c for c in a if c in b and c in out]
-    contr = [c for c in a if c in b and c not in out]
-    free_a = [c for c in a if c not in b]
-    free_b = [c for c in b if c not in a]
-    if any(c not in out for c in free_a + free_b):
-        raise ctx.unsupported(f"equation {eq!r} sums an index of one operand only")
-    size = {c: d for t, x in zip(terms, xs) for c, d in zip(t, x.type.shape)}
+    if len(terms) != len(xs) or any(t.count("...") > 1 for t in [*terms, out]):
+        raise ctx.unsupported(f"equation {eq!r} does not match its {len(xs)} inputs")
+    spans = [len(x.type.shape) - len(t.replace("...", "")) for t, x in zip(terms, xs)]
+    if any(n < 0 or (n and "..." not in t) for n, t in zip(spans, terms)):
+        raise ctx.unsupported(f"equation {eq!r} does not match the input ranks")
+    dots = _ELLIPSIS[:max(spans, default=0)]
+    terms = [t.replace("...", dots[len(dots) - n:]) for t, n in zip(terms, spans)]
+    if not arrow:
+        letters = "".join(terms)
+        out = dots + "".join(sorted(c for c in set(letters) if c not in dots and letters.count(c) == 1))
+    out = out.replace("...", dots)
+    if len(set(out)) != len(out) or any(c not in "".join(terms) for c in out):
+        raise ctx.unsupported(f"equation {eq!r} repeats an output index or names one no input has")
+    return terms, out
 
-    def prod(cs: list[str]) -> int:
+
+def _diagonals(ctx: ConvertContext, v: Value, t: str, tag: str) -> tuple[Value, str]:
+    """Each letter repeated in one operand taken along its diagonal: its r copies moved last, flattened to
+    n^r and sliced with step 1 + n + ... + n^(r-1)."""
+    for c in dict.fromkeys(c for c in t if t.count(c) > 1):
+        at = [i for i, d in enumerate(t) if d == c]
+        sizes = {v.type.shape[i] for i in at}
+        if len(sizes) != 1:
+            raise ctx.unsupported(f"index {c!r} repeated over dims of sizes {sorted(sizes)}")
+        n, rest = sizes.pop(), [i for i, d in enumerate(t) if d != c]
+        kept = [v.type.shape[i] for i in rest]
+        flat = _reshape(ctx, _transpose(ctx, v, rest + at, f"{tag}/diag_{c}_t"), [*kept, n ** len(at)],
+                        f"{tag}/diag_{c}_flat")
+        v = ctx.emit1("slice", [flat], {"starts": [0] * (len(kept) + 1), "ends": [*kept, n ** len(at)],
+                                         "steps": [1] * len(kept) + [sum(n ** j for j in range(len(at)))]},
+                      name=f"{ctx.name}/{tag}/diag_{c}")
+        t = "".join(t[i] for i in rest) + c
+    return v, t
+
+
+def _sum_out(ctx: ConvertContext, v: Value, t: str, keep: str, tag: str) -> tuple[Value, str]:
+    """Letters of ``t`` outside ``keep`` summed out (ReduceSum): no other operand nor the output has them."""
+    axes = [i for i, c in enumerate(t) if c not in keep]
+    if not axes:
+        return v, t
+    op = "reduce" if v.type.dtype == "float32" else "reduce_loop"
+    v = ctx.emit1(op, [v], {"kind": "sum", "axes": axes, "keepdims": False}, name=f"{ctx.name}/{tag}/sum")
+    return v, "".join(c for c in t if c in keep)
+
+
+def _contract(ctx: ConvertContext, a: tuple[Value, str], b: tuple[Value, str], keep: str,
+              tag: str) -> tuple[Value, str]:
+    """Two operands as one batched matmul over [batch, free-a, contracted] x [batch, contracted, free-b]
+    (batch dims of size 1 broadcast there); the result is batch + free-a + free-b."""
+    (va, ta), (vb, tb) = a, b
+    batch = [c for c in ta if c in tb and c in keep]
+    contr = [c for c in ta if c in tb and c not in keep]
+    free_a, free_b = [c for c in ta if c not in tb], [c for c in tb if c not in ta]
+    sa, sb = dict(zip(ta, va.type.shape)), dict(zip(tb, vb.type.shape))
+    if any(sa[c] != sb[c] for c in contr):
+        raise ctx.unsupported(f"summed index of sizes {[(sa[c], sb[c]) for c in contr]} (broadcast)")
+
+    def prod(size: dict[str, int], cs: list[str]) -> int:
         return math.prod(size[c] for c in cs)
 
-    bs = [size[c] for c in batch]
-    va = _reshape(ctx, _permute(ctx, xs[0], a, "".join(batch + free_a + contr), "a"),
-                  [*bs, prod(free_a), prod(contr)], "a3")
-    vb = _reshape(ctx, _permute(ctx, xs[1], b, "".join(batch + contr + free_b), "b"),
-                  [*bs, prod(contr), prod(free_b)], "b3")
-    y = ctx.emit1("matmul", [va, vb], name=f"{ctx.name}/mm")
-    order = "".join(batch + free_a + free_b)
-    y = _reshape(ctx, y, [size[c] for c in order], "y")
-    ctx.set_outputs(_permute(ctx, y, order, out, "out") if order != out else y)
+    ma = _reshape(ctx, _permute(ctx, va, ta, "".join(batch + free_a + contr), f"{tag}/a"),
+                  [*(sa[c] for c in batch), prod(sa, free_a), prod(sa, contr)], f"{tag}/a3")
+    mb = _reshape(ctx, _permute(ctx, vb, tb, "".join(batch + contr + free_b), f"{tag}/b"),
+                  [*(sb[c] for c in batch), prod(sb, contr), prod(sb, free_b)], f"{tag}/b3")
+    y = ctx.emit1("matmul", [ma, mb], name=f"{ctx.name}/{tag}/mm")
+    order = batch + free_a + free_b
+    size = {**sa, **sb, **{c: max(sa[c], sb[c]) for c in batch}}
+    return _reshape(ctx, y, [size[c] for c in order], f"{tag}/y"), "".join(order)
+
+
+@converter("Einsum")
+def einsum(ctx: ConvertContext) -> None:
+    """Any equation, as ONNX and numpy read it: per operand the diagonals of repeated letters, then a sum
+    over letters no other operand nor the output has; operands contracted left to right by batched
+    matmuls; the letters the output lacks summed; a transpose to the output order."""
+    xs = ctx.inputs()
+    terms, out = _einsum_terms(ctx, xs)
+    ops = [_diagonals(ctx, x, t, f"in{i}") for i, (x, t) in enumerate(zip(xs, terms))]
+    cur = ops[0]
+    for i, nxt in enumerate(ops[1:], 1):
+        rest = out + "".join(t for _, t in ops[i + 1:])
+        cur = _sum_out(ctx, *cur, nxt[1] + rest, f"in{i - 1}")
+        nxt = _sum_out(ctx, *nxt, cur[1] + rest, f"in{i}")
+        cur = _contract(ctx, cur, nxt, rest, f"mm{i}")
+    y, t = _sum_out(ctx, *cur, out, "out")
+    ctx.set_outputs(_permute(ctx, y, t, out, "out"))
 
 
 # -- comparisons, logic, where -------------------------------------------------------------------------

@@ -19,14 +19,24 @@ def _reshape(ctx: ConvertContext, v: Value, shape: list[int], tag: str) -> Value
 
 @converter("DepthToSpace", "SpaceToDepth")
 def depth_space(ctx: ConvertContext) -> None:
-    """One ``depth_to_space`` / ``space_to_depth`` node (``ops/movement.py``), which checks the shape."""
-    attrs = {"blocksize": int(ctx.attr("blocksize"))}
+    """One ``depth_to_space`` / ``space_to_depth`` node (``ops/movement.py``), which checks the shape.
+    SpaceToDepth's CRD mode (opset 28: depth c * k * k + i * k + j) is the 6-D block view's transpose."""
+    k = int(ctx.attr("blocksize"))
+    mode = ctx.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise ctx.unsupported(f"mode {mode!r}")
+    x = ctx.input(0)
     if ctx.op_type == "DepthToSpace":
-        attrs["mode"] = ctx.attr("mode", "DCR")
-        if attrs["mode"] not in ("DCR", "CRD"):
-            raise ctx.unsupported(f"mode {attrs['mode']!r}")
-    ctx.set_outputs(ctx.emit1("depth_to_space" if ctx.op_type == "DepthToSpace" else "space_to_depth",
-                              [ctx.input(0)], attrs))
+        ctx.set_outputs(ctx.emit1("depth_to_space", [x], {"blocksize": k, "mode": mode}))
+    elif mode == "DCR":
+        ctx.set_outputs(ctx.emit1("space_to_depth", [x], {"blocksize": k}))
+    else:
+        if len(x.type.shape) != 4 or k < 1 or x.type.shape[2] % k or x.type.shape[3] % k:
+            raise ctx.unsupported(f"SpaceToDepth block {k} on an input of shape {list(x.type.shape)}")
+        n, c, h, w = x.type.shape
+        blocks = _reshape(ctx, x, [n, c, h // k, k, w // k, k], "blocks")
+        moved = ctx.emit1("transpose", [blocks], {"perm": [0, 1, 3, 5, 2, 4]}, name=f"{ctx.name}/crd")
+        ctx.set_outputs(ctx.emit1("reshape", [moved], {"shape": [n, c * k * k, h // k, w // k]}))
 
 
 def _channel_param(ctx: ConvertContext, i: int, channels: int, groups: int) -> Value:

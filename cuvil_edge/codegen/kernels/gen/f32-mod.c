@@ -1,9 +1,11 @@
 /* generated from templates/f32-mod.c.in by cuvil_edge/codegen/kernels/generate.py; do not edit */
-/* ONNX Mod: <code>_mod(a, b) per element, called from the C loops the ``mod`` op emits.
+/* ONNX Mod: <code>_mod(a, b, floor_mod) per element, called from the C loops the ``mod`` op emits.
  *
- * Floats (fmod=1, C fmod: the sign of the dividend) are exact: r = |a| loses the largest a*2^k <= r
+ * Floats (C fmod: the sign of the dividend) are exact: r = |a| loses the largest a*2^k <= r
  * each step (Sterbenz: the subtraction is exact), so r halves per step and the loop ends within
  * the exponent range; 2^k scales go through multiplies by exact powers of two (subnormals too).
+ * floor_mod (fmod=0) takes the sign of the divisor as numpy.mod does: a remainder of the other sign
+ * gains the divisor (-3 mod inf = inf), a zero one takes the divisor's sign.
  * Integers: fmod=1 is C's %, fmod=0 takes the sign of the divisor; a zero divisor traps (onnxruntime
  * fails on it too).
  */
@@ -20,10 +22,10 @@ INLINE int f32_ilogb(float x) {  /* exponent of a finite x > 0 */
   return (int)((v.u >> 23) & 255) - 127 - 64;
 }
 
-INLINE float f32_mod(float x, float y) {
+INLINE float f32_mod(float x, float y, int floor_mod) {
   float r = __builtin_fabsf(x);
   const float a = __builtin_fabsf(y);
-  if (!(a > 0) || !(r < __builtin_inff())) return __builtin_nanf("");
+  if (!(a > 0) || !(r < __builtin_inff())) return __builtin_nanf("");  /* y 0 or nan, x inf or nan */
   while (r >= a) {
     int k = f32_ilogb(r) - f32_ilogb(a);
     float d = a;
@@ -32,7 +34,9 @@ INLINE float f32_mod(float x, float y) {
     if (d > r) d *= (float)0.5;
     r -= d;
   }
-  return __builtin_copysignf(r, x);
+  r = __builtin_copysignf(r, x);
+  if (floor_mod) r = r != 0 ? ((r < 0) != (y < 0) ? r + y : r) : __builtin_copysignf(0, y);
+  return r;
 }
 
 INLINE double f64_pow2(int k) {  /* 2^k for |k| <= 1022 */
@@ -48,10 +52,10 @@ INLINE int f64_ilogb(double x) {  /* exponent of a finite x > 0 */
   return (int)((v.u >> 52) & 2047) - 1023 - 64;
 }
 
-INLINE double f64_mod(double x, double y) {
+INLINE double f64_mod(double x, double y, int floor_mod) {
   double r = __builtin_fabs(x);
   const double a = __builtin_fabs(y);
-  if (!(a > 0) || !(r < __builtin_inf())) return __builtin_nan("");
+  if (!(a > 0) || !(r < __builtin_inf())) return __builtin_nan("");  /* y 0 or nan, x inf or nan */
   while (r >= a) {
     int k = f64_ilogb(r) - f64_ilogb(a);
     double d = a;
@@ -60,7 +64,9 @@ INLINE double f64_mod(double x, double y) {
     if (d > r) d *= (double)0.5;
     r -= d;
   }
-  return __builtin_copysign(r, x);
+  r = __builtin_copysign(r, x);
+  if (floor_mod) r = r != 0 ? ((r < 0) != (y < 0) ? r + y : r) : __builtin_copysign(0, y);
+  return r;
 }
 
 INLINE int8_t i8_mod(int8_t a, int8_t b, int floor_mod) {
@@ -76,6 +82,19 @@ INLINE uint8_t u8_mod(uint8_t a, uint8_t b, int floor_mod) {
   return r;
 }
 
+INLINE int16_t i16_mod(int16_t a, int16_t b, int floor_mod) {
+  if (b == 0) __builtin_trap();
+  int16_t r = (int16_t)(a % b);
+  if (floor_mod && r != 0 && (r < 0) != (b < 0)) r = (int16_t)(r + b);
+  return r;
+}
+
+INLINE uint16_t u16_mod(uint16_t a, uint16_t b, int floor_mod) {
+  if (b == 0) __builtin_trap();
+  uint16_t r = (uint16_t)(a % b);
+  return r;
+}
+
 INLINE int32_t i32_mod(int32_t a, int32_t b, int floor_mod) {
   if (b == 0) __builtin_trap();
   int32_t r = (int32_t)(a % b);
@@ -83,10 +102,22 @@ INLINE int32_t i32_mod(int32_t a, int32_t b, int floor_mod) {
   return r;
 }
 
+INLINE uint32_t u32_mod(uint32_t a, uint32_t b, int floor_mod) {
+  if (b == 0) __builtin_trap();
+  uint32_t r = (uint32_t)(a % b);
+  return r;
+}
+
 INLINE int64_t i64_mod(int64_t a, int64_t b, int floor_mod) {
   if (b == 0) __builtin_trap();
   int64_t r = (int64_t)(a % b);
   if (floor_mod && r != 0 && (r < 0) != (b < 0)) r = (int64_t)(r + b);
+  return r;
+}
+
+INLINE uint64_t u64_mod(uint64_t a, uint64_t b, int floor_mod) {
+  if (b == 0) __builtin_trap();
+  uint64_t r = (uint64_t)(a % b);
   return r;
 }
 

@@ -35,38 +35,38 @@ KERNEL void f32_resize_bilinear(const float* x, float* y, int planes, int H, int
   }
 }
 
-/* Bicubic over the last two dims of each plane, separable through one scratch row of W floats: per
- * output row, the 4 input rows (offsets iy, already times W) weighted by wy (both [OH][4]) are summed
- * into the row, then each output column gathers 4 taps of it: indices ix and weights wx, tap-major
- * ([4][OW]) so four output columns load as one vector per tap. */
-KERNEL void f32_resize_bicubic(const float* x, float* y, int planes, int H, int W, int OH, int OW,
-                               const int32_t* iy, const float* wy, const int32_t* ix, const float* wx,
-                               float* row) {
+/* K-tap filters over the last two dims of each plane (bicubic: 4 taps; antialiased linear or cubic:
+ * the filter stretched over more), separable through one scratch row of W floats: per output row, the
+ * KH input rows (offsets iy, already times W) weighted by wy (both [OH][KH]) are summed into the row,
+ * then each output column gathers KW taps of it: indices ix and weights wx, tap-major ([KW][OW]) so
+ * four output columns load as one vector per tap. */
+KERNEL void f32_resize_taps(const float* x, float* y, int planes, int H, int W, int OH, int OW,
+                            int KH, const int32_t* iy, const float* wy,
+                            int KW, const int32_t* ix, const float* wx, float* row) {
   for (int p = 0; p < planes; p++, x += (size_t)H * W) {
     for (int oh = 0; oh < OH; oh++, y += OW) {
-      const float* r0 = x + iy[4 * oh];
-      const float* r1 = x + iy[4 * oh + 1];
-      const float* r2 = x + iy[4 * oh + 2];
-      const float* r3 = x + iy[4 * oh + 3];
-      const float a0 = wy[4 * oh], a1 = wy[4 * oh + 1], a2 = wy[4 * oh + 2], a3 = wy[4 * oh + 3];
+      const int32_t* ry = iy + (size_t)KH * oh;
+      const float* ay = wy + (size_t)KH * oh;
       int w = 0;
       for (; w + 4 <= W; w += 4) {
-        v128_t s = wasm_f32x4_mul(VLOAD(r0 + w), VSPLAT(a0));
-        s = VFMA(VLOAD(r1 + w), VSPLAT(a1), s);
-        s = VFMA(VLOAD(r2 + w), VSPLAT(a2), s);
-        VSTORE(row + w, VFMA(VLOAD(r3 + w), VSPLAT(a3), s));
+        v128_t s = wasm_f32x4_mul(VLOAD(x + ry[0] + w), VSPLAT(ay[0]));
+        for (int j = 1; j < KH; j++) s = VFMA(VLOAD(x + ry[j] + w), VSPLAT(ay[j]), s);
+        VSTORE(row + w, s);
       }
-      for (; w < W; w++) row[w] = r0[w] * a0 + r1[w] * a1 + r2[w] * a2 + r3[w] * a3;
+      for (; w < W; w++) {
+        float s = 0.0f;
+        for (int j = 0; j < KH; j++) s += x[ry[j] + w] * ay[j];
+        row[w] = s;
+      }
       int ow = 0;
       for (; ow + 4 <= OW; ow += 4) {
         v128_t s = wasm_f32x4_mul(f32_gather4(row, ix + ow), VLOAD(wx + ow));
-        s = VFMA(f32_gather4(row, ix + OW + ow), VLOAD(wx + OW + ow), s);
-        s = VFMA(f32_gather4(row, ix + 2 * OW + ow), VLOAD(wx + 2 * OW + ow), s);
-        VSTORE(y + ow, VFMA(f32_gather4(row, ix + 3 * OW + ow), VLOAD(wx + 3 * OW + ow), s));
+        for (int j = 1; j < KW; j++) s = VFMA(f32_gather4(row, ix + j * OW + ow), VLOAD(wx + j * OW + ow), s);
+        VSTORE(y + ow, s);
       }
       for (; ow < OW; ow++) {
         float s = 0.0f;
-        for (int j = 0; j < 4; j++) s += row[ix[j * OW + ow]] * wx[j * OW + ow];
+        for (int j = 0; j < KW; j++) s += row[ix[j * OW + ow]] * wx[j * OW + ow];
         y[ow] = s;
       }
     }
