@@ -39,6 +39,7 @@ from .errors import InputError, ModelFormatError, QuantizationError, TargetError
 from .host import host_target, instantiate_here
 from .ir.graph import Graph
 from .quant import QuantResult, check_precision, quantize
+from .sequences import SEQUENCES, flat_feeds, grouped_outputs, shape_record
 
 
 class CuvilModel:
@@ -124,7 +125,7 @@ class CuvilModel:
 
         if data_sha256 is None:  # tensors in external files: onnx reads them itself, builds are not cached
             return cls(import_from(path))
-        shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+        shapes = {k: shape_record(v) for k, v in (input_shapes or {}).items()}
         key: list[Any] = [data_sha256, shapes, name]
         loops = {k: int(v) for k, v in (max_trip_count or {}).items()}
         bound = data_digest([dict(bind)])[0] if bind else None  # names and values (None: not numbers)
@@ -350,8 +351,9 @@ class CuvilModel:
             optimize_graph(graph, progress)
             self._optimized = True
         extra: dict[str, Any] = {"profiles": list(profiles)} if profiles else {}
-        if "source_quantization" in graph.meta:  # the source's own (TFLite, ONNX QDQ), for inspect
-            extra["source_quantization"] = graph.meta["source_quantization"]
+        for key in ("source_quantization", SEQUENCES):  # the source's own quantization, for inspect; and
+            if key in graph.meta:  # its sequence inputs and outputs, for predict
+                extra[key] = graph.meta[key]
         self._quantization = None
         if precision != "fp32":
             self._quantization = quantize(graph, precision, calibration, accuracy_budget,
@@ -407,8 +409,9 @@ class CuvilModel:
             raise InputError("hop_s cuts waveforms: it needs an audio model from from_pretrained")
         if isinstance(inputs, np.ndarray):
             inputs = [inputs]
+        record = self.spec.extra.get(SEQUENCES, {})  # a list of arrays for each sequence input and output
         try:
-            return self.instance.predict(inputs)
+            return grouped_outputs(record, self.instance.predict(flat_feeds(record, inputs)))
         except InferenceInputError as exc:
             raise InputError(str(exc)) from exc
 

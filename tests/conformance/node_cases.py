@@ -72,34 +72,47 @@ def passing() -> list[str]:
     return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
-def _compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray], case: Any) -> str | None:
-    """None when every output matches, else what differs first."""
+def _compare(got: dict[str, Any], want: dict[str, Any], case: Any) -> str | None:
+    """None when every output matches, else what differs first. A sequence output (a list) matches a list
+    of as many items, each compared as a tensor output is."""
     rtol, atol = max(case.rtol, RTOL), max(case.atol, ATOL)
     for name, ref in want.items():
         if name not in got:
             return f"output {name!r} missing"
-        out = _unpadded(name, np.asarray(got[name]), np.asarray(ref), got)
-        if isinstance(out, str):
-            return out
-        ref = np.asarray(ref)
-        if out.shape != ref.shape:
-            return f"{name}: shape {out.shape} != {ref.shape}"
-        if ref.dtype == object or out.dtype == object:
-            if not np.array_equal(out.astype(object), ref.astype(object)):
-                return f"{name}: strings differ"
-            continue
-        if out.dtype != ref.dtype:
-            return f"{name}: dtype {out.dtype} != {ref.dtype}"
-        slack = _float_slack(ref.dtype)
-        if slack is not None:
-            a, b = out.astype(np.float64), ref.astype(np.float64)
-            tol = max(rtol, slack)
-            ok = np.isclose(a, b, rtol=tol, atol=atol, equal_nan=True)
-            if not ok.all():
-                i = np.argwhere(~ok)[0]
-                return f"{name}: at {tuple(i)} {a[tuple(i)]!r} != {b[tuple(i)]!r}"
-        elif not np.array_equal(out, ref):
-            return f"{name}: values differ"
+        if not isinstance(ref, list):
+            diff = _compare_tensor(name, got[name], ref, got, rtol, atol)
+        elif not isinstance(got[name], list) or len(got[name]) != len(ref):
+            return f"{name}: {type(got[name]).__name__} of {len(got[name])} != a sequence of {len(ref)}"
+        else:
+            diff = next(filter(None, (_compare_tensor(f"{name}[{i}]", out, r, got, rtol, atol)
+                                      for i, (out, r) in enumerate(zip(got[name], ref)))), None)
+        if diff:
+            return diff
+    return None
+
+
+def _compare_tensor(name: str, out: Any, ref: Any, got: dict[str, Any], rtol: float, atol: float
+                    ) -> str | None:
+    """None when output ``name`` matches its reference, else what differs first."""
+    out = _unpadded(name, np.asarray(out), np.asarray(ref), got)
+    if isinstance(out, str):
+        return out
+    ref = np.asarray(ref)
+    if out.shape != ref.shape:
+        return f"{name}: shape {out.shape} != {ref.shape}"
+    if ref.dtype == object or out.dtype == object:
+        return None if np.array_equal(out.astype(object), ref.astype(object)) else f"{name}: strings differ"
+    if out.dtype != ref.dtype:
+        return f"{name}: dtype {out.dtype} != {ref.dtype}"
+    slack = _float_slack(ref.dtype)
+    if slack is not None:
+        a, b = out.astype(np.float64), ref.astype(np.float64)
+        ok = np.isclose(a, b, rtol=max(rtol, slack), atol=atol, equal_nan=True)
+        if not ok.all():
+            i = tuple(np.argwhere(~ok)[0])
+            return f"{name}: at {i} {a[i]!r} != {b[i]!r}"
+    elif not np.array_equal(out, ref):
+        return f"{name}: values differ"
     return None
 
 
@@ -201,7 +214,8 @@ def _built(model: Any, feeds: dict[str, Any], bound: set[str]) -> Any:
     from cuvil_edge import CuvilModel, NotConstant, Target
 
     while True:
-        shapes = {k: v.shape for k, v in feeds.items() if isinstance(v, np.ndarray) and k not in bound}
+        shapes = {k: [x.shape for x in v] if isinstance(v, list) else v.shape for k, v in feeds.items()
+                  if isinstance(v, (np.ndarray, list)) and k not in bound}  # a list: a sequence's items
         try:
             model_ = CuvilModel.load(model, input_shapes=shapes, bind={k: feeds[k] for k in bound})
             return model_.optimize(targets=[Target()])

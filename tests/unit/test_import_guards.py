@@ -56,21 +56,24 @@ def test_an_opset_before_7_is_upgraded_by_onnx() -> None:
         np.testing.assert_array_equal(m.predict({"x": x})["y"], np.maximum(x, 0))
 
 
-@pytest.mark.parametrize(("mode", "refused"), [("DCR", False), ("CRD", True)])
-def test_an_attribute_a_later_opset_added_is_refused_unless_it_holds_its_default(mode, refused) -> None:
-    """SpaceToDepth's ``mode`` is new at opset 28; its converter knows DCR only (the older behaviour)."""
-    model = _model([helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2, mode=mode)],
-                   [_f32("x", [1, 1, 4, 4])], [_f32("y", [1, 4, 2, 2])], 28)
+@pytest.mark.parametrize(("precision", "refused"), [(0, False), (TensorProto.DOUBLE, True)])
+def test_an_attribute_a_later_opset_added_is_refused_unless_it_holds_its_default(precision, refused) -> None:
+    """QuantizeLinear's ``precision`` (of its division) is new at opset 28; its converter divides in
+    float32, which is what the default (the scale's type) means here."""
+    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], precision=precision)
+    graph = helper.make_graph([node], "g", [_f32("x", [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [4])],
+                              [helper.make_tensor("s", TensorProto.FLOAT, [], [0.5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 28)])
     if refused:
-        words = r"'SpaceToDepth' at node 'SpaceToDepth_y' \(opset 28\): attribute mode=b?'CRD' is not "
+        words = r"'QuantizeLinear' at node 'QuantizeLinear_y' \(opset 28\): attribute precision=11 is not "
         words += "supported"
         with pytest.raises(UnsupportedOperator, match=words):
             import_onnx(model)
         return
-    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
-    want = x.reshape(1, 1, 2, 2, 2, 2).transpose(0, 3, 5, 1, 2, 4).reshape(1, 4, 2, 2)
+    x = np.array([0.1, 1.0, 2.4, 300.0], np.float32)
     with CuvilModel.load(model).optimize(targets=[Target()]) as m:
-        np.testing.assert_array_equal(m.predict({"x": x})["y"], want)
+        np.testing.assert_array_equal(m.predict({"x": x})["y"], [0, 2, 5, 255])
 
 
 def test_dropout_ignores_ratio_and_seed_and_refuses_training_mode() -> None:
@@ -108,19 +111,22 @@ def test_the_verifier_refuses_a_float_kernel_on_another_dtype_after_any_pass() -
 
 
 def test_other_domains_operators_are_refused_by_name() -> None:
-    node = helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml", name="bin")
+    node = helper.make_node("Normalizer", ["x"], ["y"], domain="ai.onnx.ml", name="norm", norm="L2")
     model = helper.make_model(helper.make_graph([node], "g", [_f32("x", [3])], [_f32("y", [3])]),
                               opset_imports=[helper.make_opsetid("ai.onnx.ml", 3)])
-    with pytest.raises(UnsupportedOperator, match=r"'ai.onnx.ml.Binarizer' at node 'bin'"):
+    with pytest.raises(UnsupportedOperator, match=r"'ai.onnx.ml.Normalizer' at node 'norm'"):
         import_onnx(model)
 
 
-def test_a_sequence_graph_output_is_refused_naming_it() -> None:
-    split = helper.make_node("SplitToSequence", ["x"], ["seq"], axis=0)
-    out = helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, None)
-    words = r"'Output' at node 'seq'.*a sequence: outputs must be tensors"
+def test_an_empty_optional_graph_output_is_refused_naming_it() -> None:
+    """A sequence output is one output per item (tests/unit/test_sequence_io.py); an empty optional has
+    none, and a compiled output is always present."""
+    item = helper.make_tensor_type_proto(TensorProto.FLOAT, [2])
+    empty = helper.make_node("Optional", [], ["opt"], type=item)
+    out = helper.make_value_info("opt", helper.make_optional_type_proto(item))
+    words = r"'Output' at node 'opt'.*an empty optional: a compiled output is always present"
     with pytest.raises(UnsupportedOperator, match=words):
-        import_onnx(_model([split], [_f32("x", [2, 3])], [out], 13))
+        import_onnx(_model([empty], [_f32("x", [2, 3])], [out], 15))
 
 
 @pytest.mark.parametrize("causal", [0, 1])

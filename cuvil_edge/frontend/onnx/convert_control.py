@@ -14,6 +14,7 @@ import numpy as np
 
 from ...ir.graph import Graph, TensorType, Value
 from ...ir.limits import check_count
+from .containers import HELD_OUTPUTS, layout, regrouped
 from .importer import import_subgraph
 from .registry import ConvertContext, converter
 
@@ -28,9 +29,11 @@ def _bound(ctx: ConvertContext, trips: Value | None) -> int:
     given = ctx.graph.meta.get("max_trip_count", {}).get(ctx.name)
     known = None if trips is None or not trips.is_const else max(0, int(trips.const.reshape(-1)[0]))
     if known is None and given is None:
-        raise ctx.unsupported(
-            "its trip count is not known at build time, so its scan outputs cannot be sized: give a bound "
-            f"with max_trip_count={{{ctx.name!r}: N}} (CuvilModel.load / import_onnx)")
+        hint = ("its trip count is not known at build time, so its scan outputs cannot be sized: give a "
+                f"bound with max_trip_count={{{ctx.name!r}: N}} (CuvilModel.load / import_onnx)")
+        if trips is not None:  # run-time trip count: binding the inputs it comes from fixes it too
+            raise ctx.not_constant(0, hint)
+        raise ctx.unsupported(hint)
     return min(b for b in (known, given) if b is not None)
 
 
@@ -236,13 +239,17 @@ def _stack(ctx: ConvertContext, parts: list[Value], tag: str) -> Value:
 @converter("If")
 def _if(ctx: ConvertContext) -> None:
     cond = _scalar(ctx, ctx.input(0), "bool", "condition")
-    then, then_caps = import_subgraph(ctx, "then_branch", [])
-    other, other_caps = import_subgraph(ctx, "else_branch", [])
+    then, then_caps = import_subgraph(ctx, "then_branch", [], sequences=True)
+    other, other_caps = import_subgraph(ctx, "else_branch", [], sequences=True)
+    held = then.meta.pop(HELD_OUTPUTS)
+    if layout(held) != layout(other.meta.pop(HELD_OUTPUTS)):  # which of them depends on the condition
+        raise ctx.not_constant(0, "its branches return sequences of different lengths, or an empty and a "
+                               "present optional")
     have, want = [str(v.type) for v in then.outputs], [str(v.type) for v in other.outputs]
     if have != want:
         raise ctx.unsupported(f"its branches return different types ({have} vs {want}): both must have "
                               "one static shape")
     outs = ctx.emit("if", [cond, *then_caps, *other_caps],
                     {"then": then, "else": other, "n_then": len(then_caps)}, n_outputs=len(then.outputs))
-    ctx.set_outputs(*outs)
+    ctx.set_outputs(*regrouped(held, outs))
 

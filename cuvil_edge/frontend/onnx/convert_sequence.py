@@ -15,23 +15,14 @@ build time. (An optional graph input is fed as its tensor, so it is always prese
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from ...errors import UnsupportedOperator
 from ...ir.graph import Value
 from ...ir.limits import check_count
+from .containers import EmptyOptional, TensorSeq
 from .importer import np_dtype_of_onnx
 from .registry import ConvertContext, converter, int_list
-
-
-@dataclass(frozen=True)
-class TensorSeq:
-    """A sequence at import. ``None`` items have shapes known only at run time (``why`` says how)."""
-
-    items: tuple[Value | None, ...]
-    dtype: str
-    why: str = ""
 
 
 def _seq(ctx: ConvertContext, i: int) -> TensorSeq:
@@ -41,14 +32,16 @@ def _seq(ctx: ConvertContext, i: int) -> TensorSeq:
     return s
 
 
-def _put(ctx: ConvertContext, items: list[Value | None], dtype: str, why: str = "") -> None:
-    ctx.env[ctx.proto.output[0]] = TensorSeq(tuple(items), dtype, why)  # type: ignore[assignment]
+def _put(ctx: ConvertContext, items: list[Value | None], dtype: str,
+         unknown: UnsupportedOperator | None = None) -> None:
+    ctx.env[ctx.proto.output[0]] = TensorSeq(tuple(items), dtype, unknown)  # type: ignore[assignment]
 
 
-def _item(ctx: ConvertContext, s: TensorSeq, i: int) -> Value:
+def _item(s: TensorSeq, i: int) -> Value:
     v = s.items[i]
     if v is None:
-        raise ctx.unsupported(f"sequence element {i} has a run-time shape ({s.why})")
+        assert s.unknown is not None
+        raise s.unknown
     return v
 
 
@@ -77,13 +70,14 @@ def _cmp(ctx: ConvertContext, kind: str, p: Value, k: int) -> Value:
     return ctx.emit1("compare", [p, _int(ctx, p, k)], {"kind": kind}, name=f"{ctx.name}/{kind}{k}")
 
 
-def _pick(ctx: ConvertContext, cond: Value, a: Value, b: Value) -> Value:
-    """``cond ? a : b`` for a run-time scalar ``cond``: both candidates must have one type."""
+def _pick(ctx: ConvertContext, i: int, cond: Value, a: Value, b: Value) -> Value:
+    """``cond ? a : b`` for ``cond`` computed from position input i at run time: both candidates must
+    have one type, else the position is needed at build time."""
     if a is b:
         return a
     if a.type != b.type:
-        raise ctx.unsupported(f"a run-time position selects between {a.type} and {b.type}: the output "
-                              "shape would depend on data")
+        raise ctx.not_constant(i, f"a run-time position selects between {a.type} and {b.type}: the output "
+                                  "shape would depend on data")
     return ctx.emit1("where", [cond, a, b], name=f"{ctx.name}/pick")
 
 
@@ -111,11 +105,11 @@ def sequence_at(ctx: ConvertContext) -> None:
     n = len(s.items)
     p = _position(ctx, 1, n, 0)
     if isinstance(p, int):
-        ctx.set_outputs(_item(ctx, s, p))
+        ctx.set_outputs(_item(s, p))
         return
-    acc = _item(ctx, s, n - 1)
+    acc = _item(s, n - 1)
     for k in range(n - 2, -1, -1):
-        acc = _pick(ctx, _cmp(ctx, "eq", p, k), _item(ctx, s, k), acc)
+        acc = _pick(ctx, 1, _cmp(ctx, "eq", p, k), _item(s, k), acc)
     ctx.set_outputs(acc)
 
 
@@ -125,11 +119,11 @@ def sequence_erase(ctx: ConvertContext) -> None:
     n = len(s.items)
     p = _position(ctx, 1, n, n - 1)
     if isinstance(p, int):
-        _put(ctx, [*s.items[:p], *s.items[p + 1:]], s.dtype, s.why)
+        _put(ctx, [*s.items[:p], *s.items[p + 1:]], s.dtype, s.unknown)
         return
     # element i moves down when the erased position is at or before it
-    _put(ctx, [_pick(ctx, _cmp(ctx, "le", p, i), _item(ctx, s, i + 1), _item(ctx, s, i))
-               for i in range(n - 1)], s.dtype)
+    _put(ctx, [_pick(ctx, 1, _cmp(ctx, "le", p, i), _item(s, i + 1), _item(s, i)) for i in range(n - 1)],
+         s.dtype)
 
 
 @converter("SequenceInsert")
@@ -140,13 +134,13 @@ def sequence_insert(ctx: ConvertContext) -> None:
     n = len(s.items)
     p = _position(ctx, 2, n, n, insert=True)
     if isinstance(p, int):
-        _put(ctx, [*s.items[:p], t, *s.items[p:]], s.dtype, s.why)
+        _put(ctx, [*s.items[:p], t, *s.items[p:]], s.dtype, s.unknown)
         return
     # slot i keeps element i before the insert position, holds t at it, element i-1 after it
     items = []
     for i in range(n + 1):
-        at_or_after = t if i == 0 else _pick(ctx, _cmp(ctx, "eq", p, i), t, _item(ctx, s, i - 1))
-        items.append(at_or_after if i == n else _pick(ctx, _cmp(ctx, "gt", p, i), _item(ctx, s, i),
+        at_or_after = t if i == 0 else _pick(ctx, 2, _cmp(ctx, "eq", p, i), t, _item(s, i - 1))
+        items.append(at_or_after if i == n else _pick(ctx, 2, _cmp(ctx, "gt", p, i), _item(s, i),
                                                       at_or_after))
     _put(ctx, items, s.dtype)
 
@@ -163,9 +157,9 @@ def split_to_sequence(ctx: ConvertContext) -> None:
         split = ctx.input(1)
         if not split.is_const:
             if len(split.type.shape) != 1:
-                raise ctx.unsupported("a run-time scalar split: the sequence length would depend on data")
+                raise ctx.not_constant(1, "a run-time scalar split: the sequence's length depends on it")
             _put(ctx, [None] * check_count(split.type.shape[0], ctx.name), x.type.dtype,
-                 "SplitToSequence with run-time sizes")
+                 ctx.not_constant(1, "split sizes known only at run time: the items' shapes depend on them"))
             return
         sizes, squeeze = int_list(split.const, f"{ctx.name}: split"), False
         if split.const.ndim == 0:
@@ -185,7 +179,7 @@ def concat_from_sequence(ctx: ConvertContext) -> None:
     s = _seq(ctx, 0)
     if not s.items:
         raise ctx.unsupported("concatenating an empty sequence")
-    xs = [_item(ctx, s, i) for i in range(len(s.items))]
+    xs = [_item(s, i) for i in range(len(s.items))]
     axis = int(ctx.attr("axis"))
     if ctx.attr("new_axis", 0):
         axis = ctx.axis(axis, len(xs[0].type.shape) + 1)
@@ -196,13 +190,6 @@ def concat_from_sequence(ctx: ConvertContext) -> None:
 
 
 # -- optional ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class EmptyOptional:
-    """An optional without an element (``Optional`` given no input); ``what`` names its element type."""
-
-    what: str
-
-
 @converter("Optional")
 def optional(ctx: ConvertContext) -> None:
     declared = ctx.attr("type")  # the element's type: read either way, the element's own is what counts
@@ -227,3 +214,4 @@ def optional_get_element(ctx: ConvertContext) -> None:
     if isinstance(got, EmptyOptional):
         raise ctx.unsupported(f"the optional ({got.what}) is empty: taking its element fails")
     ctx.env[ctx.proto.output[0]] = got
+

@@ -4,7 +4,7 @@ run as float32 rounded to half after each op (``float16.py``); out-of-order node
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -16,8 +16,17 @@ from ...errors import InputError, ModelFormatError, NotConstant, ShapeError, Uns
 from ...ir.graph import STRING_WIDTH, Graph, TensorType, Value, string_width
 from ...ir.limits import import_budget
 from ...quant.qdq import fuse_qdq, graph_record
+from . import containers, held_int8
 from .float16 import HalfFloats
-from .registry import CONTRIB_CONVERTERS, CONTRIB_DOMAIN, CONVERTERS, ConvertContext, node_name
+from .registry import (
+    CONTRIB_DOMAIN,
+    CONVERTERS,
+    DOMAIN_CONVERTERS,
+    ML_CONVERTERS,
+    ML_DOMAIN,
+    ConvertContext,
+    node_name,
+)
 
 #: every default-domain opset the onnx wheel defines (1.23: 28); an op's later versions are accepted where
 #: they only widen its types, and a node using an attribute its converter does not read is refused
@@ -202,6 +211,11 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
                 env[inp.name] = scope.half.constant(inp.name, value)
                 graph.meta.setdefault("bound_inputs", []).append(inp.name)
                 continue
+            if containers.sequence_item_type(inp) is not None:
+                env[inp.name] = containers.sequence_input(  # type: ignore[assignment]
+                    graph, inp, shapes.pop(inp.name, None), scope.half,
+                    lambda vi, s: _input_type(vi, s, max_string_bytes))
+                continue
             v = graph.value(inp.name, _input_type(inp, shapes.pop(inp.name, None), max_string_bytes))
             graph.inputs.append(v)
             env[inp.name] = scope.half.graph_input(v)
@@ -212,28 +226,14 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
             raise InputError(f"bind names unknown inputs {sorted(bound)}; model inputs are {names}")
 
         _convert_nodes(graph, env, g.node, opset, scope)
-        for out in g.output:
-            if out.name not in env:
-                raise ModelFormatError(f"graph output {out.name!r} is never produced")
-            refuse = lambda why, o=out.name: UnsupportedOperator("Output", o, opset, why)  # noqa: E731
-            graph.outputs.append(scope.half.graph_output(_tensor_output(env, out.name, "the graph", refuse)))
-        graph.meta["output_names"] = [o.name for o in g.output]
+        outs, graph.meta["output_names"] = containers.graph_outputs(graph, g.output, env, opset)
+        graph.outputs.extend(scope.half.graph_output(held_int8.graph_output(graph, v, t)) for v, t in outs)
         _add_length_outputs(graph)
         record = graph_record(graph, "onnx")  # the model's own quantization (QDQ, QLinear*), for ``inspect``
         if record is not None:
             graph.meta["source_quantization"] = record
         fuse_qdq(graph)  # pre-quantized layers onto the integer kernels while their weights are known
     return graph
-
-
-def _tensor_output(env: Mapping[str, Any], name: str, whose: str,
-                   refuse: Callable[[str], UnsupportedOperator]) -> Value:
-    """An output of a graph or body, which must be a tensor: a sequence stays inside (``TensorSeq``)."""
-    v = env[name]
-    if not isinstance(v, Value):
-        raise refuse(f"{whose} returns {name!r}, a sequence: outputs must be tensors (take items out with "
-                     "SequenceAt or ConcatFromSequence)")
-    return v
 
 
 @dataclass
@@ -258,16 +258,20 @@ def _convert_nodes(graph: Graph, env: dict[str, Value], nodes: Sequence[Any], op
                    scope: _ImportScope) -> None:
     for node in nodes:
         if node.domain not in ("", "ai.onnx") and (node.domain, node.op_type) not in CONTRIB_OPS | \
-                FUNCTION_OPS:
+                FUNCTION_OPS and not (node.domain == ML_DOMAIN and ML_CONVERTERS.get(node.op_type)):
             raise UnsupportedOperator(f"{node.domain}.{node.op_type}", node_name(node), opset,
                                       "custom-domain operators are not supported")
         cond = env.get(node.input[0]) if node.op_type == "If" and node.input else None
         if isinstance(cond, Value) and cond.is_const:
             _inline_if(graph, env, node, opset, scope)
             continue
+        if node.op_type == "Loop" and any(not isinstance(env.get(x), Value) for x in node.input[2:] if x):
+            containers.unroll_loop(ConvertContext(graph, env, node, opset, scope.declared),
+                                   lambda b, bound, at: _inline_body(graph, env, b, bound, opset, scope, at))
+            continue
         if node.op_type not in STRING_OPS and _touches_strings(node, env):
             raise UnsupportedOperator(node.op_type, node_name(node), opset, _STRINGS_ONLY)
-        fn = (CONTRIB_CONVERTERS if node.domain == CONTRIB_DOMAIN else CONVERTERS).get(node.op_type)
+        fn = DOMAIN_CONVERTERS.get(node.domain, CONVERTERS).get(node.op_type)
         if fn is None:
             expanded = _function_body(node, env, opset, scope.half.half)
             if expanded is None:
@@ -324,13 +328,10 @@ def _function_body(node: Any, env: Mapping[str, Any], opset: int, half: Mapping[
         if not name:  # an optional input left out: an untyped place keeps the later ones' positions
             inputs.append(onnx.ValueInfoProto())
             continue
-        v = env.get(name)
-        if not isinstance(v, Value):
-            return None  # a sequence: no typed call to expand
-        elem = _ONNX_OF_DTYPE.get(half.get(v, v.type.dtype))
-        if elem is None:
+        typed = containers.typed_input(name, env.get(name), half, _ONNX_OF_DTYPE)
+        if typed is None:
             return None
-        inputs.append(helper.make_tensor_value_info(name, elem, v.type.shape))
+        inputs.append(typed)
     function = onnx.FunctionProto()
     if dependent and (not fixed or max(dependent) >= max(fixed)):
         raw = schema.get_context_dependent_function_with_opset_version(
@@ -370,21 +371,28 @@ def _inline_if(graph: Graph, env: dict[str, Value], node: Any, opset: int, scope
     ctx = ConvertContext(graph, env, node, opset)
     taken = "then_branch" if bool(ctx.scalar(0, "condition")) else "else_branch"
     branch = helper.get_attribute_value(next(a for a in node.attribute if a.name == taken))
-    inner = dict(env)
-    for init in branch.initializer:
-        inner[init.name] = scope.half.constant(f"{ctx.name}/{init.name}",
+    ctx.set_outputs(*_inline_body(graph, env, branch, {}, opset, scope, ctx.name))
+
+
+def _inline_body(graph: Graph, env: dict[str, Any], body: Any, bound: Mapping[str, Any], opset: int,
+                 scope: _ImportScope, tag: str) -> list[Any]:
+    """The nodes of graph attribute ``body`` (a branch, an unrolled Loop's iteration) joined to the parent
+    graph with its inputs ``bound`` (name -> value), its outputs returned as the import holds them. Its
+    names are scoped so they cannot shadow the parent's; outer names stay visible."""
+    inner = {**env, **bound}
+    for init in body.initializer:
+        inner[init.name] = scope.half.constant(f"{tag}/{init.name}",
                                                tensor_array(init, "Initializer", init.name, opset))
-    _convert_nodes(graph, inner, branch.node, opset, scope)
-    for out, res in zip(node.output, branch.output):
-        if out:
-            env[out] = inner[res.name]
+    _convert_nodes(graph, inner, body.node, opset, scope)
+    return [inner[o.name] for o in body.output]
 
 
-def import_subgraph(ctx: ConvertContext, attr: str,
-                    formal: Sequence[TensorType]) -> tuple[Graph, list[Value]]:
+def import_subgraph(ctx: ConvertContext, attr: str, formal: Sequence[TensorType],
+                    sequences: bool = False) -> tuple[Graph, list[Value]]:
     """Graph attribute ``attr`` of the node (a Loop body, an If branch) as its own graph: inputs are
     ``formal`` (typed here, the ONNX ones may be unshaped) then one per outer run-time value it reads
-    (returned as the captures, in that order); outer constants are used directly."""
+    (returned as the captures, in that order); outer constants are used directly. ``sequences``: it
+    may return sequences and optionals too (``containers.body_outputs``)."""
     body, opset = ctx.attr(attr), ctx.opset
     graph = Graph(f"{ctx.name}/{attr}")
     graph.meta.update(opset=opset, max_trip_count=ctx.graph.meta.get("max_trip_count", {}))
@@ -410,7 +418,8 @@ def import_subgraph(ctx: ConvertContext, attr: str,
             graph.inputs.append(env[x])
             captures.append(src)
     _convert_nodes(graph, env, body.node, opset, scope)
-    graph.outputs = [_tensor_output(env, o.name, f"its {attr}", ctx.unsupported) for o in body.output]
+    graph.outputs = containers.body_outputs(graph, env, body.output, sequences, f"its {attr}",
+                                            ctx.unsupported)
     _add_length_outputs(graph)
     return graph, captures
 

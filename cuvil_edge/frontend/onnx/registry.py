@@ -29,6 +29,13 @@ CONTRIB_CONVERTERS: ConverterTable[Converter] = ConverterTable("ONNX com.microso
 contrib_converter = CONTRIB_CONVERTERS.register
 #: the domain whose operators ``CONTRIB_CONVERTERS`` converts
 CONTRIB_DOMAIN = "com.microsoft"
+#: ai.onnx.ml op type -> converter (scikit-learn's exporters write them: trees, Binarizer, ...)
+ML_CONVERTERS: ConverterTable[Converter] = ConverterTable("ONNX ai.onnx.ml", __package__,
+                                                          skip=_NOT_CONVERTERS)
+ml_converter = ML_CONVERTERS.register
+ML_DOMAIN = "ai.onnx.ml"
+#: the table a node of each non-default domain is looked up in (any other: ``CONVERTERS``)
+DOMAIN_CONVERTERS = {CONTRIB_DOMAIN: CONTRIB_CONVERTERS, ML_DOMAIN: ML_CONVERTERS}
 
 
 class ConvertContext(IRBuilder):
