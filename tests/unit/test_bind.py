@@ -11,6 +11,7 @@ from onnx import helper
 
 from cuvil_edge import CuvilModel, InputError, NotConstant, Target
 from cuvil_edge.cli import main
+from cuvil_edge.errors import UnsupportedOperator
 
 N = helper.make_node
 X = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
@@ -88,3 +89,19 @@ def test_the_cli_binds_from_a_list_and_from_a_npy_file(tmp_path) -> None:
         assert main(["run", str(out), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npz")]) == 0
         np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], X.sum(1), rtol=1e-6)
     assert main(["build", str(model), "-o", str(tmp_path / "n.cuvil"), "--bind", "axes=one"]) == 2
+
+
+def test_dropout_in_training_mode_builds_only_with_nothing_dropped() -> None:
+    """training_mode and ratio fed as inputs: named until bound; a ratio of 0 is the identity with an
+    all-true mask, a ratio above 0 would drop at random and stays refused."""
+    t, r = np.array(True), np.array(0.0, np.float32)
+    model = make_model([N("Dropout", ["x", "r", "t"], ["y", "mask"], seed=0, name="d")],
+                       {"x": X, "r": r, "t": t}, {"y": X, "mask": np.ones(X.shape, bool)}, opset=13)
+    with pytest.raises(NotConstant, match="'t'"):
+        CuvilModel.load(model)
+    with CuvilModel.load(model, bind={"t": t, "r": r}).optimize(targets=[Target()]) as cm:
+        got = cm.predict({"x": X})
+    np.testing.assert_array_equal(got["y"], X)
+    assert got["mask"].dtype == bool and got["mask"].all()
+    with pytest.raises(UnsupportedOperator, match="drops at random"):
+        CuvilModel.load(model, bind={"t": t, "r": np.array(0.25, np.float32)})

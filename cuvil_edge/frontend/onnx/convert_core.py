@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir.graph import Value
 from .importer import tensor_array
 from .registry import ConvertContext, converter, int_list
 
@@ -27,12 +28,19 @@ def constant(ctx: ConvertContext) -> None:
 
 @converter("Identity", "Dropout")
 def identity(ctx: ConvertContext) -> None:
-    # Dropout is the identity at inference (its ratio and seed change nothing then); its optional mask
-    # output is all ones. training_mode true drops at random: a training graph, refused.
+    # Dropout is the identity at inference (its ratio and seed change nothing then), and in training mode
+    # with a ratio of 0; its optional mask output is all ones. training_mode and that ratio must be known at
+    # build time (``NotConstant``: bind them); a ratio above 0 in training drops at random and is refused.
     if ctx.op_type == "Dropout":
-        ctx.attr("ratio"), ctx.attr("seed")
-        if ctx.has_input(2) and (not ctx.input(2).is_const or bool(np.asarray(ctx.const(2)).any())):
-            raise ctx.unsupported("training_mode must be a build-time false (inference)")
+        ctx.attr("seed")
+        training = ctx.has_input(2) and bool(np.asarray(ctx.const(2)).any())
+        ratio = ctx.attr("ratio", 0.5)  # an attribute before opset 12, then input 1 (default 0.5)
+        if training and float(np.asarray(ctx.const(1, ratio)).reshape(-1)[0]) != 0.0:
+            raise ctx.unsupported("training_mode true with a ratio above 0 drops at random (a training "
+                                  "graph): inference needs training_mode false")
+    elif not isinstance(ctx.item(0), Value):  # Identity passes a sequence or an optional on as it is
+        ctx.set_outputs(ctx.item(0))
+        return
     x = ctx.input(0)
     outs = [x]
     if len(ctx.proto.output) > 1 and ctx.proto.output[1]:
