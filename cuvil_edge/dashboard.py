@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 import statistics
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from datetime import datetime, timezone
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,12 +35,10 @@ from ota.protocol import TelemetryRecord, Topics, format_time, read_status
 from ota.transport import MqttClient
 
 from .errors import CuvilError
-from .fleet import ROLLOUT_TYPE, line_status, rollout_topic
+from .fleet import ROLLOUT_TYPE, line_status, rollout_topic, tool_client_id
 from .fleet_telemetry import TelemetryCollector
 
 log = logging.getLogger(__name__)
-#: a dashboard's MQTT sessions outlive it only briefly: nothing needs to wait for a closed page
-SESSION_EXPIRY_S = 60
 UPDATING = frozenset({"downloading", "verifying", "installing", "self-test"})
 #: health words from best to worst: a multi-model device is as healthy as its worst line
 HEALTH = ("ok", "degraded", "updating", "failed", "offline")
@@ -129,8 +125,7 @@ class FleetView:
     """What the broker says about one fleet, kept up to date by two read-only MQTT clients."""
 
     def __init__(self, broker: BrokerSettings, fleet: str, limits: TransferLimits | None = None) -> None:
-        settings = replace(broker, session_expiry_s=SESSION_EXPIRY_S)
-        self.topics = Topics(settings.topic_prefix, fleet)
+        self.topics = Topics(broker.topic_prefix, fleet)
         self._rollout_topic = rollout_topic(self.topics)
         self._line_rollouts = f"{self._rollout_topic}/"  # + <model>: one rollout per model line
         self._lock = threading.Lock()
@@ -138,11 +133,11 @@ class FleetView:
         self.summaries: dict[str, dict[str, Any]] = {}  # device -> data of its latest summary
         self.heard: dict[str, str] = {}  # device -> time of its latest telemetry record
         self.rollouts: dict[str, dict[str, Any]] = {}  # release line ("": the fleet's) -> its rollout
-        name = f"cuvil-dashboard-{fleet}-{secrets.token_hex(3)}"
-        self.mqtt = MqttClient(settings, name, self._on, limits)
+        name = tool_client_id("dashboard", fleet)  # clean sessions: nothing queued for a closed page
+        self.mqtt = MqttClient(broker, name, self._on, limits, persistent=False)
         self.mqtt.subscribe([self.topics.all_status, self._rollout_topic, f"{self._line_rollouts}+"])
-        self.telemetry = TelemetryCollector(settings, fleet, f"{name}-telemetry", limits, keep=16,
-                                            on_record=self._on_record)
+        self.telemetry = TelemetryCollector(broker, fleet, f"{name}-telemetry", limits, keep=16,
+                                            on_record=self._on_record, persistent=False)
         self._closed = False
 
     def start(self, timeout_s: float = 15.0) -> FleetView:

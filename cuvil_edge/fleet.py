@@ -13,6 +13,7 @@ announcement counter intact.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 import math
@@ -56,6 +57,7 @@ DEFAULT_CHUNK_BYTES = 32 << 10
 LATER_STAGES = (25.0, 50.0, 100.0)  # after the canary, unless --stages says otherwise
 _FINAL = ("failed", "timeout", "rolled_back", "not_targeted")  # outcomes a later status does not change
 ROLLOUT_TYPE = "cuvil-rollout"
+_CLIENTS = itertools.count()  # host tool connections made by this process
 
 
 class FleetError(CuvilError):
@@ -159,6 +161,14 @@ def line_status(status: Mapping[str, Any], model: str) -> dict[str, Any] | None:
     return {**{k: status[k] for k in _DEVICE_FIELDS if k in status}, **lines[model]}
 
 
+def tool_client_id(role: str, fleet: str, model: str = "") -> str:
+    """The MQTT client id of a host tool's connection: its role, fleet and line, this process and the
+    connection's number in it (two connections must never take over each other's). Host tools connect with
+    clean sessions (``persistent=False``), so a run leaves no session behind queueing the fleet's statuses."""
+    line = [model] if model else []
+    return "-".join(["cuvil", role, fleet, *line, str(os.getpid()), str(next(_CLIENTS))])
+
+
 def _line_name(model: str) -> str:
     return f"model line {model!r}" if model else "the fleet's single-model line"
 
@@ -186,8 +196,8 @@ class Publisher:
                              f"{_line_name(model)}: give each model line its own state file")
         self._lock = threading.Lock()
         self._told: dict[str, Any] | None = None  # the rollout summary last published
-        self.mqtt = MqttClient(broker, f"cuvil-publisher-{fleet}-{secrets.token_hex(3)}", self._on_status,
-                               limits)
+        self.mqtt = MqttClient(broker, tool_client_id("publisher", fleet, model), self._on_status, limits,
+                               persistent=False)
 
     # -- connection and device status ---------------------------------------------------------
     def start(self, timeout_s: float = 15.0) -> Publisher:

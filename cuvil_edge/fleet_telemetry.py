@@ -69,13 +69,16 @@ class TelemetryCollector:
 
     def __init__(self, broker: BrokerSettings, fleet: str, client_id: str = "",
                  limits: TransferLimits | None = None, keep: int = 1000,
-                 on_record: Callable[[TelemetryRecord], None] | None = None) -> None:
+                 on_record: Callable[[TelemetryRecord], None] | None = None, persistent: bool = True) -> None:
+        """``persistent``: the broker queues telemetry for this client id while it is away (a collector that
+        must not miss records); False: a clean session, nothing left behind (a dashboard's view)."""
         self.topics = Topics(broker.topic_prefix, fleet)
         self.keep, self._on_record = keep, on_record
         self.devices: dict[str, DeviceTelemetry] = {}
         self.refused = 0  # malformed records, or records naming another device than their topic
         self._cv = threading.Condition()
-        self.mqtt = MqttClient(broker, client_id or f"cuvil-telemetry-{fleet}", self._on, limits)
+        self.mqtt = MqttClient(broker, client_id or f"cuvil-telemetry-{fleet}", self._on, limits,
+                               persistent=persistent)
         self.mqtt.subscribe([self.topics.all_telemetry])
 
     def start(self, timeout_s: float = 15.0) -> TelemetryCollector:

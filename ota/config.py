@@ -90,6 +90,12 @@ class TransferLimits:
     #: consecutive broker connect failures before giving up; 0: never (an agent offline for days must keep
     #: serving locally and reconnect when the broker returns), retrying every ``backoff_max_s``
     max_connect_failures: int = 0
+    #: a QoS 1 publish waits this long for the broker's acknowledgement, then as long again doubled, for
+    #: ``publish_attempts`` waits in all (10, 20, 40, 80 s) before ``TransportError``: a broker busy with
+    #: a fleet's statuses acknowledges late, and the client re-sends unacknowledged messages itself when
+    #: it reconnects, so patience (not a second copy) is what a slow broker needs
+    publish_ack_timeout_s: float = 10.0
+    publish_attempts: int = 4
 
     def __post_init__(self) -> None:
         check_numbers(self)

@@ -39,8 +39,12 @@ class MqttClient:
 
     def __init__(self, settings: BrokerSettings, client_id: str, on_message: OnMessage,
                  limits: TransferLimits | None = None, will: tuple[str, bytes] | None = None,
-                 on_connect: Callable[[], None] | None = None) -> None:
-        self.settings, self.client_id = settings, client_id
+                 on_connect: Callable[[], None] | None = None, persistent: bool = True) -> None:
+        """``persistent``: the broker keeps the session (subscriptions, queued QoS 1 messages) for
+        ``settings.session_expiry_s`` after a disconnect, as a device needs for the commands sent while it
+        is offline; False: a clean session the broker drops at disconnect, as host tools want (a CLI run
+        must leave no session queueing statuses behind)."""
+        self.settings, self.client_id, self.persistent = settings, client_id, persistent
         self.limits = limits or TransferLimits()
         self._on_message, self._on_connect_hook = on_message, on_connect
         import paho.mqtt.client as paho
@@ -48,7 +52,7 @@ class MqttClient:
         v5 = settings.protocol == 5
         self._client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
                                    protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
-                                   clean_session=None if v5 else False, reconnect_on_failure=False)
+                                   clean_session=None if v5 else not persistent, reconnect_on_failure=False)
         if settings.username:
             self._client.username_pw_set(settings.username, settings.password or None)
         if settings.tls_ca:
@@ -138,8 +142,8 @@ class MqttClient:
                     extra = {}
                     if self.settings.protocol == 5:
                         props = Properties(PacketTypes.CONNECT)
-                        props.SessionExpiryInterval = self.settings.session_expiry_s
-                        extra = {"clean_start": False, "properties": props}
+                        props.SessionExpiryInterval = self.settings.session_expiry_s if self.persistent else 0
+                        extra = {"clean_start": not self.persistent, "properties": props}
                     self._client.connect(self.settings.host, self.settings.port, self.settings.keepalive_s,
                                          **extra)
                     first = False
@@ -229,8 +233,10 @@ class MqttClient:
             self._client.unsubscribe(topics)
 
     def publish(self, topic: str, payload: bytes, retain: bool = False, expiry_s: int | None = None,
-                user: Mapping[str, str] | None = None, timeout_s: float = 10.0) -> None:
-        """QoS 1 publish acknowledged by the broker; ``NotAuthorized`` when its ACL refuses (MQTT 5)."""
+                user: Mapping[str, str] | None = None, timeout_s: float | None = None) -> None:
+        """QoS 1 publish acknowledged by the broker; ``NotAuthorized`` when its ACL refuses (MQTT 5).
+        ``timeout_s``: one wait for the acknowledgement; None: the limits' doubling waits
+        (``TransferLimits.publish_ack_timeout_s`` x ``publish_attempts``)."""
         props = None
         if self.settings.protocol == 5 and (expiry_s or user):
             from paho.mqtt.packettypes import PacketTypes
@@ -241,13 +247,21 @@ class MqttClient:
                 props.MessageExpiryInterval = int(expiry_s)
             if user:
                 props.UserProperty = list(user.items())
+        waits = [timeout_s] if timeout_s is not None else \
+            [self.limits.publish_ack_timeout_s * 2 ** i for i in range(self.limits.publish_attempts)]
         try:
             info = self._client.publish(topic, payload, qos=1, retain=retain, properties=props)
-            info.wait_for_publish(timeout_s)
+            for i, wait in enumerate(waits):
+                info.wait_for_publish(wait)
+                if info.is_published() or self._stop.is_set():
+                    break
+                if i + 1 < len(waits):
+                    log.warning("publish to %s not acknowledged within %gs: waiting %gs more", topic, wait,
+                                waits[i + 1])
         except (RuntimeError, ValueError, OSError) as exc:
             raise TransportError(f"publish to {topic} failed: {exc}") from exc
         if not info.is_published():
-            raise TransportError(f"publish to {topic} not acknowledged within {timeout_s}s")
+            raise TransportError(f"publish to {topic} not acknowledged within {sum(waits):g}s")
         self.sent += 1
         code = self._acks.pop(info.mid, 0)
         if code in _AUTH_CODES:
