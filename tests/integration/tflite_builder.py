@@ -30,6 +30,7 @@ class _Tensor:
     buffer: int
     quant: Quant | None = None
     csr: tuple[np.ndarray, np.ndarray] | None = None  # sparse: (segments, indices) of the last dim
+    variable: bool = False  # a state the interpreter keeps between invokes (an LSTM's h and c)
 
 
 @dataclass
@@ -52,8 +53,8 @@ class TfliteBuilder:
     ops: list[_Op] = field(default_factory=list)
 
     def tensor(self, name: str, shape: tuple[int, ...] | list[int], dtype: str = "float32",
-               quant: Quant | None = None) -> int:
-        self.tensors.append(_Tensor(name, tuple(shape), dtype, 0, quant))
+               quant: Quant | None = None, variable: bool = False) -> int:
+        self.tensors.append(_Tensor(name, tuple(shape), dtype, 0, quant, variable=variable))
         return len(self.tensors) - 1
 
     def const(self, name: str, array: np.ndarray, quant: Quant | None = None) -> int:
@@ -145,6 +146,8 @@ class TfliteBuilder:
             tflite.TensorAddType(b, TYPES[t.dtype])
             tflite.TensorAddBuffer(b, t.buffer)
             tflite.TensorAddName(b, tname)
+            if t.variable:
+                tflite.TensorAddIsVariable(b, True)
             tensors.append(tflite.TensorEnd(b))
         ops = []
         for o in self.ops:

@@ -228,7 +228,7 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         _convert_nodes(graph, env, g.node, opset, scope)
         outs, graph.meta["output_names"] = containers.graph_outputs(graph, g.output, env, opset)
         graph.outputs.extend(scope.half.graph_output(held_int8.graph_output(graph, v, t)) for v, t in outs)
-        _add_length_outputs(graph)
+        add_length_outputs(graph)
         record = graph_record(graph, "onnx")  # the model's own quantization (QDQ, QLinear*), for ``inspect``
         if record is not None:
             graph.meta["source_quantization"] = record
@@ -420,7 +420,7 @@ def import_subgraph(ctx: ConvertContext, attr: str, formal: Sequence[TensorType]
     _convert_nodes(graph, env, body.node, opset, scope)
     graph.outputs = containers.body_outputs(graph, env, body.output, sequences, f"its {attr}",
                                             ctx.unsupported)
-    _add_length_outputs(graph)
+    add_length_outputs(graph)
     return graph, captures
 
 
@@ -444,7 +444,7 @@ def mark_padded(ctx: ConvertContext, v: Value, length: Value) -> None:
     ctx.graph.meta.setdefault("padded_scans", {})[id(v)] = Padded(length, ctx.name, ctx.op_type)
 
 
-def _add_length_outputs(graph: Graph) -> None:
+def add_length_outputs(graph: Graph) -> None:
     """A graph output of run-time length (``Padded``: a Loop's scan output, NonZero's result, ...) gets a
     companion output ``<name>:length`` (int64: its real entries); such a value must be read by nothing
     but ``PADDING_SAFE_OPS``."""

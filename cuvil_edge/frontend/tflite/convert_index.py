@@ -1,10 +1,12 @@
 """Converters for index-driven ops, onto the IR ops the ONNX import uses: ARG_MAX / ARG_MIN, TOPK_V2,
-CUMSUM, ONE_HOT, GATHER_ND, SCATTER_ND, EMBEDDING_LOOKUP, the segment reductions (``scatter_nd`` into
-the reduction's identity), REVERSE_V2 / REVERSE_SEQUENCE, MIRROR_PAD, MATRIX_DIAG / MATRIX_SET_DIAG,
-BUCKETIZE and DYNAMIC_UPDATE_SLICE. TFLite's int32 indices are widened to the IR's int64 where an op
-takes only those, and int64 results narrowed to the declared output type."""
+CUMSUM, ONE_HOT, GATHER_ND, SCATTER_ND, SPARSE_TO_DENSE, EMBEDDING_LOOKUP, the segment reductions
+(``scatter_nd`` into the reduction's identity), REVERSE_V2 / REVERSE_SEQUENCE, MIRROR_PAD, MATRIX_DIAG /
+MATRIX_SET_DIAG, BUCKETIZE and DYNAMIC_UPDATE_SLICE. TFLite's int32 indices are widened to the IR's int64
+where an op takes only those, and int64 results narrowed to the declared output type."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -115,6 +117,34 @@ def segment(ctx: TflContext) -> None:
         fill = info.min if fill == "lowest" else info.max
     at = ctx.emit1("reshape", [_indices(ctx, 1)], {"shape": [*ids.type.shape, 1]}, f"{ctx.name}/at")
     _scatter(ctx, np.full((count, *rows), fill, dtype), at, data, reduction)
+
+
+@converter("SPARSE_TO_DENSE")
+def sparse_to_dense(ctx: TflContext) -> None:
+    """Inputs indices and output shape (build-time constants), values (one, or one per index) and the
+    default value (constants or not): a ``where`` over the build-time mask of the written positions, each
+    reading its value through a build-time ``gather`` map. LiteRT writes the indices in order, so a
+    repeated one keeps its last value."""
+    ind, shape = ctx.const(0).astype(np.int64), int_values(ctx.const(1))
+    values, default = ctx.input(2), ctx.input(3)
+    rows = ind.reshape(-1, 1) if ind.ndim < 2 else ind  # a scalar or a vector indexes a 1-D output
+    if rows.ndim != 2 or rows.shape[1] != len(shape) or ((rows < 0) | (rows >= shape)).any() or \
+            len(values.type.shape) > 1 or values.type.size not in (1, len(rows)) or default.type.size != 1:
+        raise ctx.unsupported(f"indices of shape {ind.shape} (in range), values {values.type.shape} and "
+                              f"default {default.type.shape} for output shape {shape}")
+    ctx.materialise(math.prod(shape) * 9)
+    flat = np.ravel_multi_index(tuple(rows.T), shape) if rows.size else np.zeros(0, np.int64)
+    written, last_rev = np.unique(flat[::-1], return_index=True)
+    source = np.full(math.prod(shape), -1, np.int64)
+    source[written] = len(flat) - 1 - last_rev
+    source = source.reshape(shape)
+    if values.type.size == 1:
+        picked = ctx.emit1("reshape", [values], {"shape": []}, f"{ctx.name}/value")
+    else:
+        picked = ctx.emit1("gather", [values, ctx.constant(np.maximum(source, 0), "from")], {"axis": 0},
+                           f"{ctx.name}/picked")
+    fill = ctx.emit1("reshape", [default], {"shape": []}, f"{ctx.name}/default")
+    ctx.set_output(ctx.emit1("where", [ctx.constant(source >= 0, "written"), picked, fill]))
 
 
 @converter("EMBEDDING_LOOKUP")

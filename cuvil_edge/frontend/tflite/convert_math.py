@@ -142,6 +142,34 @@ def unary(ctx: TflContext) -> None:
     ctx.set_output(y, x.perm)
 
 
+@converter("ATAN2")
+def atan2(ctx: TflContext) -> None:
+    """atan2(y, x) as std::atan2: atan(y / x) (x = +-0 gives +-inf, so +-pi/2), then +-pi (y's sign) where
+    x is negative, signs read from the bits (a ``bitcast`` view: -0 counts); y = +-0 is kept as it is
+    before that move, so the signed zeros and +-pi come out as std::atan2's. Both operands infinite give
+    NaN (std::atan2: a multiple of pi/4). float32: the unary kernels' type."""
+    (y, x), perm = ctx.aligned([0, 1])
+    if {y.type.dtype, x.type.dtype} != {"float32"}:
+        raise ctx.unsupported(f"ATAN2 of {y.type.dtype} and {x.type.dtype} (float32 only)")
+    zero = ctx.constant(np.float32(0), "zero")
+
+    def negative(v: Value, tag: str) -> Value:
+        bits = ctx.emit1("bitcast", [v], {"to": "int32"}, f"{ctx.name}/{tag}_bits")
+        return ctx.emit1("compare", [bits, ctx.constant(np.int32(0), "zero_bits")], {"kind": "lt"},
+                         f"{ctx.name}/{tag}_negative")
+
+    angle = ctx.emit1("unary", [emit_binary(ctx, "div", y, x, f"{ctx.name}/ratio")], {"kind": "atan"},
+                      f"{ctx.name}/atan")
+    y_zero = [ctx.emit1("compare", [y, zero], {"kind": "eq"}, f"{ctx.name}/y_zero"),
+              ctx.emit1("compare", [x, x], {"kind": "eq"}, f"{ctx.name}/x_number")]  # NaN stays NaN
+    angle = ctx.emit1("where", [ctx.emit1("logic", y_zero, {"kind": "and"}, f"{ctx.name}/keep_y"), y, angle],
+                      name=f"{ctx.name}/signed_zero")
+    turn = ctx.emit1("where", [negative(y, "y"), ctx.constant(np.float32(-np.pi), "minus_pi"),
+                               ctx.constant(np.float32(np.pi), "pi")], name=f"{ctx.name}/turn")
+    moved = emit_binary(ctx, "add", angle, turn, f"{ctx.name}/moved")
+    ctx.set_output(ctx.emit1("where", [negative(x, "x"), moved, angle]), perm)
+
+
 @converter("SOFTMAX", "LOG_SOFTMAX")
 def softmax(ctx: TflContext) -> None:
     """Over the last TFLite axis, wherever the layout put it; ``beta`` scales the logits first."""

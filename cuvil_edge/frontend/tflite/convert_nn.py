@@ -1,5 +1,6 @@
-"""Converters for the NN core: CONV_2D, CONV_3D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED,
-BATCH_MATMUL, pooling (L2 too). Spatial ops run NCHW; their NHWC weights are re-laid here, at build time."""
+"""Converters for the NN core: CONV_2D, CONV_3D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, CONV_3D_TRANSPOSE,
+FULLY_CONNECTED, BATCH_MATMUL, pooling (L2 too). Spatial ops run NCHW (NCDHW); their NHWC weights are re-laid
+here, at build time."""
 
 from __future__ import annotations
 
@@ -92,27 +93,46 @@ def transpose_conv(ctx: TflContext) -> None:
            padding=int(ctx.options.get("Padding", VALID)))
 
 
+@converter("CONV_3D_TRANSPOSE")
+def conv_3d_transpose(ctx: TflContext) -> None:
+    """Inputs: output shape, weights [KD, KH, KW, O, I], x, optional bias (Conv3DOptions)."""
+    deconv(ctx, x=2, w=1, bias=3, out_shape=[int(d) for d in ctx.const(0).reshape(-1)],
+           strides=_at_least_1(ctx, "StrideD", "StrideH", "StrideW"),
+           padding=int(ctx.options.get("Padding", VALID)),
+           dilations=_at_least_1(ctx, "DilationDFactor", "DilationHFactor", "DilationWFactor"))
+
+
+#: NDHWC tensor -> NCDHW value
+NCDHW = (0, 4, 1, 2, 3)
+#: by rank: the channels-first layout a deconvolution runs in, and its TFLite weights -> the IR's [I, O, k...]
+#: (TRANSPOSE_CONV's [O, KH, KW, I], CONV_3D_TRANSPOSE's [KD, KH, KW, O, I])
+_DECONV = {4: (NCHW, (3, 0, 1, 2)), 5: (NCDHW, (4, 3, 0, 1, 2))}
+
+
 def deconv(ctx: TflContext, x: int, w: int, bias: int, out_shape: list[int], strides: list[int],
-           padding: int) -> None:
-    """A TFLite-style deconvolution (inputs ``x``, weights [O, KH, KW, I] and an optional ``bias`` by
-    index) to NHWC ``out_shape``; SAME pads split as in _pads. Shared with custom ops of the same
-    meaning (MediaPipe's ``Convolution2DTransposeBias``)."""
-    kernel = list(_const_rank(ctx, w, 4).shape[1:3])
-    if len(out_shape) != 4:
-        raise ctx.unsupported(f"output shape {out_shape} is not NHWC")
-    xv = ctx.nchw(x)
-    pads = _pads(ctx, tuple(out_shape[1:3]), kernel, strides, [1, 1], padding)
+           padding: int, dilations: list[int] | None = None) -> None:
+    """A TFLite-style deconvolution (inputs ``x``, weights and an optional ``bias`` by index) to the
+    channels-last ``out_shape`` (4-D or 5-D); SAME pads split as in _pads. Shared with custom ops of the
+    same meaning (MediaPipe's ``Convolution2DTransposeBias``)."""
+    if len(out_shape) not in _DECONV or len(ctx.laid(x).perm) != len(out_shape):
+        raise ctx.unsupported(f"output shape {out_shape} for input {ctx.laid(x).shape}: both NHWC or NDHWC")
+    layout, order = _DECONV[len(out_shape)]
+    kernel = list(_const_rank(ctx, w, len(out_shape)).transpose(order).shape[2:])
+    dilations = dilations or [1] * len(kernel)
+    xv = ctx.input(x, layout)
+    pads = _pads(ctx, tuple(out_shape[1:-1]), kernel, strides, dilations, padding)
     # output_padding makes the deconvolution reach exactly the declared output size
-    extra = [o - ((i - 1) * s + k - p0 - p1) for o, i, s, k, p0, p1 in
-             zip(out_shape[1:3], xv.type.shape[2:], strides, kernel, pads[:2], pads[2:])]
+    n = len(kernel)
+    extra = [o - ((i - 1) * s + (k - 1) * d + 1 - p0 - p1) for o, i, s, k, d, p0, p1 in
+             zip(out_shape[1:-1], xv.type.shape[2:], strides, kernel, dilations, pads[:n], pads[n:])]
     if any(e < 0 for e in extra):
         raise ctx.unsupported(f"output shape {out_shape} is smaller than the deconvolution gives")
-    ins = [xv, ctx.weight(w, lambda a: a.transpose(3, 0, 1, 2), "w")]
+    ins = [xv, ctx.weight(w, lambda a: a.transpose(order), "w")]
     if ctx.has_input(bias):
         ins.append(ctx.input(bias))
-    y = ctx.emit1("conv_transpose", ins, dict(strides=strides, dilations=[1, 1], pads=pads,
+    y = ctx.emit1("conv_transpose", ins, dict(strides=strides, dilations=dilations, pads=pads,
                                               output_padding=extra, group=1))
-    ctx.set_output(ctx.fused(y), NCHW)
+    ctx.set_output(ctx.fused(y), layout)
 
 
 @converter("FULLY_CONNECTED")
@@ -206,10 +226,6 @@ def l2_pool(ctx: TflContext) -> None:
     sq = ctx.emit1("unary", [ctx.nchw(0)], {"kind": "square"}, f"{ctx.name}/square")
     mean = _window(ctx, sq, "avg", f"{ctx.name}/mean")
     ctx.set_output(ctx.fused(ctx.emit1("unary", [mean], {"kind": "sqrt"})), NCHW)
-
-
-#: NDHWC tensor -> NCDHW value
-NCDHW = (0, 4, 1, 2, 3)
 
 
 @converter("CONV_3D")

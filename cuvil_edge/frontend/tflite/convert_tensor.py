@@ -35,6 +35,47 @@ def cast(ctx: TflContext) -> None:
     ctx.set_output(ctx.emit1("cast", [x.value], {"to": out.dtype}), x.perm)
 
 
+#: the types the IR holds with TFLite's bits (float16 runs as float32, quantized int8 as shifted uint8)
+_OWN_BITS = frozenset({"float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"})
+
+
+@converter("BITCAST")
+def bitcast(ctx: TflContext) -> None:
+    """The same bytes read as the output's type: one ``bitcast`` view (no code) when the two types have
+    one size. A wider input is split into a new last dim of narrower elements, a narrower one's last dim
+    joined into one wider element (TFLite's rule): little-endian bytes, by shifts and a mask on the
+    unsigned types, the wider type's lanes at 0, 8 * narrow, ... bits."""
+    src, out = ctx.sg.tensors[ctx.op.inputs[0]], ctx.sg.tensors[ctx.output_index(0)]
+    x = ctx.input(0)
+    if src.quant is not None or out.quant is not None or x.type.dtype != src.dtype or \
+            not {src.dtype, out.dtype} <= _OWN_BITS:
+        raise ctx.unsupported(f"from {src.dtype} to {out.dtype} (quantized, or held as another type)")
+    a, b = np.dtype(src.dtype).itemsize, np.dtype(out.dtype).itemsize
+    if a == b:
+        ctx.set_output(ctx.emit1("bitcast", [x], {"to": out.dtype}))
+        return
+    wide, narrow = f"uint{8 * max(a, b)}", f"uint{8 * min(a, b)}"
+    lanes = max(a, b) // min(a, b)
+    at = ctx.constant((np.arange(lanes) * 8 * min(a, b)).astype(wide), "lanes")
+    unsigned = wide if a > b else narrow
+    ux = x if x.type.dtype == unsigned else ctx.emit1("bitcast", [x], {"to": unsigned},
+                                                      f"{ctx.name}/unsigned")
+    if a > b:
+        col = ctx.emit1("reshape", [ux], {"shape": [*x.type.shape, 1]}, f"{ctx.name}/col")
+        parts = ctx.emit1("binary_loop", [col, at], {"kind": "shr"}, f"{ctx.name}/shifted")
+        mask = ctx.constant(np.asarray((1 << 8 * b) - 1, wide), "mask")
+        parts = ctx.emit1("binary_loop", [parts, mask], {"kind": "bitand"}, f"{ctx.name}/masked")
+        y = ctx.cast(parts, narrow, "narrow")
+    else:
+        if x.type.shape[-1:] != (lanes,):
+            raise ctx.unsupported(f"{src.dtype} {x.type.shape} to {out.dtype}: the last dim must be {lanes}")
+        parts = ctx.emit1("binary_loop", [ctx.cast(ux, wide, "widen"), at], {"kind": "shl"},
+                          f"{ctx.name}/placed")
+        y = ctx.emit1("reduce_loop", [parts], {"kind": "sum", "axes": [len(x.type.shape) - 1],
+                                               "keepdims": False}, f"{ctx.name}/joined")
+    ctx.set_output(y if y.type.dtype == out.dtype else ctx.emit1("bitcast", [y], {"to": out.dtype}))
+
+
 @converter("RESHAPE")
 def reshape(ctx: TflContext) -> None:
     """In TFLite order (one -1 resolved): element order is what a reshape keeps; a flatten of a re-laid

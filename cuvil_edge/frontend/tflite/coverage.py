@@ -27,20 +27,15 @@ LEFT_OUT: dict[str, tuple[str, ...]] = {
         "HASHTABLE", "HASHTABLE_FIND", "HASHTABLE_IMPORT", "HASHTABLE_LOOKUP", "HASHTABLE_SIZE",
         "LSH_PROJECTION", "SKIP_GRAM"),
     "sparse ids and weights of a run-time count": ("EMBEDDING_LOOKUP_SPARSE",),
-    "output sizes that depend on the data (not yet bounded, as ONNX NonZero and NonMaxSuppression are)": (
-        "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5", "UNIQUE", "WHERE"),
     "random numbers: LiteRT's Philox streams cannot be matched": (
         "MULTINOMIAL", "RANDOM_STANDARD_NORMAL", "RANDOM_UNIFORM", "STABLEHLO_RNG_BIT_GENERATOR"),
-    "recurrent cells with TFLite's own gate layout and state tensors, not yet mapped onto the IR's rnn": (
-        "BIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_RNN", "LSTM", "RNN", "SVDF",
-        "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_RNN"),
+    "single-step recurrent cells whose state lives on between invokes in variable tensors, not yet mapped "
+    "onto the module's states": ("LSTM", "RNN", "SVDF"),
     "loops with a run-time trip count": ("WHILE",),
     "StableHLO region and dimension-number ops (the StableHLO path of ai-edge-torch and JAX), not yet "
     "mapped": ("DILATE", "REDUCE_WINDOW", "STABLEHLO_COMPOSITE", "STABLEHLO_GATHER", "STABLEHLO_PAD",
                "STABLEHLO_REDUCE_WINDOW", "STABLEHLO_SCATTER"),
     "training-time fake quantization (converters fold it into the model's own quantization)": ("FAKE_QUANT",),
-    "a reinterpretation of bits between types": ("BITCAST",),
-    "not yet mapped": ("ATAN2", "CONV_3D_TRANSPOSE", "SPARSE_TO_DENSE"),
 }
 
 

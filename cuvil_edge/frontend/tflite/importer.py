@@ -15,6 +15,7 @@ from ...ir.graph import Graph, QuantParams, TensorType, Value
 from ...ir.limits import import_budget
 from ...ops import get as get_op
 from ...quant.qdq import fuse_qdq, source_record
+from ..onnx.importer import add_length_outputs
 from ..registry import emit_node
 from .layout import Laid, identity
 from .reader import TflModel, TflOperator, TflSubgraph, TflTensor, read_tflite
@@ -74,6 +75,7 @@ def _import(tm: TflModel, input_shapes: Mapping[str, Sequence[int]] | None, name
     record = _quant_record(sg, [name for name, _ in inputs], names)
     if record is not None:
         graph.meta["source_quantization"] = record
+    add_length_outputs(graph)  # WHERE's and UNIQUE's outputs of run-time length: ``<name>:length`` too
     _keep_states(graph, state)
     fuse_qdq(graph)  # quantized layers onto the integer kernels while their weights' integers are known
     return graph
