@@ -2,7 +2,8 @@
 
 A local directory (or a hub id, fetched through ``huggingface_hub`` into its cache, or read from the
 cache when offline) holds ``config.json``, the model (the ONNX export, ``model.onnx`` or Optimum's
-``onnx/model*.onnx``, or a TFLite model: ``find_model``), a ``tokenizer.json`` for text tasks and a
+``onnx/model*.onnx``, or a TFLite model: ``find_model``; else PyTorch weights, exported by
+``frontend.torch_export``), a ``tokenizer.json`` for text tasks and a
 ``preprocessor_config.json`` for images and audio (a feature extractor's: raw waveforms, log-mel / MFCC
 frames, or Kaldi filter banks).
 This module reads them once, on the host, and writes what a device needs as one normalized
@@ -11,6 +12,7 @@ This module reads them once, on the host, and writes what a device needs as one 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -44,8 +46,11 @@ _ARCHITECTURE_TASKS = (("ForAudioClassification", "audio-classification"),
 #: Pillow's resampling enum, as preprocessor configs store it
 _RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
-#: files a hub snapshot needs here (not the PyTorch/TF weights)
+#: files a hub snapshot needs here (the PyTorch weights only where it has no ONNX or TFLite model)
 _HUB_PATTERNS = ["*.json", "*.onnx", "onnx/*", "*.tflite", "*.txt", "*.model"]
+#: a source's model, as ``find_model`` and then ``load_source`` look for it
+_MODEL_FILES = ("an ONNX export (model.onnx or onnx/model*.onnx; export one, e.g. with `optimum-cli export "
+                f"onnx`), a .tflite, or PyTorch weights ({' or '.join(PYTORCH_WEIGHTS)})")
 DEFAULT_SEQUENCE = 128
 
 
@@ -61,9 +66,31 @@ class PretrainedSource:
     files: dict[str, bytes]  # the files ``processing`` names (the tokenizer)
 
 
+def _hub_cache(default: str) -> str:
+    """huggingface_hub reads its cache's environment once, when imported: read it again at each call, so
+    that ``HF_HUB_CACHE`` or ``HF_HOME`` set later (a test, a notebook) is the cache looked in."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.path.expanduser(os.environ["HF_HOME"]), "hub")
+    return default
+
+
+def _has_model(directory: Path) -> bool:
+    """Whether ``find_model`` finds an ONNX or TFLite model (several TFLite without a name still raise)."""
+    try:
+        find_model(directory)
+    except MissingPretrainedFile:
+        return False
+    return True
+
+
 def resolve(path_or_id: str | os.PathLike[str], revision: str | None = None) -> Path:
     """A local directory as is; otherwise a hub id's snapshot directory in the local Hugging Face cache
-    (downloaded first unless ``HF_HUB_OFFLINE`` is set; the cache is ``HF_HUB_CACHE`` or the default)."""
+    (downloaded first unless ``HF_HUB_OFFLINE`` is set; the cache is ``HF_HUB_CACHE``, ``$HF_HOME/hub`` or
+    the default). A snapshot with no ONNX or TFLite model gets its PyTorch weights too (the first file of
+    ``PYTORCH_WEIGHTS`` the repository has, to export), and none of these is ``MissingPretrainedFile``
+    naming the id, the cache and the files looked for."""
     path = Path(os.fspath(path_or_id))
     if path.is_dir():
         return path
@@ -79,17 +106,33 @@ def resolve(path_or_id: str | os.PathLike[str], revision: str | None = None) -> 
     except ImportError:
         raise PretrainedError(f"{repo_id}: no such directory; hub ids need huggingface_hub "
                               "(pip install 'cuvil-edge[host]')") from None
-    cache = os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE
+    cache = _hub_cache(constants.HF_HUB_CACHE)
     offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+    where = f"hub model {repo_id!r}" + (f" at revision {revision!r}" if revision else "")
+
+    def snapshot(rev: str | None, patterns: list[str]) -> Path:
+        return Path(snapshot_download(repo_id, revision=rev, cache_dir=cache, local_files_only=offline,
+                                      allow_patterns=patterns))
+
     try:
-        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=offline,
-                                      allow_patterns=_HUB_PATTERNS))
+        directory = snapshot(revision, _HUB_PATTERNS)
     except LocalEntryNotFoundError:
-        raise NotInCache(f"hub model {repo_id!r}" + (f" at revision {revision!r}" if revision else "")
-                         + f" is not in the local cache {cache}, and it could not be downloaded"
+        raise NotInCache(f"{where} is not in the local cache {cache}, and it could not be downloaded"
                          + (" (HF_HUB_OFFLINE is set)" if offline else "")) from None
     except (HfHubHTTPError, ValueError) as exc:  # unknown repository or revision, malformed id
-        raise PretrainedError(f"hub model {repo_id!r}: {exc}") from None
+        raise PretrainedError(f"{where}: {exc}") from None
+    if _has_model(directory):
+        return directory
+    for name in PYTORCH_WEIGHTS:  # pinned to the snapshot's commit, which names its directory
+        if not (directory / name).is_file():
+            with contextlib.suppress(LocalEntryNotFoundError):  # listed by the hub, not cached, offline
+                snapshot(directory.name, [name])
+        if (directory / name).is_file():
+            return directory
+    raise MissingPretrainedFile(
+        f"{where} has no model in the cache {cache} (snapshot {directory})"
+        + (", and HF_HUB_OFFLINE is set" if offline else " and none could be downloaded")
+        + f": looked for {_MODEL_FILES}")
 
 
 def _json(path: Path, required: bool = True) -> dict[str, Any]:
@@ -125,9 +168,7 @@ def find_model(directory: Path) -> Path:
                                        f"({', '.join(p.name for p in tflite)}) and no model.tflite: "
                                        "name the one to build model.tflite")
     if not tflite:
-        raise MissingPretrainedFile(f"{directory} has no model: no ONNX export (model.onnx or "
-                                    "onnx/model*.onnx; export one, e.g. with `optimum-cli export onnx`), "
-                                    f"no .tflite and no PyTorch weights ({' or '.join(PYTORCH_WEIGHTS)})")
+        raise MissingPretrainedFile(f"{directory} has no model: looked for {_MODEL_FILES}")
     return tflite[0]
 
 
