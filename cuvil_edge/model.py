@@ -253,7 +253,8 @@ class CuvilModel:
         profile names: only the variants those devices need (``profile_targets``), and the names are
         recorded in the spec so a bundle signed from it targets them. ``precision`` other than fp32
         quantizes the optimized graph (``cuvil_edge.quant``): ``calibration`` is an .npz file, a
-        directory of .npy/.npz or an iterable of samples; ``accuracy_budget`` bounds ``mixed``;
+        directory of .npy/.npz or an iterable of samples; ``accuracy_budget`` bounds ``mixed``, and
+        ``int8-dynamic`` given calibration (its most harmful layers move to fp16, then fp32);
         ``quant_options``: observer ("minmax", "percentile", "mse"), group_size, max_samples,
         kernel_cost (default True: int8 layers whose int8 kernel times slower than fp32 stay fp32), chain
         (default True: int8 layers hand uint8 to int8 readers, ``quant/chain.py``).

@@ -7,7 +7,10 @@ Schemes: fp32, fp16 (weights stored fp16, computed f32), int8 (static: per-chann
 activations from calibration), int8-dynamic (activation ranges at run time), int4 (group-wise 4-bit
 weights for gemm and convs whose K is a multiple of the group; int8-dynamic activations; other
 layers stay fp32) and mixed (the cheapest per-layer choice that keeps the error within
-``accuracy_budget``, from a one-layer-at-a-time sensitivity table). int8, int8-dynamic and mixed leave a
+``accuracy_budget``, from a one-layer-at-a-time sensitivity table). int8-dynamic given calibration data
+holds the same budget: it measures its plan on the samples and, while it misses, moves the layer whose int8
+error hurts most up to fp16, then fp32 (a random-weight Llama's logits: 1.4% of the largest off at int8
+everywhere, 0.2% once v_proj, o_proj and lm_head stay float). int8, int8-dynamic and mixed leave a
 layer fp32 where its int8 kernel is slower than its fp32 one, by a cost model (``cost.py``: the same plan on
 every machine; ``kernel_cost="measured"``: timed on this host, not reproducible; ``False``: not at all).
 Static int8 layers hand uint8 to the static int8 layers that alone read them (``chain.py``).
@@ -42,13 +45,13 @@ class QuantResult:
 
 
 def compare(ref: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> dict[str, float]:
-    """Output fidelity over samples: mean cosine, max abs difference, top-1 agreement (last axis)."""
+    """Output fidelity over samples: mean cosine, max abs difference, top-1 agreement (over every row of the
+    last axis: a language model's token positions count one each, as a classifier's samples do)."""
     r = np.stack([a.reshape(-1) for a in ref]).astype(np.float64)
     g = np.stack([a.reshape(-1) for a in got]).astype(np.float64)
     cos = (r * g).sum(1) / np.maximum(np.linalg.norm(r, axis=1) * np.linalg.norm(g, axis=1), 1e-30)
     last = ref[0].shape[-1] if ref[0].ndim else 1
-    top1 = float(np.mean([np.array_equal(a.reshape(-1, last).argmax(-1), b.reshape(-1, last).argmax(-1))
-                          for a, b in zip(ref, got)]))
+    top1 = float(np.mean(r.reshape(-1, last).argmax(-1) == g.reshape(-1, last).argmax(-1)))
     return {"cosine": float(cos.mean()), "max_abs": float(np.abs(r - g).max()), "top1_agreement": top1}
 
 
@@ -89,22 +92,23 @@ def scheme_plan(layers: Sequence[Node], precision: str, group: int) -> dict[str,
     return {n.name: want if want in choices_for(n, group) else "fp32" for n in layers}
 
 
-def sensitivity(ev: _Evaluator, layers: Sequence[Node], progress: Progress) -> dict[str, dict[str, Any]]:
-    """Quantize one layer at a time (each of its quantized choices) and score the model output."""
+def sensitivity(ev: _Evaluator, layers: Sequence[Node], progress: Progress,
+                kinds: Sequence[str] = ("int4", "int8")) -> dict[str, dict[str, Any]]:
+    """Quantize one layer at a time (each of its quantized choices among ``kinds``) and score the model
+    output."""
     fp32 = {n.name: "fp32" for n in layers}
     table: dict[str, dict[str, Any]] = {}
     for i, n in enumerate(layers, 1):
         progress(f"sensitivity [{i}/{len(layers)}] {n.name}")
-        table[n.name] = {c: ev({**fp32, n.name: c})
-                         for c in choices_for(n, ev.group) if c in ("int4", "int8")}
+        table[n.name] = {c: ev({**fp32, n.name: c}) for c in choices_for(n, ev.group) if c in kinds}
     return table
 
 
 def mixed_plan(ev: _Evaluator, layers: Sequence[Node], table: dict[str, dict[str, Any]], budget: float,
                progress: Progress, start: dict[str, str]) -> tuple[dict[str, str], dict[str, float]]:
-    """Start every layer at ``start`` (its cheapest choice, fp32 where int8 is slower); while the whole
-    model misses the budget, move the layer whose current choice hurts most (per the table) one step up
-    CHOICES."""
+    """Start every layer at ``start`` (mixed: its cheapest choice; int8-dynamic: int8; either way fp32
+    where int8 is slower); while the whole model misses the budget, move the layer whose current choice
+    hurts most (per the table) one step up CHOICES."""
     plan = dict(start)
     opts = {n.name: choices_for(n, ev.group) for n in layers}
     while True:
@@ -171,10 +175,12 @@ def quantize(graph: Graph, precision: str, calibration: Any = None, accuracy_bud
         else:
             costs = estimated(layers, costed)
             record["kernel_cost"] = model_identity()
-    if precision == "mixed":
+    if precision == "mixed" or (precision == "int8-dynamic" and samples is not None):
         ev = _Evaluator(graph, samples, ranges, group_size, dynamic)
-        table = sensitivity(ev, layers, say)
-        start = drop_slow_int8({n.name: choices_for(n, group_size)[0] for n in layers}, costs)
+        mixed = precision == "mixed"
+        start = drop_slow_int8({n.name: choices_for(n, group_size)[0] for n in layers} if mixed else plan,
+                               costs)
+        table = sensitivity(ev, layers, say, ("int4", "int8") if mixed else ("int8",))
         plan, metrics = mixed_plan(ev, layers, table, accuracy_budget, say, start)
         record["accuracy_budget"] = accuracy_budget
     else:

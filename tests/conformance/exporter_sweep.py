@@ -182,7 +182,10 @@ def run_cell(arch: str, exporter: str) -> tuple[str, str]:
             return "refused", f"int8: {_first_line(exc)}"
         rows = lambda a: a.reshape(-1, a.shape[-1]).argmax(-1)  # noqa: E731
         if not np.array_equal(rows(q), rows(want)):
-            return "int8", "an argmax changed"
+            top2 = np.sort(want.reshape(-1, want.shape[-1]), -1)[:, -2:]
+            return "int8", (f"{int((rows(q) != rows(want)).sum())} of {len(rows(want))} argmaxes changed "
+                            f"(logits off by {np.abs(q - want).max() / scale:.1%} of the largest; smallest "
+                            f"fp32 top-2 gap {(top2[:, 1] - top2[:, 0]).min() / scale:.1e} of it)")
         return "pass", ""
     except Exception as exc:  # noqa: BLE001 (a crash is an outcome the sweep reports)
         return "crash", _first_line(exc) + " | " + traceback.format_exc().strip().splitlines()[-3][:200]
