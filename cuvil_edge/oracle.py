@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from runtime_wasm.spec import TensorSpec
+from runtime_wasm.spec import STORED_DTYPES, STORED_RANGES, TensorSpec, storage_dtype
 
 #: Ops whose presence makes a graph quantized: onnxruntime's optimizer fuses them into integer kernels
 QUANTIZED_OPS = frozenset({
@@ -92,6 +92,20 @@ def random_inputs(model: onnx.ModelProto, n: int, seed: int) -> Iterator[dict[st
 DEFAULT_INDEX_BOUND = 10
 
 
+def _stored_feed(t: TensorSpec, rng: np.random.Generator) -> np.ndarray:
+    """A stored-type input's storage array: int4/int2 values over their whole range, the float types'
+    standard normal draws rounded to the type (magnitudes for float8_e8m0, which has no sign)."""
+    import ml_dtypes
+
+    store = storage_dtype(t.dtype)
+    if t.dtype in STORED_RANGES:
+        lo, hi = STORED_RANGES[t.dtype]
+        return rng.integers(lo, hi, t.shape, endpoint=True).astype(store)
+    x = rng.standard_normal(t.shape).astype(np.float32)
+    x = np.abs(x) if t.dtype == "float8_e8m0fnu" else x
+    return x.astype(getattr(ml_dtypes, t.dtype)).view(store)
+
+
 def random_feeds(specs: Iterable[TensorSpec], seed: int | np.random.Generator = 0) -> dict[str, np.ndarray]:
     """Seeded feeds for a compiled model's inputs, each from its real range: standard normal floats,
     random booleans, 8- and 16-bit integers over the whole dtype (bytes of an image, quantized values),
@@ -100,6 +114,9 @@ def random_feeds(specs: Iterable[TensorSpec], seed: int | np.random.Generator = 
     rng = np.random.default_rng(seed)
     out = {}
     for t in specs:
+        if t.dtype in STORED_DTYPES:  # as linear memory holds them: values, or the float types' bit patterns
+            out[t.name] = _stored_feed(t, rng)
+            continue
         dt = np.dtype(t.dtype)
         if dt.kind == "f":
             out[t.name] = rng.standard_normal(t.shape).astype(dt)

@@ -235,3 +235,23 @@ def test_device_conversions_need_no_ml_dtypes_for_raw_storage() -> None:
         to_storage(i, np.array([3, 8, 0], np.int8))
     assert from_storage("int4", np.array([-8, 7], np.int8)).dtype == ml_dtypes.int4
     assert from_storage("bfloat16", raw).astype(np.float32)[:2].tolist() == [1.0, -2.0]
+
+
+def test_golden_vectors_of_a_stored_type_model_are_drawn_in_range(tmp_path) -> None:
+    """The build's golden vectors (``random_feeds``) for bfloat16, float8_e8m0 and int4 inputs: storage
+    arrays the device takes, int4 over its whole range, e8m0 without NaN; the model answers them."""
+    from cuvil_edge.oracle import random_feeds
+    from cuvil_edge.signing import golden_vectors
+
+    x = {"b": np.ones((4, 8), ml_dtypes.bfloat16), "e": np.ones((4, 8), ml_dtypes.float8_e8m0fnu),
+         "i": np.ones((4, 8), ml_dtypes.int4)}
+    nodes = [N("Cast", [k], [f"{k}f"], to=TP.FLOAT) for k in x] + [N("Sum", ["bf", "ef", "if"], ["y"])]
+    with CuvilModel.load(edge_model(nodes, x, {"y": TP.FLOAT})).optimize(targets=[Target()]) as cm:
+        feeds = random_feeds(cm.spec.inputs, 3)
+        assert feeds["i"].dtype == np.int8 and feeds["i"].min() == -8 and feeds["i"].max() == 7
+        assert feeds["b"].dtype == np.uint16 and feeds["e"].dtype == np.uint8
+        assert not np.isnan(feeds["e"].view(ml_dtypes.float8_e8m0fnu).astype(np.float32)).any()
+        want = sum(from_storage(t.dtype, feeds[t.name]).astype(np.float32) for t in cm.spec.inputs)
+        np.testing.assert_allclose(cm.predict(feeds)["y"], want, rtol=1e-6)
+        vectors = golden_vectors(cm.save(tmp_path / "m"), count=2)
+    assert len(vectors) == 2
