@@ -246,8 +246,8 @@ def test_qlinear(op: str, n_inputs: int, attrs: dict[str, Any], shape: tuple[int
 
 # -- refused, by name ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("node, why", [
-    (helper.make_node("Attention", ["x", "w", "", "", "past"], ["y", "present"], domain=MS, num_heads=2),
-     r"input 4 \('past'\).*output 1 \('present'\).*past and present states"),
+    (helper.make_node("Attention", ["x", "w"], ["y"], domain=MS, num_heads=2, past_present_share_buffer=1),
+     r"past_present_share_buffer=1: a shared past/present buffer"),
     (helper.make_node("Attention", ["x", "w"], ["y"], domain=MS, num_heads=2, do_rotary=1), r"do_rotary=1"),
     (helper.make_node("FusedMatMul", ["x", "m"], ["y"], domain=MS, transBatchA=1), r"transBatchA=1"),
     (helper.make_node("FastGelu", ["x"], ["y"], domain=MS, mode=3), r"attribute mode is not supported"),
@@ -255,8 +255,7 @@ def test_qlinear(op: str, n_inputs: int, attrs: dict[str, Any], shape: tuple[int
      r"is_packed_batching=1")])
 def test_refused(node: onnx.NodeProto, why: str) -> None:
     feeds = {"x": randn(1, 4, 8)}
-    inits = {"w": randn(8, 24), "past": randn(2, 1, 2, 0, 4), "m": randn(8, 8), "c": randn(8, 2),
-             "pos": np.zeros((1, 4), np.int64)}
+    inits = {"w": randn(8, 24), "m": randn(8, 8), "c": randn(8, 2), "pos": np.zeros((1, 4), np.int64)}
     model = ms_model([node], feeds, ["y"], {k: v for k, v in inits.items() if k in node.input})
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8]))
     with pytest.raises(UnsupportedOperator, match=rf"'com\.microsoft\.{node.op_type}' at node .*{why}"):

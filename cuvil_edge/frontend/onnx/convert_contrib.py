@@ -1,12 +1,13 @@
 """Converters for the com.microsoft operators onnxruntime's transformer optimizer and quantization tools
 write (MatMulNBits is in ``convert_quant``), and its default-domain SimplifiedLayerNormalization.
 
-Each becomes the IR of its exact meaning in onnxruntime: the fused ``attention``, ``layernorm`` and ``gelu``
-kernels where they fit, else the converter a default-domain op already has (``_delegate``: LayerNormalization,
+Each becomes the IR of its exact meaning in onnxruntime: the fused ``layernorm`` and ``gelu`` kernels
+where they fit, else the converter a default-domain op already has (``delegate``: LayerNormalization,
 RMSNormalization, Swish, MatMul, Softmax, the pools), else a few elementwise ops. The QLinear* ops
-dequantize, compute in float32 and quantize again, which is how onnxruntime defines them. What has no
-exact equivalent here (past key/value caches, packed layouts, soft-capping, quantized caches) is refused
-naming the input or attribute.
+dequantize, compute in float32 and quantize again, which is how onnxruntime defines them. The attention
+ops and their key/value caches are in ``convert_contrib_attention``, which shares the helpers here. What
+has no exact equivalent here (packed layouts, soft-capping, quantized caches) is refused naming the
+input or attribute.
 """
 
 from __future__ import annotations
@@ -23,15 +24,10 @@ from .convert_math import emit_binary
 from .convert_quant import dequant_input, quant_matmul, requant
 from .registry import CONVERTERS, ConvertContext, contrib_converter, converter
 
-#: onnxruntime's default ``mask_filter_value``: what a masked-out key adds to its attention score
-MASK_FILTER = -10000.0
-#: the transposition between [B, S, N, H] (how projections are stored) and [B, N, S, H] (attention's view)
-HEADS = [0, 2, 1, 3]
 
-
-def _delegate(ctx: ConvertContext, op_type: str, inputs: Sequence[Value | None],
-              attrs: dict[str, Any] | None = None, n_outputs: int = 1, opset: int | None = None,
-              tag: str | None = None) -> list[Value]:
+def delegate(ctx: ConvertContext, op_type: str, inputs: Sequence[Value | None],
+             attrs: dict[str, Any] | None = None, n_outputs: int = 1, opset: int | None = None,
+             tag: str | None = None) -> list[Value]:
     """Run the default-domain converter of ``op_type`` on ``inputs`` (None: an input left out) as part of
     ``ctx``'s node, so a contrib op reuses what its default-domain counterpart already does; what it
     refuses is refused naming ``ctx``'s node."""
@@ -57,12 +53,12 @@ def _delegate(ctx: ConvertContext, op_type: str, inputs: Sequence[Value | None],
     return [ctx.env.pop(o) for o in outs]
 
 
-def _refuse_set(ctx: ConvertContext, why: str, *, inputs: Sequence[int] = (), outputs: Sequence[int] = (),
-                **defaults: Any) -> None:
+def refuse_set(ctx: ConvertContext, why: str, *, inputs: Sequence[int] = (), outputs: Sequence[int] = (),
+               **defaults: Any) -> None:
     """Refuse the node when it feeds one of ``inputs``, asks for one of ``outputs`` or sets an attribute
     to other than its value in ``defaults``: variants ``why`` names, which this converter does not do."""
     fed = [i for i in inputs if ctx.has_input(i)]
-    asked = [i for i in outputs if i < len(ctx.proto.output) and ctx.proto.output[i]]
+    asked = asked_outputs(ctx, outputs)
     changed = {k: ctx.attr(k) for k, v in defaults.items() if ctx.attr(k, v) != v}
     if fed or asked or changed:
         what = [f"input {i} ({ctx.proto.input[i]!r})" for i in fed] + \
@@ -71,22 +67,27 @@ def _refuse_set(ctx: ConvertContext, why: str, *, inputs: Sequence[int] = (), ou
         raise ctx.unsupported(f"{', '.join(what)}: {why} are not supported")
 
 
-def _reshape(ctx: ConvertContext, v: Value, shape: Sequence[int], tag: str) -> Value:
+def asked_outputs(ctx: ConvertContext, outputs: Sequence[int]) -> list[int]:
+    """Which of ``outputs`` the node names: the ones a model reads."""
+    return [i for i in outputs if i < len(ctx.proto.output) and ctx.proto.output[i]]
+
+
+def emit_reshape(ctx: ConvertContext, v: Value, shape: Sequence[int], tag: str) -> Value:
     return ctx.emit1("reshape", [v], {"shape": [int(d) for d in shape]}, name=f"{ctx.name}/{tag}")
 
 
-def _transpose(ctx: ConvertContext, v: Value, perm: Sequence[int], tag: str) -> Value:
+def emit_transpose(ctx: ConvertContext, v: Value, perm: Sequence[int], tag: str) -> Value:
     return ctx.emit1("transpose", [v], {"perm": list(perm)}, name=f"{ctx.name}/{tag}")
 
 
-def _last_axis(ctx: ConvertContext, v: Value, start: int, end: int, tag: str, step: int = 1) -> Value:
+def slice_last_axis(ctx: ConvertContext, v: Value, start: int, end: int, tag: str, step: int = 1) -> Value:
     """``v[..., start:end:step]``."""
     shape = v.type.shape
     return ctx.emit1("slice", [v], {"starts": [0] * (len(shape) - 1) + [start], "ends": [*shape[:-1], end],
                                     "steps": [1] * (len(shape) - 1) + [step]}, name=f"{ctx.name}/{tag}")
 
 
-def _rank(ctx: ConvertContext, i: int, ranks: Sequence[int], what: str) -> Value:
+def input_of_rank(ctx: ConvertContext, i: int, ranks: Sequence[int], what: str) -> Value:
     v = ctx.input(i)
     if len(v.type.shape) not in ranks:
         raise ctx.unsupported(f"{what} (input {i}) of shape {v.type.shape}: rank "
@@ -108,14 +109,14 @@ def gelu(ctx: ConvertContext) -> None:
 @contrib_converter("QuickGelu")
 def quick_gelu(ctx: ConvertContext) -> None:
     """x * sigmoid(alpha * x): the default domain's Swish."""
-    ctx.set_outputs(*_delegate(ctx, "Swish", [ctx.input(0)], {"alpha": float(ctx.attr("alpha", 1.702))}))
+    ctx.set_outputs(*delegate(ctx, "Swish", [ctx.input(0)], {"alpha": float(ctx.attr("alpha", 1.702))}))
 
 
 @contrib_converter("FusedMatMul")
 def fused_matmul(ctx: ConvertContext) -> None:
     """alpha * op(A) @ op(B), op transposing the last two axes where transA / transB say; a constant B
     takes alpha and its transposition at build time."""
-    _refuse_set(ctx, "batch transpositions", transBatchA=0, transBatchB=0)
+    refuse_set(ctx, "batch transpositions", transBatchA=0, transBatchB=0)
     alpha = float(ctx.attr("alpha", 1.0))
     a, b = ctx.input(0), ctx.input(1)
     flips = []
@@ -124,12 +125,12 @@ def fused_matmul(ctx: ConvertContext) -> None:
         if ctx.attr(flag, 0) and rank < 2:
             raise ctx.unsupported(f"{flag} of a rank-{rank} operand")
         swap = [*range(rank - 2), rank - 1, rank - 2]
-        flips.append(_transpose(ctx, v, swap, flag) if ctx.attr(flag, 0) else v)
+        flips.append(emit_transpose(ctx, v, swap, flag) if ctx.attr(flag, 0) else v)
     a, b = flips
     scale = ctx.constant(np.float32(alpha), "alpha")
     if b.is_const and alpha != 1.0:
         b, alpha = emit_binary(ctx, "mul", b, scale), 1.0
-    (y,) = _delegate(ctx, "MatMul", [a, b])
+    (y,) = delegate(ctx, "MatMul", [a, b])
     ctx.set_outputs(y if alpha == 1.0 else emit_binary(ctx, "mul", y, scale))
 
 
@@ -149,11 +150,11 @@ def skip_layer_norm(ctx: ConvertContext) -> None:
     eps = float(ctx.attr("epsilon", 1e-12))
     stats = [ctx.proto.output[i] if i < len(ctx.proto.output) else "" for i in (1, 2)]
     if simplified:
-        _refuse_set(ctx, "statistics outputs of the simplified form", outputs=(1, 2))
-        normed = _delegate(ctx, "RMSNormalization", [total, ctx.input(2)], {"epsilon": eps})
+        refuse_set(ctx, "statistics outputs of the simplified form", outputs=(1, 2))
+        normed = delegate(ctx, "RMSNormalization", [total, ctx.input(2)], {"epsilon": eps})
     else:
         params = [total, ctx.input(2), ctx.input(3) if ctx.has_input(3) else None]
-        normed = _delegate(ctx, "LayerNormalization", params, {"epsilon": eps}, n_outputs=1 + 2 * any(stats))
+        normed = delegate(ctx, "LayerNormalization", params, {"epsilon": eps}, n_outputs=1 + 2 * any(stats))
     ctx.set_outputs(*normed, *[None] * (3 - len(normed)), total)
 
 
@@ -161,9 +162,9 @@ def skip_layer_norm(ctx: ConvertContext) -> None:
 def simplified_layer_norm(ctx: ConvertContext) -> None:
     """onnxruntime's default-domain RMS norm (its optimizer writes it for T5 and Llama): RMSNormalization;
     its inv_std_var output (training) is refused."""
-    _refuse_set(ctx, "statistics outputs", outputs=(1,))
+    refuse_set(ctx, "statistics outputs", outputs=(1,))
     attrs = {k: ctx.attr(k, d) for k, d in (("axis", -1), ("epsilon", 1e-5), ("stash_type", 1))}
-    ctx.set_outputs(*_delegate(ctx, "RMSNormalization", [ctx.input(0), ctx.input(1)], attrs))
+    ctx.set_outputs(*delegate(ctx, "RMSNormalization", [ctx.input(0), ctx.input(1)], attrs))
 
 
 def _count_ones(ctx: ConvertContext, mask: Value) -> Value:
@@ -181,7 +182,7 @@ def embed_layer_norm(ctx: ConvertContext) -> None:
     """LayerNormalization of word_embedding[input_ids] + position_embedding[position_ids, else 0..S-1]
     (+ segment_embedding[segment_ids]); mask_index counts each row's ones of the mask (0 without one)
     and embedding_sum is the sum before the normalization."""
-    ids = _rank(ctx, 0, (2,), "input_ids")
+    ids = input_of_rank(ctx, 0, (2,), "input_ids")
     b, s = ids.type.shape
     if ctx.has_input(1) != ctx.has_input(4):
         raise ctx.unsupported("segment_ids and segment_embedding come together")
@@ -201,8 +202,8 @@ def embed_layer_norm(ctx: ConvertContext) -> None:
     total = parts[0]
     for i, p in enumerate(parts[1:]):
         total = emit_binary(ctx, "add", total, p, name=f"{ctx.name}/sum{i}")
-    (y,) = _delegate(ctx, "LayerNormalization", [total, ctx.input(5), ctx.input(6)],
-                     {"epsilon": float(ctx.attr("epsilon", 1e-12))})
+    (y,) = delegate(ctx, "LayerNormalization", [total, ctx.input(5), ctx.input(6)],
+                    {"epsilon": float(ctx.attr("epsilon", 1e-12))})
     mask_index = None
     if len(ctx.proto.output) > 1 and ctx.proto.output[1]:
         mask_index = _count_ones(ctx, ctx.input(7)) if ctx.has_input(7) else \
@@ -210,187 +211,15 @@ def embed_layer_norm(ctx: ConvertContext) -> None:
     ctx.set_outputs(y, mask_index, total)
 
 
-# -- attention -----------------------------------------------------------------------------------------
-def _key_padding(ctx: ConvertContext, i: int, b: int, s: int, length: int) -> Value | None:
-    """Input ``i``, onnxruntime's key mask (int32), as bool "masked" [B, 1, S or 1, L]: a raw [B, L] or
-    [B, S, L] mask masks its entries <= 0; [B] holds each batch's key count (right padding), [2B] its
-    ends then starts (left padding); [1, 1] or [B, 1] masks nothing."""
-    if not ctx.has_input(i):
-        return None
-    m = ctx.input(i)
-    shape = m.type.shape
-    if m.type.dtype != "int32":
-        raise ctx.unsupported(f"a {m.type.dtype} mask (input {i}): int32")
-    if shape in ((b, length), (b, s, length)):
-        off = ctx.emit1("compare", [m, ctx.constant(np.int32(0), "zero")], {"kind": "le"},
-                        name=f"{ctx.name}/off")
-        return _reshape(ctx, off, [b, 1, s if len(shape) == 3 else 1, length], "masked")
-    if shape in ((1, 1), (b, 1)) and length != 1:  # onnxruntime's dummy mask: none
-        return None
-    if shape not in ((b,), (2 * b,)):
-        raise ctx.unsupported(f"mask of shape {shape} (input {i}): [B], [2B], [B, L] or [B, S, L]")
-    keys = ctx.constant(np.arange(length, dtype=np.int32).reshape(1, length), "keys")
-    bounds = _reshape(ctx, m, [shape[0] // b, b, 1], "bounds")
-    end = ctx.emit1("slice", [bounds], {"starts": [0, 0, 0], "ends": [1, b, 1], "steps": [1, 1, 1]},
-                    name=f"{ctx.name}/ends")
-    masked = ctx.emit1("compare", [keys, _reshape(ctx, end, [b, 1], "end")], {"kind": "ge"},
-                       name=f"{ctx.name}/past_end")
-    if shape == (2 * b,):
-        start = ctx.emit1("slice", [bounds], {"starts": [1, 0, 0], "ends": [2, b, 1], "steps": [1, 1, 1]},
-                          name=f"{ctx.name}/starts")
-        early = ctx.emit1("compare", [keys, _reshape(ctx, start, [b, 1], "start")], {"kind": "lt"},
-                          name=f"{ctx.name}/before_start")
-        masked = ctx.emit1("logic", [masked, early], {"kind": "or"}, name=f"{ctx.name}/outside")
-    return _reshape(ctx, masked, [b, 1, 1, length], "masked")
-
-
-def _scores_mask(ctx: ConvertContext, masked: Value | None, causal: bool, s: int, length: int,
-                 bias: int | None) -> Value | None:
-    """The additive attention mask, as onnxruntime makes it: ``mask_filter_value`` where ``masked``, and
-    when ``causal`` no weight at all for a key later than its query (float32's lowest, which the softmax
-    turns into 0 as it does onnxruntime's -inf: every row keeps its first key), plus the attention bias at
-    input ``bias`` when fed."""
-    fill = np.float32(ctx.attr("mask_filter_value", MASK_FILTER))
-    parts = []
-    if masked is not None:
-        parts.append(ctx.emit1("where", [masked, ctx.constant(fill, "mask_filter_value"),
-                                         ctx.constant(np.float32(0), "zero_f32")], name=f"{ctx.name}/masked"))
-    if causal:
-        lowest = np.finfo(np.float32).min
-        parts.append(ctx.constant(np.triu(np.full((s, length), lowest, np.float32), length - s + 1), "later"))
-    if bias is not None and ctx.has_input(bias):
-        parts.append(ctx.input(bias))
-    mask = parts[0] if parts else None
-    for i, p in enumerate(parts[1:]):
-        mask = emit_binary(ctx, "add", mask, p, name=f"{ctx.name}/mask{i}")
-    return mask
-
-
-def _heads(ctx: ConvertContext, q: Value, k: Value, v: Value, heads: int, mask: Value | None) -> Value:
-    """softmax(scale * Q K^T + mask) V over ``heads`` heads of [B, S, N*H] projections (K and V may have
-    their own length and V its own head size), on the fused ``attention`` kernel: [B, S, N*Hv]. The
-    ``scale`` attribute defaults to 1 / sqrt(H)."""
-    split = []
-    for x, what in ((q, "query"), (k, "key"), (v, "value")):
-        b, length, hidden = x.type.shape
-        if hidden % heads:
-            raise ctx.unsupported(f"{what} hidden size {hidden} is not a multiple of num_heads={heads}")
-        split.append(_reshape(ctx, x, [b, length, heads, hidden // heads], f"{what}_heads"))
-    head = q.type.shape[2] // heads
-    scale = float(ctx.attr("scale", 0.0)) or 1 / math.sqrt(head)
-    y = ctx.emit1("attention", [*split, *([mask] if mask is not None else [])],
-                  {"scale": scale, "q_perm": HEADS, "k_perm": HEADS, "v_perm": HEADS, "y_perm": HEADS},
-                  name=f"{ctx.name}/attention")
-    return _reshape(ctx, y, [*q.type.shape[:2], v.type.shape[2]], "merged")
-
-
-def _projection(ctx: ConvertContext, x: Value, w: Value, bias: Value | None, lo: int, hi: int,
-                tag: str) -> Value:
-    """x @ w[:, lo:hi] (+ bias[lo:hi]): one of Q, K, V from the packed weights (a constant slice folds)."""
-    part = _last_axis(ctx, w, lo, hi, f"{tag}_w")
-    (y,) = _delegate(ctx, "MatMul", [x, part], tag=f"{tag}_proj")
-    return y if bias is None else emit_binary(ctx, "add", y, _last_axis(ctx, bias, lo, hi, f"{tag}_b"),
-                                              name=f"{ctx.name}/{tag}_biased")
-
-
-@contrib_converter("Attention")
-def attention(ctx: ConvertContext) -> None:
-    """BERT's and GPT-2's self-attention: Q, K, V projected by the packed weights [D, Hq+Hk+Hv] (+ bias),
-    masked by mask_index (``_key_padding``), ``unidirectional`` and attention_bias."""
-    _refuse_set(ctx, "past and present states and rotary embedding", inputs=(4, 6), outputs=(1,),
-                do_rotary=0, past_present_share_buffer=0, rotary_embedding_dim=0)
-    x = _rank(ctx, 0, (3,), "input")
-    w = _rank(ctx, 1, (2,), "weights")
-    heads = int(ctx.attr("num_heads"))
-    sizes = [int(d) for d in ctx.attr("qkv_hidden_sizes", [w.type.shape[1] // 3] * 3)]
-    if len(sizes) != 3 or sum(sizes) != w.type.shape[1] or sizes[0] != sizes[1]:
-        raise ctx.unsupported(f"qkv_hidden_sizes {sizes} for weights {w.type.shape}")
-    bias = ctx.input(2) if ctx.has_input(2) else None
-    ends = np.cumsum([0, *sizes]).tolist()
-    q, k, v = (_projection(ctx, x, w, bias, lo, hi, tag) for lo, hi, tag in zip(ends, ends[1:], "qkv"))
-    b, s = x.type.shape[:2]
-    mask = _scores_mask(ctx, _key_padding(ctx, 3, b, s, s), bool(ctx.attr("unidirectional", 0)), s, s, 5)
-    ctx.set_outputs(_heads(ctx, q, k, v, heads, mask))
-
-
-@contrib_converter("MultiHeadAttention")
-def multi_head_attention(ctx: ConvertContext) -> None:
-    """Attention of already projected [B, S, D] query, [B, L, D] key and [B, L, Dv] value (+ the packed
-    bias), masked by key_padding_mask (``_key_padding``), ``unidirectional`` and attention_bias."""
-    _refuse_set(ctx, "past and present states and the qk output", inputs=(6, 7, 8, 9), outputs=(1, 2, 3))
-    q = _rank(ctx, 0, (3,), "query (packed QKV layouts are not supported)")
-    k = _rank(ctx, 1, (3,), "key (the BNSH and packed layouts are not supported)")
-    v = _rank(ctx, 2, (3,), "value")
-    if ctx.has_input(3):
-        ends = np.cumsum([0, *(x.type.shape[2] for x in (q, k, v))]).tolist()
-        q, k, v = (emit_binary(ctx, "add", x, _last_axis(ctx, ctx.input(3), lo, hi, f"{tag}_b"),
-                               name=f"{ctx.name}/{tag}_biased")
-                   for x, lo, hi, tag in zip((q, k, v), ends, ends[1:], "qkv"))
-    (b, s), length = q.type.shape[:2], k.type.shape[1]
-    masked = _key_padding(ctx, 4, b, s, length)
-    mask = _scores_mask(ctx, masked, bool(ctx.attr("unidirectional", 0)), s, length, 5)
-    ctx.set_outputs(_heads(ctx, q, k, v, int(ctx.attr("num_heads")), mask))
-
-
-@contrib_converter("GroupQueryAttention")
-def group_query_attention(ctx: ConvertContext) -> None:
-    """A prompt without a KV cache: causal attention of N query heads over N/kv_num_heads groups of one
-    key/value head each (repeated to every query head), keys past each batch's seqlens_k + 1 masked;
-    present_key / present_value are those keys and values as [B, kv_heads, S, H]."""
-    _refuse_set(ctx, "past states, rotary embedding, soft-capping, windows, sinks, quantized caches and the "
-                "qk output", inputs=(3, 4, 7, 8, 9, 11, 12, 13, 14, 15, 16), outputs=(3,), do_rotary=0,
-                softcap=0.0, local_window_size=-1, qk_output=0, kv_cache_bit_width=0, k_quant_type="NONE",
-                v_quant_type="NONE", causal=1)
-    if int(ctx.attr("smooth_softmax", -1)) == 1:
-        raise ctx.unsupported("smooth_softmax=1")
-    for attr in ("q_norm_epsilon", "k_norm_epsilon", "qk_norm_epsilon", "sliding_window_cache",
-                 "rotary_interleaved"):
-        ctx.attr(attr)  # only meaningful with the inputs or modes refused above
-    heads, kv_heads = int(ctx.attr("num_heads")), int(ctx.attr("kv_num_heads"))
-    if kv_heads < 1 or heads % kv_heads:
-        raise ctx.unsupported(f"num_heads={heads} is not a multiple of kv_num_heads={kv_heads}")
-    q = _rank(ctx, 0, (3,), "query")
-    b, s, hidden = q.type.shape
-    if not ctx.has_input(1):  # packed [B, S, (N + 2 kv_heads) H]
-        head = hidden // (heads + 2 * kv_heads)
-        ends = np.cumsum([0, heads * head, kv_heads * head, kv_heads * head]).tolist()
-        q, k, v = (_last_axis(ctx, q, lo, hi, tag) for lo, hi, tag in zip(ends, ends[1:], "qkv"))
-    else:
-        k, v = _rank(ctx, 1, (3,), "key"), _rank(ctx, 2, (3,), "value")
-    head = q.type.shape[2] // heads
-    if k.type.shape != (b, s, kv_heads * head) or v.type.shape != k.type.shape:
-        raise ctx.unsupported(f"key {k.type.shape} and value {v.type.shape} for query {q.type.shape}: "
-                              f"[B, S, kv_num_heads * {head}] each")
-    total = ctx.input(6)
-    if total.is_const and int(total.const.reshape(-1)[0]) != s:
-        raise ctx.unsupported(f"total_sequence_length {int(total.const.reshape(-1)[0])} is not the "
-                              f"sequence length {s}, without a past state")
-    if not total.is_const and any(ctx.proto.output[1:3]):
-        raise ctx.not_constant(6, "the present states' length")
-    one = ctx.constant(np.int32(1), "one")
-    lengths = emit_binary(ctx, "add", ctx.input(5), one, name=f"{ctx.name}/lengths")
-    keys = ctx.constant(np.arange(s, dtype=np.int32).reshape(1, s), "keys")
-    padded = ctx.emit1("compare", [keys, _reshape(ctx, lengths, [b, 1], "length")], {"kind": "ge"},
-                       name=f"{ctx.name}/padded")
-    mask = _scores_mask(ctx, _reshape(ctx, padded, [b, 1, 1, s], "masked"), True, s, s, 10)
-    group = ctx.constant(np.arange(heads) // (heads // kv_heads), "group")
-    full, present = [], []
-    for x, tag in ((k, "k"), (v, "v")):
-        split = _reshape(ctx, x, [b, s, kv_heads, head], f"{tag}_kv")
-        repeated = ctx.emit1("gather", [split, group], {"axis": 2}, name=f"{ctx.name}/{tag}_repeat")
-        full.append(_reshape(ctx, repeated, [b, s, heads * head], f"{tag}_full"))
-        present.append(_transpose(ctx, split, HEADS, f"present_{tag}"))
-    ctx.set_outputs(_heads(ctx, q, *full, heads, mask), *present)
-
-
+# -- rotary ------------------------------------------------------------------------------------------
 @contrib_converter("RotaryEmbedding")
 def rotary_embedding(ctx: ConvertContext) -> None:
     """RoPE on [B, S, N*H] or [B, N, S, H]: the first rotary_embedding_dim (default H) of each head's
     values turned by cos_cache / sin_cache at position_ids ([B, S], or [1]: the first position), as halves
     or, ``interleaved``, as pairs."""
-    _refuse_set(ctx, "packed batching and a scale", is_packed_batching=0, scale=1.0)
-    x = _rank(ctx, 0, (3, 4), "input")
-    cos, sin = _rank(ctx, 2, (2,), "cos_cache"), _rank(ctx, 3, (2,), "sin_cache")
+    refuse_set(ctx, "packed batching and a scale", is_packed_batching=0, scale=1.0)
+    x = input_of_rank(ctx, 0, (3, 4), "input")
+    cos, sin = input_of_rank(ctx, 2, (2,), "cos_cache"), input_of_rank(ctx, 3, (2,), "sin_cache")
     half, heads = cos.type.shape[1], int(ctx.attr("num_heads", 0))
     dim = int(ctx.attr("rotary_embedding_dim", 0))
     if len(x.type.shape) == 4:
@@ -405,19 +234,19 @@ def rotary_embedding(ctx: ConvertContext) -> None:
         raise ctx.unsupported(f"input {x.type.shape}, num_heads={heads}, rotary_embedding_dim={dim} and "
                               f"caches {cos.type.shape}, {sin.type.shape} do not agree")
     view, cache_shape = (x, [b, 1, s, half]) if len(x.type.shape) == 4 else \
-        (_reshape(ctx, x, [b, s, heads, head], "heads"), [b, s, 1, half])
+        (emit_reshape(ctx, x, [b, s, heads, head], "heads"), [b, s, 1, half])
     pos = ctx.input(1)
     if pos.type.size == 1:  # the first position: the sequence counts on from it
         ramp = ctx.constant(np.arange(s, dtype=pos.type.dtype).reshape(1, s), "ramp")
-        pos = emit_binary(ctx, "add", ramp, _reshape(ctx, pos, [], "first"), name=f"{ctx.name}/positions")
+        pos = emit_binary(ctx, "add", ramp, emit_reshape(ctx, pos, [], "first"), name=f"{ctx.name}/positions")
         cache_shape[0] = 1
     elif pos.type.shape != (b, s):
         raise ctx.unsupported(f"position_ids of shape {pos.type.shape}: [B, S] or [1]")
-    cos, sin = (_reshape(ctx, ctx.emit1("gather", [c, pos], {"axis": 0}, name=f"{ctx.name}/{tag}_at"),
-                         cache_shape, tag) for c, tag in ((cos, "cos"), (sin, "sin")))
+    cos, sin = (emit_reshape(ctx, ctx.emit1("gather", [c, pos], {"axis": 0}, name=f"{ctx.name}/{tag}_at"),
+                             cache_shape, tag) for c, tag in ((cos, "cos"), (sin, "sin")))
     interleaved = bool(ctx.attr("interleaved", 0))
-    x1, x2 = (_last_axis(ctx, view, i, dim, f"x{i}", 2) if interleaved else
-              _last_axis(ctx, view, i * half, (i + 1) * half, f"x{i}") for i in (0, 1))
+    x1, x2 = (slice_last_axis(ctx, view, i, dim, f"x{i}", 2) if interleaved else
+              slice_last_axis(ctx, view, i * half, (i + 1) * half, f"x{i}") for i in (0, 1))
 
     def turned(a: Value, c: Value, b_: Value, d: Value, kind: str, tag: str) -> Value:
         ac = emit_binary(ctx, "mul", a, c, name=f"{ctx.name}/{tag}_a")
@@ -426,15 +255,16 @@ def rotary_embedding(ctx: ConvertContext) -> None:
 
     y1, y2 = turned(x1, cos, x2, sin, "sub", "y1"), turned(x2, cos, x1, sin, "add", "y2")
     if interleaved:
-        pairs = [_reshape(ctx, y, [*y.type.shape, 1], f"{tag}_pair") for y, tag in ((y1, "y1"), (y2, "y2"))]
-        parts = [_reshape(ctx, ctx.emit1("concat", pairs, {"axis": 4}, name=f"{ctx.name}/pairs"),
-                          [*y1.type.shape[:3], dim], "interleaved")]
+        pairs = [emit_reshape(ctx, y, [*y.type.shape, 1], f"{tag}_pair")
+                 for y, tag in ((y1, "y1"), (y2, "y2"))]
+        parts = [emit_reshape(ctx, ctx.emit1("concat", pairs, {"axis": 4}, name=f"{ctx.name}/pairs"),
+                              [*y1.type.shape[:3], dim], "interleaved")]
     else:
         parts = [y1, y2]
     if dim < head:
-        parts.append(_last_axis(ctx, view, dim, head, "kept"))
+        parts.append(slice_last_axis(ctx, view, dim, head, "kept"))
     y = ctx.emit1("concat", parts, {"axis": 3}, name=f"{ctx.name}/rotated")
-    ctx.set_outputs(_reshape(ctx, y, x.type.shape, "out"))
+    ctx.set_outputs(emit_reshape(ctx, y, x.type.shape, "out"))
 
 
 # -- quantized ---------------------------------------------------------------------------------------
@@ -471,7 +301,7 @@ def qlinear_concat(ctx: ConvertContext) -> None:
     if (ctx.n_inputs - 2) % 3 or ctx.n_inputs < 5:
         raise ctx.unsupported(f"{ctx.n_inputs} inputs: Y_scale, Y_zero_point and a triple per tensor")
     xs = [dequant_input(ctx, i, i + 1, i + 2, 1) for i in range(2, ctx.n_inputs, 3)]
-    (y,) = _delegate(ctx, "Concat", xs, {"axis": int(ctx.attr("axis"))})
+    (y,) = delegate(ctx, "Concat", xs, {"axis": int(ctx.attr("axis"))})
     requant(ctx, y, 0, 1)
 
 
@@ -482,16 +312,16 @@ def qlinear_float_op(ctx: ConvertContext) -> None:
     x = dequant_input(ctx, 0, 1, 2, 1)
     op = ctx.op_type.removeprefix("QLinear")
     if op == "Softmax":
-        (y,) = _delegate(ctx, op, [x], {"axis": int(ctx.attr("axis", -1))}, opset=int(ctx.attr("opset")))
+        (y,) = delegate(ctx, op, [x], {"axis": int(ctx.attr("axis", -1))}, opset=int(ctx.attr("opset")))
         requant(ctx, y, 3, 4)
         return
     last = bool(ctx.attr("channels_last", 0))
     rank = len(x.type.shape)
     if last:
-        x = _transpose(ctx, x, [0, rank - 1, *range(1, rank - 1)], "nchw")
+        x = emit_transpose(ctx, x, [0, rank - 1, *range(1, rank - 1)], "nchw")
     names = ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")
     attrs = {k: ctx.attr(k) for k in names if ctx.attr(k) is not None}
-    (y,) = _delegate(ctx, op, [x], attrs)
+    (y,) = delegate(ctx, op, [x], attrs)
     if last:
-        y = _transpose(ctx, y, [0, *range(2, rank), 1], "nhwc")
+        y = emit_transpose(ctx, y, [0, *range(2, rank), 1], "nhwc")
     requant(ctx, y, 3, 4)
