@@ -184,11 +184,13 @@ def seeds() -> list[bytes]:
     from onnx import numpy_helper as nh
     from onnx import shape_inference
 
-    def model(nodes: list, inputs: list, outputs: list, inits: tuple = (), opset: int = 17) -> bytes:
-        """The graph with its outputs typed by onnx's shape inference (the checker wants a shape)."""
+    def model(nodes: list, inputs: list, outputs: list, inits: tuple = (), opset: int = 17,
+              ml: int = 0) -> bytes:
+        """The graph with its outputs typed by onnx's shape inference (the checker wants a shape); ``ml``:
+        the ai.onnx.ml opset it imports too."""
         outs = [h.make_empty_tensor_value_info(o) if isinstance(o, str) else o for o in outputs]
-        m = h.make_model(h.make_graph(nodes, "g", inputs, outs,
-                                      list(inits)), opset_imports=[h.make_opsetid("", opset)])
+        opsets = [h.make_opsetid("", opset)] + ([h.make_opsetid("ai.onnx.ml", ml)] if ml else [])
+        m = h.make_model(h.make_graph(nodes, "g", inputs, outs, list(inits)), opset_imports=opsets)
         m.ir_version = 8
         known = {vi.name: vi for vi in shape_inference.infer_shapes(m).graph.value_info}
         for o in m.graph.output:
@@ -310,5 +312,34 @@ def seeds() -> list[bytes]:
                h.make_node("Mod", ["a", "b"], ["md"], fmod=0)],
               [f32("x", [2, 3]), f32("a", [3], T.INT32), f32("b", [3], T.INT32)],
               ["y", "md"]),
+        # the fourth session's converters: ONNX-ML trees, n-gram counts, bit views, KV-cache writes, argmax
+        # pooling, double math, general Einsum, sequence graph inputs and outputs
+        model([h.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", n_targets=1,
+                           nodes_treeids=[0, 0, 0, 1], nodes_nodeids=[0, 1, 2, 0],
+                           nodes_featureids=[1, 0, 0, 0],
+                           nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF", "LEAF"], nodes_values=[0.5, 0, 0, 0],
+                           nodes_truenodeids=[1, 0, 0, 0], nodes_falsenodeids=[2, 0, 0, 0],
+                           target_treeids=[0, 0, 1], target_nodeids=[1, 2, 0], target_ids=[0, 0, 0],
+                           target_weights=[1.0, -1.0, 0.25], aggregate_function="AVERAGE"),
+               h.make_node("Binarizer", ["y"], ["b"], domain="ai.onnx.ml", threshold=0.1)],
+              [f32("x", [4, 2])], [y, "b"], ml=3),
+        model([h.make_node("TfIdfVectorizer", ["t"], ["y"], mode="TFIDF", min_gram_length=1,
+                           max_gram_length=2, max_skip_count=1, ngram_counts=[0, 2], ngram_indexes=[0, 1, 2],
+                           pool_int64s=[3, 5, 3, 5], weights=[0.5, 1.0, 2.0])],
+              [f32("t", [2, 6], T.INT64)], [y], opset=9),
+        model([h.make_node("BitCast", ["x"], ["i"], to=T.INT32),
+               h.make_node("Pow", ["i", "e"], ["y"]), h.make_node("Mod", ["x", "x"], ["m"], fmod=0)],
+              [f32("x", [4])], [y, "m"], (c("e", np.float32(2)),), opset=28),
+        model([h.make_node("TensorScatter", ["cache", "upd", "wi"], ["y"], axis=-2, mode="circular"),
+               h.make_node("MaxPool", ["cache"], ["p", "pi"], kernel_shape=[2, 2], storage_order=1)],
+              [f32("cache", [1, 2, 4, 3]), f32("upd", [1, 2, 1, 3])], [y, "p", "pi"],
+              (c("wi", i64(3)),), opset=24),
+        model([h.make_node("Cast", ["x"], ["d"], to=T.DOUBLE),
+               h.make_node("Einsum", ["d", "d"], ["e"], equation="...ii,...ij->...j"),
+               h.make_node("ReduceLogSumExp", ["e"], ["y"], keepdims=0)],
+              [f32("x", [2, 3, 3])], [y]),
+        model([h.make_node("SequenceInsert", ["sq", "x"], ["s2"]),
+               h.make_node("ConcatFromSequence", ["s2"], ["y"], axis=0)],
+              [h.make_tensor_sequence_value_info("sq", T.FLOAT, [2]), f32("x", [2])], [y]),
     ]
     return out
