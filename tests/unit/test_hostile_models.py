@@ -52,6 +52,7 @@ ONNX_CASES = {
     "slice-axis-of-scalar": (UnsupportedOperator, "outside a rank-0 tensor"),
     "split-to-sequence-million-items": (ShapeError, "1048576 outputs"),
     "topk-empty-k": (UnsupportedOperator, "must be one value"),
+    "tree-modes-not-utf8": (UnsupportedOperator, "attribute nodes_modes holds text that is not UTF-8"),
     "unsqueeze-axes-of-floats": (ShapeError, "where integers are needed"),
 }
 #: TFLite regression input -> (error class, words its message holds)

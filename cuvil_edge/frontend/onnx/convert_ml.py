@@ -171,7 +171,7 @@ def tree_ensemble_regressor(ctx: ConvertContext) -> None:
     tree_ids, node_ids = _ints(ctx, "nodes_treeids"), _ints(ctx, "nodes_nodeids")
     features, values = _ints(ctx, "nodes_featureids"), _floats(ctx, "nodes_values")
     true_ids, false_ids = _ints(ctx, "nodes_truenodeids"), _ints(ctx, "nodes_falsenodeids")
-    modes = [m.decode() if isinstance(m, bytes) else str(m) for m in ctx.attr("nodes_modes", []) or []]
+    modes = ctx.texts("nodes_modes")
     missing = _ints(ctx, "nodes_missing_value_tracks_true") or [0] * len(tree_ids)
     _floats(ctx, "nodes_hitrates")  # a hint for ordering, not part of the result
     n = len(tree_ids)

@@ -16,7 +16,7 @@ _DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]
 def _activations(ctx: ConvertContext, dirs: int) -> list[str]:
     """The RNN cell's activation per direction (lowercase, ``RNN_ACTS``); LSTM and GRU take only their
     defaults (an empty list)."""
-    acts = [a.decode() if isinstance(a, bytes) else a for a in (ctx.attr("activations") or [])]
+    acts = ctx.texts("activations")
     if ctx.op_type != "RNN":
         if acts and acts != _DEFAULT_ACTS[ctx.op_type] * dirs:
             raise ctx.unsupported(f"activations {acts} (only the defaults run)")

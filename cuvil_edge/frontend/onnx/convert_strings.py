@@ -24,7 +24,7 @@ def string_normalizer(ctx: ConvertContext) -> None:
     action = ctx.attr("case_change_action", "NONE")
     if action not in ("LOWER", "UPPER", "NONE"):
         raise ctx.unsupported(f"case_change_action {action!r} (want LOWER, UPPER or NONE)")
-    stopwords = tuple(w.decode() if isinstance(w, bytes) else str(w) for w in ctx.attr("stopwords", []) or [])
+    stopwords = tuple(ctx.texts("stopwords"))
     y, length = ctx.emit("strnorm", [x], {"action": action.lower(),
                                           "case_sensitive": bool(ctx.attr("is_case_sensitive", 0)),
                                           "stopwords": stopwords}, n_outputs=2)

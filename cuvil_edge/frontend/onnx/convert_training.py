@@ -124,8 +124,8 @@ def _replay(ctx: ConvertContext, moved: dict[int, Value]) -> None:
 
 @converter("Gradient")
 def gradient(ctx: ConvertContext) -> None:
-    xs, zs, y_name = list(ctx.attr("xs")), list(ctx.attr("zs", [])), ctx.attr("y")
-    named = [n.decode() if isinstance(n, bytes) else n for n in xs + zs]
+    xs = ctx.texts("xs")
+    named, y_name = xs + ctx.texts("zs"), ctx.attr("y")
     if ctx.n_inputs != len(named):
         raise ctx.unsupported(f"{ctx.n_inputs} inputs for {len(named)} names in xs and zs")
     for n in [*named, y_name]:

@@ -117,6 +117,17 @@ class ConvertContext(IRBuilder):
         except UnicodeDecodeError:
             raise self.unsupported(f"attribute {name} is not UTF-8 text: {v[:40]!r}") from None
 
+    def texts(self, name: str) -> list[str]:
+        """A strings attribute (its items are protobuf bytes, which the load-time UTF-8 check of text
+        fields does not cover) as text; an item that is not UTF-8 is refused naming the attribute."""
+        out = []
+        for v in self.attr(name, []) or []:
+            try:
+                out.append(v.decode() if isinstance(v, bytes) else str(v))
+            except UnicodeDecodeError:
+                raise self.unsupported(f"attribute {name} holds text that is not UTF-8: {v[:40]!r}") from None
+        return out
+
     def positive_ints(self, name: str, default: Sequence[int], n: int) -> list[int]:
         """Int-list attribute ``name`` (strides, dilations, a kernel) with one item >= 1 per spatial
         axis: a 0 or a negative one (later a divisor or a size) or the wrong count is refused here."""
