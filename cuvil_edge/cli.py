@@ -219,6 +219,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         assert model.compiled is not None
         spec, processing = model.compiled.spec, model.processing
     print(f"model {spec.name}: weights {_human(spec.weights_size)}, arena {_human(spec.arena_size)}")
+    if spec.memory:  # what a device gives it, by the threads it runs
+        print("  memory " + ", ".join(f"{k} thread{'s' if k > 1 else ''} {_human(b)}"
+                                      for k, b in enumerate(spec.memory, 1)))
     for kind, tensors in (("input", spec.inputs), ("output", spec.outputs), ("state", spec.states)):
         for t in tensors:
             print(f"  {kind:6s} {t.name}: {t.dtype}{list(t.shape)} @arena+{t.offset}")

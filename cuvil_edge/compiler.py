@@ -12,7 +12,7 @@ from runtime_wasm.spec import ModelSpec, TensorSpec, VariantSpec
 
 from .codegen.emit import DEFAULT_THREADS, CProgram, emit_c
 from .codegen.memplan import user_io
-from .codegen.toolchain import Target, compile_c
+from .codegen.toolchain import Target, compile_c, module_memory
 from .ir.graph import Graph, Value
 from .passes import run_passes
 
@@ -112,6 +112,8 @@ def compile_graph(graph: Graph, targets: Sequence[Target] = (Target(),),
         extra={"nodes": node_table(graph, program), **(extra or {})},
         threads=program.threads,
         states=program.states,
+        memory=program.memory_table() if program.threads > 1
+        else (max(map(module_memory, modules.values())),),
     )
     spec.check()
     return CompiledModel(spec, modules, program.weights, graph, program)

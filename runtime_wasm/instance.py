@@ -26,8 +26,10 @@ from .spec import (
     EXPORT_STACK_POINTER,
     EXPORT_STACKS,
     EXPORT_STOP,
+    EXPORT_THREAD_STRIDE,
     EXPORT_WEIGHTS,
     EXPORT_WORKER,
+    LEGACY_THREAD_STRIDE,
     REQUIRED_EXPORTS,
     STORED_DTYPES,
     THREAD_EXPORTS,
@@ -44,8 +46,6 @@ from .spec import (
 
 #: bytes read (and hashed) per step when weights come from a file: hashed while still in cache
 WEIGHTS_CHUNK = 4 << 20
-#: shadow-stack bytes of each thread past the first (``codegen.emit.STACK_BYTES``)
-THREAD_STACK_BYTES = 1 << 20
 #: epoch ticks a parked thread may wait: it must never be interrupted (only the caller's run has a deadline)
 _NO_DEADLINE = 1 << 40
 
@@ -122,12 +122,21 @@ def _shared_memory_type(module: wasmtime.Module) -> wasmtime.MemoryType | None:
     return ty
 
 
+def _sized_for(ty: wasmtime.MemoryType, spec: ModelSpec, threads: int) -> wasmtime.MemoryType:
+    """The shared memory for running on ``threads``: what the spec's table says they need, between the
+    module's initial and max (specs without the table, built when initial was max: max)."""
+    lim = ty.limits
+    need = spec.memory_for(threads)
+    pages = lim.max if need is None else min(lim.max, max(lim.min, -(-need // 65536)))
+    return wasmtime.MemoryType(wasmtime.Limits(pages, lim.max), shared=True)
+
+
 class _Workers:
     """Threads 1..n-1 of a threaded model: each its own instance over the shared memory, parked in
     ``cuvil_worker`` between jobs (no Python runs per inference). A trap in one stops them all."""
 
     def __init__(self, engine: wasmtime.Engine, module: wasmtime.Module, memory: _SharedMemory,
-                 count: int, epoch: bool, stacks: int) -> None:
+                 count: int, epoch: bool, stacks: int, stride: int) -> None:
         self.error: BaseException | None = None
         self._threads: list[threading.Thread] = []
         for tid in range(1, count):
@@ -135,7 +144,7 @@ class _Workers:
             if epoch:
                 store.set_epoch_deadline(_NO_DEADLINE)
             ex = wasmtime.Instance(store, module, [memory]).exports(store)
-            ex[EXPORT_STACK_POINTER].set_value(store, stacks + tid * THREAD_STACK_BYTES)  # its region's top
+            ex[EXPORT_STACK_POINTER].set_value(store, stacks + tid * stride)  # its region's top
             t = threading.Thread(target=self._park, args=(store, ex, tid), daemon=True,
                                  name=f"cuvil-thread-{tid}")
             self._threads.append(t)
@@ -180,7 +189,7 @@ class WasmModel:
         self.threads = 1
         self._closed = True  # until fully built: close() of a half-built model does nothing
         shared = _shared_memory_type(module)
-        exports = {e.name for e in module.exports}
+        exports = self._export_names = {e.name for e in module.exports}
         required = REQUIRED_EXPORTS if shared is None else (*REQUIRED_EXPORTS[1:], *THREAD_EXPORTS)
         missing = [e for e in required if e not in exports]
         if missing:
@@ -197,8 +206,9 @@ class WasmModel:
                     self._store.set_limits(memory_size=memory_limit)
                 instance = wasmtime.Instance(self._store, module, [])
             else:
-                # fixed size (max is what the module was linked with): the limit is checked once, here
-                size = shared.limits.max * 65536
+                # sized once for the threads it runs (the module never grows it): the limit is checked here
+                shared = _sized_for(shared, spec, min(threads, spec.threads))
+                size = shared.limits.min * 65536
                 if memory_limit is not None and size > memory_limit:
                     raise ModuleLoadError(f"module needs {size} bytes of memory, the limit is {memory_limit}")
                 self._shared = _SharedMemory(engine, shared)
@@ -241,7 +251,10 @@ class WasmModel:
         self.threads = count
         if count > 1:
             stacks = ex[EXPORT_STACKS](self._store)  # thread t's stack: the t-th region, growing down
-            self._workers = _Workers(self._engine, self._module, self._shared, count, self._epoch, stacks)
+            stride = ex[EXPORT_THREAD_STRIDE](self._store) if EXPORT_THREAD_STRIDE in self._export_names \
+                else LEGACY_THREAD_STRIDE
+            self._workers = _Workers(self._engine, self._module, self._shared, count, self._epoch, stacks,
+                                     stride)
             self._finalizer = weakref.finalize(self, _stop_workers, _FastCall(self._store, ex[EXPORT_STOP]),
                                                self._workers)
 

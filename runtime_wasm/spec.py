@@ -38,6 +38,9 @@ EXPORT_STOP = "cuvil_stop"
 EXPORT_RESET = "cuvil_reset"
 EXPORT_STACKS = "cuvil_stacks"  # base of the per-thread shadow stacks
 EXPORT_STACK_POINTER = "__stack_pointer"
+#: bytes between two threads' stacks (modules built before it have none: 1 MiB, ``LEGACY_THREAD_STRIDE``)
+EXPORT_THREAD_STRIDE = "cuvil_thread_stride"
+LEGACY_THREAD_STRIDE = 1 << 20
 #: exports every module has: its memory, the entry point and two address getters
 REQUIRED_EXPORTS = (EXPORT_MEMORY, EXPORT_RUN, EXPORT_WEIGHTS, EXPORT_ARENA)
 #: exports a threaded module (``ModelSpec.threads`` > 1) adds: thread count, parked-thread loop, stop and
@@ -327,9 +330,10 @@ SPEC_SCHEMA = schema.record({
     "states": schema.Optional(schema.array(STATE_SCHEMA, MAX_TENSORS), ()),
     "weights_tree_sha256": schema.Optional(schema.text(64), ""),  # its form: ``check``, for built specs too
     "weights_tree_chunk": schema.Optional(schema.integer(), 0),
+    "memory": schema.Optional(schema.array(schema.integer(0, 1 << 32), MAX_THREADS), ()),
 })
 _SCALAR_FIELDS = ("name", "weights_size", "arena_size", "weights_sha256", "threads", "weights_tree_sha256",
-                  "weights_tree_chunk")
+                  "weights_tree_chunk", "memory")
 
 
 @dataclass(frozen=True)
@@ -350,6 +354,15 @@ class ModelSpec:
     #: absent in specs built before it, which are checked against ``weights_sha256`` alone
     weights_tree_sha256: str = ""
     weights_tree_chunk: int = 0
+    #: bytes of linear memory the module needs on 1, 2, .. ``threads`` threads (absent in specs built
+    #: before it: ``memory_for`` answers None)
+    memory: tuple[int, ...] = ()
+
+    def memory_for(self, threads: int) -> int | None:
+        """Linear memory for running on ``threads`` (at most ``self.threads``), None when not recorded."""
+        if not self.memory:
+            return None
+        return self.memory[max(1, min(threads, len(self.memory))) - 1]
 
     @property
     def stateful(self) -> bool:
@@ -362,6 +375,8 @@ class ModelSpec:
             del d["threads"]
         if not self.states:  # absent: stateless specs stay as they were
             del d["states"]
+        if not self.memory:  # absent: specs built before it stay as they were
+            del d["memory"]
         if not self.weights_tree_sha256:  # absent: specs without a tree stay as they were
             del d["weights_tree_sha256"], d["weights_tree_chunk"]
         for t in (*d["inputs"], *d["outputs"]):  # absent rather than null: older specs stay byte-identical
@@ -382,6 +397,7 @@ class ModelSpec:
         variants = tuple(VariantSpec(**v) for v in d.pop("variants"))
         states = tuple(StateSpec(**s) for s in d.pop("states"))
         known = {k: d.pop(k) for k in _SCALAR_FIELDS}
+        known["memory"] = tuple(known["memory"])
         extra = {**d.pop("extra"), **d}
         spec = cls(inputs=inputs, outputs=outputs, variants=variants, extra=extra, states=states, **known)
         spec.check()
@@ -395,6 +411,9 @@ class ModelSpec:
             raise SpecError("weights_size and arena_size must be non-negative")
         if not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
             raise SpecError(f"threads must be 1..{MAX_THREADS}, got {self.threads!r}")
+        if self.memory and (len(self.memory) != self.threads or list(self.memory) != sorted(self.memory)):
+            raise SpecError(f"memory must give the bytes for 1..{self.threads} threads, non-decreasing: "
+                            f"got {list(self.memory)}")
         if self.weights_tree_sha256 or self.weights_tree_chunk:
             if not is_sha256_hex(self.weights_tree_sha256):
                 raise SpecError(f"weights_tree_sha256 is not a sha256 digest: {self.weights_tree_sha256!r}")

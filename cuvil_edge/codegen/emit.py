@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -12,6 +13,7 @@ from runtime_wasm.spec import (
     EXPORT_ARENA,
     EXPORT_STACK_POINTER,
     EXPORT_STACKS,
+    EXPORT_THREAD_STRIDE,
     EXPORT_WEIGHTS,
     MAX_THREADS,
     StateSpec,
@@ -29,11 +31,20 @@ from .memplan import ALIGN, MemoryPlan, graph_states, plan_memory
 #: bytes after each region that kernels may over-read with full-vector loads (never used as data)
 GUARD = 64
 #: threads a module is built for unless told otherwise: edge boards have 4 cores (Raspberry Pi 4/5); the
-#: per-thread stacks and scratch it lays out are address space, touched only by threads that run
+#: memory of the threads past the first is laid out above the arena, so a device running fewer gives less
 DEFAULT_THREADS = 4
-#: shadow-stack bytes per thread (the first thread's is the linker's ``-z stack-size``)
-STACK_BYTES = 1 << 20
+#: shadow-stack bytes of each thread of a threaded module (the first thread's is the linker's
+#: ``-z stack-size``): the sum of every stack frame of the zoo's modules is under 2 KiB (a generated
+#: function's frame is its kernels' few locals), and ``toolchain.compile_c`` refuses a module whose frames
+#: could sum past half of it. Overflow traps: the first stack lies at address 0 (below it wraps out of
+#: bounds) and each other's bottom holds a canary the thread checks after its share of a run
+STACK_BYTES = 64 << 10
+#: bytes between the first stack and the weights for the linker's static data past the kernels' pack
+#: buffers (``_static_bytes`` adds those): a few hundred bytes, the threads' counters; had it more, the
+#: module's weights getter reports 0, which the runtime refuses
+STATIC_RESERVE = 64 << 10
 WASM_PAGE = 65536
+_PACK_BUFFER = re.compile(r"^#define \w+_APACK_FLOATS (\d+)$", re.M)
 
 @dataclass
 class EmitContext:
@@ -89,7 +100,7 @@ class EmitContext:
         if self.threads == 1 or shared:
             return f"(({ctype}*)(A + {off}))"
         self.private_scratch.add(self.node.name)
-        return f"(({ctype}*)(tid ? TS + (size_t)(tid - 1) * TS_BYTES : A + {off}))"
+        return f"(({ctype}*)(tid ? TS + (size_t)(tid - 1) * TS_STRIDE : A + {off}))"
 
     def parallel(self, rows: RowSplit | None = None) -> None:
         """The current node's code splits its work by ``tid`` (0 .. ``nt`` - 1, C locals in scope): every
@@ -128,36 +139,53 @@ class CProgram:
     parallel_nodes: list[str] = field(default_factory=list)
     thread_scratch: int = 0  # scratch bytes of each thread past the first (the parallel nodes' largest)
     states: tuple[StateSpec, ...] = ()  # persistent tensors: where each lives and its initial value
+    layout: SharedLayout | None = None  # a threaded module's regions
 
     def link_flags(self) -> list[str]:
-        """A threaded module imports a shared memory of one fixed size (initial = max: it cannot grow)."""
+        """A threaded module imports a shared memory: initial what one thread needs, max what all do (the
+        runtime makes it the size of the threads it runs; the module never grows it)."""
         if self.threads == 1:
             return []
-        size = SharedLayout.of(len(self.weights), self.arena_size, self.thread_scratch, self.threads).size
+        at = self.layout
+        assert at is not None
         return ["-matomics", "-mbulk-memory", "-Wl,--shared-memory", "-Wl,--import-memory",
-                f"-Wl,--initial-memory={size}", f"-Wl,--max-memory={size}",
-                f"-Wl,--export={EXPORT_STACK_POINTER}"]
+                f"-Wl,-z,stack-size={STACK_BYTES}", f"-Wl,--initial-memory={at.memory(1)}",
+                f"-Wl,--max-memory={at.memory(self.threads)}", f"-Wl,--export={EXPORT_STACK_POINTER}"]
+
+    def memory_table(self) -> tuple[int, ...]:
+        """Bytes of linear memory the module needs running on 1, 2, .. ``threads`` threads (threaded
+        modules; a plain module's is its own memory section: ``toolchain.module_memory``)."""
+        assert self.layout is not None
+        return tuple(self.layout.memory(k) for k in range(1, self.threads + 1))
 
 
 @dataclass(frozen=True)
 class SharedLayout:
-    """Where a threaded module's weights and arena lie: at fixed addresses at the top of its memory, not in
-    ``.bss``. wasm-ld zero-fills the ``.bss`` of an imported shared memory in the start function (it cannot
-    know the memory is fresh), which touched every page of the weights before they were read in: 65 ms of
-    instantiation for a 180 MB encoder. Below them: the static data (per-thread scratch and stacks, the
-    kernels' tables), the first stack and a margin."""
+    """Where a threaded module's regions lie: at fixed addresses, not in ``.bss``. wasm-ld zero-fills the
+    ``.bss`` of an imported shared memory in the start function (it cannot know the memory is fresh), which
+    touched every page of the weights before they were read in: 65 ms of instantiation for a 180 MB
+    encoder. From address 0: the first stack, the static data (``STATIC_RESERVE``), the weights, the arena,
+    then one region per thread past the first (``stride`` bytes: a canary word, its stack, its scratch), so
+    the memory for k threads ends at the (k-1)-th region."""
 
-    size: int  # bytes of memory, whole pages
     weights: int  # address of the weights region (its size plus GUARD)
     arena: int  # address of the arena (its size plus GUARD)
+    threads: int  # address of thread 1's region
+    stride: int  # bytes of each thread's region
+    scratch: int  # offset of the scratch in a region (after its canary and stack)
 
     @staticmethod
-    def of(weights: int, arena: int, scratch: int, threads: int) -> SharedLayout:
-        data = weights + arena + 2 * GUARD + scratch * (threads - 1) + STACK_BYTES * (threads - 1)
-        total = data + STACK_BYTES + (2 + threads) * (1 << 20)
-        size = -(-total // WASM_PAGE) * WASM_PAGE
-        a = (size - arena - GUARD) // ALIGN * ALIGN
-        return SharedLayout(size, (a - weights - GUARD) // ALIGN * ALIGN, a)
+    def of(weights: int, arena: int, scratch: int, static: int) -> SharedLayout:
+        """``static``: bytes the linker's static data may take (``_static_bytes``)."""
+        w = STACK_BYTES + -(-static // ALIGN) * ALIGN
+        a = w + -(-(weights + GUARD) // ALIGN) * ALIGN
+        base = a + -(-(arena + GUARD) // ALIGN) * ALIGN
+        return SharedLayout(w, a, base, -(-(ALIGN + STACK_BYTES + scratch) // ALIGN) * ALIGN,
+                            ALIGN + STACK_BYTES)
+
+    def memory(self, threads: int) -> int:
+        """Bytes of memory (whole pages) for running on ``threads`` threads."""
+        return -(-(self.threads + (threads - 1) * self.stride) // WASM_PAGE) * WASM_PAGE
 
 
 def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile: bool = False,
@@ -216,43 +244,63 @@ def emit_c(graph: Graph, progress: Callable[[str], None] | None = None, profile:
     weights = b"".join(ctx.weights)
     arena = plan.arena_size
     scratch_bytes = -(-scratch_bytes // ALIGN) * ALIGN
-    threaded = [
-        f"static unsigned char TS[{max(1, scratch_bytes * (threads - 1))}] "
-        f"__attribute__((aligned({ALIGN})));",
-        f"#define TS_BYTES {scratch_bytes}",
-        f"static unsigned char cuvil_stacks[{STACK_BYTES * (threads - 1)}] __attribute__((aligned(16)));",
-        f'EXPORT("{EXPORT_STACKS}") unsigned cuvil_stacks_base(void) {{ '
-        'return (unsigned)(uintptr_t)cuvil_stacks; }',
-    ] if threads > 1 else []
+    layout = SharedLayout.of(len(weights), arena, scratch_bytes, _static_bytes(families, threads)) \
+        if threads > 1 else None
     parts = [
         f"/* generated by cuvil-edge from model {graph.name!r}; do not edit */",
         f"#define CUVIL_MAX_THREADS {threads}",
         *(kernel_source(f) for f in families),
-        *_regions(len(weights), arena, scratch_bytes, threads),
-        *threaded,
+        *_regions(len(weights), arena, layout),
+        *(_thread_regions(layout) if layout is not None else []),
         f'EXPORT("{EXPORT_ARENA}") unsigned cuvil_arena(void) {{ return (unsigned)(uintptr_t)A; }}',
         *node_funcs,
         "static inline __attribute__((always_inline)) void cuvil_body(const int tid) {",
         "  const int nt = CUVIL_NT; (void)nt;",
+        *(["  if (tid) *CUVIL_CANARY(tid) = CUVIL_CANARY_WORD;"] if threads > 1 else []),
         *body,
+        *(["  if (tid && *CUVIL_CANARY(tid) != CUVIL_CANARY_WORD) __builtin_trap();  /* stack overflow */"]
+          if threads > 1 else []),
         "}",
         "CUVIL_ENTRY_POINTS",
         "",
     ]
     return CProgram("\n".join(parts), weights, arena, plan, ctx.kernels_used, profiled, threads,
-                    ctx.parallel_nodes, scratch_bytes, states)
+                    ctx.parallel_nodes, scratch_bytes, states, layout)
 
 
-def _regions(weights: int, arena: int, scratch: int, threads: int) -> list[str]:
+def _thread_regions(at: SharedLayout) -> list[str]:
+    """Thread t's region (t >= 1) at ``at.threads + (t - 1) * at.stride``: its canary word at the bottom,
+    its stack above (growing down to the canary), its scratch ``TS`` last; the stride is exported for the
+    runtime, which sets each thread's stack pointer to its stack's top."""
+    region = f"({at.threads}u + (unsigned)((tid) - 1) * {at.stride}u)"
+    return [
+        f"#define CUVIL_REGION(tid) {region}",
+        f"#define TS ((unsigned char *)(uintptr_t){at.threads + at.scratch}u)",
+        f"#define TS_STRIDE {at.stride}",
+        "#define CUVIL_CANARY(tid) ((volatile uint32_t *)(uintptr_t)CUVIL_REGION(tid))",
+        "#define CUVIL_CANARY_WORD 0x5AC4C0DEu",
+        f'EXPORT("{EXPORT_STACKS}") unsigned cuvil_stacks_base(void) {{ '
+        f'return {at.threads - at.stride + at.scratch}u; }}',
+        f'EXPORT("{EXPORT_THREAD_STRIDE}") unsigned cuvil_thread_stride(void) {{ return {at.stride}u; }}',
+    ]
+
+
+def _static_bytes(families: list[str], threads: int) -> int:
+    """Room for the linker's static data: ``STATIC_RESERVE`` plus the per-thread pack buffers a kernel
+    family declares (``#define <NAME>_FLOATS n`` beside ``static float <name>[CUVIL_MAX_THREADS][..]``)."""
+    floats = sum(int(n) for f in families for n in _PACK_BUFFER.findall(kernel_source(f)))
+    return STATIC_RESERVE + 4 * floats * threads
+
+
+def _regions(weights: int, arena: int, at: SharedLayout | None) -> list[str]:
     """The weights ``W`` and arena ``A`` and their getters: static arrays in a plain module, fixed
     addresses in a threaded one (``SharedLayout``), whose getter reports 0 if the static data below
     reached them (the runtime refuses such a module instead of running it over its own tables)."""
     getter = f'EXPORT("{EXPORT_WEIGHTS}") unsigned cuvil_weights(void) {{ return '
-    if threads == 1:
+    if at is None:
         return [f"static unsigned char W[{weights + GUARD}] __attribute__((aligned({ALIGN})));",
                 f"static unsigned char A[{arena + GUARD}] __attribute__((aligned({ALIGN})));",
                 getter + "(unsigned)(uintptr_t)W; }"]
-    at = SharedLayout.of(weights, arena, scratch, threads)
     return [f"static unsigned char *const W = (unsigned char *)(uintptr_t){at.weights}u;",
             f"static unsigned char *const A = (unsigned char *)(uintptr_t){at.arena}u;",
             "extern unsigned char __heap_base;",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -73,7 +74,9 @@ def compile_c(source: str, target: Target, use_cache: bool = True, extra_flags: 
     key = hashlib.sha256(("\0".join(flags) + "\0" + source).encode()).hexdigest()
     cached = _cache_dir() / f"{key}.wasm"
     if use_cache and cached.exists():
-        return cached.read_bytes()
+        wasm = cached.read_bytes()
+        check_stack(wasm, flags, target)
+        return wasm
     with tempfile.TemporaryDirectory(prefix="cuvil-cc-") as tmp:
         src, out = Path(tmp) / "model.c", Path(tmp) / "model.wasm"
         src.write_text(source)
@@ -84,6 +87,7 @@ def compile_c(source: str, target: Target, use_cache: bool = True, extra_flags: 
         if proc.returncode != 0 or not out.exists():
             raise ToolchainError(f"kernel compiler failed for {target.name}:\n{proc.stderr[-4000:]}")
         wasm = out.read_bytes()
+    check_stack(wasm, flags, target)
     if use_cache:
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
@@ -93,3 +97,61 @@ def compile_c(source: str, target: Target, use_cache: bool = True, extra_flags: 
         except OSError:
             pass
     return wasm
+
+
+#: a stack frame's allocation in clang's wasm prologue: ``global.get 0`` (``__stack_pointer``, LEB maybe
+#: padded), ``i32.const N`` (signed LEB), ``i32.sub``
+_FRAME = re.compile(rb"\x23(?:\x80)*\x00\x41([\x80-\xff]*[\x00-\x7f])\x6b")
+_STACK_FLAG = "-Wl,-z,stack-size="
+
+
+def _leb(data: bytes, at: int, signed: bool = False) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            if signed and byte & 0x40:
+                value -= 1 << shift
+            return value, at
+
+
+def _sections(wasm: bytes) -> dict[int, bytes]:
+    out, at = {}, 8
+    while at < len(wasm):
+        size, body = _leb(wasm, at + 1)
+        out.setdefault(wasm[at], wasm[body:body + size])
+        at = body + size
+    return out
+
+
+def stack_bound(wasm: bytes) -> int:
+    """Bytes of shadow stack the module can use at most: the sum of every function's frame (no call chain
+    holds a function twice: generated code and kernels do not recurse)."""
+    code = _sections(wasm).get(10, b"")
+    return sum(max(0, _leb(m.group(1), 0, signed=True)[0]) for m in _FRAME.finditer(code))
+
+
+def module_memory(wasm: bytes) -> int:
+    """Initial bytes of the module's own or imported memory."""
+    sections = _sections(wasm)
+    if 5 in sections:  # memory section: count, flags, min
+        _, at = _leb(sections[5], 1)  # count 1, then flags
+        return _leb(sections[5], at)[0] * 65536
+    data = sections[2]  # import section: the one import is the memory
+    at = _leb(data, 0)[1]
+    for _ in range(2):  # module and field names
+        n, at = _leb(data, at)
+        at += n
+    return _leb(data, at + 2)[0] * 65536  # kind, flags, min
+
+
+def check_stack(wasm: bytes, flags: Sequence[str], target: Target) -> None:
+    """Refuse a module whose frames could overflow half its per-thread stack (the rest: safety margin)."""
+    stack = int([f for f in flags if f.startswith(_STACK_FLAG)][-1].removeprefix(_STACK_FLAG))
+    need = stack_bound(wasm)
+    if 2 * need > stack:
+        raise ToolchainError(f"{target.name}: the module's stack frames sum to {need} bytes, over half of "
+                             f"its {stack}-byte stack per thread")
