@@ -111,12 +111,13 @@ def _emit(node: Node, ctx: EmitContext) -> str:
 def pool_grams(pool: Sequence[int], counts: Sequence[int], columns: Sequence[int], max_n: int) -> Grams:
     """The pool of ``pool_int64s`` split by ``ngram_counts`` (where each length's grams start) into
     per-length tables sorted by tokens, each gram with its output column (``ngram_indexes``, in pool
-    order across lengths; a gram listed twice keeps its last column, as the reference does)."""
+    order across lengths; a gram listed twice keeps its last column, and a length's items that do not
+    fill a whole gram are left out, as the reference does)."""
     tables: list[dict[tuple[int, ...], int]] = [{} for _ in range(max_n)]
     k = 0
     for n, start in enumerate(counts, 1):
         end = counts[n] if n < len(counts) else len(pool)
-        for g in range(start, end, n):
+        for g in range(start, start + (end - start) // n * n, n):  # whole grams: a ragged tail is dropped
             if n <= max_n:
                 tables[n - 1][tuple(int(t) for t in pool[g:g + n])] = int(columns[k])
             k += 1

@@ -338,8 +338,8 @@ def seeds() -> list[bytes]:
                h.make_node("Einsum", ["d", "d"], ["e"], equation="...ii,...ij->...j"),
                h.make_node("ReduceLogSumExp", ["e"], ["y"], keepdims=0)],
               [f32("x", [2, 3, 3])], [y]),
-        model([h.make_node("SequenceInsert", ["sq", "x"], ["s2"]),
-               h.make_node("ConcatFromSequence", ["s2"], ["y"], axis=0)],
-              [h.make_tensor_sequence_value_info("sq", T.FLOAT, [2]), f32("x", [2])], [y]),
+        model([h.make_node("SplitToSequence", ["x"], ["sq"], axis=0),
+               h.make_node("SequenceInsert", ["sq", "x"], ["y"])],
+              [f32("x", [2])], [h.make_tensor_sequence_value_info("y", T.FLOAT, None)]),
     ]
     return out
