@@ -9,6 +9,10 @@ Each case is built for this host and run; its outcome is one of
 - ``wrong``: it ran and an output differs;
 - ``ort-agrees``: an output differs from the case's (the ONNX reference's) and equals onnxruntime's on the
   same inputs: the two oracles disagree and we side with onnxruntime (counted apart, never as a pass);
+- ``random``: a case on a random op (``RANDOM_OPS``, in its graph or its expanded function) that built, ran
+  and gave outputs of the reference's dtype and shape, 0/1 where the reference's are, whose values differ:
+  the references are numpy's global, unseeded stream, which no generator reproduces (counted apart,
+  never as a pass, and in the denominator);
 - ``compiler``: generated code that did not compile (always a bug: the verifier should have refused it);
 - ``crash``: any other exception (a bug too).
 
@@ -39,6 +43,9 @@ PASSING_FILE = Path(__file__).with_name("node_cases_passing.txt")
 RTOL, ATOL = 1e-3, 1e-5
 CASE_TIMEOUT_S = 300
 TRAINING_DOMAIN = "ai.onnx.preview.training"
+#: ops whose outputs are draws (Bernoulli's function draws with RandomUniformLike)
+RANDOM_OPS = frozenset({"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
+                        "RandomUniformLike"})
 
 
 @cache
@@ -179,6 +186,9 @@ def run_case(name: str) -> tuple[str, str]:
             with _built(model, feeds, bound) as cm:
                 got = cm.predict({k: v for k, v in feeds.items() if k not in bound})
             diff = _compare(got, want, case)
+            if diff and any(n.op_type in RANDOM_OPS for n in model.graph.node):
+                unlike = _unlike_draws(got, want)
+                return ("wrong", unlike) if unlike else ("random", f"{diff}: other draws than numpy's")
             if diff and _ort_agrees(model, feeds, got, case):
                 return "ort-agrees", f"{diff}; onnxruntime gives ours"
             if diff:
@@ -191,6 +201,20 @@ def run_case(name: str) -> tuple[str, str]:
     except Exception as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1]
         return "crash", f"{type(exc).__name__}: {str(exc)[:200]} ({Path(where.filename).name}:{where.lineno})"
+
+
+def _unlike_draws(got: dict[str, Any], want: dict[str, Any]) -> str | None:
+    """None when every output could be a draw of the reference's kind: its dtype and shape, finite, and
+    0 or 1 wherever the reference's values all are (Bernoulli's); else what is off."""
+    for name, ref in want.items():
+        out, ref = np.asarray(got.get(name)), np.asarray(ref)
+        if out.shape != ref.shape or out.dtype != ref.dtype:
+            return f"{name}: {out.dtype}{list(out.shape)} != {ref.dtype}{list(ref.shape)}"
+        if out.dtype.kind == "f" and not np.isfinite(out).all():
+            return f"{name}: non-finite draws"
+        if np.isin(ref, (0, 1)).all() and not np.isin(out, (0, 1)).all():
+            return f"{name}: values other than 0 and 1"
+    return None
 
 
 def _ort_agrees(model: Any, feeds: dict[str, Any], got: dict[str, np.ndarray], case: Any) -> bool:

@@ -50,11 +50,13 @@ def test_checker_failure_is_a_format_error() -> None:
 
 
 # -- operators ------------------------------------------------------------------------------------
-def _random_model() -> onnx.ModelProto:
-    """RandomNormal: refused by design (no seeded generator matches onnxruntime's)."""
-    node = helper.make_node("RandomNormal", [], ["y"], name="rng", shape=[2, 3])
-    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
-    graph = helper.make_graph([node], "rng", [], [out])
+def _unconverted_model() -> onnx.ModelProto:
+    """MaxRoiPool: no converter."""
+    node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], name="roi", pooled_shape=[1, 1])
+    x, rois = (helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in (("x", [1, 1, 4, 4]),
+                                                                                 ("rois", [1, 5])))
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 1, 1])
+    graph = helper.make_graph([node], "roi", [x, rois], [out])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -67,7 +69,7 @@ def _custom_domain_model() -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize(("build", "op_type", "node"), [
-    (_random_model, "RandomNormal", "rng"),
+    (_unconverted_model, "MaxRoiPool", "roi"),
     (_custom_domain_model, "com.example.FooBar", "foo"),
 ])
 def test_unsupported_operator_names_op_node_and_opset(build, op_type: str, node: str) -> None:

@@ -144,12 +144,12 @@ def test_an_operator_defined_as_an_onnx_function_is_expanded_and_matches_onnxrun
 
 
 def test_a_refusal_inside_an_expanded_function_names_the_models_node() -> None:
-    """Bernoulli (opset 22) expands to RandomUniformLike, which has no converter (random ops: issue 37)."""
-    node = helper.make_node("Bernoulli", ["x"], ["y"], name="coin")
-    words = r"'Bernoulli' at node 'coin' \(opset 22\): its ONNX function: unsupported operator "
-    words += "'RandomUniformLike'"
+    """CenterCropPad (opset 18) expands to a Pad whose pads come from the run-time shape input."""
+    node = helper.make_node("CenterCropPad", ["x", "s"], ["y"], name="crop")
+    words = r"'CenterCropPad' at node 'crop' \(opset 18\): its ONNX function: unsupported operator 'Pad'"
+    shape = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
     with pytest.raises(UnsupportedOperator, match=words):
-        import_onnx(_model([node], [_f32("x", [3])], [_f32("y", [3])], 22))
+        import_onnx(_model([node], [_f32("x", [4, 4]), shape], [_f32("y", [2, 2])], 18))
 
 
 def test_a_sequence_graph_input_is_refused_naming_it() -> None:

@@ -1,7 +1,7 @@
 """Scan (as a Loop over its scan axis), Attention's function with optional inputs left out (past key and
 value without a mask), the preview domain's FlexAttention, Optional/OptionalHasElement/OptionalGetElement
-and optional graph inputs, and the refusal of random generators: small ONNX graphs compiled, run in
-wasmtime and compared with onnxruntime (FlexAttention, which it does not run, with numpy)."""
+and optional graph inputs: small ONNX graphs compiled, run in wasmtime and compared with onnxruntime
+(FlexAttention, which it does not run, with numpy). Random generators: ``test_random_ops.py``."""
 
 from __future__ import annotations
 
@@ -163,10 +163,3 @@ def test_an_optional_sequence_graph_input_is_refused_naming_it() -> None:
     with pytest.raises(UnsupportedOperator, match=r"'Input' at node 'xs': a optional sequence input"):
         CuvilModel.load(model)
 
-
-# -- random generators ------------------------------------------------------------------------------------
-def test_random_generators_are_refused_naming_op_and_node() -> None:
-    node = N("RandomNormalLike", ["x"], ["y"], name="noise", seed=1.0)
-    model = make_model([node], {"x": rand(3)}, {"y": rand(3)}, opset=18)
-    with pytest.raises(UnsupportedOperator, match=r"'RandomNormalLike' at node 'noise'.*random generators"):
-        CuvilModel.load(model)

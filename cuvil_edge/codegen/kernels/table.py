@@ -34,6 +34,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "f32-norm": (),
     "f32-pool": (),
     "f32-prelu": (),
+    "f32-random": ("f64-math",),
     "f32-reduce": ("f32-unary",),
     "f32-resize": (),
     "f32-rnn": ("f32-unary", "f32-gemm", "f32-bmm"),
@@ -145,6 +146,9 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("f16-cvt", "qf16-cvt", ("f16_f32_vcvt",), "fp16-stored weights widened, then +<inner kernel>"),
     Kernel("{dtype}-mod", "f32-mod", ("{dtype}_mod",)),
     Kernel("{dtype}-pow", "f64-pow", ("{dtype}_pow",), "Pow on integers and float64"),
+    # random numbers (Philox4x32-10 keyed by seed or node, counted by run)
+    Kernel("{dtype}-random-{kind}", "f32-random", ("{dtype}_random_{kind}",), "RandomUniform, RandomNormal"),
+    Kernel("{dtype}-multinomial", "f32-random", ("{dtype}_multinomial",)),
     # data movement
     Kernel("{width}-copynd", "x32-movement", ("x32_copy_nd", "x8_copy_nd", "x32_fill")),
     Kernel("{width}-copynd-strided", "x32-movement", ("x32_copy_nd", "x8_copy_nd")),

@@ -17,6 +17,7 @@ from ...ir.graph import STRING_WIDTH, Graph, TensorType, Value, string_width
 from ...ir.limits import import_budget
 from ...quant.qdq import fuse_qdq, graph_record
 from . import containers, held_int8
+from .convert_random import keep_run_counter
 from .float16 import HalfFloats
 from .registry import (
     CONTRIB_DOMAIN,
@@ -229,6 +230,7 @@ def import_onnx(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         outs, graph.meta["output_names"] = containers.graph_outputs(graph, g.output, env, opset)
         graph.outputs.extend(scope.half.graph_output(held_int8.graph_output(graph, v, t)) for v, t in outs)
         add_length_outputs(graph)
+        keep_run_counter(graph)  # after the model's own outputs: a state's output comes last
         record = graph_record(graph, "onnx")  # the model's own quantization (QDQ, QLinear*), for ``inspect``
         if record is not None:
             graph.meta["source_quantization"] = record
