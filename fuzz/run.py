@@ -79,9 +79,12 @@ def fuzz(name: str, seconds: int, time_limit_s: float, work_root: Path = WORK,
     stats = dict(_STAT.findall(log))
     execs, cov, ft, corp = (int(x) for x in status[-1]) if status else (0, 0, 0, 0)
     execs = max(execs, int(stats.get("number_of_executed_units", 0)))
+    artifacts = sum(len(list(work.glob(f"{kind}-*"))) for kind in ("crash", "timeout", "oom"))
+    # an exception as the run's time ran out can kill the child before libFuzzer writes its input: the
+    # log still says so, and that is a finding too (the input then has to be rebuilt from the traceback)
+    uncaught = log.count("=== Uncaught Python exception: ===")
     return FuzzReport(name, seconds, execs, int(stats.get("average_exec_per_sec", 0)), cov, ft, corp,
-                      len(list(work.glob("crash-*"))) + len(list(work.glob("timeout-*")))
-                      + len(list(work.glob("oom-*"))), proc.returncode)
+                      max(artifacts, uncaught), proc.returncode)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -520,8 +520,8 @@ register(OpDef("tile", _tile_infer, lambda n, a: [np.tile(a[0], n.attrs["repeats
 def _gather_infer(node: Node) -> list[TensorType]:
     x, i = node.inputs[0].type, node.inputs[1].type
     ax = _axis(node, len(x.shape))
-    if not x.shape:
-        raise ShapeError(f"{node.name}: gather from a scalar")
+    if not x.shape or not i.dtype.startswith(("int", "uint")):
+        raise ShapeError(f"{node.name}: gather from {x} by {i.dtype} indices (a tensor, integer indices)")
     if node.inputs[1].is_const and node.inputs[1].const.size:  # build-time indices: in range, or refused
         idx = node.inputs[1].const
         if idx.min() < -x.shape[ax] or idx.max() >= x.shape[ax]:

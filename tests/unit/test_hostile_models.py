@@ -38,6 +38,7 @@ ONNX_CASES = {
     "einsum-missing-operand": (UnsupportedOperator, "1 inputs"),
     "gather-elements-index-out-of-range": (UnsupportedOperator, "outside dims [3]"),
     "gather-index-out-of-range": (ShapeError, "outside an axis of 3"),
+    "gather-by-float-indices": (ShapeError, "by float32 indices"),
     "gemm-3d-input": (UnsupportedOperator, "multiplies matrices"),
     "initializer-of-int4": (ModelFormatError, "too small for the declared shape"),  # 5 nibbles in 1 byte
     "layernorm-scalar-input": (UnsupportedOperator, "outside a rank-0 tensor"),
