@@ -409,10 +409,10 @@ def pad_source_index(n: int, before: int, out: int, mode: str) -> np.ndarray:
 def _pad_fold(node: Node, args) -> list[np.ndarray]:
     x = args[0]
     r, pads, mode = x.ndim, node.attrs["pads"], node.attrs["mode"]
-    if mode != "constant":
+    if mode != "constant" or not r:  # a scalar: nothing to pad (numpy's pad refuses its empty widths)
         idx = [pad_source_index(x.shape[i], pads[i], x.shape[i] + pads[i] + pads[i + r], mode)
                for i in range(r)]
-        return [x[np.ix_(*idx)]] if r else [x]
+        return [x[np.ix_(*idx)]] if r else [x.copy()]
     crop = tuple(slice(max(-pads[i], 0), x.shape[i] - max(-pads[i + r], 0)) for i in range(r))
     widths = [(max(pads[i], 0), max(pads[i + r], 0)) for i in range(r)]
     return [np.pad(x[crop], widths, constant_values=np.asarray(node.attrs["value"], x.dtype))]

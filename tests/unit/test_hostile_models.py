@@ -56,6 +56,7 @@ ONNX_CASES = {
     "tree-modes-not-utf8": (UnsupportedOperator, "attribute nodes_modes holds text that is not UTF-8"),
     # None: a model the importer must take (the finding was a crash on a valid model)
     "tfidf-ragged-bigrams": (None, "a pool whose bigram items end in half a gram: the tail is dropped"),
+    "pad-of-a-scalar": (None, "a constant scalar padded by no pads folds to itself"),
     "unsqueeze-axes-of-floats": (ShapeError, "where integers are needed"),
 }
 #: TFLite regression input -> (error class, words its message holds)
