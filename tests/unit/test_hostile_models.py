@@ -27,6 +27,7 @@ ONNX_CASES = {
     "concat-of-scalars": (ShapeError, "rank 1 or more"),
     "name-not-utf8": (ModelFormatError, "model.graph.node.output is not valid UTF-8"),
     "optional-of-nothing": (UnsupportedOperator, "optional untyped input"),
+    "onehot-depth-infinity": (UnsupportedOperator, "depth inf is not a count"),
     "quantize-to-float32": (UnsupportedOperator, "a float32 zero point or output_dtype"),
     "constant-of-shape-2-to-the-40": (ShapeError, "over the limit"),
     "constant-of-shape-rank-327684": (ShapeError, "327684 dimensions, over the limit of 64"),

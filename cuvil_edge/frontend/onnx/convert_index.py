@@ -24,7 +24,10 @@ def onehot(ctx: ConvertContext) -> None:
     axis = int(ctx.attr("axis", -1))
     if not -rank <= axis < rank:
         raise ctx.unsupported(f"axis {axis} is out of range for rank-{rank} output")
-    attrs = {"axis": ctx.axis(axis, rank), "depth": int(depth.reshape(-1)[0])}
+    d = depth.reshape(-1)[0]
+    if not np.isfinite(d):  # depth may be any numeric type: a float one must still be a count
+        raise ctx.unsupported(f"depth {d} is not a count")
+    attrs = {"axis": ctx.axis(axis, rank), "depth": int(d)}
     ctx.set_outputs(ctx.emit1("onehot", [ind, values], attrs))
 
 
