@@ -2,11 +2,13 @@
 bodies by ``cuvil_agent.oip`` (what ``cuvil_agent.http_client`` sends and the server answers), the HTTP
 requests by ``cuvil_agent.http_client.InferenceClient`` itself (captured on a loopback socket), the download
 server's answers as the HTTP/1.1 responses the download client must handle. ``python -m fuzz.seeds`` rewrites
-``fuzz/corpus``; seeds are named by their content's sha256."""
+``fuzz/corpus``; seeds are named by their content's sha256 (16 hex digits), and only such files are
+replaced: an input kept in a corpus by name stays."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 import socket
 import threading
 from collections.abc import Iterable
@@ -20,8 +22,9 @@ from .targets.http_download import LENGTH, OFFSET
 def _write(name: str, seeds: Iterable[bytes]) -> int:
     out = CORPUS / name
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.iterdir():
-        old.unlink()
+    for old in out.iterdir():  # the seeds made before; a file named by hand (a kept input) stays
+        if re.fullmatch(r"[0-9a-f]{16}", old.name):
+            old.unlink()
     n = 0
     for data in seeds:
         (out / hashlib.sha256(data).hexdigest()[:16]).write_bytes(data)
