@@ -34,9 +34,13 @@ def _fold(node: Node, args) -> list[np.ndarray]:
     axis, depth = node.attrs["axis"], node.attrs["depth"]
     idx = ind.astype(np.int64)
     idx = np.where(idx < 0, idx + depth, idx)
-    hot = np.expand_dims(idx, axis) == np.arange(depth).reshape((depth,) + (1,) * (ind.ndim - axis))
     off, on = values.reshape(-1)
-    return [np.where(hot, on, off).astype(values.dtype)]
+    # written in place: no temporary of the depth's size (a huge depth over empty indices costs nothing)
+    out = np.full((*ind.shape[:axis], depth, *ind.shape[axis:]), off, values.dtype)
+    valid = (idx >= 0) & (idx < depth)
+    np.put_along_axis(out, np.expand_dims(np.where(valid, idx, 0), axis),
+                      np.expand_dims(np.where(valid, on, off).astype(values.dtype), axis), axis)
+    return [out]
 
 
 def _emit(node: Node, ctx: EmitContext) -> str:

@@ -229,7 +229,7 @@ def trilu(ctx: ConvertContext) -> None:
     if len(x.type.shape) < 2:
         raise ctx.unsupported(f"input of rank {len(x.type.shape)} (at least 2)")
     rows, cols = x.type.shape[-2:]
-    ctx.materialise(rows * cols * 8)
+    ctx.materialise((rows * cols + rows + cols) * 8)  # the offsets and the two ranges they come from
     offset = ctx.constant(np.arange(cols, dtype=np.int64)[None, :] - np.arange(rows, dtype=np.int64)[:, None],
                           "col_minus_row")
     k = ctx.input(1) if ctx.has_input(1) else ctx.constant(np.int64(0), "k")
