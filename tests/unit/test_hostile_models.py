@@ -54,6 +54,7 @@ ONNX_CASES = {
     "slice-axis-of-scalar": (UnsupportedOperator, "outside a rank-0 tensor"),
     "split-to-sequence-million-items": (ShapeError, "1048576 outputs"),
     "topk-empty-k": (UnsupportedOperator, "must be one value"),
+    "tile-by-67m-repeats": (UnsupportedOperator, "67108864 repeats for an input of rank 2"),
     "trilu-of-an-empty-83m-wide-onehot": (ShapeError, "exceeds the import's budget"),
     "tree-modes-not-utf8": (UnsupportedOperator, "attribute nodes_modes holds text that is not UTF-8"),
     # None: a model the importer must take (the finding was a crash on a valid model)

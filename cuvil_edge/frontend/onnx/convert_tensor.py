@@ -186,7 +186,10 @@ def expand(ctx: ConvertContext) -> None:
 
 @converter("Tile")
 def tile(ctx: ConvertContext) -> None:
-    ctx.set_outputs(ctx.emit1("tile", [ctx.input(0)], {"repeats": _ints(ctx.const(1))}))
+    x, reps = ctx.input(0), ctx.const(1)
+    if reps.size != len(x.type.shape):  # before reading them: a folded repeats input may be huge
+        raise ctx.unsupported(f"{reps.size} repeats for an input of rank {len(x.type.shape)}")
+    ctx.set_outputs(ctx.emit1("tile", [x], {"repeats": _ints(reps)}))
 
 
 @converter("Gather")
