@@ -23,6 +23,7 @@ from fuzz.targets import onnx_import, tflite_import
 #: ONNX regression input -> (error class, words its message holds); (None, why) for one that must import
 ONNX_CASES = {
     "argmax-axis-of-scalar": (UnsupportedOperator, "outside a rank-0 tensor"),
+    "binarizer-int-by-nan": (UnsupportedOperator, "the target_* attributes differ in length"),
     "attribute-not-utf8": (UnsupportedOperator, "not UTF-8"),
     "concat-of-scalars": (ShapeError, "rank 1 or more"),
     "name-not-utf8": (ModelFormatError, "model.graph.node.output is not valid UTF-8"),

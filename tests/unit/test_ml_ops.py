@@ -100,3 +100,20 @@ def test_a_tree_that_loops_and_a_classifier_are_refused_by_name() -> None:
     clf = DecisionTreeClassifier(max_depth=2, random_state=0).fit(x, x[:, 0] > 0)
     with pytest.raises(UnsupportedOperator, match="TreeEnsembleClassifier"):
         CuvilModel.load(_sklearn_onnx(clf, 3))
+
+
+def test_binarizer_on_integers_compares_with_the_float_threshold() -> None:
+    """An int64 input against threshold 2.5 (and NaN, which nothing exceeds), as the reference does."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.arange(-3, 6, dtype=np.int64).reshape(3, 3)
+    for threshold in (2.5, float("nan")):
+        node = helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml", name="bin",
+                                threshold=threshold)
+        model = make_model([node], {"x": x}, {"y": x})
+        model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 1))
+        want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+        with CuvilModel.load(model).optimize() as cm:
+            got = cm.predict({"x": x})["y"]
+        assert got.dtype == np.int64 and np.array_equal(got, want)
+        assert got.sum() == (3 if threshold == 2.5 else 0)

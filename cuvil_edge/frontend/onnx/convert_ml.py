@@ -23,8 +23,11 @@ _POSTS = {0: "none", 1: "softmax", 2: "logistic"}
 @ml_converter("Binarizer")
 def binarizer(ctx: ConvertContext) -> None:
     x = ctx.input(0)
-    threshold = ctx.constant(np.asarray(float(ctx.attr("threshold", 0.0)), x.type.dtype), "threshold")
-    above = ctx.emit1("compare", [x, threshold], {"kind": "gt"}, name=f"{ctx.name}/above")
+    seen = x  # integers are compared with the float threshold as numbers, as the reference does
+    if not x.type.dtype.startswith("float"):
+        seen = ctx.emit1("cast", [x], {"to": "float64"}, name=f"{ctx.name}/float")
+    threshold = ctx.constant(np.asarray(float(ctx.attr("threshold", 0.0)), seen.type.dtype), "threshold")
+    above = ctx.emit1("compare", [seen, threshold], {"kind": "gt"}, name=f"{ctx.name}/above")
     ctx.set_outputs(ctx.emit1("cast", [above], {"to": x.type.dtype}))
 
 
