@@ -49,6 +49,7 @@ ONNX_CASES = {
     "range-delta-0": (ShapeError, "no finite length"),
     "reducesum-axes-of-floats": (ShapeError, "where integers are needed"),
     "reshape-to-negative-dim": (ShapeError, "-4611686018427387904"),
+    "reducesum-by-67m-axes": (ShapeError, "axes: 67108864 values, over the limit of 16384"),
     "resize-scale-nan": (UnsupportedOperator, "must be finite and positive"),
     "sequence-into-relu": (UnsupportedOperator, "is a sequence, not a tensor"),
     "sequence-position-not-scalar": (UnsupportedOperator, "not one value"),

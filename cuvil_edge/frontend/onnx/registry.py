@@ -10,6 +10,7 @@ import numpy as np
 
 from ...errors import NotConstant, ShapeError, UnsupportedOperator
 from ...ir.graph import Graph, Node, Value
+from ...ir.limits import MAX_OUTPUTS
 from ..registry import ConverterTable, IRBuilder
 
 if TYPE_CHECKING:
@@ -191,10 +192,13 @@ class ConvertContext(IRBuilder):
 
 def int_list(values: Any, what: str) -> list[int]:
     """A build-time shape, axes or sizes as ints: integers only (a float tensor's NaN or infinity has
-    no int), refused with a ``ShapeError`` naming ``what`` otherwise."""
+    no int), at most ``MAX_OUTPUTS`` of them (a rank, a node's outputs), refused with a ``ShapeError``
+    naming ``what`` otherwise."""
     a = np.asarray(values).reshape(-1)
     if a.dtype.kind not in "iub":
         raise ShapeError(f"{what}: {a.dtype} values {a[:8].tolist()} where integers are needed")
+    if a.size > MAX_OUTPUTS:  # a folded input can be huge: a Python list of it would be many times more
+        raise ShapeError(f"{what}: {a.size} values, over the limit of {MAX_OUTPUTS} (cuvil_edge.ir.limits)")
     return [int(v) for v in a]
 
 
