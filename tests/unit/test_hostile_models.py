@@ -51,6 +51,7 @@ ONNX_CASES = {
     "reshape-to-negative-dim": (ShapeError, "-4611686018427387904"),
     "reducesum-by-67m-axes": (ShapeError, "axes: 67108864 values, over the limit of 16384"),
     "resize-scale-nan": (UnsupportedOperator, "must be finite and positive"),
+    "resize-scale-3e38": (UnsupportedOperator, "make an output size past float32's range"),
     "sequence-into-relu": (UnsupportedOperator, "is a sequence, not a tensor"),
     "sequence-position-not-scalar": (UnsupportedOperator, "not one value"),
     "slice-axis-of-scalar": (UnsupportedOperator, "outside a rank-0 tensor"),

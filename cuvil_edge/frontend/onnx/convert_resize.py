@@ -80,7 +80,11 @@ def resize(ctx: ConvertContext) -> None:
         if scales is None or len(scales) != r:
             scales = [float(np.float32(o) / np.float32(d)) for o, d in zip(out, shape)]
     elif scales is not None and len(scales) == r:
-        out = [int(np.floor(np.float32(d) * np.float32(s))) for d, s in zip(shape, scales)]
+        with np.errstate(over="ignore"):  # in float32, as onnxruntime sizes them
+            wide = [np.floor(np.float32(d) * np.float32(s)) for d, s in zip(shape, scales)]
+        if not all(np.isfinite(w) for w in wide):
+            raise ctx.unsupported(f"scales {list(scales)} make an output size past float32's range")
+        out = [int(w) for w in wide]
     else:
         raise ctx.unsupported(f"needs scales or sizes for all {r} axes")
     ctx.set_outputs(ctx.emit1("resize", [x], {
