@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from functools import cache
 from typing import TYPE_CHECKING
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, ref
 
 import numpy as np
 
@@ -92,11 +92,19 @@ class HalfFloats:
     while one model is imported."""
 
     def __init__(self, graph: Graph) -> None:
-        self.graph = graph
+        # weakly: ``_TRACKERS`` holds this tracker under the graph, and a value that keeps its weak key
+        # alive keeps the entry (and every graph ever imported) for the process's life
+        self._graph = ref(graph)
         _TRACKERS[graph] = self
         self.half: dict[Value, str] = {}
         #: a widened value -> the stored-type value it was widened from (a graph output takes that back)
         self._narrow: dict[Value, Value] = {}
+
+    @property
+    def graph(self) -> Graph:
+        graph = self._graph()
+        assert graph is not None, "a stored-type tracker outlived its graph"
+        return graph
 
     def constant(self, name: str, array: np.ndarray) -> Value:
         """An initializer or constant: stored-type arrays become their held type (exact) and are marked."""
