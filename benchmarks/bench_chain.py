@@ -14,7 +14,7 @@ import numpy as np
 from bench_real_size import _samples, interleaved, mobilenet_v2, resnet50, yolov8n
 
 from cuvil_edge import CuvilModel
-from cuvil_edge.host import host_target
+from cuvil_edge.here import host_target
 
 NETS = {"MobileNetV2 224": (mobilenet_v2, 224), "ResNet-50 224": (resnet50, 224),
         "YOLOv8n-style 320": (yolov8n, 320)}

@@ -18,11 +18,11 @@ import wasmtime
 from bench_real_size import mobilenet_v2
 
 from cuvil_edge import ALL_TARGETS, CuvilModel, Target
-from cuvil_edge.bench import timings_ms
-from cuvil_edge.host import host_target
+from cuvil_edge.here import host_target
 from cuvil_edge.oracle import random_feeds
 from cuvil_edge.testing.zoo import mobilenet, resnet
 from cuvil_edge.testing.zoo_transformers import bert_encoder
+from cuvil_edge.tools.bench import timings_ms
 from runtime_wasm import EngineConfig, WasmModel
 from runtime_wasm.loader import read_model_dir
 

@@ -34,7 +34,7 @@ from typing import Any
 from cuvil_agent.agent import Agent
 from cuvil_agent.config import AgentConfig
 from cuvil_agent.log import JsonLog
-from cuvil_edge.fleet import Publisher, Rollout
+from cuvil_edge.fleet.publisher import Publisher, Rollout
 from cuvil_edge.signing import Keyring
 from cuvil_edge.testing.broker import LocalBroker
 from cuvil_edge.testing.release import tiny_release

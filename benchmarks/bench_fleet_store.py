@@ -1,5 +1,5 @@
 """Fleet store write and query cost at 1k/10k/100k devices: what replacing the publisher's JSON state file
-(re-encoded and fsynced whole on every poll) with ``cuvil_edge.fleetstore`` costs per change.
+(re-encoded and fsynced whole on every poll) with ``cuvil_edge.fleet.store`` costs per change.
 
 For each fleet size, on a fresh store: ``register`` applies every device's first status, in batches of
 ``--batch`` (one transaction each); ``update`` applies a new status for every device (a release change);
@@ -25,8 +25,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from cuvil_edge.fleetstore import DeviceFilter, FleetStore, open_store
-from cuvil_edge.fleetstore.schema import MIGRATIONS
+from cuvil_edge.fleet.store import DeviceFilter, FleetStore, open_store
+from cuvil_edge.fleet.store.schema import MIGRATIONS
 
 WRITES = ("register", "update")  # the phases made of batches
 TABLES = ("announcements", "line_sequences", "rollout_outcomes", "rollouts", "device_lines", "devices",

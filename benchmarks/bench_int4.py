@@ -22,8 +22,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel
-from cuvil_edge.bench import timings_ms
-from cuvil_edge.host import host_target
+from cuvil_edge.here import host_target
+from cuvil_edge.tools.bench import timings_ms
 
 PRECISIONS = ("int8-dynamic", "int4")
 

@@ -27,10 +27,10 @@ import onnx
 from _peers import ort_web
 
 from cuvil_edge import CuvilError, CuvilModel, Target
-from cuvil_edge.bench import median_p95, timings_ms
-from cuvil_edge.host import host_target
+from cuvil_edge.here import host_target
 from cuvil_edge.oracle import ort_peer, random_inputs
 from cuvil_edge.testing.zoo import NETS, NetBuilder
+from cuvil_edge.tools.bench import median_p95, timings_ms
 
 
 def light_resnet50() -> onnx.ModelProto:

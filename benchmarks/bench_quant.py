@@ -25,9 +25,9 @@ import numpy as np
 import onnx
 from _peers import ort_web
 
-from cuvil_edge.bench import median_p95, timings_ms
-from cuvil_edge.host import host_target
+from cuvil_edge.here import host_target
 from cuvil_edge.testing.zoo_transformers import bert_encoder, bert_feeds
+from cuvil_edge.tools.bench import median_p95, timings_ms
 
 #: engine -> cuvil precision (ours) or None (onnxruntime); static int8 calibrates on random ids
 OURS = {"cuvil-int8-dynamic": "int8-dynamic", "cuvil-int8": "int8", "cuvil-int4": "int4"}

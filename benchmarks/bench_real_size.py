@@ -52,16 +52,16 @@ import numpy as np
 import onnx
 
 from cuvil_edge import CuvilModel
-from cuvil_edge.bench import timings_ms
 from cuvil_edge.codegen.toolchain import Target
 from cuvil_edge.errors import CuvilError
-from cuvil_edge.host import host_target
+from cuvil_edge.here import host_target
 from cuvil_edge.ops.conv import conv_geometry, is_depthwise
 from cuvil_edge.oracle import ort_peer, ort_session
-from cuvil_edge.profile import profile_model
 from cuvil_edge.testing.text_images import IMAGENET_MEAN, IMAGENET_STD, normalized, text_line, text_page
 from cuvil_edge.testing.wheels import PYTEST_WHEELS, install_into
 from cuvil_edge.testing.zoo import DW_PREFIX, NetBuilder
+from cuvil_edge.timing import profile_model
+from cuvil_edge.tools.bench import timings_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 #: torchvision.models.mobilenet_v2: (expansion t, output channels c, repeats n, first stride s)

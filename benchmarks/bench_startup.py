@@ -36,7 +36,7 @@ import onnx
 from bench_real_size import mobilenet_v2
 
 from cuvil_edge import CuvilModel
-from cuvil_edge.host import host_target
+from cuvil_edge.here import host_target
 from cuvil_edge.testing.zoo_transformers import bert_encoder, bert_feeds
 
 CALIB_SAMPLES = 4
@@ -71,7 +71,7 @@ elif mode == "ort":
     out = sess.run(None, feeds)
 else:  # host: precision [calibration dir]
     from cuvil_edge import CuvilModel
-    from cuvil_edge.host import host_target
+    from cuvil_edge.here import host_target
     precision, calib = sys.argv[4], (sys.argv[5] if len(sys.argv) > 5 else None)
     t0 = time.perf_counter()
     loaded = CuvilModel.load(path)

@@ -28,9 +28,9 @@ import onnx
 import wasmtime
 
 from cuvil_edge import CuvilModel
-from cuvil_edge.bench import median_p95, timings_ms
-from cuvil_edge.host import host_target
+from cuvil_edge.here import host_target
 from cuvil_edge.testing.zoo import mlp, resnet
+from cuvil_edge.tools.bench import median_p95, timings_ms
 from runtime_wasm import ModelSource, RuntimePolicy, Scheduler, SupervisedModel, WasmModel
 from runtime_wasm.engine import EngineConfig
 

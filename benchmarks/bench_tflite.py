@@ -31,9 +31,9 @@ import test_tflite as built  # noqa: E402  (the builder test models)
 from test_tflite_third_party import Case, feeds_for, interpreter, passing_cases  # noqa: E402
 
 from cuvil_edge import CuvilError, CuvilModel  # noqa: E402
-from cuvil_edge.bench import timings_ms  # noqa: E402
-from cuvil_edge.host import host_target  # noqa: E402
+from cuvil_edge.here import host_target  # noqa: E402
 from cuvil_edge.testing.wheels import PYTEST_WHEELS, install_into  # noqa: E402
+from cuvil_edge.tools.bench import timings_ms  # noqa: E402
 
 #: column -> LiteRT kernel set
 KERNELS = {"XNNPACK": OpResolverType.AUTO, "builtin": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,

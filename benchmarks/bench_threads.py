@@ -36,7 +36,7 @@ from bench_real_size import interleaved, mobilenet_v2, resnet50, yolov8n  # noqa
 
 from cuvil_edge import CuvilModel  # noqa: E402
 from cuvil_edge.codegen.toolchain import compile_c  # noqa: E402
-from cuvil_edge.host import host_target  # noqa: E402
+from cuvil_edge.here import host_target  # noqa: E402
 from cuvil_edge.oracle import ort_peer, ort_session  # noqa: E402
 from cuvil_edge.testing.zoo_transformers import bert_encoder, bert_feeds  # noqa: E402
 from runtime_wasm.instance import WasmModel, available_cores  # noqa: E402

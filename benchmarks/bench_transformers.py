@@ -18,10 +18,10 @@ import numpy as np
 from _peers import ort_web
 
 from cuvil_edge import CuvilModel
-from cuvil_edge.bench import median_p95, timings_ms
-from cuvil_edge.host import host_target
+from cuvil_edge.here import host_target
 from cuvil_edge.oracle import ort_peer
 from cuvil_edge.testing.zoo_transformers import bert_encoder, bert_feeds
+from cuvil_edge.tools.bench import median_p95, timings_ms
 
 
 def times_ms(fn, warmup: int, repeat: int) -> tuple[float, float]:

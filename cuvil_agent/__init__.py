@@ -5,7 +5,7 @@ the runtime (``runtime_wasm``), and reports telemetry. It reads ``agent.toml`` a
 
 Modules: ``agent`` (the daemon's loop, ``Agent``), ``lines`` (one model's release line, ``ModelLine``),
 ``state`` (its state file), ``log`` (its JSON log), ``config`` (settings, ``load_agent_config``), ``cli``;
-serving: ``serve`` (``ModelHost``, the socket), ``http_api`` with ``oip`` and ``metrics``, ``processed``
+serving: ``serve`` (``ModelHost``, the socket), ``http_api`` with ``oip`` and ``metrics``, ``payloads``
 (texts, images and audio through a model's processing), ``http_client``; ``telemetry``.
 
 Names load on first use (PEP 562), so ``import cuvil_agent`` costs nothing until one is used.

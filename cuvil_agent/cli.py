@@ -238,7 +238,7 @@ def _process_here(args: argparse.Namespace, items: Sequence[str]) -> tuple[int, 
     (an update switched models meanwhile) is refused, not mixed."""
     from runtime_wasm.processing import Processor
 
-    from .processed import result_record
+    from .payloads import result_record
     from .serve import infer
 
     active = Installer(args.state_dir, args.hardware_id, args.profile, read_only=True).active_model()

@@ -7,7 +7,7 @@ tensor data extension, plus Prometheus metrics at ``/metrics``.
     GET  /v2/models/{name}[/versions/{release}]/ready  200, or 400 while it is not loaded
     POST /v2/models/{name}[/versions/{release}]/infer  inference (``oip``): tensors, or for a model
                                                        with processing a BYTES text/image/audio
-                                                       input and typed results (``processed``)
+                                                       input and typed results (``payloads``)
     GET  /metrics                                      Prometheus text format (``cuvil_agent.metrics``)
 
 Errors are ``{"error": "<Type>: <message>", "type": "<Type>"}``: 400 malformed request (or text that is not
@@ -65,7 +65,7 @@ from runtime_wasm.errors import (
     StaleInput,
 )
 
-from . import oip, processed
+from . import oip, payloads
 from .config import HttpSettings
 from .metrics import CONTENT_TYPE, ServingMetrics
 from .serve import BoundedThreads, ModelHost, ModelRegistry, listening_on
@@ -381,7 +381,7 @@ class HttpApiServer:
         tensors = oip.Signature(served.spec.inputs, served.spec.outputs)
         doc: dict[str, Any] = {"name": served.name, "versions": [str(served.release)], "platform": PLATFORM}
         if served.processor is not None:  # the processed call first; the tensors still work
-            shown = processed.signature(served.processor)
+            shown = payloads.signature(served.processor)
             config = served.processor.config
             doc |= {"task": config.task, "labels": list(config.labels),
                     "tensor_inputs": [oip.tensor_metadata(t) for t in tensors.inputs],
@@ -395,20 +395,20 @@ class HttpApiServer:
 
     def _infer(self, host: ModelHost, version: str | None, headers: Mapping[str, str], body: bytes) -> Reply:
         """Tensors in, tensors out; or, for a model with processing, one BYTES ``text``/``image``/``audio``
-        input through the served release's processing and its typed results out (``processed``)."""
+        input through the served release's processing and its typed results out (``payloads``)."""
         served = self._check_version(host, version)
         signatures = [oip.Signature(served.spec.inputs, served.spec.outputs)]
         if served.processor is not None:
-            signatures.append(processed.signature(served.processor))
+            signatures.append(payloads.signature(served.processor))
         s = self.settings
         request = oip.parse_infer_request(body, headers.get(oip.HEADER_LENGTH.lower()), signatures,
                                           oip.BytesLimits(s.max_items, s.max_item_bytes))
         processor = served.processor
-        if processor is not None and processed.input_name(processor) in request.inputs:
-            elements = request.inputs[processed.input_name(processor)].ravel().tolist()
-            items = processed.decode_items(processor, elements, s.max_items, s.max_item_bytes)
-            results = processed.run(host, served, items, request.captured_at, request.hop_s, s.max_items)
-            release, outputs = served.release, processed.result_tensors(results)
+        if processor is not None and payloads.input_name(processor) in request.inputs:
+            elements = request.inputs[payloads.input_name(processor)].ravel().tolist()
+            items = payloads.decode_items(processor, elements, s.max_items, s.max_item_bytes)
+            results = payloads.run(host, served, items, request.captured_at, request.hop_s, s.max_items)
+            release, outputs = served.release, payloads.result_tensors(results)
         else:
             release, outputs = host.predict(request.inputs, request.captured_at)
         data, header_length = oip.encode_infer_response(served.name, str(release), request, outputs)

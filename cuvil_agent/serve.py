@@ -54,7 +54,7 @@ from runtime_wasm import (
 )
 from runtime_wasm.processing import Processor
 
-from . import processed
+from . import payloads
 from .config import ServeLimits
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class ModelHost:
         except Exception as exc:
             self.load_error = exc
             raise
-        manifest, processor = active.manifest, processed.load_processor(active.directory, model.spec)
+        manifest, processor = active.manifest, payloads.load_processor(active.directory, model.spec)
         served = ServedModel(self._name or manifest.name, manifest.release, manifest.version,
                              model.variants[0], model.spec, processor)
         with self._lock:
@@ -285,8 +285,8 @@ class _Handler(socketserver.BaseRequestHandler):
         [{"start", "end", "label", "score", "top"}, ...]}, ...]}``."""
         host, limits = self.server.host, self.server.limits
         served = host.served()
-        processor = processed.processor_of(served)
-        name = processed.input_name(processor)
+        processor = payloads.processor_of(served)
+        name = payloads.input_name(processor)
         values = request.get(name)
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             raise BadInferenceRequest(f"this {processor.config.task} model takes {name!r}: a list of "
@@ -295,9 +295,9 @@ class _Handler(socketserver.BaseRequestHandler):
             elements = [base64.b64decode(v, validate=True) for v in values]
         else:
             elements = [v.encode("utf-8") for v in values]  # a lone surrogate: UnicodeEncodeError, refused
-        items = processed.decode_items(processor, elements, limits.max_items, limits.max_item_bytes)
-        results = processed.run(host, served, items, captured_at, request.get("hop_s"), limits.max_items)
-        return {"release": served.release, "results": [processed.result_record(r) for r in results]}
+        items = payloads.decode_items(processor, elements, limits.max_items, limits.max_item_bytes)
+        results = payloads.run(host, served, items, captured_at, request.get("hop_s"), limits.max_items)
+        return {"release": served.release, "results": [payloads.result_record(r) for r in results]}
 
 
 class BoundedThreads(socketserver.ThreadingMixIn):

@@ -16,7 +16,7 @@ never an earlier one. A segment is deleted once all its records are gone.
 
 Delivery (``Telemetry``) is at least once: a crash between the PUBACK and the cursor write, or a resend
 after a lost PUBACK, repeats records under the same ``seq``; receivers drop the repeats
-(``cuvil_edge.fleet_telemetry``).
+(``cuvil_edge.fleet.telemetry``).
 """
 
 from __future__ import annotations

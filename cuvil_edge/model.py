@@ -36,7 +36,7 @@ from .codegen.memplan import graph_states, user_io
 from .codegen.toolchain import ALL_TARGETS, Target
 from .compiler import CompiledModel, compile_graph, index_bounds, optimize_graph
 from .errors import InputError, ModelFormatError, QuantizationError, TargetError, VocabularyMismatch
-from .host import host_target, instantiate_here
+from .here import host_target, instantiate_here
 from .ir.graph import Graph
 from .quant import QuantResult, check_precision, quantize
 from .sequences import SEQUENCES, flat_feeds, grouped_outputs, shape_record

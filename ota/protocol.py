@@ -377,7 +377,7 @@ _LINES = Optional(schema.mapping(_TEXT, schema.record(_LINE_STATUS, extra="drop"
 _MS = Optional(schema.nullable(schema.number()))
 _NAME_TEXT = Optional(schema.nullable(_TEXT))
 #: what a summary says per model (``cuvil_agent.telemetry.ServingWatch.summary``) and per line, as far as
-#: receivers read it (``fleet_telemetry.format_record``, the dashboard): counts, latencies, health
+#: receivers read it (``cuvil_edge.fleet.telemetry.format_record``, the dashboard): counts, latencies, health
 SUMMARY_DATA_SCHEMA = schema.record({
     "models": Optional(schema.mapping(_TEXT, schema.record({
         "release": _COUNT, "version": _NAME_TEXT, "variant": _NAME_TEXT, "submitted": _COUNT,

@@ -196,7 +196,7 @@ def quantize(graph: Graph, precision: str, calibration: Any = None, accuracy_bud
 
 
 def _host_name() -> str:
-    from ..host import host_target
+    from ..here import host_target
 
     return host_target().name
 

@@ -80,7 +80,7 @@ def model_identity() -> dict[str, Any]:
 
 def costed_layers(layers: Sequence[Node], plan: Mapping[str, str]) -> list[str]:
     """The layers whose cost decides: planned int8 and at least ``MIN_MACS`` multiply-adds."""
-    from ..profile import node_ops
+    from ..timing import node_ops
 
     return [n.name for n in layers if plan[n.name] == "int8" and node_ops(n) >= 2 * MIN_MACS]
 
@@ -156,7 +156,7 @@ def estimated(layers: Sequence[Node], names: Sequence[str]) -> dict[str, LayerCo
 def measure(fp32: Graph, int8: Graph, names: Sequence[str]) -> dict[str, LayerCost]:
     """Each named layer's time in a profiling build of ``fp32`` and of ``int8`` (same node names): the
     opt-in measured mode, which varies with the host and its load."""
-    from ..profile import profile_graph
+    from ..timing import profile_graph
 
     want = set(names)
     f = {t.name: t.median_us for t in profile_graph(fp32, repeat=REPEAT) if t.name in want}

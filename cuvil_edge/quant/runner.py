@@ -16,7 +16,7 @@ from runtime_wasm.variants import DETERMINISTIC_FAMILY_ORDER
 
 from ..codegen.toolchain import Target
 from ..compiler import compile_graph
-from ..host import instantiate_here
+from ..here import instantiate_here
 from ..ir.graph import Graph
 
 #: the module every host runs alike (determinism mode's)

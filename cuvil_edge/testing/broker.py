@@ -21,7 +21,7 @@ from typing import Any
 
 from ota.config import BrokerSettings
 
-from ..fleet import FleetError
+from ..fleet.publisher import FleetError
 
 
 def _ephemeral_range() -> tuple[int, int]:

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..fleet import FleetError
+from ..fleet.publisher import FleetError
 from .broker import free_port
 
 #: the superuser initdb creates; trust authentication on loopback only (the cluster lives for one test run)

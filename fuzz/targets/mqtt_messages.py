@@ -27,7 +27,7 @@ from ..mutators import json_mutator
 
 #: the modules atheris instruments for coverage (imported inside its instrumentation)
 INSTRUMENT = ("ota.protocol", "ota.chunks", "ota.store", "ota.metadata", "ota.crypto", "runtime_wasm.schema",
-              "cuvil_edge.fleet", "cuvil_edge.fleet_telemetry")
+              "cuvil_edge.fleet.publisher", "cuvil_edge.fleet.telemetry")
 
 #: the harness's clock: the seeds' messages are valid at this time, whenever the harness runs
 NOW = datetime(2026, 5, 1, tzinfo=timezone.utc)
@@ -118,8 +118,8 @@ def _chunk_bytes(value: Any) -> bytes:
 
 
 def setup() -> Callable[[bytes], None]:
-    from cuvil_edge.fleet import Publisher, Rollout, line_status
-    from cuvil_edge.fleet_telemetry import TelemetryCollector, format_record
+    from cuvil_edge.fleet.publisher import Publisher, Rollout, line_status
+    from cuvil_edge.fleet.telemetry import TelemetryCollector, format_record
     from ota.chunks import ChunkTransfer
     from ota.config import BrokerSettings, TransferLimits
     from ota.protocol import Topics, verify_announcement, verify_command

@@ -35,8 +35,8 @@ from test_model_lines import A, B, LinesWorld
 
 from cuvil_agent.config import load_agent_config
 from cuvil_agent.serve import infer
-from cuvil_edge.dashboard import Dashboard, DashboardError, FleetView
-from cuvil_edge.fleet import Publisher
+from cuvil_edge.fleet.dashboard import Dashboard, DashboardError, FleetView
+from cuvil_edge.fleet.publisher import Publisher
 from ota import SelfTestFailed
 from ota.golden import decode_vector
 from ota.protocol import bucket

@@ -30,7 +30,7 @@ from cuvil_agent.config import AgentConfig
 from cuvil_agent.log import JsonLog
 from cuvil_agent.serve import infer
 from cuvil_agent.state import TRANSFER_DIR, describe_state
-from cuvil_edge.fleet import Publisher
+from cuvil_edge.fleet.publisher import Publisher
 from cuvil_edge.signing import Keyring, build_bundle
 from cuvil_edge.testing.broker import LocalBroker
 from ota import CorruptSlot, Installer, RollbackError, UntrustedKey

@@ -1,4 +1,4 @@
-"""The fleet store (``cuvil_edge.fleetstore``), every test on both backends: SQLite in a temporary file and
+"""The fleet store (``cuvil_edge.fleet.store``), every test on both backends: SQLite in a temporary file and
 a real PostgreSQL this module starts (``cuvil_edge.testing.postgres``: initdb in a temporary directory, a
 free loopback port, one fresh database per test, stopped at the end of the session).
 
@@ -21,8 +21,8 @@ import psycopg
 import pytest
 
 from cuvil_edge.cli import main as cli_main
-from cuvil_edge.fleet import Rollout
-from cuvil_edge.fleetstore import (
+from cuvil_edge.fleet.publisher import Rollout
+from cuvil_edge.fleet.store import (
     DeviceFilter,
     FleetStoreError,
     SchemaMismatch,
@@ -31,7 +31,7 @@ from cuvil_edge.fleetstore import (
     StoreUnavailable,
     open_store,
 )
-from cuvil_edge.fleetstore.schema import LATEST
+from cuvil_edge.fleet.store.schema import LATEST
 from cuvil_edge.testing.broker import free_port
 from cuvil_edge.testing.postgres import LocalPostgres
 from ota.protocol import TelemetryRecord

@@ -22,7 +22,7 @@ from test_http_api import call
 from test_http_text_inputs import GUARD_S, ask_path, json_outputs, post_binary, post_json, read_binary
 from test_pretrained_audio import check_against_onnxruntime, ref_wav2vec2, riff
 
-from cuvil_agent import processed
+from cuvil_agent import payloads
 from cuvil_agent.cli import main as agent_main
 from cuvil_agent.config import HttpSettings, ServeLimits
 from cuvil_agent.http_api import HttpApiServer
@@ -206,7 +206,7 @@ def test_cuvil_agent_infer_audio_is_processed_by_the_agent_or_else_by_the_client
     assert agent_infer(world, world.socket.path, hop, capsys) == expected_lines(world, 0.5)
     records = json.loads((tmp_path / "out.json").read_text())
     assert [len(r["windows"]) for r in records] == [1, 1, 4] and records[2]["input"] == str(world.files[2])
-    monkeypatch.setattr(processed, "load_processor", lambda slot, spec: None)  # an agent that cannot process
+    monkeypatch.setattr(payloads, "load_processor", lambda slot, spec: None)  # an agent that cannot process
     host = ModelHost(Installer(world.base / "state", HW), name="kws")
     server = InferenceServer(world.base / "tensors-only.sock", host, LIMITS)
     try:

@@ -23,7 +23,7 @@ from fleetkit import AgentThreads, FleetWorld, Watcher, log_events, with_limits
 
 from cuvil_agent.config import AgentConfig
 from cuvil_agent.serve import infer
-from cuvil_edge.fleet import FleetError, Publisher
+from cuvil_edge.fleet.publisher import FleetError, Publisher
 from cuvil_edge.testing.broker import LocalBroker, free_port
 from ota.config import HttpDownloadLimits
 from ota.golden import decode_vector

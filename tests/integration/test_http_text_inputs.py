@@ -22,7 +22,7 @@ import pytest
 from pretrainedkit import IMAGE_LABELS, image_dir, sst_dir, train_tokenizer
 from test_http_api import call
 
-from cuvil_agent import processed
+from cuvil_agent import payloads
 from cuvil_agent.cli import main as agent_main
 from cuvil_agent.config import HttpSettings, ServeLimits
 from cuvil_agent.http_api import HttpApiServer
@@ -324,7 +324,7 @@ def test_cuvil_agent_infer_text_is_processed_by_the_agent_or_else_by_the_client(
     want = [f"{w.label} {w.score:.4f} (release 1): {t}" for w, t in zip(results, texts)]
     # the state directory given is the image model's: only processing on the agent can label these texts
     assert agent_infer(world, "images-state", world.sockets["sst"].path, texts, capsys) == want
-    monkeypatch.setattr(processed, "load_processor", lambda slot, spec: None)  # an agent that cannot process
+    monkeypatch.setattr(payloads, "load_processor", lambda slot, spec: None)  # an agent that cannot process
     host = ModelHost(Installer(world.base / "sst-state", HW), name="sst")
     server = InferenceServer(world.base / "tensors-only.sock", host, LIMITS)
     try:

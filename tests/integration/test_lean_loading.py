@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel
 from cuvil_edge.buildcache import BuildCache, BuildCacheConfig
-from cuvil_edge.host import host_target
+from cuvil_edge.here import host_target
 from runtime_wasm import ModelSource, ModuleCache, SpecError, SupervisedModel
 from runtime_wasm.digest import TREE_CHUNK, TREE_CHUNK_MIN, weights_tree_sha256
 from runtime_wasm.engine import EngineConfig, engine_for

@@ -25,8 +25,8 @@ from cuvil_agent.cli import main as agent_cli
 from cuvil_agent.config import AgentConfig, ModelConfig, load_agent_config
 from cuvil_edge import CuvilModel
 from cuvil_edge.cli import main as edge_cli
-from cuvil_edge.dashboard import FleetView
-from cuvil_edge.fleet import FleetError, Publisher, line_status
+from cuvil_edge.fleet.dashboard import FleetView
+from cuvil_edge.fleet.publisher import FleetError, Publisher, line_status
 from cuvil_edge.signing import Keyring, build_bundle
 from cuvil_edge.testing.broker import LocalBroker
 from ota import Installer

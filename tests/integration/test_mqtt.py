@@ -24,7 +24,7 @@ from fleetkit import AgentThreads, FleetWorld, Watcher, log_events, wait_until, 
 
 from cuvil_agent.cli import main as agent_cli
 from cuvil_agent.serve import infer
-from cuvil_edge.fleet import Publisher
+from cuvil_edge.fleet.publisher import Publisher
 from cuvil_edge.testing.broker import LocalBroker
 from ota import SelfTestFailed
 from ota.errors import NotAuthorized

@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from cuvil_edge.dashboard import FleetView
-from cuvil_edge.fleet import Publisher
+from cuvil_edge.fleet.dashboard import FleetView
+from cuvil_edge.fleet.publisher import Publisher
 from cuvil_edge.testing.broker import LocalBroker
 from ota.config import TransferLimits
 from ota.errors import TransportError

@@ -21,7 +21,7 @@ from test_install import compile_matmul
 from cuvil_agent.serve import infer
 from cuvil_edge import ALL_TARGETS, CuvilError, CuvilModel, Target, TargetError
 from cuvil_edge.cli import main
-from cuvil_edge.fleet import Publisher, Rollout
+from cuvil_edge.fleet.publisher import Publisher, Rollout
 from cuvil_edge.model import profile_targets
 from cuvil_edge.signing import Keyring, build_bundle, sign_envelope
 from cuvil_edge.testing.broker import LocalBroker

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from cuvil_agent.agent import Agent
 from cuvil_agent.config import AgentConfig, HttpSettings, TelemetrySettings
 from cuvil_agent.telemetry import SEGMENT_SUFFIX
-from cuvil_edge.fleet import Publisher
-from cuvil_edge.fleet_telemetry import DeviceTelemetry, TelemetryCollector
+from cuvil_edge.fleet.publisher import Publisher
+from cuvil_edge.fleet.telemetry import DeviceTelemetry, TelemetryCollector
 from cuvil_edge.testing.broker import LocalBroker
 
 pytestmark = [pytest.mark.integration,

@@ -13,7 +13,7 @@ import pytest
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.compiler import optimize_graph
-from cuvil_edge.host import host_tiers
+from cuvil_edge.here import host_tiers
 from cuvil_edge.ir.graph import Graph
 from cuvil_edge.quant.calibrate import ActRange
 from cuvil_edge.quant.rewrite import act_qparams, quantize_graph

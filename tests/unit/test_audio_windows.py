@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cuvil_agent import oip
-from cuvil_agent.processed import result_record, result_tensors, signature
+from cuvil_agent.payloads import result_record, result_tensors, signature
 from runtime_wasm.errors import ProcessingError
 from runtime_wasm.processing import AudioWindow, Classification, ProcessingConfig, Processor
 

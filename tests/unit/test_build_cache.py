@@ -29,7 +29,7 @@ from cuvil_edge.buildcache import (
     data_digest,
 )
 from cuvil_edge.errors import ModelFormatError, QuantizationError
-from cuvil_edge.host import host_target
+from cuvil_edge.here import host_target
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE
 
 X = np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32)
@@ -242,7 +242,7 @@ _BUILDER = textwrap.dedent("""
     import hashlib, sys
     import numpy as np
     from cuvil_edge import ALL_TARGETS, CuvilModel
-    from cuvil_edge.host import host_target
+    from cuvil_edge.here import host_target
     from cuvil_edge.buildcache import BuildCache, BuildCacheConfig
     cache = BuildCache(BuildCacheConfig(sys.argv[2]))
     x = np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32)

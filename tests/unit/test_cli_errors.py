@@ -24,7 +24,7 @@ import pytest
 
 from cuvil_agent import cli as agent
 from cuvil_edge import CuvilModel, Target
-from cuvil_edge import cli as host
+from cuvil_edge.cli import app as host
 from cuvil_edge.signing import Keyring
 from cuvil_edge.testing.zoo import NetBuilder
 

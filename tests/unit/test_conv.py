@@ -16,7 +16,7 @@ from conftest import assert_matches_ort
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel, Target
-from cuvil_edge.host import host_tiers
+from cuvil_edge.here import host_tiers
 from cuvil_edge.ops import conv as conv_op
 from cuvil_edge.ops.conv import WINOGRAD_FLOATS, conv_geometry, uses_direct, uses_winograd, winograd_tiling
 from runtime_wasm.variants import probe_host

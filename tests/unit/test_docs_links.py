@@ -128,3 +128,18 @@ def test_every_agent_config_key_is_documented():
             if not any(d in text for d in documented):
                 missing.append(f"[{section}] {f.name}")
     assert not missing, f"docs/CONFIG.md does not document {missing}"
+
+
+def test_the_architecture_concept_table_names_one_file_per_concept() -> None:
+    """docs/ARCHITECTURE.md's concept table: each concept owned by one path that exists (``<family>`` stands
+    for a family of files that exist), each cell short enough for one line of a screen."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    table = text[text.index("| concept | the one file that owns it |"):].split("\n\n")[0].splitlines()[2:]
+    assert len(table) > 50
+    for row in table:
+        concept, owner = (cell.strip() for cell in row.strip("|").split("|"))
+        paths = re.findall(r"`([^`]+)`", owner)
+        assert len(paths) == 1 and owner == f"`{paths[0]}`", row
+        assert len(concept) <= 90, row
+        pattern = paths[0].replace("<family>", "*")
+        assert list(ROOT.glob(pattern)) if "*" in pattern else (ROOT / pattern).exists(), row

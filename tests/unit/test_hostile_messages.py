@@ -20,9 +20,9 @@ from cuvil_agent.config import AgentConfig
 from cuvil_agent.log import JsonLog
 from cuvil_agent.state import STORE_FILE, Store, describe_state, unused_command
 from cuvil_agent.telemetry import CURSOR_FILE, TelemetryQueue
-from cuvil_edge.dashboard import FleetView
-from cuvil_edge.fleet import Publisher
-from cuvil_edge.fleet_telemetry import TelemetryCollector
+from cuvil_edge.fleet.dashboard import FleetView
+from cuvil_edge.fleet.publisher import Publisher
+from cuvil_edge.fleet.telemetry import TelemetryCollector
 from fuzz.engine import REGRESSIONS
 from fuzz.targets.agent_state import DEFAULT
 from fuzz.targets.mqtt_messages import (

@@ -1,4 +1,4 @@
-"""``cuvil_agent.processed``: the typed results of every task become exactly the tensors its metadata
+"""``cuvil_agent.payloads``: the typed results of every task become exactly the tensors its metadata
 announces (names, datatypes, ranks), spans flattened across the batch with the item each came from. No model
 runs."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cuvil_agent import oip
-from cuvil_agent.processed import decode_items, result_tensors, run, signature
+from cuvil_agent.payloads import decode_items, result_tensors, run, signature
 from ota.errors import BadInferenceRequest, InputOverLimit, ModelChanged, NoProcessing
 from runtime_wasm.processing import Classification, ProcessingConfig, Processor, Span
 

@@ -9,9 +9,9 @@ from onnx import helper
 from test_conv import build, conv_model, rand
 
 from cuvil_edge import CuvilModel
-from cuvil_edge.bench import measured_ceilings
-from cuvil_edge.host import host_target
-from cuvil_edge.profile import CEILING_SHAPE, NodeTiming, node_ops, profile_table
+from cuvil_edge.here import host_target
+from cuvil_edge.timing import CEILING_SHAPE, NodeTiming, node_ops, profile_table
+from cuvil_edge.tools.bench import measured_ceilings
 
 
 def test_node_ops_conv_and_gemm_formulas() -> None:
@@ -49,7 +49,7 @@ def test_rate_column_from_ops_and_ceiling() -> None:
 def test_measured_ceilings_run_the_gemm_kernels_of_each_precision(monkeypatch) -> None:
     """The ceilings come from profiling CEILING_SHAPE's MatMul built at each precision for the target:
     one conv/GEMM node a build, running its precision's GEMM kernel; the rate reported is that node's."""
-    import cuvil_edge.bench as bench
+    import cuvil_edge.tools.bench as bench
 
     seen = []
     real = bench.profile_model

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.compiler import optimize_graph
-from cuvil_edge.host import host_tiers
+from cuvil_edge.here import host_tiers
 from cuvil_edge.ops.qlinear import b4_tile
 from cuvil_edge.quant.rewrite import quantize_graph, quantize_int4_groups
 from cuvil_edge.quant.runner import Runner

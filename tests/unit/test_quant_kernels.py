@@ -10,7 +10,7 @@ from onnx import shape_inference as si
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.compiler import optimize_graph
-from cuvil_edge.host import host_tiers
+from cuvil_edge.here import host_tiers
 from cuvil_edge.quant.calibrate import ActRange
 from cuvil_edge.quant.rewrite import (
     act_qparams,

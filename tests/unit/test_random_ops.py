@@ -23,7 +23,7 @@ from onnx.reference import ReferenceEvaluator
 
 from cuvil_edge import ALL_TARGETS, CuvilModel, Target, UnsupportedOperator
 from cuvil_edge.errors import QuantizationError
-from cuvil_edge.host import instantiate_here
+from cuvil_edge.here import instantiate_here
 from cuvil_edge.oracle import ort_session
 
 TARGET = [Target("relaxed", "x86")]

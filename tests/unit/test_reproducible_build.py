@@ -20,7 +20,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from onnx import TensorProto, helper, numpy_helper
 
-from cuvil_edge import CuvilModel, Target, profile
+from cuvil_edge import CuvilModel, Target, timing
 from cuvil_edge.buildcache import BuildCache, BuildCacheConfig, compiler_identity, data_digest
 from cuvil_edge.quant.cost import SLOWER, estimate, model_identity
 from cuvil_edge.signing import build_bundle
@@ -46,7 +46,7 @@ def _edge_net() -> onnx.ModelProto:
 
 
 class NoisyClock:
-    """``time`` for ``cuvil_edge.profile``: every ``perf_counter`` reading moves on by a random step, so
+    """``time`` for ``cuvil_edge.timing``: every ``perf_counter`` reading moves on by a random step, so
     each timed call takes a random time (a loaded build host at its worst)."""
 
     def __init__(self, seed: int) -> None:
@@ -84,7 +84,7 @@ def _choices(m: CuvilModel) -> dict[str, str]:
 def test_timing_noise_changes_not_a_byte_of_the_default_build(inputs, tmp_path, monkeypatch) -> None:
     builds = []
     for seed in (1, 2, 3):
-        monkeypatch.setattr(profile, "time", NoisyClock(seed))
+        monkeypatch.setattr(timing, "time", NoisyClock(seed))
         builds.append(_build(inputs, tmp_path / f"default{seed}"))
     (files, m), *others = builds
     assert {WEIGHTS_FILE, SPEC_FILE} <= set(files) and any(n.endswith(".wasm") for n in files)
@@ -98,7 +98,7 @@ def test_timing_noise_changes_not_a_byte_of_the_default_build(inputs, tmp_path, 
     # the same noise moves the opt-in measured mode's plan, and so its bytes: the noise above was felt
     measured = {}
     for seed in (1, 2, 3, 4):
-        monkeypatch.setattr(profile, "time", NoisyClock(seed))
+        monkeypatch.setattr(timing, "time", NoisyClock(seed))
         got, mm = _build(inputs, tmp_path / f"measured{seed}", kernel_cost="measured")
         measured[tuple(sorted(_choices(mm).items()))] = got
         assert mm.quantization.record["kernel_cost"]["reproducible"] is False

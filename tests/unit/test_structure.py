@@ -40,7 +40,7 @@ DEVICE = ("runtime_wasm", "ota", "cuvil_agent", "device_profiles")
 PACKAGES = HOST + DEVICE
 #: the agent's serving code: the Unix socket, the HTTP API with its protocol and metrics, processed requests
 SERVING = ("cuvil_agent.serve", "cuvil_agent.http_api", "cuvil_agent.oip", "cuvil_agent.metrics",
-           "cuvil_agent.processed", "cuvil_agent.http_client")
+           "cuvil_agent.payloads", "cuvil_agent.http_client")
 #: what ``import ota`` (or any of its modules) must not load: the MQTT client, the HTTP server, the metrics
 #: library, the model runtime's scheduler and workers, wasmtime itself
 HEAVY = ("paho", "h11", "prometheus_client", "runtime_wasm.scheduler", "runtime_wasm.supervisor", "wasmtime")
@@ -393,7 +393,7 @@ def test_only_the_demo_uses_the_test_fixtures() -> None:
     and the benchmarks: no build, ship or serve module may come to depend on it."""
     pkg = "cuvil_edge.testing"
     users = {i.importer for i in scan()[0] if _within(i.target, pkg) and not _within(i.importer, pkg)}
-    assert users == {"cuvil_edge.demo"}, f"product modules importing {pkg}: {sorted(users)}"
+    assert users == {"cuvil_edge.tools.demo"}, f"product modules importing {pkg}: {sorted(users)}"
 
 
 def test_device_packages_never_import_the_host_compiler() -> None:
@@ -427,12 +427,12 @@ def test_the_agent_alone_composes_the_update_path_and_serving():
              and _within(i.target, "cuvil_agent")]
     assert not below, "the update path or the runtime importing the agent:\n" + "\n".join(below)
     serving = [str(i) for i in imports if any(_within(i.target, s) for s in SERVING)
-               and not _within(i.importer, "cuvil_agent") and i.importer != "cuvil_edge.demo"]
+               and not _within(i.importer, "cuvil_agent") and i.importer != "cuvil_edge.tools.demo"]
     assert not serving, "serving code imported outside the agent:\n" + "\n".join(serving)
     host = {i.importer for i in imports
             if _within(i.target, "cuvil_agent") and _within(i.importer, "cuvil_edge")}
-    assert host <= {"cuvil_edge.demo"}, f"host modules importing the agent: {sorted(host)}"
-    product = [i for i in imports if i.importer != "cuvil_edge.demo"]
+    assert host <= {"cuvil_edge.tools.demo"}, f"host modules importing the agent: {sorted(host)}"
+    product = [i for i in imports if i.importer != "cuvil_edge.tools.demo"]
     both = {pkg for pkg in PACKAGES
             if any(_within(i.importer, pkg) and _within(i.target, "ota") for i in product)
             and any(_within(i.importer, pkg) and any(_within(i.target, s) for s in SERVING) for i in product)}

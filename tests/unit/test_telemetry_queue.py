@@ -20,7 +20,7 @@ from cuvil_agent.telemetry import (
     TelemetryQueue,
     quantile_ms,
 )
-from cuvil_edge.fleet_telemetry import DeviceTelemetry
+from cuvil_edge.fleet.telemetry import DeviceTelemetry
 from ota.errors import FormatError, LengthMismatch, TelemetryError
 from ota.protocol import MAX_TELEMETRY_BYTES, TelemetryRecord
 

@@ -18,7 +18,8 @@ from ota.crypto import parse_json
 from ota.metadata import Manifest
 from ota.trust import TrustState
 
-from .cli_args import (
+from ..signing import Keyring, SigningError, add_signatures, build_bundle, load_key
+from .args import (
     add_input_shape,
     add_key_args,
     add_passphrase_env,
@@ -27,7 +28,6 @@ from .cli_args import (
     load_options,
     parse_targets,
 )
-from .signing import Keyring, SigningError, add_signatures, build_bundle, load_key
 
 
 def _passphrase(args: argparse.Namespace) -> bytes | None:
@@ -128,7 +128,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     if source.is_dir():
         sign_model_dir(source, args.output, args)
         return 0
-    from .model import CuvilModel
+    from ..model import CuvilModel
 
     model = CuvilModel.load(source, **load_options(args))
     model.optimize(targets=parse_targets(args.targets), profiles=profile_names(args))

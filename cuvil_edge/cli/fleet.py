@@ -17,11 +17,11 @@ from ota.config import BrokerSettings
 from ota.parse import parse_decimal
 from ota.protocol import TelemetryRecord
 
-from .cli_args import add_key_args, bounded
-from .cli_ota import signing_keys
-from .dashboard import Dashboard, FleetView
-from .fleet import FleetError, Publisher, Rollout, format_rollout, parse_percent, stages_for
-from .fleet_telemetry import TelemetryCollector, format_record
+from ..fleet.dashboard import Dashboard, FleetView
+from ..fleet.publisher import FleetError, Publisher, Rollout, format_rollout, parse_percent, stages_for
+from ..fleet.telemetry import TelemetryCollector, format_record
+from .args import add_key_args, bounded
+from .ota import signing_keys
 
 
 def _broker(args: argparse.Namespace) -> BrokerSettings:
@@ -158,7 +158,7 @@ def cmd_fleet_dashboard(args: argparse.Namespace) -> int:
 
 def cmd_fleet_migrate_state(args: argparse.Namespace) -> int:
     """Move a publisher's JSON state file into a fleet store (idempotent)."""
-    from .fleetstore import migrate_state, open_store, read_state  # the store loads only for this command
+    from ..fleet.store import migrate_state, open_store, read_state  # the store loads only for this command
 
     state = read_state(args.state_file)  # before the store: a bad file leaves no new store behind
     with open_store(args.store) as store:
@@ -172,7 +172,7 @@ def cmd_fleet_migrate_state(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet_demo(args: argparse.Namespace) -> int:
-    from .demo import run_fleet_demo  # as ``cuvil-edge demo``: the compiler and agent load only for it
+    from ..tools.demo import run_fleet_demo  # as ``cuvil-edge demo``: the compiler and agent load only for it
 
     return run_fleet_demo(args.workdir)
 

@@ -6,7 +6,7 @@ Misuse by the calling code (a closed store, an unknown query field) is ``Runtime
 
 from __future__ import annotations
 
-from ..errors import CuvilError
+from ...errors import CuvilError
 
 
 class FleetStoreError(CuvilError):

@@ -1,10 +1,9 @@
-"""``cuvil-edge`` command line: build, run, inspect, bench-free demo."""
+"""The ``cuvil-edge`` parser and its model commands: build, run, inspect, profile, bench, demo, profiles."""
 
 from __future__ import annotations
 
 import argparse
 import errno
-import sys
 import time
 import zipfile
 from collections.abc import Sequence
@@ -19,7 +18,9 @@ from runtime_wasm.engine import TIER_RELAXED, TIERS
 from runtime_wasm.errors import RuntimeWasmError
 from runtime_wasm.spec import MAX_THREADS
 
-from .cli_args import (
+from ..codegen.emit import DEFAULT_THREADS
+from ..errors import CuvilError, InputError
+from .args import (
     add_calib,
     add_input_shape,
     add_precision,
@@ -29,11 +30,9 @@ from .cli_args import (
     parse_shapes,
     parse_targets,
 )
-from .cli_fleet import register as register_fleet
-from .cli_ota import add_signing_args, profile_names, sign_model_dir
-from .cli_ota import register as register_ota
-from .codegen.emit import DEFAULT_THREADS
-from .errors import CuvilError, InputError
+from .fleet import register as register_fleet
+from .ota import add_signing_args, profile_names, sign_model_dir
+from .ota import register as register_ota
 
 #: (error types, exit code, stderr line): the first row an error matches decides; anything else is a bug
 #: and keeps its traceback. Exit 2 is also argparse's, for a command line that does not parse (its usage
@@ -67,7 +66,7 @@ def _is_pretrained(source: str) -> bool:
 
 def _load(args: argparse.Namespace):
     """The model the command names: a model file, or a directory / hub id with its processing."""
-    from .model import CuvilModel
+    from ..model import CuvilModel
 
     shapes = parse_shapes(args.input_shape)
     if _is_pretrained(args.model):
@@ -126,7 +125,7 @@ def _write_quant_report(model, args: argparse.Namespace) -> None:
     """Accuracy vs fp32 (on the calibration data), size and per-layer choices, as JSON and printed."""
     import json
 
-    from .quant import QuantResult, report
+    from ..quant import QuantResult, report
 
     c = model.compiled
     result = model.quantization or QuantResult(model.graph, {"precision": "fp32", "layers": []})
@@ -244,11 +243,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from .bench import measured_ceilings
-    from .codegen.toolchain import Target
-    from .host import host_target
-    from .model import CuvilModel
-    from .profile import profile_model, profile_table
+    from ..codegen.toolchain import Target
+    from ..here import host_target
+    from ..model import CuvilModel
+    from ..timing import profile_model, profile_table
+    from ..tools.bench import measured_ceilings
 
     model = CuvilModel.load(args.model, **load_options(args))
     target = Target(args.tier, host_target().family)
@@ -259,10 +258,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import compare_with_ort
-    from .frontend.onnx.importer import load_onnx
-    from .host import host_target
-    from .model import CuvilModel
+    from ..frontend.onnx.importer import load_onnx
+    from ..here import host_target
+    from ..model import CuvilModel
+    from ..tools.bench import compare_with_ort
 
     proto = load_onnx(args.model)  # a ModelFormatError, not protobuf's, for a file that is no model
     t0 = time.perf_counter()
@@ -282,13 +281,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _first_target():
-    from .codegen.toolchain import Target
+    from ..codegen.toolchain import Target
 
     return Target()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from ..tools.demo import run_demo
 
     return run_demo(workdir=args.workdir, repeat=args.repeat)
 
@@ -339,7 +338,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def add_pretrained_args(p: argparse.ArgumentParser) -> None:
-    from .pretrained import TASK_ALIASES
+    from ..pretrained import TASK_ALIASES
 
     p.add_argument("--task", choices=sorted(TASK_ALIASES),
                    help="for a directory or hub id: the task (default: from its config.json)")
@@ -438,6 +437,3 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     return run_cli(build_parser(), argv, EXIT_CODES)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,7 +22,7 @@ from ota.errors import FormatError
 from ota.metadata import parse_time
 from ota.protocol import TelemetryRecord
 
-from ..fleet import line_status
+from ..publisher import line_status
 from .errors import SchemaMismatch, StoreConflict
 from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, render
 

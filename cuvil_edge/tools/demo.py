@@ -24,14 +24,14 @@ from ota.golden import decode_vector
 from runtime_wasm import ModuleCache, probe_host
 from runtime_wasm.loader import load_model_dir
 
+from ..fleet.publisher import Publisher, format_rollout
+from ..model import CuvilModel
+from ..oracle import ort_session
+from ..signing import Keyring, build_bundle
+from ..testing import zoo
+from ..testing.broker import LocalBroker
+from ..testing.release import tiny_release
 from .bench import median_p95, timings_ms
-from .fleet import Publisher, format_rollout
-from .model import CuvilModel
-from .oracle import ort_session
-from .signing import Keyring, build_bundle
-from .testing import zoo
-from .testing.broker import LocalBroker
-from .testing.release import tiny_release
 
 
 def run_demo(workdir: str | None = None, repeat: int = 50) -> int:

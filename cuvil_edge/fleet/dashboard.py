@@ -1,13 +1,12 @@
 """``cuvil-edge fleet dashboard``: a live web page of one fleet for operators, fed only by MQTT.
 
 ``FleetView`` subscribes (read-only) to the fleet's retained device statuses, the publisher's retained
-rollout summaries (``cuvil_edge.fleet.rollout_topic``: the fleet's line and each model line's) and the
-devices' telemetry (through
-``TelemetryCollector``), and folds them into one JSON snapshot: devices with, per release line (the
-fleet's, or each model line of a multi-model device), its state, release, variant and health; every
-line's rollout with its stages, progress and halt reason; and latency per release from the latest
-summaries. ``Dashboard`` serves that snapshot at ``/api/state`` and a static page (``assets/
-dashboard.html``, plain DOM code, no framework) that polls it once a second.
+rollout summaries (``publisher.rollout_topic``: the fleet's line and each model line's) and the devices'
+telemetry (through ``TelemetryCollector``), and folds them into one JSON snapshot: devices with, per
+release line (the fleet's, or each model line of a multi-model device), its state, release, variant and
+health; every line's rollout with its stages, progress and halt reason; and latency per release from the
+latest summaries. ``Dashboard`` serves that snapshot at ``/api/state`` and a static page
+(``dashboard.html`` beside it, plain DOM code, no framework) that polls it once a second.
 
 Why the standard library's HTTP server: the page is for an operator's machine (127.0.0.1 by default),
 answers two small GETs and holds no connection open, so it needs none of the request deadlines the
@@ -34,9 +33,9 @@ from ota.errors import OtaError
 from ota.protocol import TelemetryRecord, Topics, format_time, read_status
 from ota.transport import MqttClient
 
-from .errors import CuvilError
-from .fleet import ROLLOUT_TYPE, line_status, rollout_topic, tool_client_id
-from .fleet_telemetry import TelemetryCollector
+from ..errors import CuvilError
+from .publisher import ROLLOUT_TYPE, line_status, rollout_topic, tool_client_id
+from .telemetry import TelemetryCollector
 
 log = logging.getLogger(__name__)
 UPDATING = frozenset({"downloading", "verifying", "installing", "self-test"})
@@ -202,7 +201,7 @@ class FleetView:
 
 
 def page() -> bytes:
-    return resources.files(__package__).joinpath("assets/dashboard.html").read_bytes()
+    return resources.files(__package__).joinpath("dashboard.html").read_bytes()
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -1,4 +1,4 @@
-"""Options the CLI's command modules share (``cli``, ``cli_ota``, ``cli_fleet``): each declared and parsed
+"""Options the CLI's command modules share (``app``, ``ota``, ``fleet``): each declared and parsed
 here, below all of them, so none imports another for them and every command spells them the same."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from .codegen.toolchain import ALL_TARGETS, Target
-from .errors import InputError, ShapeError, TargetError
-from .quant import PRECISIONS
+from ..codegen.toolchain import ALL_TARGETS, Target
+from ..errors import InputError, ShapeError, TargetError
+from ..quant import PRECISIONS
 
 
 def add_input_shape(p: argparse.ArgumentParser) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 from runtime_wasm.spec import node_export
 
 from .codegen.toolchain import Target
-from .host import compile_here, host_target
+from .here import compile_here, host_target
 from .ir.graph import Graph, Node
 from .oracle import random_feeds
 

@@ -1,5 +1,5 @@
-"""``migrate_state``: a publisher's JSON state file (``cuvil_edge.fleet.Publisher``: fleet, model line,
-announcement counter, every device's last status, the line's rollout) moved into a fleet store, as
+"""``migrate_state``: a publisher's JSON state file (``cuvil_edge.fleet.publisher.Publisher``: fleet,
+model line, announcement counter, every device's last status, the line's rollout) moved into a fleet store, as
 ``cuvil-edge fleet migrate-state`` does. Running it again changes nothing; a store that already belongs
 to another fleet, or holds another rollout on the file's line, is refused before anything is written.
 """

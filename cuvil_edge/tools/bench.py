@@ -17,11 +17,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .codegen.toolchain import Target
-from .host import host_target
-from .model import CuvilModel
-from .oracle import ort_peer, random_feeds
-from .profile import CEILING_SHAPE, profile_model
+from ..codegen.toolchain import Target
+from ..here import host_target
+from ..model import CuvilModel
+from ..oracle import ort_peer, random_feeds
+from ..timing import CEILING_SHAPE, profile_model
 
 
 def timings_ms(fn: Callable[[], object], warmup: int = 5, repeat: int = 50) -> list[float]:

@@ -49,8 +49,8 @@ from ota.store import read_json, write_json
 from ota.transport import MqttClient
 from ota.trust import check_target
 
-from .errors import CuvilError
-from .signing import sign_envelope
+from ..errors import CuvilError
+from ..signing import sign_envelope
 
 log = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 32 << 10

@@ -23,7 +23,7 @@ from ota.errors import VerificationError
 from ota.protocol import TelemetryRecord, Topics
 from ota.transport import MqttClient
 
-from .fleet import FleetError
+from .publisher import FleetError
 
 log = logging.getLogger(__name__)
 
