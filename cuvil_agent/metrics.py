@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from runtime_wasm.counts import SERVING_COUNTS
+
 from .serve import ModelRegistry
 
 #: the ``Content-Type`` of ``render()``
@@ -67,27 +69,14 @@ class ServingCollector:
 
     @staticmethod
     def _scheduler(f: _Families, model: dict[str, str], m: dict[str, Any]) -> None:
-        """One model's scheduler and supervisor counts (``Scheduler.metrics()``) as samples."""
-        f.add(CounterMetricFamily, "cuvil_requests_submitted", "requests submitted to the scheduler", model,
-              m["submitted"])
-        f.add(CounterMetricFamily, "cuvil_requests_completed", "requests answered", model, m["completed"])
+        """One model's scheduler and supervisor counts (``Scheduler.metrics()``) as samples, named by the
+        telemetry vocabulary (``runtime_wasm.counts``)."""
+        for c in SERVING_COUNTS:
+            kind = GaugeMetricFamily if c.gauge else CounterMetricFamily
+            f.add(kind, c.metric, c.help, {**model, **c.labels}, m[c.key])
         for error, n in sorted(m["failed"].items()):
             f.add(CounterMetricFamily, "cuvil_requests_failed", "requests failed, by error type",
                   {**model, "error": error}, n)
-        for reason, n in (("queue_full", m["queue_full"]), ("thermal", m["shed"]),
-                          ("priority", m["priority_shed"])):
-            f.add(CounterMetricFamily, "cuvil_requests_shed", "requests refused with Overloaded, by reason",
-                  {**model, "reason": reason}, n)
-        f.add(CounterMetricFamily, "cuvil_stale_inputs", "requests refused as StaleInput", model,
-              m["failed"].get("StaleInput", 0))
-        f.add(CounterMetricFamily, "cuvil_deadline_kills", "workers killed for overrunning a deadline", model,
-              m["deadline_kills"])
-        f.add(CounterMetricFamily, "cuvil_worker_restarts", "worker restarts (deadline kills and crashes)",
-              model, m["worker_restarts"])
-        f.add(CounterMetricFamily, "cuvil_degrade_activations", "times the thermal budget was exceeded",
-              model, m["degrade_activations"])
-        f.add(GaugeMetricFamily, "cuvil_queue_depth", "requests waiting for a worker", model,
-              m["queue_depth"])
         thermal = m["thermal"]
         f.add(GaugeMetricFamily, "cuvil_thermal_degraded", "1 while over the thermal budget",
               {**model, "action": thermal["action"]}, 1.0 if thermal["degraded"] else 0.0)

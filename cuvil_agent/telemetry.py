@@ -42,6 +42,7 @@ from ota.protocol import TelemetryRecord, format_time
 from ota.store import read_json, write_json
 from ota.transport import MqttClient
 from runtime_wasm import schema
+from runtime_wasm.counts import serving_counts
 
 from .config import TelemetrySettings
 from .serve import ModelRegistry
@@ -497,11 +498,7 @@ class ServingWatch:
                 per_bucket = [delta[0]] + [b - a for a, b in zip(delta, delta[1:])]
                 pct = {f"p{q}_ms": quantile_ms(h["le"], per_bucket, q / 100) for q in (50, 95, 99)}
                 variants[variant] = {"requests": delta[-1], **pct}
-            models[name] = {**served, "submitted": m["submitted"], "completed": m["completed"],
-                            "shed": m["shed"], "queue_full": m["queue_full"],
-                            "stale": m["failed"].get("StaleInput", 0), "failed": m["failed"],
-                            "deadline_kills": m["deadline_kills"], "worker_restarts": m["worker_restarts"],
-                            "queue_depth": m["queue_depth"], "thermal": m["thermal"],
+            models[name] = {**served, **serving_counts(m), "failed": m["failed"], "thermal": m["thermal"],
                             "latency_ms": m["latency_ms"], "variants": variants}
         return models
 

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runtime_wasm import schema
+from runtime_wasm.counts import SERVING_COUNTS
 from runtime_wasm.schema import Optional
 from runtime_wasm.spec import is_sha256_hex
 
@@ -377,12 +378,12 @@ _LINES = Optional(schema.mapping(_TEXT, schema.record(_LINE_STATUS, extra="drop"
 _MS = Optional(schema.nullable(schema.number()))
 _NAME_TEXT = Optional(schema.nullable(_TEXT))
 #: what a summary says per model (``cuvil_agent.telemetry.ServingWatch.summary``) and per line, as far as
-#: receivers read it (``cuvil_edge.fleet.telemetry.format_record``, the dashboard): counts, latencies, health
+#: receivers read it (``cuvil_edge.fleet.telemetry.format_record``, the dashboard): the counts of the
+#: telemetry vocabulary (``runtime_wasm.counts``; 0 when an older agent did not send one), latencies, health
 SUMMARY_DATA_SCHEMA = schema.record({
     "models": Optional(schema.mapping(_TEXT, schema.record({
-        "release": _COUNT, "version": _NAME_TEXT, "variant": _NAME_TEXT, "submitted": _COUNT,
-        "completed": _COUNT, "stale": _COUNT, "shed": Optional(schema.integer(), 0),
-        "queue_full": Optional(schema.integer(), 0), "deadline_kills": _COUNT, "worker_restarts": _COUNT,
+        "release": _COUNT, "version": _NAME_TEXT, "variant": _NAME_TEXT,
+        **{c.key: Optional(schema.integer(), 0) for c in SERVING_COUNTS},
         "latency_ms": Optional(schema.mapping(_TEXT, schema.nullable(schema.number()), 64), {}),
         "variants": Optional(schema.mapping(_TEXT, schema.record({
             "requests": _COUNT, "p50_ms": _MS, "p95_ms": _MS, "p99_ms": _MS}), 64), {}),

@@ -242,7 +242,8 @@ class Scheduler:
         """Counters, latency percentiles (end to end, last 1024 requests), cumulative latency histograms
         per variant and the degrade state. ``shed``: refused while over the thermal budget; ``queue_full``:
         refused for a full queue; ``priority_shed``: refused by the device-wide admission (all fail with
-        ``Overloaded``, counted in ``failed`` too)."""
+        ``Overloaded``, counted in ``failed`` too); ``stale``: ``failed``'s ``StaleInput``. The counts' names
+        and meanings are ``runtime_wasm.counts.SERVING_COUNTS``."""
         with self._cond:
             lat = np.array(self._latencies)
             pct = {f"p{q}": float(np.percentile(lat, q)) if lat.size else None for q in (50, 95, 99)}
@@ -251,6 +252,7 @@ class Scheduler:
                                                 "priority_shed", "degraded_dispatches",
                                                 "degrade_activations")},
                 "failed": dict(self._errors),
+                "stale": self._errors.get("StaleInput", 0),
                 "queue_depth": len(self._queue),
                 "batch_sizes": dict(self._batch_sizes),
                 "latency_ms": {**pct, "count": int(lat.size)},

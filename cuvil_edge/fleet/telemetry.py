@@ -22,6 +22,7 @@ from ota.config import BrokerSettings, TransferLimits
 from ota.errors import VerificationError
 from ota.protocol import TelemetryRecord, Topics
 from ota.transport import MqttClient
+from runtime_wasm.counts import SHED_KEYS
 
 from .publisher import FleetError
 
@@ -135,7 +136,7 @@ def format_record(r: TelemetryRecord) -> str:
         models = data.pop("models", {})
         data["models"] = ", ".join(
             f"{name} r{m.get('release')} {m.get('completed')}/{m.get('submitted')} ok "
-            f"shed {m.get('shed', 0) + m.get('queue_full', 0)} stale {m.get('stale')} "
+            f"shed {sum(m.get(k, 0) for k in SHED_KEYS)} stale {m.get('stale')} "
             f"p95 {m.get('latency_ms', {}).get('p95')}" for name, m in models.items()) or "-"
     fields = " ".join(f"{k}={v}" for k, v in sorted(data.items()) if v is not None)
     return f"{r.time} {r.device} #{r.seq} {r.event} {fields}".rstrip()

@@ -39,6 +39,7 @@ from cuvil_edge.testing.broker import LocalBroker
 from ota import Installer
 from ota.errors import CannotListen, InferenceRefused
 from runtime_wasm import RuntimePolicy
+from runtime_wasm.counts import SERVING_COUNTS
 
 pytestmark = pytest.mark.integration
 HW = "test-device"
@@ -593,6 +594,10 @@ def test_metrics_after_n_requests_match_the_clients_counts(world, served):
     assert metric(after, "cuvil_model_priority", model="scorer") == 10
     assert metric(after, "cuvil_model_ready", model="spin") == 1
     assert metric(after, "cuvil_queue_depth", model="scorer") == 0
+    shown = {(name, frozenset(labels - {("model", "scorer")})) for name, labels in after
+             if ("model", "scorer") in labels}
+    for c in SERVING_COUNTS:  # the telemetry vocabulary, every count under its family and labels
+        assert (c.metric + ("" if c.gauge else "_total"), frozenset(c.labels.items())) in shown, c
 
 
 # -- our client, the Unix socket and the agent --------------------------------------------------------

@@ -24,6 +24,7 @@ from cuvil_agent.telemetry import SEGMENT_SUFFIX
 from cuvil_edge.fleet.publisher import Publisher
 from cuvil_edge.fleet.telemetry import DeviceTelemetry, TelemetryCollector
 from cuvil_edge.testing.broker import LocalBroker
+from runtime_wasm.counts import SERVING_COUNTS
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not shutil.which("mosquitto"), reason="mosquitto not installed")]
@@ -90,6 +91,9 @@ def test_records_queued_during_an_outage_arrive_in_order(world, broker, tmp_path
     summary = next(r for r in reversed(d.records) if r.event == "summary")
     assert summary.data["telemetry"]["dropped"] == 0 and summary.data["state"] == "active"
     assert summary.data["models"], "the summary carries the served model's counters"
+    for counts in summary.data["models"].values():  # every count of the telemetry vocabulary, by its key
+        assert {c.key for c in SERVING_COUNTS} <= counts.keys()
+        assert counts["completed"] <= counts["submitted"] and counts["queue_depth"] >= 0
 
 
 # -- 2. past the bound: the oldest are dropped, counted in the next summary and on /metrics ---------------

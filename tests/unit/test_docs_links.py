@@ -143,3 +143,13 @@ def test_the_architecture_concept_table_names_one_file_per_concept() -> None:
         assert len(concept) <= 90, row
         pattern = paths[0].replace("<family>", "*")
         assert list(ROOT.glob(pattern)) if "*" in pattern else (ROOT / pattern).exists(), row
+
+
+def test_runtime_md_lists_the_telemetry_vocabulary() -> None:
+    """docs/RUNTIME.md's vocabulary table has a row per count, its key and its family as the code names them."""
+    from runtime_wasm.counts import SERVING_COUNTS
+
+    text = (ROOT / "docs" / "RUNTIME.md").read_text()
+    rows = {ln.split("|")[1].strip(" `"): ln for ln in text.splitlines() if ln.startswith("| `")}
+    for c in SERVING_COUNTS:
+        assert c.key in rows and f"`{c.metric}" in rows[c.key], c

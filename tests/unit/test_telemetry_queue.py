@@ -23,6 +23,7 @@ from cuvil_agent.telemetry import (
 from cuvil_edge.fleet.telemetry import DeviceTelemetry
 from ota.errors import FormatError, LengthMismatch, TelemetryError
 from ota.protocol import MAX_TELEMETRY_BYTES, TelemetryRecord
+from runtime_wasm.counts import SERVING_COUNTS
 
 
 def payload(seq: int, size: int = 40) -> bytes:
@@ -240,8 +241,7 @@ class FakeHost:
     def __init__(self) -> None:
         self.name = "m"
         histogram = {"le": [1.0, 2.0], "cumulative": [0, 0, 0], "sum_ms": 0.0}
-        self.m: dict[str, Any] = {"deadline_kills": 0, "worker_restarts": 0, "failed": {}, "submitted": 0,
-                                  "completed": 0, "shed": 0, "queue_full": 0, "queue_depth": 0,
+        self.m: dict[str, Any] = {**{c.key: 0 for c in SERVING_COUNTS}, "failed": {},
                                   "latency_ms": {"p50": None, "p95": None, "p99": None, "count": 0},
                                   "thermal": {"degraded": False, "temp_c": None, "action": "none"},
                                   "latency_histogram_ms": {"simd128": histogram}}
