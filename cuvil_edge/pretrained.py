@@ -33,7 +33,7 @@ from .errors import (
     UnknownTask,
 )
 from .frontend import source_format
-from .frontend.torch_export import PYTORCH_WEIGHTS
+from .frontend.torch_export import PYTORCH_WEIGHTS, pytorch_weights, shard_names
 
 #: names people and pipelines use for the tasks cuvil-edge processes
 TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification",
@@ -88,9 +88,9 @@ def _has_model(directory: Path) -> bool:
 def resolve(path_or_id: str | os.PathLike[str], revision: str | None = None) -> Path:
     """A local directory as is; otherwise a hub id's snapshot directory in the local Hugging Face cache
     (downloaded first unless ``HF_HUB_OFFLINE`` is set; the cache is ``HF_HUB_CACHE``, ``$HF_HOME/hub`` or
-    the default). A snapshot with no ONNX or TFLite model gets its PyTorch weights too (the first file of
-    ``PYTORCH_WEIGHTS`` the repository has, to export), and none of these is ``MissingPretrainedFile``
-    naming the id, the cache and the files looked for."""
+    the default). A snapshot with no ONNX or TFLite model gets its PyTorch weights too (the first of
+    ``PYTORCH_WEIGHTS`` the repository has, whole or as the shards its index names, to export), and none
+    of these is ``MissingPretrainedFile`` naming the id, the cache and the files looked for."""
     path = Path(os.fspath(path_or_id))
     if path.is_dir():
         return path
@@ -123,11 +123,15 @@ def resolve(path_or_id: str | os.PathLike[str], revision: str | None = None) -> 
         raise PretrainedError(f"{where}: {exc}") from None
     if _has_model(directory):
         return directory
-    for name in PYTORCH_WEIGHTS:  # pinned to the snapshot's commit, which names its directory
+    for name in PYTORCH_WEIGHTS:  # whole, else the shards of an index (it came with *.json)
+        index = directory / f"{name}.index.json"
         if not (directory / name).is_file():
+            wanted = shard_names(index) if index.is_file() else [name]
+            missing = [n for n in wanted if not (directory / n).is_file()]
             with contextlib.suppress(LocalEntryNotFoundError):  # listed by the hub, not cached, offline
-                snapshot(directory.name, [name])
-        if (directory / name).is_file():
+                if missing:  # pinned to the snapshot's commit, which names its directory
+                    snapshot(directory.name, missing)
+        if (directory / name).is_file() or index.is_file():  # a shard still missing: load_source names it
             return directory
     raise MissingPretrainedFile(
         f"{where} has no model in the cache {cache} (snapshot {directory})"
@@ -448,7 +452,7 @@ def load_source(path_or_id: str | os.PathLike[str], task: str | None = None,
     try:
         model_path = find_model(directory)
     except MissingPretrainedFile:
-        if not any((directory / name).is_file() for name in PYTORCH_WEIGHTS):
+        if not pytorch_weights(directory):
             raise
         from .frontend.torch_export import export_pretrained
 

@@ -16,10 +16,10 @@ import logging
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CuvilError, ExportError, ToolchainError
+from ..errors import CuvilError, ExportError, MissingPretrainedFile, PretrainedError, ToolchainError
 
 if TYPE_CHECKING:
     import onnx
@@ -99,7 +99,8 @@ def export_onnx(module: Any, example_inputs: Any, exporter: str = "auto",
     raise ExportError(f"{type(module).__name__} could not be exported and imported: " + "; ".join(failures))
 
 
-#: a Hugging Face directory's PyTorch weights, in the order transformers prefers them
+#: a Hugging Face directory's PyTorch weights, in the order transformers prefers them; each may instead be
+#: sharded, its ``<name>.index.json`` mapping tensor names to shard files
 PYTORCH_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 #: task -> (transformers auto class, the output exported)
 _HEADS = {"text-classification": ("AutoModelForSequenceClassification", "logits"),
@@ -114,6 +115,45 @@ def _file_sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def shard_names(index: Path) -> list[str]:
+    """The shard files a sharded checkpoint's ``index`` names (its ``weight_map`` values), each a relative
+    path kept inside the index's directory: a shard named ``../x`` or ``/x`` would have transformers read
+    (and the hub client fetch) a file outside the model, so it is refused, not followed."""
+    try:
+        weight_map = json.loads(index.read_bytes()).get("weight_map")
+    except (ValueError, AttributeError):
+        weight_map = None
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+            isinstance(name, str) for name in weight_map.values()):
+        raise PretrainedError(f"{index} is not a sharded checkpoint's index: no weight_map of tensor names "
+                              "to shard file names")
+    names = sorted(set(weight_map.values()))
+    for name in names:
+        parts = PurePosixPath(name).parts
+        if "\\" in name or not parts or parts[0] == "/" or ".." in parts:
+            raise PretrainedError(f"{index} names shard {name!r}, not a file inside {index.parent}: refused")
+    return names
+
+
+def pytorch_weights(directory: Path) -> list[Path]:
+    """The files holding ``directory``'s PyTorch weights, as transformers picks them (``PYTORCH_WEIGHTS``
+    in order, each whole or else sharded: then its index and every shard it names), or [] where there are
+    none. A shard the index names but the directory lacks is ``MissingPretrainedFile`` naming both, rather
+    than transformers' traceback halfway through loading."""
+    for name in PYTORCH_WEIGHTS:
+        if (directory / name).is_file():
+            return [directory / name]
+        index = directory / f"{name}.index.json"
+        if index.is_file():
+            shards = shard_names(index)
+            missing = [shard for shard in shards if not (directory / shard).is_file()]
+            if missing:
+                raise MissingPretrainedFile(f"{index} names {len(missing)} shard(s) that {directory} lacks: "
+                                            f"{', '.join(missing)}")
+            return [index, *(directory / shard for shard in shards)]
+    return []
 
 
 def export_pretrained(directory: Path, task: str, shapes: Mapping[str, Sequence[int]]) -> Path:
@@ -132,10 +172,10 @@ def export_pretrained(directory: Path, task: str, shapes: Mapping[str, Sequence[
         import transformers
     except ImportError:
         raise ToolchainError("transformers is not installed: pip install 'cuvil-edge[torch]'") from None
-    weights = next(directory / n for n in PYTORCH_WEIGHTS if (directory / n).is_file())
+    weights = [_file_sha256(path) for path in pytorch_weights(directory)]
     key = hashlib.sha256(json.dumps({
         "config": hashlib.sha256((directory / "config.json").read_bytes()).hexdigest(),
-        "weights": _file_sha256(weights), "task": task, "shapes": {k: list(v) for k, v in shapes.items()},
+        "weights": weights, "task": task, "shapes": {k: list(v) for k, v in shapes.items()},
         "torch": torch.__version__, "transformers": transformers.__version__, "exporters": EXPORTERS,
     }, sort_keys=True).encode()).hexdigest()[:32]
     out = default_build_cache_dir().parent / "exports" / key / "model.onnx"

@@ -12,6 +12,8 @@ outputs in buffers of their own, so these copies never overlap).
 attrs: ``body`` (inputs: iteration, condition, carried, captures; outputs: condition, carried, scans),
 ``max_trips`` (static bound: scan outputs are allocated for it), ``n_carried``. Outputs: final carried
 values, scan outputs ``[max_trips, ...]`` (rows past the trips run are zero) and the trips run (int64).
+``at_bound="trap"`` (TFLite's WHILE, which has no trip count): a loop whose condition still holds after
+``max_trips`` iterations traps instead of returning.
 
 ``if`` inputs: condition, then-branch captures, else-branch captures; attrs ``then``, ``else``,
 ``n_then`` (how many captures the then-branch takes). Both branches return the same static types.
@@ -103,6 +105,8 @@ def _loop_emit(node: Node, ctx: EmitContext) -> str:
         *("  " + line for line in _copies(ctx, carried_out, carried_in)),
         *("  " + line for line in step),
         "}",
+        *(["if (cuvil_go) __builtin_trap();  /* still going at its bound */"]
+          if node.attrs.get("at_bound") == "trap" else []),
         *_copies(ctx, carried_in, node.outputs[:n]),
         *tail,
         f"*{ctx.ptr(done)} = cuvil_i;",

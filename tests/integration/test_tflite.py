@@ -311,12 +311,14 @@ def test_every_builtin_converter_is_checked_against_litert() -> None:
     from morekit import more_models  # checked in tests/unit/test_tflite_more_builtins.py
     from pretrainedkit import image_tflite, text_tflite  # checked in test_pretrained
     from rnnkit import rnn_models  # checked in tests/unit/test_tflite_rnn.py
+    from stablehlokit import stablehlo_models  # checked in tests/unit/test_tflite_stablehlo.py
     from test_tflite_stateful import streaming
     from test_tflite_third_party import builder_models
 
     used = {op.op for data in (cnn(), cnn(fp16_weights=True), matmul_slices(), op_zoo(), int8_cnn(),
                                streaming(), *builder_models(), text_tflite(100), image_tflite(),
-                               *builtin_models(), *rnn_models(), *more_models())
+                               *builtin_models(), *rnn_models(), *more_models(),
+                               *stablehlo_models())
             for sg in read_tflite(data).subgraphs for op in sg.operators}
     assert set(BUILTINS) - used == set()
 

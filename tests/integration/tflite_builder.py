@@ -10,6 +10,7 @@ import flatbuffers
 import numpy as np
 import tflite
 from tflite.BuiltinOptions import BuiltinOptions
+from tflite.BuiltinOptions2 import BuiltinOptions2
 from tflite.utils import BUILTIN_OPCODE2NAME
 
 CODES = {name: code for code, name in BUILTIN_OPCODE2NAME.items()}
@@ -159,9 +160,12 @@ class TfliteBuilder:
             tflite.OperatorAddOpcodeIndex(b, kinds.index((o.code, o.custom)))
             tflite.OperatorAddInputs(b, ins)
             tflite.OperatorAddOutputs(b, outs)
-            if opts is not None:
+            if opts is not None and hasattr(BuiltinOptions, o.options[0]):
                 tflite.OperatorAddBuiltinOptionsType(b, getattr(BuiltinOptions, o.options[0]))
                 tflite.OperatorAddBuiltinOptions(b, opts)
+            elif opts is not None:  # the StableHLO ops' tables (and DILATE's, REDUCE_WINDOW's)
+                tflite.OperatorAddBuiltinOptions2Type(b, getattr(BuiltinOptions2, o.options[0]))
+                tflite.OperatorAddBuiltinOptions2(b, opts)
             if raw is not None:
                 tflite.OperatorAddCustomOptions(b, raw)
             ops.append(tflite.OperatorEnd(b))
@@ -226,10 +230,12 @@ def _table_vector(b: flatbuffers.Builder, offsets: list[int]) -> int:
 
 def _options(b: flatbuffers.Builder, table: str, fields: dict[str, Any]) -> int:
     """One builtin options table; list values become int32 vectors (SqueezeDims, NewShape) or, holding a
-    float, float32 ones (BucketizeOptions' Boundaries), strings strings (VarHandleOptions' SharedName)."""
+    float, float32 ones (BucketizeOptions' Boundaries), numpy arrays vectors of their own type (the
+    StableHLO tables' int64 ones), strings strings (VarHandleOptions' SharedName)."""
     vectors = {k: b.CreateString(v) if isinstance(v, str) else b.CreateNumpyVector(
+        v if isinstance(v, np.ndarray) else
         np.asarray(v, np.float32 if any(isinstance(x, float) for x in v) else np.int32))
-        for k, v in fields.items() if isinstance(v, (list, tuple, str))}
+        for k, v in fields.items() if isinstance(v, (list, tuple, str, np.ndarray))}
     getattr(tflite, f"{table}Start")(b)
     for k, v in fields.items():
         getattr(tflite, f"{table}Add{k}")(b, vectors.get(k, v))

@@ -146,7 +146,7 @@ def test_the_architecture_concept_table_names_one_file_per_concept() -> None:
 
 
 def test_runtime_md_lists_the_telemetry_vocabulary() -> None:
-    """docs/RUNTIME.md's vocabulary table has a row per count, its key and its family as the code names them."""
+    """docs/RUNTIME.md's vocabulary table: a row per count, its key and its family as the code names them."""
     from runtime_wasm.counts import SERVING_COUNTS
 
     text = (ROOT / "docs" / "RUNTIME.md").read_text()

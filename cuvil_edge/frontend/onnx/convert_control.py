@@ -55,7 +55,7 @@ def _loop(ctx: ConvertContext) -> None:
         if v_in.type != v_out.type:
             raise ctx.unsupported(f"loop-carried value {k} changes from {v_in.type} to {v_out.type} "
                                   "between iterations (static shapes only)")
-    kept, captures, fixed = _hoist_invariants(body, carried, captures)
+    kept, captures, fixed = hoist_invariants(body, carried, captures)
     trip_input = trips if trips is not None else ctx.constant(np.array(bound, np.int64), "trips")
     outs = ctx.emit("loop", [trip_input, cond, *(carried[k] for k in kept), *captures],
                     {"body": body, "max_trips": bound, "n_carried": len(kept)},
@@ -70,7 +70,7 @@ def _loop(ctx: ConvertContext) -> None:
     ctx.set_outputs(*(fixed[k] if k in fixed else next(finals) for k in range(n)), *scans)
 
 
-def _hoist_invariants(body: Graph, carried: list[Value], captures: list[Value]
+def hoist_invariants(body: Graph, carried: list[Value], captures: list[Value]
                       ) -> tuple[list[int], list[Value], dict[int, Value]]:
     """Carried values the body passes through unchanged (exporters carry weights that way) leave the
     carried set: a constant is read in place, a run-time value becomes a capture (copied once, not per

@@ -7,12 +7,18 @@ first read is a graph input, its last value a graph output, which the module cop
 end of ``run``. One it only reads never changes, so its reads are the initial value, a constant. Values
 are kept real (float for a quantized variable); a 4-D one (a streaming conv's frames, NHWC) is kept NCHW,
 so the concatenation that appends a frame and the conv that reads the window need no transpose (the
-state's layout is the module's own: ``variables.init`` holds the initial value laid the same way)."""
+state's layout is the module's own: ``variables.init`` holds the initial value laid the same way).
+
+A variable tensor (the state input of a single-step LSTM, RNN or SVDF: ``convert_cells.py``) becomes a
+``StateVar`` the same way, named after the tensor, zero at first and after a reset as LiteRT's interpreter
+leaves it (fresh, or after ``reset_all_variables``)."""
 
 from __future__ import annotations
 
-from ...ir.graph import Graph, TensorType
-from .layout import NCHW, Perm, identity
+import numpy as np
+
+from ...ir.graph import Graph, TensorType, Value
+from .layout import NCHW, Laid, Perm, identity
 from .registry import ImportState, TflContext, converter, variable_name
 
 
@@ -89,3 +95,33 @@ def call_once(ctx: TflContext) -> None:
                                   "not known at build time")
         variables.init[name] = value.const  # as ASSIGN_VARIABLE laid it
 
+
+def variable_input(ctx: TflContext, i: int, shape: tuple[int, ...]) -> Value:
+    """Input i, a float32 variable tensor of ``shape`` (a cell's state), as this operator reads it: what an
+    earlier operator of the run wrote into it, else the value the run starts from (made a state here)."""
+    idx = ctx.op.inputs[i] if ctx.has_input(i) else -1
+    t = ctx.sg.tensors[idx] if idx >= 0 else None
+    if t is None or not t.is_variable or t.data is not None:
+        raise ctx.unsupported(f"input {i} (a state) must be a variable tensor without a buffer")
+    if (t.dtype, tuple(t.shape)) != ("float32", shape):
+        raise ctx.unsupported(f"input {i} (a state) is {t.dtype}{list(t.shape)}, not float32{list(shape)}")
+    if idx not in ctx.state.env:
+        variables = ctx.state.variables
+        if not ctx.state.persistent:
+            raise ctx.unsupported(f"input {i} (a state) lives in a subgraph other than the entry one "
+                                  "(an IF branch or initializer)")
+        if t.name in variables.init:
+            raise ctx.unsupported(f"variable tensor {t.name!r} shares its name with a resource variable")
+        value = ctx.graph.value(t.name, TensorType(shape, "float32"))
+        ctx.graph.inputs.append(value)
+        variables.reads[t.name], variables.init[t.name] = value, np.zeros(shape, np.float32)
+        write_variable(ctx, i, value)
+    return ctx.input(i)
+
+
+def write_variable(ctx: TflContext, i: int, value: Value) -> None:
+    """``value`` (in TFLite order) is what the operator leaves in variable tensor input i: later operators
+    of the run read it, and it is the state the next run starts from."""
+    idx = ctx.op.inputs[i]
+    ctx.state.env[idx] = Laid(value, identity(len(value.type.shape)))
+    ctx.state.current[ctx.sg.tensors[idx].name] = value

@@ -29,12 +29,6 @@ LEFT_OUT: dict[str, tuple[str, ...]] = {
     "sparse ids and weights of a run-time count": ("EMBEDDING_LOOKUP_SPARSE",),
     "random numbers: LiteRT's Philox streams cannot be matched": (
         "MULTINOMIAL", "RANDOM_STANDARD_NORMAL", "RANDOM_UNIFORM", "STABLEHLO_RNG_BIT_GENERATOR"),
-    "single-step recurrent cells whose state lives on between invokes in variable tensors, not yet mapped "
-    "onto the module's states": ("LSTM", "RNN", "SVDF"),
-    "loops with a run-time trip count": ("WHILE",),
-    "StableHLO region and dimension-number ops (the StableHLO path of ai-edge-torch and JAX), not yet "
-    "mapped": ("DILATE", "REDUCE_WINDOW", "STABLEHLO_COMPOSITE", "STABLEHLO_GATHER", "STABLEHLO_PAD",
-               "STABLEHLO_REDUCE_WINDOW", "STABLEHLO_SCATTER"),
     "training-time fake quantization (converters fold it into the model's own quantization)": ("FAKE_QUANT",),
 }
 

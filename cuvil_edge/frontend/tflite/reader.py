@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 from dataclasses import dataclass, field
@@ -219,18 +220,20 @@ def _quantization(name: str, shape: tuple[int, ...], dtype: str, scale: np.ndarr
 
 
 @functools.cache
-def _options_classes() -> dict[int, type]:
+def _options_classes(union: str = "BuiltinOptions") -> dict[int, type]:
     import tflite
-    from tflite.BuiltinOptions import BuiltinOptions
 
-    return {v: getattr(tflite, k) for k, v in vars(BuiltinOptions).items()
+    enum = getattr(importlib.import_module(f"tflite.{union}"), union)
+    return {v: getattr(tflite, k) for k, v in vars(enum).items()
             if not k.startswith("_") and isinstance(v, int) and v and hasattr(tflite, k)}
 
 
 def _options(op: Any) -> dict[str, Any]:
-    """The builtin options table as a dict of its fields (``Padding`` -> 1, ``SqueezeDims`` -> [...])."""
-    table = op.BuiltinOptions()
-    cls = _options_classes().get(op.BuiltinOptionsType())
+    """The builtin options table as a dict of its fields (``Padding`` -> 1, ``SqueezeDims`` -> [...]); the
+    StableHLO ops (and DILATE, REDUCE_WINDOW) keep theirs in the second union, ``BuiltinOptions2``."""
+    table, cls = op.BuiltinOptions(), _options_classes().get(op.BuiltinOptionsType())
+    if table is None or cls is None:
+        table, cls = op.BuiltinOptions2(), _options_classes("BuiltinOptions2").get(op.BuiltinOptions2Type())
     if table is None or cls is None:
         return {}
     obj = cls()
