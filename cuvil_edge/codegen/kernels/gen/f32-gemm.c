@@ -629,9 +629,14 @@ KERNEL void f32_pack_a(int m, int K, const float* A, int lda, float* Ap) {
   }
 }
 
-/* A row block packed per call, one buffer per thread. */
+/* A row block packed per call, one buffer per thread: a static one in a single-threaded module; in a
+ * threaded one the emitter places thread 0's below the weights and each other thread's in its own region
+ * (CUVIL_APACK), so a module built for 4 threads running on 1 has memory for one buffer, not four. */
 #define GEMM_APACK_FLOATS 131072
-static float gemm_apack[CUVIL_MAX_THREADS][GEMM_APACK_FLOATS] __attribute__((aligned(16)));
+#ifndef CUVIL_APACK
+static float gemm_apack[GEMM_APACK_FLOATS] __attribute__((aligned(16)));
+#define CUVIL_APACK(tid) gemm_apack
+#endif
 
 /* C = act(A . B + bias) for m = 1 or 2 rows over the columns that fill whole groups of 3 (m = 1) or
  * 2 panels; returns the first column left to the caller's 1x8 / 2x8 tiles (at most two panels). */
@@ -659,7 +664,7 @@ INLINE int f32_gemv(int m, int N, int K, const float* A, int lda, const float* B
  * directly, 1-2 rows through the GEMV loops. */
 KERNEL void f32_gemm_t(int M, int N, int K, const float* A, int lda, const float* Bp, float* C, int ldc,
                        const float* bias_row, const float* bias_col, Act act, int tid) {
-  float* apack = gemm_apack[tid];
+  float* apack = CUVIL_APACK(tid);
   const int MC = gemm_row_block(K);
   for (int i0 = 0; i0 < M; i0 += MC) {
     const int i1 = i0 + MC < M ? i0 + MC : M;
