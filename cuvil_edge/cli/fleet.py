@@ -1,5 +1,7 @@
 """``cuvil-edge publish`` and ``cuvil-edge fleet status|command|telemetry|dashboard|migrate-state|demo``:
-staged rollouts over MQTT, and the move of a publisher's state file into a fleet store.
+staged rollouts over MQTT, and the move of a publisher's state file into a fleet store. ``--store URL``
+keeps ``publish``'s and ``fleet command``'s bookkeeping in a fleet store instead of the state file, and makes
+``fleet status`` a query of that store (filters, counts, pages; no broker).
 
 ``register(subparsers)`` adds the commands to the ``cuvil-edge`` parser; each sets ``fn``. The broker
 password comes from an environment variable named by ``--password-env`` (never argv).
@@ -11,7 +13,10 @@ import argparse
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ota.config import BrokerSettings
 from ota.parse import parse_decimal
@@ -22,6 +27,9 @@ from ..fleet.publisher import FleetError, Publisher, Rollout, format_rollout, pa
 from ..fleet.telemetry import TelemetryCollector, format_record
 from .args import add_key_args, bounded
 from .ota import signing_keys
+
+if TYPE_CHECKING:
+    from ..fleet.store import FleetStore
 
 
 def _broker(args: argparse.Namespace) -> BrokerSettings:
@@ -51,9 +59,29 @@ def _state_file(args: argparse.Namespace) -> Path:
     return Path(args.state or f"fleet-{args.fleet}{f'-{args.model}' if args.model else ''}.json")
 
 
-def _publisher(args: argparse.Namespace, signing: bool = True) -> Publisher:
+def _open_store(args: argparse.Namespace) -> FleetStore:
+    from ..fleet.store import open_store  # the store loads only for the commands given --store
+
+    return open_store(args.store)
+
+
+@contextmanager
+def _publisher(args: argparse.Namespace, signing: bool = True, lease_s: float | None = None
+               ) -> Iterator[Publisher]:
+    """The line's publisher (not connected yet), its bookkeeping in ``--store`` (leading the line by a
+    lease of ``lease_s``) or the state file; closed, with the store, when the block ends."""
     keys = signing_keys(args) if signing else []
-    return Publisher(_broker(args), args.fleet, keys, _state_file(args), model=args.model or "")
+    store = _open_store(args) if args.store else None
+    try:
+        pub = Publisher(_broker(args), args.fleet, keys, None if store else _state_file(args),
+                        model=args.model or "", store=store, lease_s=lease_s if store else None)
+        try:
+            yield pub
+        finally:
+            pub.close()
+    finally:
+        if store is not None:
+            store.close()
 
 
 def _print_rollout(r: Rollout) -> None:
@@ -61,9 +89,10 @@ def _print_rollout(r: Rollout) -> None:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    pub = _publisher(args)
-    pub.start(args.connect_timeout_s)
-    try:
+    with _publisher(args, lease_s=args.lease_s) as pub:
+        pub.start(args.connect_timeout_s)  # a standby ingests statuses into the store while it waits
+        if args.store and not pub.lead(args.timeout_s):
+            raise FleetError(f"another publisher led the line for all of --timeout-s {args.timeout_s:g}s")
         seen = pub.wait_for_devices(args.expect or 1 << 30, args.discover_s)
         line = f" model line {args.model}" if args.model else ""
         print(f"fleet {args.fleet}{line}: {seen} devices known")
@@ -76,19 +105,50 @@ def cmd_publish(args: argparse.Namespace) -> int:
             return 0
         rollout = pub.watch(args.timeout_s, args.stage_timeout_s, progress=_print_rollout)
         _print_rollout(rollout)
-    finally:
-        pub.close()
     return 0 if rollout.status == "complete" else 4
 
 
+def _store_status(args: argparse.Namespace) -> int:
+    """``fleet status --store``: the line's rollout, counts by state and release of the devices matching
+    the filters, and one page of them (``--after`` continues it); nothing waits for a broker."""
+    from ..fleet.store import DeviceFilter
+
+    line = args.model or ""
+    filters = DeviceFilter(line=line, release=args.release, state=args.in_state,
+                           device_class=args.device_class, group=args.group)
+    with _open_store(args) as store:
+        if (owner := store.fleet) not in (None, args.fleet):
+            raise FleetError(f"{args.store} is fleet {owner!r}'s store, not {args.fleet!r}'s")
+        row = store.current_rollout(line)
+        states, releases = store.count_by("state", filters), store.count_by("release", filters)
+        try:
+            page = store.query_devices(filters, min(args.limit, store.config.max_page), args.after)
+        except ValueError as exc:  # an --after that is not a page cursor
+            raise FleetError(str(exc)) from None
+    rollout = Rollout(**{**row.record, "outcomes": row.outcomes}) if row else None
+    if rollout:
+        _print_rollout(rollout)
+    print(f"{sum(states.values())} devices: " + ", ".join(f"{n} {k}" for k, n in sorted(
+        states.items(), key=lambda kv: str(kv[0]))) + "; by release: " + ", ".join(
+        f"{k or '-'}: {n}" for k, n in sorted(releases.items(), key=lambda kv: kv[0] or 0)))
+    print(f"{'device':24s} {'state':12s} {'release':>7s}  detail")
+    for r in page.rows:
+        outcome = rollout.outcomes.get(r.device, "") if rollout else ""
+        print(f"{r.device:24s} {r.state or '?':12s} {r.release or '-':>7}  {outcome} "
+              f"{r.device_class or ''}".rstrip())
+    if page.after is not None:
+        print(f"more: --after '{page.after}'")
+    return 0
+
+
 def cmd_fleet_status(args: argparse.Namespace) -> int:
-    pub = _publisher(args, signing=False).start(args.connect_timeout_s)
-    try:
+    if args.store:
+        return _store_status(args)
+    with _publisher(args, signing=False) as pub:
+        pub.start(args.connect_timeout_s)
         time.sleep(args.wait_s)  # retained statuses arrive right after subscribing
         devices = pub.line_devices if args.model else pub.devices
         rollout = pub.rollout
-    finally:
-        pub.close()
     if rollout:
         _print_rollout(rollout)
     print(f"{'device':24s} {'state':12s} {'release':>7s}  detail")
@@ -105,14 +165,11 @@ def cmd_fleet_status(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet_command(args: argparse.Namespace) -> int:
-    pub = _publisher(args)
-    pub.start(args.connect_timeout_s)
-    try:
+    with _publisher(args) as pub:
+        pub.start(args.connect_timeout_s)
         rollout = pub.rollout
         sha = rollout.bundle_sha256 if rollout and args.action == "install" else ""
         pub.command(args.device, args.action, sha)
-    finally:
-        pub.close()
     print(f"sent signed {args.action} to {args.device}")
     return 0
 
@@ -198,6 +255,13 @@ def _line_args(p: argparse.ArgumentParser) -> None:
                         "own rollout and state file; default: the fleet's single-model line")
 
 
+_STORE_URL = "fleet.db, sqlite:///fleet.db, sqlite:////abs/fleet.db or postgresql://user@host/db"
+
+
+def _store_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--store", metavar="URL", help=f"{what} ({_STORE_URL})")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     seconds, count = bounded(float, 0), bounded(int, 0)  # waits and counts: 0 means none, never negative
     p = sub.add_parser("publish", help="announce a bundle to a fleet and roll it out in stages")
@@ -222,6 +286,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="silent devices then count as failed")
     p.add_argument("--timeout-s", type=seconds, default=3600.0)
     p.add_argument("--no-wait", action="store_true", help="publish the first stage and exit")
+    _store_arg(p, "keep devices, the rollout and announcement numbers in this fleet store, not --state")
+    p.add_argument("--lease-s", type=bounded(float, 0.5), default=15.0,
+                   help="with --store: the line's leader renews its lease this long at each step; another "
+                        "publish on the line waits as a standby and takes over this long after it stops")
     p.set_defaults(fn=cmd_publish)
 
     f = sub.add_parser("fleet", help="fleet status, signed device commands, local demo")
@@ -230,6 +298,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     _broker_args(st)
     _line_args(st)
     st.add_argument("--wait-s", type=seconds, default=1.0)
+    _store_arg(st, "read this fleet store instead of the broker: filters, counts and pages below")
+    st.add_argument("--release", type=count, help="with --store: only devices on this release")
+    st.add_argument("--in-state", metavar="STATE", help="with --store: only devices in this state")
+    st.add_argument("--device-class", metavar="PROFILE", help="with --store: only this device class")
+    st.add_argument("--group", help="with --store: only this operator group")
+    st.add_argument("--limit", type=bounded(int, 1), default=100, help="with --store: devices per page")
+    st.add_argument("--after", metavar="CURSOR", help="with --store: the page after the one that printed it")
     st.set_defaults(fn=cmd_fleet_status)
     cm = fs.add_parser("command", help="send a signed, one-time command to one device")
     cm.add_argument("device")
@@ -237,6 +312,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _broker_args(cm)
     _line_args(cm)
     add_key_args(cm)
+    _store_arg(cm, "read the line's rollout from this fleet store, not --state")
     cm.set_defaults(fn=cmd_fleet_command)
     te = fs.add_parser("telemetry", help="print the fleet's telemetry (events and summaries) as it arrives")
     _broker_args(te)
@@ -254,8 +330,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ms = fs.add_parser("migrate-state", help="move a publisher's JSON state file into a fleet store "
                        "(SQLite or PostgreSQL); running it again changes nothing")
     ms.add_argument("state_file", metavar="STATE.json")
-    ms.add_argument("--store", required=True, metavar="URL",
-                    help="fleet.db, sqlite:///fleet.db, sqlite:////abs/fleet.db or postgresql://user@host/db")
+    ms.add_argument("--store", required=True, metavar="URL", help=_STORE_URL)
     ms.set_defaults(fn=cmd_fleet_migrate_state)
     dm = fs.add_parser("demo", help="broker + publisher + one agent on this machine, no setup")
     dm.add_argument("--workdir", help="where the temporary directory goes")

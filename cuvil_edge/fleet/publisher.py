@@ -5,9 +5,9 @@ A publisher follows one release line: the fleet's (single-model devices) or one 
 multi-model devices (``model``: its own release and rollout topics, state file and announcement counter),
 so rollouts on several model lines of one fleet run side by side without touching each other.
 
-The wire format is ``ota.protocol``'s; this module adds the private keys, the rollout policy and a
-state file (written atomically) so a restarted publisher carries on where it stopped, with its
-announcement counter intact.
+The wire format is ``ota.protocol``'s; this module adds the private keys, the rollout policy and the
+bookkeeping (``ledger``: a state file written atomically, or a fleet store) so a restarted publisher
+carries on where it stopped, with its announcement counter intact.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ import logging
 import math
 import os
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -45,12 +44,16 @@ from ota.protocol import (
     sha256_hex,
     split_chunks,
 )
-from ota.store import read_json, write_json
 from ota.transport import MqttClient
 from ota.trust import check_target
 
 from ..errors import CuvilError
 from ..signing import sign_envelope
+from .ledger import FileLedger, LedgerError, StoreLedger
+from .lines import line_status as line_status  # where the dashboard and tools have imported it from
+
+if TYPE_CHECKING:
+    from .store import FleetStore
 
 log = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 32 << 10
@@ -141,26 +144,6 @@ def format_rollout(r: Rollout) -> str:
             f"({r.stages[r.stage]:g}%): {r.status}; {done}{reason}")
 
 
-#: device fields every line's view of a status keeps
-_DEVICE_FIELDS = ("device", "hardware_id", "profile", "time")
-
-
-def line_status(status: Mapping[str, Any], model: str) -> dict[str, Any] | None:
-    """What a device's status says about one release line; None when the device does not follow it.
-
-    A multi-model device's status is about the line that reported last (``model``) and carries every
-    line's state, release and last bundle/error under ``models``; a single-model device (no ``models``)
-    follows only the fleet's line (``model`` empty)."""
-    lines = status.get("models")
-    if not isinstance(lines, Mapping):
-        return dict(status) if not model else None
-    if not model or not isinstance(lines.get(model), Mapping):
-        return None
-    if status.get("model") == model:
-        return dict(status)
-    return {**{k: status[k] for k in _DEVICE_FIELDS if k in status}, **lines[model]}
-
-
 def tool_client_id(role: str, fleet: str, model: str = "") -> str:
     """The MQTT client id of a host tool's connection: its role, fleet and line, this process and the
     connection's number in it (two connections must never take over each other's). Host tools connect with
@@ -169,32 +152,37 @@ def tool_client_id(role: str, fleet: str, model: str = "") -> str:
     return "-".join(["cuvil", role, fleet, *line, str(os.getpid()), str(next(_CLIENTS))])
 
 
-def _line_name(model: str) -> str:
-    return f"model line {model!r}" if model else "the fleet's single-model line"
-
-
 class Publisher:
     """Publishes rollouts to one fleet group (``model``: to one model line of it) and watches its devices'
-    retained status topics."""
+    retained status topics.
+
+    Its bookkeeping goes to the JSON file at ``state_path``, or, given a ``store``, to that fleet store
+    (``ledger.StoreLedger``: statuses in batches, the line's devices queried, announcement numbers that two
+    publishers sharing the store never both use); the store stays the caller's to close. With a store and
+    ``lease_s``, ``lead`` makes it the line's one leader (others wait as standbys) before it may announce."""
 
     def __init__(self, broker: BrokerSettings, fleet: str, keys: Sequence[Ed25519PrivateKey],
-                 state_path: str | os.PathLike[str], limits: TransferLimits | None = None,
+                 state_path: str | os.PathLike[str] | None, limits: TransferLimits | None = None,
                  announce_ttl: timedelta = timedelta(days=7),
-                 command_ttl: timedelta = timedelta(minutes=30), model: str = "") -> None:
+                 command_ttl: timedelta = timedelta(minutes=30), model: str = "",
+                 store: FleetStore | None = None, lease_s: float | None = None) -> None:
         try:
             self.topics = Topics(broker.topic_prefix, fleet)
             self.release_topic = self.topics.model_release(model) if model else self.topics.release
         except ValueError as exc:
             raise FleetError(str(exc)) from None
         self.model = model
-        self.keys, self.state_path = list(keys), Path(state_path)
+        self.keys = list(keys)
         self.announce_ttl, self.command_ttl = announce_ttl, command_ttl
-        self.state: dict[str, Any] = read_json(self.state_path, {"fleet": fleet, "model": model, "seq": 0,
-                                                                 "devices": {}, "rollout": None})
-        if (owner := self.state.get("model", "")) != model:  # one counter and rollout per line
-            raise FleetError(f"state file {self.state_path} belongs to {_line_name(owner)}, not to "
-                             f"{_line_name(model)}: give each model line its own state file")
-        self._lock = threading.Lock()
+        if store is not None:
+            self.ledger: FileLedger | StoreLedger = StoreLedger(store, fleet, model, lease_s=lease_s)
+        elif state_path is None:
+            raise FleetError("a publisher needs a state file or a fleet store")
+        else:
+            try:
+                self.ledger = FileLedger(state_path, fleet, model)
+            except LedgerError as exc:
+                raise FleetError(str(exc)) from None
         self._told: dict[str, Any] | None = None  # the rollout summary last published
         self.mqtt = MqttClient(broker, tool_client_id("publisher", fleet, model), self._on_status, limits,
                                persistent=False)
@@ -207,7 +195,21 @@ class Publisher:
 
     def close(self) -> None:
         self.mqtt.close()
-        self._save()
+        self.ledger.close()
+
+    def lead(self, timeout_s: float) -> bool:
+        """Wait as a standby until this publisher leads its line (the store's lease), at most ``timeout_s``;
+        then the rollout is the one the last leader stored, and ``publish`` of its bundle carries it on."""
+        if not isinstance(self.ledger, StoreLedger) or self.ledger.lease_s is None:
+            raise FleetError("only a publisher on a fleet store with a lease time leads its line")
+        return self.ledger.lead(timeout_s)
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The state file's document (fleet, model, seq, devices, rollout); a store has no such document."""
+        if not isinstance(self.ledger, FileLedger):
+            raise FleetError("this publisher keeps its state in a fleet store, not in a state file")
+        return self.ledger.state
 
     def _on_status(self, topic: str, payload: bytes, _retained: bool) -> None:
         """Keep a device's status when it is well formed (``read_status``: rollouts compare its fields)
@@ -221,48 +223,39 @@ class Publisher:
             log.warning("status on %s refused: %s", topic, exc)
             return
         if status["device"] == device:
-            with self._lock:
-                self.state["devices"][device] = status
+            self.ledger.add(status)
 
     @property
     def devices(self) -> dict[str, dict[str, Any]]:
         """Every known device's last status, whichever lines it follows."""
-        with self._lock:
-            return {k: dict(v) for k, v in self.state["devices"].items()}
+        return self.ledger.devices()
 
     @property
     def line_devices(self) -> dict[str, dict[str, Any]]:
         """The devices that follow this publisher's line, each with its status for that line
         (``line_status``): what rollouts stage, count and watch."""
-        views = ((d, line_status(s, self.model)) for d, s in self.devices.items())
-        return {d: view for d, view in views if view is not None}
+        return self.ledger.line_devices()
 
     def wait_for_devices(self, count: int, timeout_s: float) -> int:
         """Collect retained statuses until ``count`` devices of this line are known or the time is up."""
         end = time.monotonic() + timeout_s
-        while len(self.line_devices) < count and time.monotonic() < end:
+        while self.ledger.count() < count and time.monotonic() < end:
             time.sleep(0.05)
-        return len(self.line_devices)
-
-    def _save(self) -> None:
-        with self._lock:
-            write_json(self.state_path, self.state)
+        return self.ledger.count()
 
     @property
     def rollout(self) -> Rollout | None:
-        r = self.state.get("rollout")
+        r = self.ledger.rollout()
         return Rollout(**r) if r else None
 
-    def _store(self, rollout: Rollout) -> None:
-        with self._lock:
-            self.state["rollout"] = asdict(rollout)
-        self._save()
-        self._tell(rollout)
+    def _store(self, rollout: Rollout, devices: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self.ledger.save_rollout(asdict(rollout))
+        self._tell(rollout, devices)
 
-    def _tell(self, rollout: Rollout) -> None:
+    def _tell(self, rollout: Rollout, devices: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         """Publish the rollout's summary (retained, on ``<prefix>/<fleet>/rollout``) when it changed, so
         dashboards anywhere see stages, progress and the halt reason without the publisher's state file."""
-        summary = rollout.summary(self.topics.fleet, len(self.stage_devices(rollout)))
+        summary = rollout.summary(self.topics.fleet, len(self.stage_devices(rollout, devices)))
         if summary == self._told or not self.mqtt.connected:
             return  # offline: the next step tells it (watching the rollout does not wait on the view)
         stamped = {**summary, "time": format_time(datetime.now(timezone.utc))}
@@ -305,6 +298,7 @@ class Publisher:
                           [sha256_hex(p) for p in pieces], len(data), list(stages or stages_for(canary)),
                           halt_on, rollback_on_halt, hardware_ids=list(manifest.hardware_ids),
                           profiles=list(manifest.profiles), http_url=http_url, model=self.model)
+        self.ledger.new_rollout()
         self._announce(rollout)
         return rollout
 
@@ -318,11 +312,12 @@ class Publisher:
         for i in range(len(rollout.chunks)):
             self.mqtt.publish(self.topics.chunk(rollout.bundle_sha256, i), b"", retain=True)
 
-    def targeted(self, rollout: Rollout) -> list[str]:
+    def targeted(self, rollout: Rollout, devices: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
         """Known devices of this line the release is for: their reported hardware id and profile pass the
-        device's own target rule (a status without them, from an older agent, counts as targeted)."""
+        device's own target rule (a status without them, from an older agent, counts as targeted).
+        ``devices``: the line's view already read in this step (``line_devices``), so a step reads it once."""
         out = []
-        for d, status in self.line_devices.items():
+        for d, status in (self.line_devices if devices is None else devices).items():
             if "hardware_id" in status:
                 try:
                     check_target("release", rollout.hardware_ids, rollout.profiles, status["hardware_id"],
@@ -332,35 +327,42 @@ class Publisher:
             out.append(d)
         return sorted(out)
 
-    def _select_below(self, rollout: Rollout) -> int:
+    def _select_below(self, rollout: Rollout, devices: Mapping[str, Mapping[str, Any]] | None) -> int:
         """The bucket bound that takes ``stages[stage]`` percent of the targeted devices (all at 100%):
         devices the release is not for neither fill a canary nor count against its threshold."""
         percent = rollout.stages[rollout.stage]
         if percent >= 100:
             return BUCKETS
-        known = sorted(bucket(rollout.bundle_sha256, d) for d in self.targeted(rollout))
+        known = sorted(bucket(rollout.bundle_sha256, d) for d in self.targeted(rollout, devices))
         if not known or percent == 0:
             return 0
         return known[max(1, math.ceil(percent / 100 * len(known))) - 1] + 1
 
-    def stage_devices(self, rollout: Rollout) -> list[str]:
-        return [d for d in self.targeted(rollout) if bucket(rollout.bundle_sha256, d) < rollout.select_below]
+    def stage_devices(self, rollout: Rollout, devices: Mapping[str, Mapping[str, Any]] | None = None
+                      ) -> list[str]:
+        return [d for d in self.targeted(rollout, devices)
+                if bucket(rollout.bundle_sha256, d) < rollout.select_below]
 
-    def _announce(self, rollout: Rollout, halted: bool = False) -> None:
-        """Sign and publish (retained) the next announcement; the counter is saved before it goes out."""
+    def _announce(self, rollout: Rollout, halted: bool = False,
+                  devices: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        """Sign and publish (retained) the next announcement. The record is stored first, then the number
+        is taken and saved with the signed announcement (a store records both in one transaction) before
+        it goes out."""
         if not halted:
-            rollout.select_below = self._select_below(rollout)
+            rollout.select_below = self._select_below(rollout, devices)
             rollout.stage_started = time.time()
         now = datetime.now(timezone.utc)
-        with self._lock:
-            self.state["seq"] += 1
-            seq = self.state["seq"]
-        ann = Announcement(self.topics.fleet, seq, format_time(now), format_time(now + self.announce_ttl),
-                           rollout.bundle_sha256, rollout.bundle_length, rollout.release, rollout.name,
-                           rollout.version, rollout.chunk_bytes, tuple(rollout.chunks), rollout.select_below,
-                           halted, tuple(rollout.hardware_ids), tuple(rollout.profiles), rollout.http_url)
-        self._store(rollout)
-        self.mqtt.publish(self.release_topic, self.signed(ann.to_dict()), retain=True)
+        self._store(rollout, devices)
+
+        def sign(seq: int) -> bytes:
+            ann = Announcement(self.topics.fleet, seq, format_time(now), format_time(now + self.announce_ttl),
+                               rollout.bundle_sha256, rollout.bundle_length, rollout.release, rollout.name,
+                               rollout.version, rollout.chunk_bytes, tuple(rollout.chunks),
+                               rollout.select_below, halted, tuple(rollout.hardware_ids),
+                               tuple(rollout.profiles), rollout.http_url)
+            return self.signed(ann.to_dict())
+
+        self.mqtt.publish(self.release_topic, self.ledger.announce(sign), retain=True)
 
     def signed(self, body: Mapping[str, Any]) -> bytes:
         return json.dumps(sign_envelope(body, self.keys), sort_keys=True).encode()
@@ -399,11 +401,12 @@ class Publisher:
 
     def step(self, stage_timeout_s: float) -> Rollout:
         """Record outcomes of the current stage; halt past the threshold, widen when the stage is done."""
+        self.ledger.renew()
         rollout = self.rollout
         if rollout is None or rollout.status != "rolling":
             raise FleetError("no rollout in progress")
-        devices = self.line_devices
-        stage = self.stage_devices(rollout)
+        devices = self.line_devices  # read once per step (with a store: one paged query of the line)
+        stage = self.stage_devices(rollout, devices)
         for d in stage:
             outcome = self._outcome(rollout, devices.get(d))
             if outcome:
@@ -415,22 +418,24 @@ class Publisher:
             pending = []
         bad = sum(rollout.outcomes.get(d) in ("failed", "timeout") for d in stage)
         if stage and bad / len(stage) * 100 > rollout.halt_on:
+            # stages counted from 1, as format_rollout does
             self.halt(rollout, f"{bad} of {len(stage)} devices failed in stage {rollout.stage + 1} of "
                                f"{len(rollout.stages)} ({rollout.stages[rollout.stage]:g}%), over the "
-                               f"{rollout.halt_on:g}% threshold")  # counted from 1, as format_rollout does
+                               f"{rollout.halt_on:g}% threshold", devices)
         elif not pending and (stage or rollout.stages[rollout.stage] >= 100):
             if rollout.stage + 1 < len(rollout.stages):
                 rollout.stage += 1
-                self._announce(rollout)
+                self._announce(rollout, devices=devices)
             else:
                 rollout.status = "complete"
-        self._store(rollout)
+        self._store(rollout, devices)
         return rollout
 
-    def halt(self, rollout: Rollout, reason: str) -> None:
+    def halt(self, rollout: Rollout, reason: str,
+             devices: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         """Withdraw the release (downloads in progress stop); optionally roll back devices that took it."""
         rollout.status, rollout.reason = "halted", reason
-        self._announce(rollout, halted=True)
+        self._announce(rollout, halted=True, devices=devices)
         self._settle(rollout)
 
     def _settle(self, rollout: Rollout) -> list[str]:
@@ -439,7 +444,7 @@ class Publisher:
         the devices whose outcome is not final yet (still installing, or a rollback not yet confirmed)."""
         devices = self.line_devices
         unsettled = []
-        for d in self.stage_devices(rollout):
+        for d in self.stage_devices(rollout, devices):
             outcome = rollout.outcomes.get(d)
             if outcome not in _FINAL:
                 outcome = self._outcome(rollout, devices.get(d)) or outcome
@@ -451,7 +456,7 @@ class Publisher:
                 rollout.outcomes[d] = outcome
             if outcome in (None, "rollback_pending"):
                 unsettled.append(d)
-        self._store(rollout)
+        self._store(rollout, devices)
         return unsettled
 
     def wait_settled(self, timeout_s: float, poll_s: float = 0.05) -> Rollout:
@@ -483,7 +488,7 @@ class Publisher:
                 break
             time.sleep(poll_s)
         else:
-            raise FleetError(f"rollout still running after {timeout_s}s (state kept in {self.state_path})")
+            raise FleetError(f"rollout still running after {timeout_s}s (state kept in {self.ledger})")
         if rollout.status == "halted":
             rollout = self.wait_settled(min(settle_s, max(end - time.monotonic(), 0.0)))
         return rollout

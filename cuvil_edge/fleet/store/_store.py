@@ -22,7 +22,7 @@ from ota.errors import FormatError
 from ota.metadata import parse_time
 from ota.protocol import TelemetryRecord
 
-from ..publisher import line_status
+from ..lines import line_status
 from .errors import SchemaMismatch, StoreConflict
 from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, render
 
@@ -165,7 +165,7 @@ def _not_older(incoming: str | None, stored: str | None) -> bool:
 
 
 def status_lines(status: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each release line a status reports on, with the line's view of it (``fleet.line_status``)."""
+    """Each release line a status reports on, with the line's view of it (``fleet.lines.line_status``)."""
     models = status.get("models")
     names = models if isinstance(models, Mapping) else ("",)
     views = ((name, line_status(status, name)) for name in names)
@@ -452,12 +452,20 @@ class FleetStore:
             return RolloutRow(int(row[0]), line, json.loads(row[1]), dict(cur.fetchall()))
 
     # -- announcements --------------------------------------------------------------------------
-    def announce(self, line: str, rollout_id: int | None, sign: Callable[[int], bytes]) -> tuple[int, bytes]:
+    def announce(self, line: str, rollout_id: int | None, sign: Callable[[int], bytes],
+                 holder: str | None = None) -> tuple[int, bytes]:
         """Take the line's next announcement number and record ``sign(number)`` (the signed announcement)
         in the same transaction, so two controllers never publish one number twice: the second waits for
         the first's commit and gets the next number. Publish only after this returns; when ``sign``
-        raises, nothing is recorded and the number is not used."""
+        raises, nothing is recorded and the number is not used. ``holder``: only while it holds the
+        line's lease (``take_lease``), checked in the same transaction (``StoreConflict`` otherwise)."""
         with self._tx(write=True) as cur:
+            if holder is not None:
+                cur.execute(f"SELECT holder, expires FROM line_leases WHERE line = ?{self._lock_rows}",
+                            (line,))
+                row = cur.fetchone()
+                if row is None or row[0] != holder or row[1] < time.time():
+                    raise StoreConflict(f"the lease of line {line!r} is not {holder!r}'s: not announcing")
             cur.execute("INSERT INTO line_sequences (line, seq) VALUES (?, 0) ON CONFLICT (line) DO NOTHING",
                         (line,))
             cur.execute("UPDATE line_sequences SET seq = seq + 1 WHERE line = ? RETURNING seq", (line,))
@@ -482,3 +490,21 @@ class FleetStore:
                         "SET seq = CASE WHEN line_sequences.seq < excluded.seq THEN excluded.seq "
                         "ELSE line_sequences.seq END RETURNING seq", (line, at_least))
             return int(cur.fetchone()[0])
+
+    # -- leases ---------------------------------------------------------------------------------
+    def take_lease(self, line: str, holder: str, ttl_s: float) -> bool:
+        """Take or renew the line's lease for ``ttl_s`` seconds: True when ``holder`` has it now (it held
+        it, nobody did, or the last holder's ran out), False while another holder's lease runs. Holders'
+        clocks are assumed to agree to well within ``ttl_s``."""
+        now = time.time()
+        with self._tx(write=True) as cur:
+            cur.execute("INSERT INTO line_leases (line, holder, expires) VALUES (?, ?, ?) ON CONFLICT (line) "
+                        "DO UPDATE SET holder = excluded.holder, expires = excluded.expires WHERE "
+                        "line_leases.holder = excluded.holder OR line_leases.expires < ? RETURNING holder",
+                        (line, holder, now + ttl_s, now))
+            return cur.fetchone() is not None
+
+    def release_lease(self, line: str, holder: str) -> None:
+        """Give the line's lease up at once (a standby need not wait for it to run out)."""
+        with self._tx(write=True) as cur:
+            cur.execute("DELETE FROM line_leases WHERE line = ? AND holder = ?", (line, holder))

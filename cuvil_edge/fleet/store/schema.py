@@ -57,6 +57,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             line TEXT NOT NULL, seq BIGINT NOT NULL, rollout_id BIGINT REFERENCES rollouts (id),
             payload {blob} NOT NULL, created {real} NOT NULL, PRIMARY KEY (line, seq))""",
     )),
+    Migration(2, "one leading publisher per line", (
+        # the publisher that may announce on a line, until expires (Unix time): renewed at each of its steps,
+        # taken over by a standby once it has run out
+        "CREATE TABLE line_leases (line TEXT PRIMARY KEY, holder TEXT NOT NULL, expires {real} NOT NULL)",
+    )),
 )
 LATEST = MIGRATIONS[-1].version
 MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations "
