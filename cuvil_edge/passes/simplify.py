@@ -40,10 +40,12 @@ def _per_channel(c: Value, x: Value) -> np.ndarray | None:
 
 def canonicalize_affine(graph: Graph) -> bool:
     """Mul/Add/Sub/Div by a per-channel constant becomes ``channel_affine`` (y = a*x + b) so that chains of
-    them merge into one pass and fold into a preceding conv (Caffe2-style BN + scale layers)."""
+    them merge into one pass and fold into a preceding conv (Caffe2-style BN + scale layers). A node marked
+    ``exact`` keeps its own rounding: its model defines the result step by step (TFLite FAKE_QUANT)."""
     changed = False
     for n in graph.nodes:
-        if n.op != "binary_f32" or n.attrs.get("act") or n.attrs["kind"] not in ("mul", "add", "sub", "div"):
+        if n.op != "binary_f32" or n.attrs.get("act") or n.attrs.get("exact") or \
+                n.attrs["kind"] not in ("mul", "add", "sub", "div"):
             continue
         x, c = n.inputs
         if c.is_const and not x.is_const and x.type.shape == n.outputs[0].type.shape:

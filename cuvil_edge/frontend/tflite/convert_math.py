@@ -234,3 +234,55 @@ def local_response_normalization(ctx: TflContext) -> None:
     y = ctx.emit1("lrn", [ctx.nchw(0)], {"size": size, "alpha": float(o["Alpha"]) * size,
                                           "beta": float(o["Beta"]), "bias": float(o["Bias"])})
     ctx.set_output(y, NCHW)
+
+
+def fake_quant_nudged(lo: float, hi: float, num_bits: int) -> tuple[float, float, float]:
+    """(scale, nudged min, nudged max) as LiteRT's kernel computes them, in float32: the range moved so
+    that zero is one of the levels."""
+    f32 = np.float32
+    qmin, qmax = f32(0), f32((1 << num_bits) - 1)
+    scale = (f32(hi) - f32(lo)) / (qmax - qmin)
+    zero_from_min = qmin - f32(lo) / scale
+    down = np.floor(zero_from_min)
+    rounded = down + f32(zero_from_min - down >= f32(0.5))  # std::round: halves away from zero
+    zero = qmin if zero_from_min < qmin else qmax if zero_from_min > qmax else rounded
+    return float(scale), float((qmin - zero) * scale), float((qmax - zero) * scale)
+
+
+@converter("FAKE_QUANT")
+def fake_quant(ctx: TflContext) -> None:
+    """x clamped to the nudged range and rounded to its 2^num_bits levels (training-time quantization
+    kept in a float model): round(shifted / scale) * scale + nudged min, the rounding half away from
+    zero as LiteRT's (the shifted value is never negative, so floor plus one where the fraction is at
+    least a half; the IR's ``round`` rounds half to even); NaN gives
+    the nudged min, as std::max does there."""
+    x = ctx.laid(0)
+    if x.value.type.dtype != "float32":
+        raise ctx.unsupported(f"FAKE_QUANT of {x.value.type.dtype} (float32 only)")
+    bits = int(ctx.options["NumBits"])
+    lo, hi = float(ctx.options["Min"]), float(ctx.options["Max"])
+    if not 2 <= bits <= 16 or not np.isfinite([lo, hi]).all() or not lo < hi:
+        raise ctx.unsupported(f"num_bits {bits} (2-16) and range [{lo}, {hi}] (finite, min < max)")
+    if ctx.options.get("NarrowRange", False):  # LiteRT refuses it too (weights only)
+        raise ctx.unsupported("narrow_range (LiteRT runs FAKE_QUANT without it only)")
+    scale, nmin, nmax = fake_quant_nudged(lo, hi, bits)
+    n = ctx.name
+
+    def const(v: float, tag: str) -> Value:
+        return ctx.constant(np.float32(v), tag)
+
+    def exact(kind: str, a: Value, b: Value, tag: str | None) -> Value:
+        """One rounding step as LiteRT's, which no pass merges into an affine with its neighbour."""
+        return ctx.emit1("binary_f32", [a, b], {"kind": kind, "exact": True}, tag and f"{n}/{tag}")
+
+    number = ctx.emit1("compare", [x.value, x.value], {"kind": "eq"}, f"{n}/number")
+    real = ctx.emit1("where", [number, x.value, const(nmin, "nan_to")], {}, f"{n}/real")
+    clamped = ctx.emit1("epilogue_act", [real], {"act": ("clip", nmin, nmax)}, f"{n}/clamped")
+    shifted = exact("sub", clamped, const(nmin, "nudged_min"), "shifted")
+    levels = exact("mul", shifted, const(1.0 / np.float32(scale), "inv_scale"), "levels")
+    down = ctx.emit1("unary", [levels], {"kind": "floor"}, f"{n}/floor")
+    frac = emit_binary(ctx, "sub", levels, down, f"{n}/frac")
+    up = ctx.emit1("compare", [frac, const(0.5, "half")], {"kind": "ge"}, f"{n}/up")
+    rounded = emit_binary(ctx, "add", down, ctx.cast(up, "float32", "up_f32"), f"{n}/rounded")
+    scaled = exact("mul", rounded, const(scale, "scale"), "scaled")
+    ctx.set_output(exact("add", scaled, const(nmin, "nudged_min"), None), x.perm)

@@ -29,7 +29,6 @@ LEFT_OUT: dict[str, tuple[str, ...]] = {
     "sparse ids and weights of a run-time count": ("EMBEDDING_LOOKUP_SPARSE",),
     "random numbers: LiteRT's Philox streams cannot be matched": (
         "MULTINOMIAL", "RANDOM_STANDARD_NORMAL", "RANDOM_UNIFORM", "STABLEHLO_RNG_BIT_GENERATOR"),
-    "training-time fake quantization (converters fold it into the model's own quantization)": ("FAKE_QUANT",),
 }
 
 
