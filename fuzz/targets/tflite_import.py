@@ -162,19 +162,20 @@ def tflite_mutator(data: bytes, max_size: int, seed: int) -> bytes:
 # -- the seeds ---------------------------------------------------------------------------------------
 
 def seeds() -> list[bytes]:
-    """The TFLite tests' own models (``tests/integration``: written by ``tflite_builder``, checked there
-    against LiteRT): a float CNN (fp16 weights too), batch matmul and strided slices, the op zoo, an
-    int8 per-channel CNN, int8 pad and pool, fused activations; and a few one-op models more."""
+    """The TFLite tests' own models (``tests/support/tflite_models.py``: written by ``tflite_builder``,
+    checked against LiteRT in ``tests/integration/test_tflite.py``): a float CNN (fp16 weights too), batch
+    matmul and strided slices, the op zoo, an int8 per-channel CNN, int8 pad and pool, fused activations;
+    and a few one-op models more."""
     import sys
     from pathlib import Path
 
     import numpy as np
 
-    here = str(Path(__file__).resolve().parents[2] / "tests" / "integration")
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import test_tflite as t
-    from tflite_builder import TfliteBuilder
+    root = str(Path(__file__).resolve().parents[2])  # the repository, whose tests.support writes them
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from tests.support import tflite_models as t
+    from tests.support.tflite_builder import TfliteBuilder
 
     out = [t.cnn(), t.cnn(fp16_weights=True), t.matmul_slices(), t.op_zoo(), t.int8_cnn(), t.int8_pad_pool(),
            t.fused_activations()]

@@ -12,7 +12,6 @@ determinism mode, NaN and Inf included.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -27,6 +26,7 @@ from cuvil_edge.oracle import random_inputs
 from cuvil_edge.testing.zoo import mlp, mobilenet, resnet
 from cuvil_edge.testing.zoo_transformers import bert_encoder, gru_kws
 from runtime_wasm.loader import load_model_dir, read_model_dir
+from tests.support.hostile import hostile_inputs
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -38,15 +38,6 @@ RTOL = 1e-5
 DRIVER_TIMEOUT_S = 1800
 FLEET_WIDE = Target("simd128", "x86").name  # the module determinism mode runs on every host
 SIMD128 = (FLEET_WIDE, Target("simd128", "arm").name)
-
-
-def _hostile_inputs():
-    """``hostile_inputs`` of the determinism tests: the same NaN/Inf/denormal/huge-value feeds."""
-    path = REPO / "tests/integration/test_determinism.py"
-    spec = importlib.util.spec_from_file_location("_cuvil_determinism_tests", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.hostile_inputs
 
 
 def arm_env() -> dict[str, str]:
@@ -98,7 +89,6 @@ def read_outputs(path: Path) -> dict[str, list[dict[str, np.ndarray]]]:
 def emulated(tmp_path_factory):
     env = arm_env()
     base = tmp_path_factory.mktemp("arm")
-    hostile_inputs = _hostile_inputs()
     job, here = {"models": {}}, {}
     for name, model_dir in build_models(base / "models").items():
         feeds = hostile_inputs(read_model_dir(model_dir, deterministic=True)[0], seed=7)

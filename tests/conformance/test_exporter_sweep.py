@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from exporter_sweep import ARCHITECTURES, passing, sweep
+
+from tests.conformance.exporter_sweep import ARCHITECTURES, passing, sweep
 
 pytestmark = pytest.mark.conformance
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from node_cases import cases, passing, sweep
+
+from tests.conformance.node_cases import cases, passing, sweep
 
 pytestmark = pytest.mark.conformance
 

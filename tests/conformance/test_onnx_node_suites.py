@@ -18,9 +18,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
+from tests.support.onnx_suites import DATA, passing_cases
+
 SUITES = ("pytorch-converted", "pytorch-operator", "simple")
-PASSING_FILE = Path(__file__).with_name("suites_passing.txt")
 RTOL, ATOL = 1e-3, 1e-5
 
 #: case-name prefix -> why cuvil-edge does not compile it (out of scope by design, not a bug)
@@ -39,11 +39,6 @@ def all_cases() -> list[str]:
         for d in (DATA / s).iterdir()
         if list(d.glob("test_data_set_0/output_*.pb"))
     )
-
-
-def passing_cases() -> list[str]:
-    lines = (ln.strip() for ln in PASSING_FILE.read_text().splitlines())
-    return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
 def _tensors(d: Path, kind: str) -> list[np.ndarray]:

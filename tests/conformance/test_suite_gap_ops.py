@@ -8,11 +8,11 @@ from functools import partial
 
 import numpy as np
 import pytest
-from conftest import check_with_ort, make_model
 from onnx import helper
 
 from cuvil_edge import CuvilModel
 from cuvil_edge.errors import UnsupportedOperator
+from tests.support.ort_check import check_with_ort, make_model
 
 N = helper.make_node
 #: the shared check with this file's defaults: opset 18, an absolute tolerance closer than the shared one

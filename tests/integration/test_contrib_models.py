@@ -18,7 +18,7 @@ import pytest
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.frontend.torch_export import export_once
 from cuvil_edge.oracle import ort_session
-from tests.conftest import assert_outputs_close
+from tests.support.ort_check import assert_outputs_close
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.integration

@@ -29,9 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetkit import AgentThreads, FleetWorld
-from test_model_lines import FLEET as LINES_FLEET
-from test_model_lines import A, B, LinesWorld
 
 from cuvil_agent.config import load_agent_config
 from cuvil_agent.serve import infer
@@ -40,6 +37,9 @@ from cuvil_edge.fleet.publisher import Publisher
 from ota import SelfTestFailed
 from ota.golden import decode_vector
 from ota.protocol import bucket
+from tests.support.fleet import AgentThreads, FleetWorld
+from tests.support.model_lines import FLEET as LINES_FLEET
+from tests.support.model_lines import A, B, LinesWorld
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [

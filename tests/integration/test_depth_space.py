@@ -12,16 +12,16 @@ import re
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_matches_ort
 from onnx import TensorProto, helper, numpy_helper
-from test_tflite_third_party import Case, interior_transposes, run_case
-from tflite_builder import TfliteBuilder
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.codegen.emit import EmitContext
 from cuvil_edge.codegen.memplan import plan_memory
 from cuvil_edge.errors import ShapeError, UnsupportedOperator
 from cuvil_edge.ops.registry import node_code
+from tests.support.ort_check import assert_matches_ort
+from tests.support.tflite_builder import TfliteBuilder
+from tests.support.tflite_third_party import Case, interior_transposes, run_case
 
 pytestmark = pytest.mark.integration
 

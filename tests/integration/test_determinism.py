@@ -12,13 +12,14 @@ import pytest
 import wasmtime
 
 from cuvil_edge import ALL_TARGETS, CuvilModel, Target
-from cuvil_edge.oracle import random_feeds, random_inputs
+from cuvil_edge.oracle import random_inputs
 from cuvil_edge.testing.zoo import mlp, mobilenet, resnet
 from cuvil_edge.testing.zoo_transformers import gru_kws
 from runtime_wasm import EngineConfig, ModelSource, NoUsableVariant, RuntimePolicy, SupervisedModel, WasmModel
 from runtime_wasm.loader import load_model_dir, read_model_dir
 from runtime_wasm.spec import VariantSpec
 from runtime_wasm.variants import EngineProbes, HostProbes, select_variant
+from tests.support.hostile import hostile_inputs
 
 pytestmark = pytest.mark.integration
 #: code-generator settings of hosts with fewer CPU features than this one (x86: what Cranelift may use)
@@ -60,27 +61,6 @@ def test_engine_settings_are_part_of_the_cache_key():
     det, plain = EngineConfig("simd128", deterministic=True), EngineConfig("simd128")
     assert det.fingerprint() != plain.fingerprint()
     assert RuntimePolicy(deterministic=True).deterministic and not RuntimePolicy().deterministic
-
-
-def hostile_inputs(spec, seed: int) -> list[dict[str, np.ndarray]]:
-    """Random feeds; the same with +-Inf, denormals and huge values sprinkled into float inputs (outputs
-    stay partly finite, so real numbers are compared); and the same again with NaNs too."""
-    plain = random_feeds(spec.inputs, np.random.default_rng(seed))
-    nonfinite = np.array([np.inf, -np.inf, 1e-42, -1e-45, 3e38, -3e38], np.float32)
-    with_nan = np.concatenate([nonfinite, np.array([np.nan, -np.nan], np.float32)])
-    feeds = [plain]
-    for special in (nonfinite, with_nan):
-        rng = np.random.default_rng(seed + 1)
-        hostile = {}
-        for name, a in plain.items():
-            if a.dtype == np.float32:
-                a = a.copy()
-                flat = a.reshape(-1)
-                where = rng.choice(flat.size, size=max(1, flat.size // 16), replace=False)
-                flat[where] = rng.choice(special, size=where.size)
-            hostile[name] = a
-        feeds.append(hostile)
-    return feeds
 
 
 def as_bits(outputs: dict[str, np.ndarray]) -> dict[str, bytes]:

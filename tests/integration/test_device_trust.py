@@ -20,9 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fleetkit import HW as FLEET_HW
-from fleetkit import AgentThreads, FleetWorld, Watcher, log_events, write_toml
-from test_install import HW, ROOT, World, assert_serving, only_active_slot
 
 from cuvil_agent.agent import Agent
 from cuvil_agent.cli import main as agent_cli
@@ -37,6 +34,9 @@ from ota import CorruptSlot, Installer, RollbackError, UntrustedKey
 from ota.chunks import PART_FILE, PROGRESS_FILE
 from ota.config import BrokerSettings
 from ota.golden import decode_vector
+from tests.support.fleet import HW as FLEET_HW
+from tests.support.fleet import AgentThreads, FleetWorld, Watcher, log_events, write_toml
+from tests.support.install import HW, ROOT, World, assert_serving, only_active_slot
 
 pytestmark = pytest.mark.integration
 needs_broker = pytest.mark.skipif(not shutil.which("mosquitto"), reason="mosquitto not installed")

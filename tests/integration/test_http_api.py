@@ -9,7 +9,6 @@ No assertion is about time: waits are bounded hang guards, outcomes are status c
 
 from __future__ import annotations
 
-import http.client
 import json
 import shutil
 import socket
@@ -22,10 +21,8 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-from fleetkit import write_toml
 from onnx import TensorProto, helper, numpy_helper
 from prometheus_client.parser import text_string_to_metric_families
-from test_serving_hardening import SENTINEL, SpinWorld
 
 from cuvil_agent.agent import Agent
 from cuvil_agent.config import AgentConfig, HttpSettings, load_agent_config
@@ -40,10 +37,12 @@ from ota import Installer
 from ota.errors import CannotListen, InferenceRefused
 from runtime_wasm import RuntimePolicy
 from runtime_wasm.counts import SERVING_COUNTS
+from tests.support.fleet import write_toml
+from tests.support.http import GUARD_S, call
+from tests.support.spin_model import SENTINEL, SpinWorld
 
 pytestmark = pytest.mark.integration
 HW = "test-device"
-GUARD_S = 60.0  # hang guard for every socket wait: never expected to be reached
 SETTINGS = HttpSettings(port=0, max_connections=8, header_timeout_s=2.0, body_timeout_s=10.0,
                         max_header_bytes=4096, max_body_bytes=64 << 10)
 SPIN_POLICY = RuntimePolicy(deadline_ms=8000, max_queue_depth=1)
@@ -119,16 +118,6 @@ def served(world, tmp_path_factory):
 
 
 # -- raw HTTP helpers ---------------------------------------------------------------------------------
-def call(served: Served, method: str, path: str, body: bytes | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    """One request on its own connection to whatever serves at ``served.host``/``.port``."""
-    conn = http.client.HTTPConnection(served.host, served.port, timeout=GUARD_S)
-    try:
-        conn.request(method, path, body, headers or {})
-        response = conn.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        conn.close()
 
 
 def post_json(served: Served, model: str, doc: Any) -> tuple[int, dict[str, str], Any]:

@@ -17,10 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from pretrainedkit import KEYWORDS, WAVE_CLIP, WAVE_RATE, clips, wave_dir, write_wav
-from test_http_api import call
-from test_http_text_inputs import GUARD_S, ask_path, json_outputs, post_binary, post_json, read_binary
-from test_pretrained_audio import check_against_onnxruntime, ref_wav2vec2, riff
 
 from cuvil_agent import payloads
 from cuvil_agent.cli import main as agent_main
@@ -32,6 +28,9 @@ from cuvil_edge.signing import Keyring, build_bundle
 from ota import Installer
 from runtime_wasm import Classification
 from runtime_wasm.processing import AudioWindow
+from tests.support.audio import check_against_onnxruntime, ref_wav2vec2, riff
+from tests.support.http import GUARD_S, ask_path, call, json_outputs, post_binary, post_json, read_binary
+from tests.support.pretrained import KEYWORDS, WAVE_CLIP, WAVE_RATE, clips, wave_dir, write_wav
 
 pytestmark = pytest.mark.integration
 HW = "test-device"
@@ -60,7 +59,7 @@ class World:
         models.add(self.model_host)
         self.socket = InferenceServer(base / "kws.sock", self.model_host, LIMITS)
         self.server = HttpApiServer(models, SETTINGS)
-        self.host, self.port = self.server.address  # type: ignore[misc]  # what test_http_api.call reads
+        self.host, self.port = self.server.address  # type: ignore[misc]  # what tests.support.http.call reads
         self.files = [base / f"clip{i}.wav" for i in range(len(WAVES))]
         self.samples = [write_wav(f, x, WAVE_RATE) for f, x in zip(self.files, WAVES)]
         self.wavs = [f.read_bytes() for f in self.files]

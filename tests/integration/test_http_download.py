@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fleetkit import AgentThreads, FleetWorld, Watcher, log_events, with_limits
 
 from cuvil_agent.config import AgentConfig
 from cuvil_agent.serve import infer
@@ -28,6 +27,7 @@ from cuvil_edge.testing.broker import LocalBroker, free_port
 from ota.config import HttpDownloadLimits
 from ota.golden import decode_vector
 from ota.installer import Installer
+from tests.support.fleet import AgentThreads, FleetWorld, Watcher, log_events, with_limits
 
 pytestmark = pytest.mark.integration
 FLEET = "lab"

@@ -12,15 +12,11 @@ import base64
 import io
 import json
 import shutil
-import socket
-import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from pretrainedkit import IMAGE_LABELS, image_dir, sst_dir, train_tokenizer
-from test_http_api import call
 
 from cuvil_agent import payloads
 from cuvil_agent.cli import main as agent_main
@@ -32,10 +28,11 @@ from cuvil_edge import CuvilModel, Target
 from cuvil_edge.signing import Keyring, build_bundle
 from ota import Installer
 from runtime_wasm import Classification
+from tests.support.http import ask_path, call, json_outputs, post_binary, post_json, read_binary
+from tests.support.pretrained import IMAGE_LABELS, image_dir, sst_dir, train_tokenizer
 
 pytestmark = pytest.mark.integration
 HW = "test-device"
-GUARD_S = 60.0  # hang guard for every socket wait: never expected to be reached
 LONG = "a wonderful film " * 20  # far past the sequence length: truncated on the device as on the host
 TEXTS = ["I love this movie!", "This is terrible.", LONG, "great music", "boring boring boring"]
 MAX_ITEMS, MAX_ITEM_BYTES = 6, 32 << 10
@@ -99,49 +96,7 @@ def world(tmp_path_factory):
     shutil.rmtree(base, ignore_errors=True)
 
 
-# -- the protocol's BYTES forms, written out here (raw HTTP: test_http_api.call) ----------------------
-def post_json(world: World, model: str, doc: Any) -> tuple[int, Any]:
-    status, _, body = call(world, "POST", f"/v2/models/{model}/infer", json.dumps(doc).encode(),
-                           {"Content-Type": "application/json"})
-    return status, json.loads(body)
-
-
-def post_binary(world: World, model: str, name: str, elements: list[bytes]
-                ) -> tuple[int, dict[str, str], bytes]:
-    """One BYTES input in the binary extension (each element: 4-byte little-endian length, then its
-    bytes), every output asked for as binary too."""
-    blob = b"".join(struct.pack("<I", len(e)) + e for e in elements)
-    head = json.dumps({"inputs": [{"name": name, "datatype": "BYTES", "shape": [len(elements)],
-                                   "parameters": {"binary_data_size": len(blob)}}],
-                       "parameters": {"binary_data_output": True}}).encode()
-    headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(head))}
-    return call(world, "POST", f"/v2/models/{model}/infer", head + blob, headers)
-
-
-def read_binary(headers: dict[str, str], body: bytes) -> dict[str, Any]:
-    """A binary reply: BYTES outputs as lists of bytes, numeric ones as arrays."""
-    n = int(headers["inference-header-content-length"])
-    doc, at, out = json.loads(body[:n]), n, {}
-    for item in doc["outputs"]:
-        blob = body[at:at + item["parameters"]["binary_data_size"]]
-        at += len(blob)
-        if item["datatype"] == "BYTES":
-            values, pos = [], 0
-            while pos < len(blob):
-                (length,) = struct.unpack_from("<I", blob, pos)
-                values.append(blob[pos + 4:pos + 4 + length])
-                pos += 4 + length
-            out[item["name"]] = values
-        else:
-            dtype = {"FP32": "<f4", "INT64": "<i8"}[item["datatype"]]
-            out[item["name"]] = np.frombuffer(blob, dtype).reshape(item["shape"])
-    assert at == len(body)
-    return out
-
-
-def json_outputs(doc: dict[str, Any]) -> dict[str, Any]:
-    return {o["name"]: (o["data"] if o["datatype"] == "BYTES" else np.reshape(o["data"], o["shape"]))
-            for o in doc["outputs"]}
+# -- the protocol's BYTES forms, written out here (raw HTTP: tests.support.http.call) ----------------------
 
 
 def assert_same_as_host(labels: list[Any], scores: Any, all_scores: Any, want: list[Classification]) -> None:
@@ -283,15 +238,6 @@ def test_bad_items_are_4xx_and_the_server_stays_up(world, case):
 # -- the Unix socket's JSON ------------------------------------------------------------------------------
 def ask(world: World, model: str, request: dict[str, Any]) -> dict[str, Any]:
     return ask_path(world.sockets[model].path, request)
-
-
-def ask_path(path: Path, request: dict[str, Any]) -> dict[str, Any]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(GUARD_S)
-        s.connect(str(path))
-        s.sendall(json.dumps(request).encode() + b"\n")
-        with s.makefile("rb") as f:
-            return json.loads(f.readline())
 
 
 def test_the_unix_socket_takes_texts_and_images_in_its_json(world):

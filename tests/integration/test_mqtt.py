@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fleetkit import AgentThreads, FleetWorld, Watcher, log_events, wait_until, with_limits, write_toml
 
 from cuvil_agent.cli import main as agent_cli
 from cuvil_agent.serve import infer
@@ -32,6 +31,15 @@ from ota.golden import decode_vector
 from ota.installer import Installer
 from ota.protocol import Command, Topics, bucket, format_time
 from ota.transport import MqttClient
+from tests.support.fleet import (
+    AgentThreads,
+    FleetWorld,
+    Watcher,
+    log_events,
+    wait_until,
+    with_limits,
+    write_toml,
+)
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not shutil.which("mosquitto"), reason="mosquitto not installed")]

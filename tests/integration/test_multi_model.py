@@ -20,26 +20,22 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from prometheus_client.parser import text_string_to_metric_families
 
 from cuvil_agent.config import HttpSettings
 from cuvil_agent.http_api import HttpApiServer
 from cuvil_agent.serve import ModelHost, ModelRegistry
-from cuvil_edge import CuvilModel
-from cuvil_edge.signing import Keyring, build_bundle
+from cuvil_edge.signing import build_bundle
 from ota import Installer
 from ota.errors import WrongModel
 from runtime_wasm import DeviceAdmission, RuntimePolicy, divide_threads
+from tests.support.multi_model import HIGH, HW, LOW, MultiWorld
 
 pytestmark = pytest.mark.integration
-HW = "test-device"
 GUARD_S = 60.0  # hang guard for every client socket wait: never expected to be reached
-HIGH, LOW = "alert", "census"  # the signed manifest names, the URL names and the model lines
 HIGH_PRIORITY, LOW_PRIORITY = 10, 1
 #: generous on purpose: a loaded CI box must not fail it, an unprotected high-priority queue still would
 HIGH_POLICY = RuntimePolicy(p95_budget_ms=3000, deadline_ms=20_000, max_queue_depth=16)
@@ -49,48 +45,6 @@ LOW_POLICY = RuntimePolicy(p95_budget_ms=500, deadline_ms=20_000, max_batch_size
 ADMISSION = (8, 6)
 HIGH_CLIENTS, LOW_CLIENTS, REQUESTS_PER_CLIENT = 2, 8, 12
 SETTINGS = HttpSettings(port=0, max_connections=32, header_timeout_s=5.0, body_timeout_s=10.0)
-LOW_ROWS, LOW_IN, LOW_WIDTH, LOW_LAYERS = 128, 16, 512, 8
-
-
-def mlp(name: str, rows: int, width_in: int, width: int, hidden: int, width_out: int, seed: int) -> Any:
-    """x [rows, width_in] -> ``hidden`` MatMul+Relu layers of ``width`` -> y [rows, width_out]."""
-    rng = np.random.default_rng(seed)
-    dims = [width_in, *[width] * hidden, width_out]
-    nodes, inits, cur = [], [], "x"
-    for i, (a, b) in enumerate(zip(dims, dims[1:])):
-        inits.append(numpy_helper.from_array((rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32),
-                                             f"w{i}"))
-        out = "y" if i == len(dims) - 2 else f"r{i}"
-        nodes += [helper.make_node("MatMul", [cur, f"w{i}"], [f"h{i}"]),
-                  helper.make_node("Relu", [f"h{i}"], [out])]
-        cur = out
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width_in])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, width_out])
-    graph = helper.make_graph(nodes, name, [x], [y], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-class MultiWorld:
-    """Both models compiled, signed by one keyring as release 1 of their own line, and installed in a
-    template state directory per line (bound to its model name)."""
-
-    def __init__(self, base: Path) -> None:
-        self.ring = Keyring.init(base / "keys", root_keys=1, root_threshold=1, release_keys=1,
-                                 release_threshold=1)
-        low = mlp(LOW, LOW_ROWS, LOW_IN, LOW_WIDTH, LOW_LAYERS, 8, 2)  # ~10 ms a run: it saturates
-        self.models = {HIGH: CuvilModel.load(mlp(HIGH, 2, 16, 32, 1, 8, 1)).optimize(),
-                       LOW: CuvilModel.load(low).optimize()}
-        self.inputs = {HIGH: np.random.default_rng(3).standard_normal((2, 16)).astype(np.float32),
-                       LOW: np.random.default_rng(4).standard_normal((LOW_ROWS, LOW_IN)).astype(np.float32)}
-        self.bundles, self.templates = {}, {}
-        for name, model in self.models.items():
-            self.bundles[name] = base / f"{name}.cvb"
-            build_bundle(model.save(base / name), self.bundles[name], self.ring.release_keys(),
-                         version="1.0.0", release=1, hardware_ids=[HW])
-            self.templates[name] = base / f"{name}-state"
-            Installer(self.templates[name], HW, root=self.ring.root_envelope(), model=name).install(
-                self.bundles[name])
-        self.expected = {n: m.predict({"x": self.inputs[n]})["y"] for n, m in self.models.items()}
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetkit import AgentThreads, Watcher, log_events, write_toml
-from test_multi_model import HIGH, HW, LOW, MultiWorld
 
 from cuvil_agent.config import AdmissionSettings, AgentConfig, HttpSettings, ModelConfig, load_agent_config
 from cuvil_agent.http_client import InferenceClient
@@ -24,6 +22,8 @@ from ota.protocol import Announcement, Topics, format_time, sha256_hex, split_ch
 from ota.roots import MODELS_DIR
 from ota.transport import MqttClient
 from runtime_wasm import RuntimePolicy
+from tests.support.fleet import AgentThreads, Watcher, log_events, write_toml
+from tests.support.multi_model import HIGH, HW, LOW, MultiWorld
 
 pytestmark = pytest.mark.integration
 FLEET = "multi"

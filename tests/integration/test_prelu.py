@@ -8,12 +8,12 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_tflite_third_party import Case, run_case
-from tflite_builder import TfliteBuilder
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.ops.prelu import channel_slope
 from cuvil_edge.oracle import ort_session
+from tests.support.tflite_builder import TfliteBuilder
+from tests.support.tflite_third_party import Case, run_case
 
 pytestmark = pytest.mark.integration
 

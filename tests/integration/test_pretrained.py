@@ -20,28 +20,8 @@ import numpy as np
 import onnx
 import pytest
 from ai_edge_litert.interpreter import Interpreter
-from fleetkit import wait_until, write_toml
 from huggingface_hub import constants as hf_constants
 from onnx import TensorProto, helper, numpy_helper
-from pretrainedkit import (
-    CORPUS,
-    HIDDEN,
-    IMAGE_CROP,
-    IMAGE_LABELS,
-    IMAGE_MEAN,
-    IMAGE_SHORT,
-    IMAGE_STD,
-    SEQ,
-    SST_CONFIG,
-    SST_LABELS,
-    encoder_with_head,
-    image_dir,
-    image_tflite,
-    text_dir,
-    text_tflite,
-    train_tokenizer,
-)
-from pretrainedkit import sst_dir as build_sst_dir
 from tokenizers import Tokenizer
 
 from cuvil_agent.cli import main as agent_main
@@ -66,6 +46,26 @@ from ota import Installer, VerificationError
 from runtime_wasm import Classification, ProcessingError, Span
 from runtime_wasm.loader import load_model_dir
 from runtime_wasm.processing import TIE_SLACK, Processor, read_image
+from tests.support.fleet import wait_until, write_toml
+from tests.support.pretrained import (
+    CORPUS,
+    HIDDEN,
+    IMAGE_CROP,
+    IMAGE_LABELS,
+    IMAGE_MEAN,
+    IMAGE_SHORT,
+    IMAGE_STD,
+    SEQ,
+    SST_CONFIG,
+    SST_LABELS,
+    encoder_with_head,
+    image_dir,
+    image_tflite,
+    text_dir,
+    text_tflite,
+    train_tokenizer,
+)
+from tests.support.pretrained import sst_dir as build_sst_dir
 
 pytestmark = pytest.mark.integration
 

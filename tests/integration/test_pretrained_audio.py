@@ -16,23 +16,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pretrainedkit import KEYWORDS, WAVE_CLIP, WAVE_RATE, audio_dir, clips, feature_net, wave_dir, write_wav
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import InputError, PretrainedError
-from cuvil_edge.oracle import ort_session
 from cuvil_edge.testing.zoo import audio
 from runtime_wasm.errors import ProcessingError
 from runtime_wasm.processing import ProcessingConfig, Processor, decode_wav, kaldi_fbank, read_wav
+from tests.support.audio import check_against_onnxruntime, ort_probabilities, ref_fit, ref_wav2vec2, riff
+from tests.support.pretrained import WAVE_CLIP, WAVE_RATE, audio_dir, clips, feature_net, wave_dir, write_wav
 
 pytestmark = pytest.mark.integration
 
 
 # -- the reference feature extraction --------------------------------------------------------------
-def ref_fit(x: np.ndarray, n: int) -> np.ndarray:
-    y = np.zeros(n)
-    y[:min(n, len(x))] = x[:n]
-    return y
 
 
 def ref_mel_points(lo: float, hi: float, n: int, scale: str) -> list[float]:
@@ -131,33 +127,6 @@ def ref_kaldi_fbank(x: np.ndarray, rate: int, n_mels: int, window: str, scale: f
         rows.append([math.log(max(float(banks[m] @ power[:padded // 2]), 1.1920928955078125e-07))
                      for m in range(n_mels)])
     return np.array(rows).reshape(-1, n_mels)
-
-
-def ref_wav2vec2(x: np.ndarray) -> np.ndarray:
-    """``wave_dir``'s input as Wav2Vec2FeatureExtractor makes it: the clip cut to the window, normalised
-    over its samples, then padded."""
-    x = x[:WAVE_CLIP]
-    return ref_fit((x - x.mean()) / np.sqrt(x.var() + 1e-7), WAVE_CLIP).reshape(1, WAVE_CLIP)
-
-
-def ort_probabilities(path: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """onnxruntime's class probabilities for each one-clip input (repeated to the model's batch)."""
-    sess = ort_session(str(path / "model.onnx"))
-    name = sess.get_inputs()[0].name
-    batch = sess.get_inputs()[0].shape[0]
-    out = []
-    for x in inputs:
-        logits = sess.run(None, {name: np.stack([x] * batch).astype(np.float32)})[0][0]
-        p = np.exp(logits - logits.max())
-        out.append(p / p.sum())
-    return out
-
-
-def check_against_onnxruntime(path: Path, results: list, inputs: list[np.ndarray]) -> None:
-    for p, result in zip(ort_probabilities(path, inputs), results, strict=True):
-        assert result.label == KEYWORDS[int(np.argmax(p))]
-        np.testing.assert_allclose(result.scores, p, atol=1e-4)
-        assert result.score == pytest.approx(float(p.max()), abs=1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -310,18 +279,6 @@ def test_a_long_clip_cut_into_windows_with_a_hop_gives_each_windows_class(wave_m
 
 
 # -- WAV files ----------------------------------------------------------------------------------------------
-def riff(fmt_tag: int, channels: int, rate: int, bits: int, data: bytes, extensible: bool = False,
-         extra_chunk: bool = False) -> bytes:
-    """A WAV file written out chunk by chunk (the stdlib writes integer PCM only)."""
-    block = channels * bits // 8
-    fmt = struct.pack("<HHIIHH", 0xFFFE if extensible else fmt_tag, channels, rate, rate * block, block, bits)
-    if extensible:  # cbSize, valid bits, channel mask, then the sub-format GUID (its first 2 bytes: the tag)
-        fmt += struct.pack("<HHI", 22, bits, 0) + struct.pack("<H", fmt_tag) + bytes(14)
-    chunks = b"fmt " + struct.pack("<I", len(fmt)) + fmt
-    if extra_chunk:  # an odd-sized chunk before the data: skipped, with its pad byte
-        chunks += b"LIST" + struct.pack("<I", 3) + b"abc\0"
-    chunks += b"data" + struct.pack("<I", len(data)) + data
-    return b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WAVE" + chunks
 
 
 def test_wav_files_of_each_sample_format_decode_to_the_same_samples(tmp_path: Path) -> None:

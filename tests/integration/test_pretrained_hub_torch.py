@@ -7,39 +7,20 @@ listens on."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import constants as hf_constants
 from safetensors.torch import load_file
-from test_torch import pipeline_scores, pytorch_sst_dir
 
 from cuvil_edge import CuvilModel, MissingPretrainedFile, Target
 from cuvil_edge.testing.broker import free_port
+from tests.support.pretrained import hub_cache
+from tests.support.torch_pretrained import pipeline_scores, pytorch_sst_dir
 
 pytestmark = pytest.mark.integration
 TEXTS = ["I love this movie!", "This is terrible."]
-COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
-
-
-def hub_cache(cache: Path, repo: str, source: Path, names: list[str]) -> Path:
-    """``names`` of ``source`` cached for ``repo`` as huggingface_hub caches a download: each file a blob
-    named by its digest, linked from ``snapshots/<commit>/``; ``refs/main`` names the commit."""
-    base = cache / f"models--{repo.replace('/', '--')}"
-    snapshot = base / "snapshots" / COMMIT
-    (base / "blobs").mkdir(parents=True)
-    snapshot.mkdir(parents=True)
-    (base / "refs").mkdir()
-    (base / "refs" / "main").write_text(COMMIT)
-    for name in names:
-        data = (source / name).read_bytes()
-        blob = base / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.write_bytes(data)
-        (snapshot / name).symlink_to(os.path.relpath(blob, snapshot))
-    return snapshot
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fleetkit import HW, AgentThreads, FleetWorld, Watcher, log_events
 from onnx import TensorProto, helper, numpy_helper, save
-from test_install import compile_matmul
 
 from cuvil_agent.serve import infer
 from cuvil_edge import ALL_TARGETS, CuvilError, CuvilModel, Target, TargetError
@@ -36,6 +34,8 @@ from ota.protocol import Announcement, format_time, verify_announcement
 from runtime_wasm.loader import SPEC_FILE
 from runtime_wasm.spec import ModelSpec
 from runtime_wasm.variants import EngineProbes, select_variant
+from tests.support.fleet import HW, AgentThreads, FleetWorld, Watcher, log_events
+from tests.support.install import compile_matmul
 
 pytestmark = pytest.mark.integration
 PI4, AVX2 = "raspberry-pi-4", "x86-64-avx2"

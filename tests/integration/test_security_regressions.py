@@ -14,8 +14,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fleetkit import FleetWorld, log_events
-from test_install import write_raw_bundle
 
 import cuvil_agent.agent as agent_module
 from cuvil_agent.agent import Agent
@@ -24,6 +22,8 @@ from cuvil_edge.signing import make_manifest, sign_envelope
 from ota.chunks import file_sha256
 from ota.config import BrokerSettings, OtaConfig
 from ota.protocol import Announcement, Command, format_time
+from tests.support.fleet import FleetWorld, log_events
+from tests.support.install import write_raw_bundle
 
 pytestmark = pytest.mark.integration
 FLEET = "lab"

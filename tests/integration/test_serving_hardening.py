@@ -21,53 +21,28 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fleetkit import log_events, write_toml
-from test_install import wat_model
 
 from cuvil_agent.agent import Agent
 from cuvil_agent.config import AgentConfig, ServeLimits, load_agent_config
 from cuvil_agent.log import JsonLog
 from cuvil_agent.serve import InferenceServer, ModelHost, infer
-from cuvil_edge.signing import Keyring, build_bundle
 from cuvil_edge.testing.broker import LocalBroker
 from ota import Installer
 from ota.config import BrokerSettings, TransferLimits
 from ota.errors import NoActiveModel, NoHealthyModel, NotAuthorized, OtaError
-from ota.golden import encode_vector
 from ota.transport import MqttClient
 from runtime_wasm import DeadlineExceeded, ModuleLoadError, RuntimePolicy, SpecError
+from tests.support.fleet import log_events, write_toml
+from tests.support.spin_model import SENTINEL, SpinWorld, X
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not shutil.which("mosquitto"), reason="mosquitto not installed")]
 ROOT = Path(__file__).resolve().parents[2]
 HW = "test-device"
 FLEET = "lab"
-X = np.float32([0, 1, 2, 3])  # the golden input: x[0] is not the sentinel
-SENTINEL = np.float32([7, 0, 0, 0])
-#: y = 2 x, except that it spins forever when x[0] == 7 (x: f32[4] at arena 2048, y at 2064)
-SPIN_RUN = """(func (export "run")
-  (if (f32.eq (f32.load (i32.const 2048)) (f32.const 7)) (then (loop $spin (br $spin))))
-  (v128.store (i32.const 2064) (f32x4.mul (v128.load (i32.const 2048)) (f32x4.splat (f32.const 2)))))"""
 #: fast retries: hundreds of connect failures within seconds
 FAST = TransferLimits(backoff_min_s=0.01, backoff_max_s=0.05)
 OLD_BUDGET = 30  # the shipped max_connect_failures before this fix
-
-
-class SpinWorld:
-    """A keyring, the spin model signed into a bundle (golden vectors avoid the sentinel) and a template
-    device state with it installed as release 1 (so it passed the installer's self-test)."""
-
-    def __init__(self, base: Path) -> None:
-        self.ring = Keyring.init(base / "keys", root_keys=1, root_threshold=1, release_keys=1,
-                                 release_threshold=1)
-        bundle = base / "spin.cvb"
-        build_bundle(wat_model(base / "spin", SPIN_RUN), bundle, self.ring.release_keys(), version="1.0.1",
-                     release=1, hardware_ids=[HW], golden=[encode_vector({"x": X}, {"y": 2 * X})])
-        self.template = base / "template"
-        Installer(self.template, HW, root=self.ring.root_envelope()).install(bundle)
-
-    def state(self, where: Path) -> Path:
-        return Path(shutil.copytree(self.template, where))
 
 
 @pytest.fixture(scope="module")

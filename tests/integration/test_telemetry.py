@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fleetkit import TEST_LIMITS, AgentThreads, FleetWorld
 from prometheus_client.parser import text_string_to_metric_families
 
 from cuvil_agent.agent import Agent
@@ -25,6 +24,7 @@ from cuvil_edge.fleet.publisher import Publisher
 from cuvil_edge.fleet.telemetry import DeviceTelemetry, TelemetryCollector
 from cuvil_edge.testing.broker import LocalBroker
 from runtime_wasm.counts import SERVING_COUNTS
+from tests.support.fleet import TEST_LIMITS, AgentThreads, FleetWorld
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not shutil.which("mosquitto"), reason="mosquitto not installed")]

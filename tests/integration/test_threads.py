@@ -10,40 +10,18 @@ import threading
 import numpy as np
 import pytest
 
-from cuvil_edge.codegen.toolchain import Target
 from cuvil_edge.model import CuvilModel
 from cuvil_edge.oracle import ort_session
 from cuvil_edge.testing import zoo, zoo_transformers
 from cuvil_edge.testing.zoo import NetBuilder
 from runtime_wasm.cache import ModuleCache
-from runtime_wasm.engine import EngineConfig, engine_for
+from runtime_wasm.engine import EngineConfig
 from runtime_wasm.errors import InferenceTrap, ModuleLoadError, SpecError
-from runtime_wasm.instance import WasmModel, available_cores, resolve_threads
+from runtime_wasm.instance import available_cores, resolve_threads
 from runtime_wasm.spec import ModelSpec
+from tests.support.threads import TARGET, build_threaded, open_threaded, seeded_inputs
 
 pytestmark = pytest.mark.integration
-
-TARGET = Target("relaxed", "x86")  # one variant keeps the builds short; the kernels split alike in all
-
-
-def _build(proto, precision: str = "fp32", max_threads: int = 4, **options) -> CuvilModel:
-    return CuvilModel.load(proto.SerializeToString()).optimize(precision, targets=[TARGET],
-                                                               max_threads=max_threads, **options)
-
-
-def _open(model: CuvilModel, threads: int, memory_limit: int | None = None) -> WasmModel:
-    spec = model.spec
-    files = model._built()
-    config = EngineConfig(TARGET.tier)
-    module = ModuleCache().load(files.modules[TARGET.name], config)
-    return WasmModel(engine_for(config), module, spec, files.weights, memory_limit=memory_limit,
-                     threads=threads)
-
-
-def _inputs(spec: ModelSpec, seed: int = 0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, t.index_bound or 2, t.shape).astype(t.dtype) if np.dtype(t.dtype).kind in "iu"
-            else rng.standard_normal(t.shape).astype(t.dtype) for t in spec.inputs]
 
 
 def _cuvil_threads() -> int:
@@ -65,12 +43,12 @@ NETS = {
 def test_threaded_outputs_equal_one_thread_bit_for_bit(net):
     """Every split kernel computes each output element with the code one thread runs: any thread count
     gives the same bits (including 3, which splits nothing evenly)."""
-    model = _build(NETS[net]())
+    model = build_threaded(NETS[net]())
     assert model.spec.threads == 4
-    xs = _inputs(model.spec)
+    xs = seeded_inputs(model.spec)
     outputs = {}
     for n in (1, 2, 3):
-        with _open(model, n) as m:
+        with open_threaded(model, n) as m:
             assert m.threads == n
             outputs[n] = [m.predict(xs) for _ in range(2)]  # a second job reuses the parked threads
     for n in (2, 3):
@@ -98,12 +76,12 @@ def test_im2col_convs_whose_last_pixel_chunk_is_smaller(shape):
     """Threads pack and multiply their own pixels with no barrier between chunks: a thread may pack the
     next chunk while another still reads this one, so each packs where its share of a full chunk lives
     (an AlexNet stem, a grouped conv and a direct conv, several runs each)."""
-    model = _build(_conv(*shape))
-    xs = _inputs(model.spec)
-    with _open(model, 1) as one:
+    model = build_threaded(_conv(*shape))
+    xs = seeded_inputs(model.spec)
+    with open_threaded(model, 1) as one:
         ref = one.predict(xs)
     for n in (2, 3):
-        with _open(model, n) as m:
+        with open_threaded(model, n) as m:
             for _ in range(4):
                 assert all(np.array_equal(v, ref[k]) for k, v in m.predict(xs).items()), (shape, n)
 
@@ -127,11 +105,11 @@ def _body_nodes(model: CuvilModel) -> list[tuple[str, bool]]:
 
 
 def _assert_threads_match_one(model: CuvilModel, counts=(2, 3, 4), runs: int = 3) -> None:
-    xs = _inputs(model.spec)
-    with _open(model, 1) as one:
+    xs = seeded_inputs(model.spec)
+    with open_threaded(model, 1) as one:
         ref = one.predict(xs)
     for n in counts:
-        with _open(model, n) as m:
+        with open_threaded(model, n) as m:
             for _ in range(runs):
                 out = m.predict(xs)
                 assert all(np.array_equal(out[k], ref[k]) for k in ref), n
@@ -159,7 +137,7 @@ def _chain():
 def test_nodes_split_alike_share_no_barrier_and_give_the_same_bits():
     """A barrier only where a node may touch bytes another thread wrote (or reads what it overwrites):
     none inside the same-partition chain or between serial nodes, one before each node that reads across."""
-    model = _build(_chain())
+    model = build_threaded(_chain())
     order = _body_nodes(model)
     ops = {n.name: n.op for n in model.graph.nodes}
     kinds = [ops[name] for name, _ in order]
@@ -193,7 +171,7 @@ def _neck():
 
 
 def test_neck_data_movement_splits_and_gives_the_same_bits():
-    model = _build(_neck())
+    model = build_threaded(_neck())
     ops = {n.name: n.op for n in model.graph.nodes}
     split_ops = {ops[n] for n in model.compiled.program.parallel_nodes}
     assert {"slice", "pool", "resize", "concat", "binary_f32", "conv"} <= split_ops, split_ops
@@ -202,17 +180,17 @@ def test_neck_data_movement_splits_and_gives_the_same_bits():
 
 def test_fp16_weights_threaded_equal_one_thread():
     """fp16-stored weights are widened by every thread in shares, then a barrier: same bits."""
-    model = _build(zoo.resnet(size=48), precision="fp16")
-    xs = _inputs(model.spec)
-    with _open(model, 1) as one, _open(model, 2) as two:
+    model = build_threaded(zoo.resnet(size=48), precision="fp16")
+    xs = seeded_inputs(model.spec)
+    with open_threaded(model, 1) as one, open_threaded(model, 2) as two:
         a, b = one.predict(xs), two.predict(xs)
     assert all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def test_default_predict_uses_available_cores_and_matches_onnxruntime():
     proto = zoo.mobilenet(size=48)
-    model = _build(proto)
-    xs = _inputs(model.spec)
+    model = build_threaded(proto)
+    xs = seeded_inputs(model.spec)
     out = model.predict(xs)
     assert model.instance.threads == min(4, available_cores())
     sess = ort_session(proto)
@@ -224,9 +202,9 @@ def test_default_predict_uses_available_cores_and_matches_onnxruntime():
 def test_a_stopped_job_traps_and_the_next_one_runs():
     """A job whose threads were stopped (what a trap in any thread does) raises InferenceTrap; the model
     restarts its threads and serves the next request with the same results."""
-    model = _build(zoo.resnet(size=48))
-    xs = _inputs(model.spec)
-    with _open(model, 2) as m:
+    model = build_threaded(zoo.resnet(size=48))
+    xs = seeded_inputs(model.spec)
+    with open_threaded(model, 2) as m:
         ref = m.predict(xs)
         m._exports["cuvil_stop"](m._store)  # fault injection: every waiter wakes and stops
         with pytest.raises(InferenceTrap):
@@ -237,9 +215,9 @@ def test_a_stopped_job_traps_and_the_next_one_runs():
 
 
 def test_threads_end_on_close_and_on_garbage_collection():
-    model = _build(zoo.mlp())
+    model = build_threaded(zoo.mlp())
     before = _cuvil_threads()
-    m = _open(model, 3)
+    m = open_threaded(model, 3)
     assert _cuvil_threads() == before + 2
     m.close()
     m.close()  # idempotent
@@ -247,7 +225,7 @@ def test_threads_end_on_close_and_on_garbage_collection():
     with pytest.raises(RuntimeError, match="closed"):
         m.run()
     others = set(threading.enumerate())  # models other tests still hold keep their threads parked
-    m = _open(model, 2)
+    m = open_threaded(model, 2)
     assert _cuvil_threads() == before + 1
     ours = [t for t in threading.enumerate() if t not in others and t.name.startswith("cuvil-thread-")]
     del m
@@ -261,13 +239,13 @@ def test_threads_end_on_close_and_on_garbage_collection():
 def test_opening_and_closing_many_times_never_hangs():
     """Stopping parked threads races with their going to sleep: stop changes the words they wait on, so
     none sleeps through it (a lost wake-up hung close() about once in a few hundred)."""
-    model = _build(zoo.mlp())
-    xs = _inputs(model.spec)
+    model = build_threaded(zoo.mlp())
+    xs = seeded_inputs(model.spec)
     done = []
 
     def cycle() -> None:
         for i in range(200):
-            with _open(model, 3) as m:
+            with open_threaded(model, 3) as m:
                 if i % 2:
                     m.predict(xs)
         done.append(True)
@@ -279,9 +257,9 @@ def test_opening_and_closing_many_times_never_hangs():
 
 
 def test_thread_count_is_clamped_to_what_the_module_was_built_for():
-    model = _build(zoo.mlp(), max_threads=2)
+    model = build_threaded(zoo.mlp(), max_threads=2)
     assert model.spec.threads == 2
-    with _open(model, 8) as m:
+    with open_threaded(model, 8) as m:
         assert m.threads == 2
     assert resolve_threads(0, 16) == min(16, available_cores())
     assert resolve_threads(5, 2) == 2 and resolve_threads(1, 4) == 1
@@ -290,26 +268,26 @@ def test_thread_count_is_clamped_to_what_the_module_was_built_for():
 
 
 def test_max_threads_1_builds_a_plain_module():
-    model = _build(zoo.mlp(), max_threads=1)
+    model = build_threaded(zoo.mlp(), max_threads=1)
     module = model._built().modules[TARGET.name]
     assert model.spec.threads == 1 and "threads" not in json.loads(model.spec.to_json())
-    with _open(model, 4) as m:
+    with open_threaded(model, 4) as m:
         assert m.threads == 1 and not ModuleCache().load(module, EngineConfig(TARGET.tier)).imports
-        xs = _inputs(model.spec)
-        with _open(_build(zoo.mlp()), 2) as threaded:
+        xs = seeded_inputs(model.spec)
+        with open_threaded(build_threaded(zoo.mlp()), 2) as threaded:
             a, b = m.predict(xs), threaded.predict(xs)
     assert all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def test_shared_memory_larger_than_the_limit_is_refused():
     """A shared memory cannot grow and is not counted by the store's limits: the cap is checked at load."""
-    model = _build(zoo.mlp())
+    model = build_threaded(zoo.mlp())
     with pytest.raises(ModuleLoadError, match="limit"):
-        _open(model, 2, memory_limit=1 << 20)
+        open_threaded(model, 2, memory_limit=1 << 20)
 
 
 def test_spec_thread_count_is_validated():
-    model = _build(zoo.mlp())
+    model = build_threaded(zoo.mlp())
     d = json.loads(model.spec.to_json())
     assert d["threads"] == 4
     for bad in (0, 17, "4"):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_threads import _build, _inputs, _open
 
 from cuvil_edge.testing import zoo, zoo_transformers
 from cuvil_edge.testing.zoo import NetBuilder
+from tests.support.threads import build_threaded, open_threaded, seeded_inputs
 
 pytestmark = pytest.mark.integration
 
@@ -52,14 +52,14 @@ def test_quantized_threaded_outputs_equal_one_thread_bit_for_bit(case):
     make, precision = CASES[case]
     proto = make()
     options = {"calibration": _calibration(proto)} if precision == "int8" else {}
-    model = _build(proto, precision, **options)
+    model = build_threaded(proto, precision, **options)
     kernels = model.compiled.program.kernels_used
     assert any(kernels.get(n, "").startswith(("qs8", "qb4")) for n in model.compiled.program.parallel_nodes)
-    xs = _inputs(model.spec)
-    with _open(model, 1) as one:
+    xs = seeded_inputs(model.spec)
+    with open_threaded(model, 1) as one:
         ref = one.predict(xs)
     for n in (2, 3):
-        with _open(model, n) as m:
+        with open_threaded(model, n) as m:
             assert m.threads == n
             for _ in range(2):  # a second job reuses the parked threads
                 out = m.predict(xs)

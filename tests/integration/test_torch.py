@@ -12,8 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import transformers
-from pretrainedkit import train_tokenizer
 from torch import nn
 
 import cuvil_edge
@@ -23,10 +21,9 @@ from cuvil_edge import CuvilModel, ExportError, Target
 from cuvil_edge.cli import main as edge_main
 from cuvil_edge.signing import Keyring, build_bundle
 from ota import Installer
+from tests.support.torch_pretrained import TEXTS, pipeline_scores, pytorch_sst_dir
 
 pytestmark = pytest.mark.integration
-TEXTS = ["I love this movie!", "This is terrible.", "What a wonderful day", "the plot was boring and slow",
-         "great acting, great music", "I hated every minute of it"]
 HW = "test-device"
 
 
@@ -130,42 +127,11 @@ def test_export_failures_are_typed_and_name_every_exporter():
 
 
 # -- a Hugging Face checkpoint with PyTorch weights only ------------------------------------------------
-def pytorch_sst_dir(path: Path) -> Path:
-    """A DistilBERT SST-2-shaped classifier saved by transformers (safetensors, config.json, the fast
-    tokenizer): seeded weights fine-tuned for a few steps on the test texts' sentiment."""
-    tok = train_tokenizer()
-    config = transformers.DistilBertConfig(
-        vocab_size=tok.get_vocab_size(), dim=64, n_layers=2, n_heads=2, hidden_dim=128,
-        max_position_embeddings=64, num_labels=2, id2label={0: "NEGATIVE", 1: "POSITIVE"},
-        label2id={"NEGATIVE": 0, "POSITIVE": 1}, pad_token_id=0)
-    torch.manual_seed(7)
-    model = transformers.DistilBertForSequenceClassification(config)
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
-                                                cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
-                                                model_max_length=64)
-    batch = fast(TEXTS, return_tensors="pt", padding=True)
-    sentiment = torch.tensor([1, 0, 1, 0, 1, 0])
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for _ in range(40):  # a few steps of fine-tuning: margins a quantized model keeps, as a real one has
-        optimizer.zero_grad()
-        model(**batch, labels=sentiment).loss.backward()
-        optimizer.step()
-    model.eval()
-    model.save_pretrained(path)
-    fast.save_pretrained(path)
-    assert (path / "model.safetensors").is_file() and not list(path.glob("*.onnx"))
-    return path
 
 
 @pytest.fixture(scope="module")
 def torch_sst(tmp_path_factory) -> Path:
     return pytorch_sst_dir(tmp_path_factory.mktemp("pt-sst"))
-
-
-def pipeline_scores(path: Path) -> list[dict[str, float]]:
-    classify = transformers.pipeline("text-classification", model=str(path), tokenizer=str(path), top_k=None,
-                                     device="cpu")
-    return [{d["label"]: d["score"] for d in result} for result in classify(TEXTS)]
 
 
 def test_from_pretrained_exports_pytorch_weights_and_matches_the_transformers_pipeline(torch_sst):

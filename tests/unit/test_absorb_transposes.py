@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_matches_ort
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.passes.absorb_transposes import merge_groups
+from tests.support.ort_check import assert_matches_ort
 
 
 def heads(batch: int = 1, shared: bool = False) -> onnx.ModelProto:

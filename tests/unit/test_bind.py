@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_model
 from onnx import helper
 
 from cuvil_edge import CuvilModel, InputError, NotConstant, Target
 from cuvil_edge.cli import main
 from cuvil_edge.errors import UnsupportedOperator
+from tests.support.ort_check import make_model
 
 N = helper.make_node
 X = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)

@@ -18,7 +18,7 @@ from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import NotConstant, UnsupportedOperator
 from cuvil_edge.frontend.onnx.registry import CONTRIB_DOMAIN as MS
 from cuvil_edge.oracle import ort_session
-from tests.conftest import assert_outputs_close, check_with_ort, make_model
+from tests.support.ort_check import assert_outputs_close, check_with_ort, make_model
 
 rng = np.random.default_rng(7)
 B, HEADS, HEAD = 2, 2, 8

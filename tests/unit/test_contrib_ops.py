@@ -15,7 +15,7 @@ from cuvil_edge import CuvilModel
 from cuvil_edge.errors import UnsupportedOperator
 from cuvil_edge.frontend.onnx.importer import CONTRIB_OPS
 from cuvil_edge.frontend.onnx.registry import CONTRIB_CONVERTERS, CONTRIB_DOMAIN
-from tests.conftest import check_with_ort, make_model
+from tests.support.ort_check import check_with_ort, make_model
 
 MS = CONTRIB_DOMAIN
 rng = np.random.default_rng(0)

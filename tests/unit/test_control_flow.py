@@ -9,7 +9,6 @@ from functools import partial
 import numpy as np
 import onnx
 import pytest
-from conftest import check_with_ort
 from onnx import TensorProto, helper
 
 from cuvil_edge import CuvilModel, Target
@@ -18,6 +17,7 @@ from cuvil_edge.frontend.onnx import import_onnx
 from cuvil_edge.ir import TensorType, Value
 from cuvil_edge.passes import verify
 from runtime_wasm.errors import InferenceTrap
+from tests.support.ort_check import check_with_ort
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 #: the shared check with this file's defaults: one thread unless a test says otherwise, closer tolerances

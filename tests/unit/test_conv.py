@@ -7,62 +7,24 @@ the scalar borders/tails of every kernel run (odd widths, widths above and below
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_matches_ort
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.here import host_tiers
 from cuvil_edge.ops import conv as conv_op
 from cuvil_edge.ops.conv import WINOGRAD_FLOATS, conv_geometry, uses_direct, uses_winograd, winograd_tiling
 from runtime_wasm.variants import probe_host
-
-OPSET = 17
-
-
-def build(nodes: list[onnx.NodeProto], inputs: dict[str, Sequence[int]],
-          weights: dict[str, np.ndarray]) -> onnx.ModelProto:
-    """One-output model ("y"); output type from ONNX shape inference."""
-    graph = helper.make_graph(
-        nodes, "t", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(s)) for k, s in inputs.items()],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(v, k) for k, v in weights.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+from tests.support.conv import build, conv_model, rand
+from tests.support.ort_check import assert_matches_ort
 
 
 def compile_and_check(model: onnx.ModelProto) -> CuvilModel:
     cm = CuvilModel.load(model).optimize(targets=[Target()])
     assert_matches_ort(model, cm, n_inputs=2)
     return cm
-
-
-def rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    return rng.standard_normal(shape).astype(np.float32)
-
-
-def conv_model(op: str, x_shape: Sequence[int], w_shape: Sequence[int], bias: bool = True,
-               act: tuple[str, dict] | None = None, **attrs: object) -> onnx.ModelProto:
-    """``op`` (Conv or ConvTranspose) on input "x", optionally followed by an activation node."""
-    rng = np.random.default_rng(len(x_shape) * 100 + sum(w_shape))
-    weights = {"w": rand(rng, *w_shape) * np.float32(0.5)}
-    if bias:
-        n_out = w_shape[0] if op == "Conv" else w_shape[1] * int(attrs.get("group", 1))
-        weights["b"] = rand(rng, n_out)
-    ins = ["x", "w"] + (["b"] if bias else [])
-    nodes = [helper.make_node(op, ins, ["c" if act else "y"], **attrs)]
-    if act:
-        kind, act_attrs = act
-        act_ins = ["c"]
-        if kind == "Clip":
-            weights["lo"], weights["hi"] = np.float32(-0.5), np.float32(0.75)
-            act_ins += ["lo", "hi"]
-        nodes.append(helper.make_node(kind, act_ins, ["y"], **act_attrs))
-    return build(nodes, {"x": x_shape}, weights)
 
 
 IM2COL, DIRECT, POINTWISE = "f32-conv-im2col-gemm-4x8", "f32-conv-direct-4x8", "f32-conv1x1-gemm-4x8"

@@ -11,12 +11,12 @@ from functools import partial
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_outputs_close, check_with_ort, make_model, ort_outputs
 from onnx import helper, numpy_helper
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import UnsupportedOperator
 from runtime_wasm.errors import InferenceTrap
+from tests.support.ort_check import assert_outputs_close, check_with_ort, make_model, ort_outputs
 
 N = helper.make_node
 check = partial(check_with_ort, rtol=0, atol=0)

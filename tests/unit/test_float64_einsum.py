@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import check_with_ort, make_model
 from onnx import helper
 
 from cuvil_edge import CuvilModel
 from cuvil_edge.errors import CuvilError
+from tests.support.ort_check import check_with_ort, make_model
 
 #: far tighter than float32 can meet: the float64 ops must run in double precision
 RTOL, ATOL = 1e-11, 1e-300

@@ -27,7 +27,7 @@ from cuvil_edge.compiler import optimize_graph
 from cuvil_edge.ops import registered
 from cuvil_edge.ops.registry import node_code
 from cuvil_edge.testing import zoo
-from tests.conformance.test_onnx_node_suites import DATA, passing_cases
+from tests.support.onnx_suites import DATA, passing_cases
 
 #: NAMING.md: kernel := <dtype> "-" <op> [ "-" <tile> ]; conversions <from>-<to>-vcvt; a fp16-weight node
 #: joins two with "+". <op> is lowercase words; a tile is MRxNR, a filter and stride, or rows per step.

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import check_with_ort
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from cuvil_edge import CuvilModel, NotConstant, Target
 from cuvil_edge.errors import UnsupportedOperator
 from cuvil_edge.oracle import ort_session
+from tests.support.ort_check import check_with_ort
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 

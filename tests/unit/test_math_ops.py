@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import check_with_ort, make_model
 from onnx import TensorProto, helper
 
 from cuvil_edge import CuvilModel
 from cuvil_edge.errors import CuvilError
+from tests.support.ort_check import check_with_ort, make_model
 
 RNG_SEED = 0
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import check_with_ort, make_model
 from onnx import helper, numpy_helper
 
 from cuvil_edge import CuvilModel
 from cuvil_edge.errors import UnsupportedOperator
+from tests.support.ort_check import check_with_ort, make_model
 
 
 def _sklearn_onnx(model, features: int, dtype=np.float32) -> onnx.ModelProto:

@@ -9,12 +9,12 @@ from functools import partial
 import numpy as np
 import onnx
 import pytest
-from conftest import check_with_ort
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import UnsupportedOperator
+from tests.support.ort_check import check_with_ort
 
 N = helper.make_node
 #: integer results must be exact

@@ -14,8 +14,6 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import sys
-from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -24,21 +22,18 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))  # the TFLite test kits
-
-from builtinkit import litert  # noqa: E402
-from tflite_builder import TfliteBuilder  # noqa: E402
-
-from cuvil_agent import oip  # noqa: E402
-from cuvil_agent.config import HttpSettings  # noqa: E402
-from cuvil_agent.http_api import HttpApiServer  # noqa: E402
-from cuvil_agent.serve import ModelHost, ModelRegistry  # noqa: E402
-from cuvil_edge import CuvilModel  # noqa: E402
-from cuvil_edge.signing import Keyring, build_bundle  # noqa: E402
-from ota import Installer  # noqa: E402
-from ota.errors import BadInferenceRequest  # noqa: E402
-from ota.golden import encode_vector  # noqa: E402
-from runtime_wasm.spec import TensorSpec  # noqa: E402
+from cuvil_agent import oip
+from cuvil_agent.config import HttpSettings
+from cuvil_agent.http_api import HttpApiServer
+from cuvil_agent.serve import ModelHost, ModelRegistry
+from cuvil_edge import CuvilModel
+from cuvil_edge.signing import Keyring, build_bundle
+from ota import Installer
+from ota.errors import BadInferenceRequest
+from ota.golden import encode_vector
+from runtime_wasm.spec import TensorSpec
+from tests.support.tflite_builder import TfliteBuilder
+from tests.support.tflite_builtins import litert
 
 TP = TensorProto
 SHAPE = (2, 4)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +16,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))  # the pretrained test kits
 from huggingface_hub import constants as hf_constants  # noqa: E402
-from pretrainedkit import train_tokenizer  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
-from test_pretrained_hub_torch import hub_cache  # noqa: E402
 
 from cuvil_edge import CuvilModel, MissingPretrainedFile, PretrainedError, Target  # noqa: E402
 from cuvil_edge.testing.broker import free_port  # noqa: E402
+from tests.support.pretrained import hub_cache, train_tokenizer  # noqa: E402
 
 TEXTS = ["I love this movie!", "This is terrible.", "the plot was boring and slow"]
 INDEX = "model.safetensors.index.json"

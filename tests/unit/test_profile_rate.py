@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 from onnx import helper
-from test_conv import build, conv_model, rand
 
 from cuvil_edge import CuvilModel
 from cuvil_edge.here import host_target
 from cuvil_edge.timing import CEILING_SHAPE, NodeTiming, node_ops, profile_table
 from cuvil_edge.tools.bench import measured_ceilings
+from tests.support.conv import build, conv_model, rand
 
 
 def test_node_ops_conv_and_gemm_formulas() -> None:

@@ -14,11 +14,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx import shape_inference as si
-from ort_quantized import check_ort_quantized
-from qs8_cases import TIERS, bit_for_bit_test, dynamic_qparams, every_tier, quantize_cases, run_cases
 
 from cuvil_edge.ops import qlinear
 from cuvil_edge.quant.rewrite import quantize_int8_rows
+from tests.support.ort_quantized import check_ort_quantized
+from tests.support.qs8 import TIERS, bit_for_bit_test, dynamic_qparams, every_tier, quantize_cases, run_cases
 
 #: name -> (input shape, output channels, groups, clip bounds after (None: no activation), kernel).
 #: Channels off multiples of 4 and 8, pixel counts off whole 16-pixel packing steps and 4-token blocks,

@@ -14,10 +14,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx import shape_inference as si
-from qs8_cases import TIERS, bit_for_bit_test, every_tier, quantize_cases
 
 from cuvil_edge.ops import qlinear
 from cuvil_edge.quant.rewrite import quantize_int8_rows
+from tests.support.qs8 import TIERS, bit_for_bit_test, every_tier, quantize_cases
 
 #: name -> (input shape, output channels, groups, kernel, strides, dilations, pads (begins, ends))
 CASES: dict[str, tuple[list[int], int, int, list[int], list[int], list[int], list[int]]] = {

@@ -14,13 +14,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx import shape_inference as si
-from ort_quantized import check_ort_quantized
-from qs8_cases import TIERS, bit_for_bit_test, dynamic_qparams, every_tier, quantize_cases, run_cases
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.ops import qlinear
 from cuvil_edge.quant.rewrite import quantize_int8_rows
 from cuvil_edge.testing.zoo import mobilenet
+from tests.support.ort_quantized import check_ort_quantized
+from tests.support.qs8 import TIERS, bit_for_bit_test, dynamic_qparams, every_tier, quantize_cases, run_cases
 
 #: name -> (input shape, filter, strides, pads (begins, ends), dilations, ReLU6 after, expected kernel);
 #: widths cover whole 8-pixel steps, a partial last step and rows narrower than 4 outputs

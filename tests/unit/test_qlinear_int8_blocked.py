@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_outputs_close, check_with_ort, make_model
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import UnsupportedOperator
+from tests.support.ort_check import assert_outputs_close, check_with_ort, make_model
 
 RNG_SEED = 0
 

@@ -17,7 +17,6 @@ import math
 import numpy as np
 import onnx
 import pytest
-from conftest import make_model
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
@@ -25,6 +24,7 @@ from cuvil_edge import ALL_TARGETS, CuvilModel, Target, UnsupportedOperator
 from cuvil_edge.errors import QuantizationError
 from cuvil_edge.here import instantiate_here
 from cuvil_edge.oracle import ort_session
+from tests.support.ort_check import make_model
 
 TARGET = [Target("relaxed", "x86")]
 _MASK = np.uint64(0xFFFFFFFF)

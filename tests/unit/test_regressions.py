@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import check_with_ort
 from onnx import helper
+
+from tests.support.ort_check import check_with_ort
 
 
 def test_in_place_add_does_not_overwrite_a_concat_slice_it_still_reads():

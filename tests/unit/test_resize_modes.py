@@ -8,12 +8,12 @@ from functools import partial
 
 import numpy as np
 import pytest
-from conftest import check_with_ort, make_model
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import UnsupportedOperator
+from tests.support.ort_check import check_with_ort, make_model
 
 N = helper.make_node
 check = partial(check_with_ort, opset=19, rtol=1e-5, atol=1e-5)

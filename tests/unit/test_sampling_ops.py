@@ -9,13 +9,13 @@ from functools import partial
 
 import numpy as np
 import pytest
-from conftest import check_with_ort, make_model, ort_outputs
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import NotConstant, ShapeError, UnsupportedOperator
 from runtime_wasm.errors import InferenceTrap
+from tests.support.ort_check import check_with_ort, make_model, ort_outputs
 
 N = helper.make_node
 check = partial(check_with_ort, rtol=1e-5, atol=1e-5)

@@ -8,12 +8,12 @@ from functools import partial
 
 import numpy as np
 import pytest
-from conftest import check_with_ort, make_model
 from onnx import TensorProto, helper
 
 from cuvil_edge import CuvilModel, NotConstant, Target
 from cuvil_edge.codegen.kernels.table import dtype_code
 from cuvil_edge.errors import UnsupportedOperator
+from tests.support.ort_check import check_with_ort, make_model
 
 N = helper.make_node
 check = partial(check_with_ort, rtol=1e-4, atol=1e-5)

@@ -13,7 +13,6 @@ from functools import partial
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import check_with_ort, make_model
 from onnx import TensorProto, helper
 from onnx.reference.ops.op_cast import cast_to
 
@@ -21,6 +20,7 @@ from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import UnsupportedOperator
 from runtime_wasm.errors import InferenceInputError
 from runtime_wasm.spec import TensorSpec, from_storage, storage_dtype, to_storage
+from tests.support.ort_check import check_with_ort, make_model
 
 N = helper.make_node
 TP = TensorProto

@@ -18,6 +18,12 @@ is checked too, over every package: its only cycles are the host's plug-in ones,
 the registry that loads it (a family registers itself in its registry; the registry loads the families on
 first lookup).
 
+The tests' own imports: their helpers live in the package ``tests.support`` and are imported by name; no
+file under ``tests/``, ``fuzz/`` or ``benchmarks/`` imports ``conftest``, a ``test_*`` module or a test
+folder's helper by bare name (pytest's basename imports put the test folders on ``sys.path``, so such an
+import works under pytest only, and loads a second copy of a module pytest imports), nor loads a module
+from a file path.
+
 Private names: ``from m import _x``, ``m._x`` through an imported module, a private submodule imported from
 outside its package, and ``obj._x`` where this module defines no ``_x`` but another of ours does (the
 static guess that ``obj`` is that module's object, e.g. a pass writing ``graph._names``).
@@ -49,6 +55,8 @@ MAX_LINES = 600
 #: modules over ``MAX_LINES`` from before the limit, each one family of operators whose split is its own
 #: piece of work: the limit holds for everything else and these may only shrink
 LONG_MODULES = {"cuvil_edge.ops.movement": 614, "cuvil_edge.ops.sampling": 701}
+#: the folders whose files import the tests' helpers (``tests.support``)
+TEST_USERS = ("tests", "fuzz", "benchmarks")
 
 
 @dataclass(frozen=True)
@@ -445,3 +453,53 @@ def test_no_module_is_too_long_to_read():
     assert not long, f"modules over {MAX_LINES} lines (split them by concern): {long}"
     stale = sorted(m for m in LONG_MODULES if lines.get(m, 0) <= MAX_LINES)
     assert not stale, f"no longer over {MAX_LINES} lines: drop {stale} from LONG_MODULES"
+
+
+def _bare_test_modules() -> set[str]:
+    """What pytest's basename imports make importable by bare name: the modules of the test folders (those
+    without ``__init__.py``): ``conftest``, the ``test_*`` modules, the conformance scripts."""
+    return {p.stem for p in (ROOT / "tests").rglob("*.py") if not (p.parent / "__init__.py").is_file()}
+
+
+def reaches_into_tests(tree: ast.AST, bare: set[str]) -> list[tuple[int, str]]:
+    """(line, what) for each import, at any depth, of a module in ``bare`` by bare name, or of ``conftest``
+    or a ``test_*`` module by dotted path; and each module loaded from a file path."""
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "tests" or \
+                node.module.startswith("tests.") else [node.module]
+        elif isinstance(node, ast.Call) and "spec_from_file_location" in (
+                getattr(node.func, "attr", None), getattr(node.func, "id", None)):
+            found.append((node.lineno, "spec_from_file_location"))
+        for name in names:
+            head, *rest = name.split(".")
+            if head in bare or (head == "tests" and any(p == "conftest" or p.startswith("test_")
+                                                        for p in rest)):
+                found.append((node.lineno, name))
+    return found
+
+
+def test_tests_import_their_helpers_from_tests_support_by_name():
+    """Helpers live in ``tests.support`` (the one package under ``tests/``) and are imported by name: no
+    test module imports another test module or ``conftest``, no helper is imported by bare name (from
+    ``tests/``, ``fuzz/`` or ``benchmarks/``), and the support modules import no test module."""
+    bare = _bare_test_modules()
+    assert {"conftest", "test_structure", "node_cases"} <= bare and "ort_check" not in bare
+    made_up = ("import conftest\nfrom test_install import World\nimport node_cases as n\n"
+               "from tests.conftest import make_model\nfrom tests.integration import test_tflite\n"
+               "import http.client\nfrom tests.support.http import call\n"
+               "from tests.conformance.node_cases import sweep\n"
+               "def f(path):\n    from tests.integration.test_threads import build\n"
+               "    return importlib.util.spec_from_file_location('m', path)\n")
+    assert [line for line, _ in reaches_into_tests(ast.parse(made_up), bare)] == [1, 2, 3, 4, 5, 10, 11]
+    bad = [f"{path.relative_to(ROOT)}:{line} {what}"
+           for folder in TEST_USERS for path in sorted((ROOT / folder).rglob("*.py"))
+           for line, what in reaches_into_tests(ast.parse(path.read_text(), filename=str(path)), bare)]
+    assert not bad, "imports of test modules or of helpers by bare name (import from tests.support):\n" + \
+        "\n".join(bad)
+    packages = sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / "tests").rglob("__init__.py"))
+    assert packages == ["tests/support"], f"test folders must stay without __init__.py: {packages}"

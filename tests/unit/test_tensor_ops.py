@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import check_with_ort, make_model
 from onnx import TensorProto, helper
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import UnsupportedOperator
 from cuvil_edge.frontend.onnx import import_onnx
+from tests.support.ort_check import check_with_ort, make_model
 
 F32 = TensorProto.FLOAT
 

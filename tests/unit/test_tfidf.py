@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import check_with_ort, make_model
 from onnx import helper
 
 from cuvil_edge import CuvilModel
 from cuvil_edge.errors import UnsupportedOperator
+from tests.support.ort_check import check_with_ort, make_model
 
 # unigrams 2 3 5 4, bigrams (5 6) (7 8) (6 7) (3 2), trigrams (2 3 5) (6 7 8)
 POOL = dict(pool_int64s=[2, 3, 5, 4, 5, 6, 7, 8, 6, 7, 3, 2, 2, 3, 5, 6, 7, 8], ngram_counts=[0, 4, 12],

@@ -1,34 +1,30 @@
-"""The TFLite builtins real models use beyond the CNN core: each model of ``builtinkit`` (written with the
-flatbuffer builder, no TensorFlow) is compiled, run in wasmtime and compared with LiteRT's interpreter on
-the same inputs; inputs and outputs answer to their signature key and their tensor name; a variant
-outside the kernels' dtype table is refused at import; the builtin count the docs state is the one
+"""The TFLite builtins real models use beyond the CNN core: each model of ``tests.support.tflite_builtins``
+(written with the flatbuffer builder, no TensorFlow) is compiled, run in wasmtime and compared with LiteRT's
+interpreter on the same inputs; inputs and outputs answer to their signature key and their tensor name; a
+variant outside the kernels' dtype table is refused at import; the builtin count the docs state is the one
 ``coverage`` computes."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from ai_edge_litert.interpreter import Interpreter
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))  # the TFLite test kits
-
-from ai_edge_litert.interpreter import Interpreter  # noqa: E402
-from builtinkit import CASES, Ops, litert  # noqa: E402
-from tflite_builder import TfliteBuilder  # noqa: E402
-
-from cuvil_edge import CuvilModel  # noqa: E402
-from cuvil_edge.errors import InputError, UnsupportedOperator  # noqa: E402
-from cuvil_edge.frontend.tflite import import_tflite  # noqa: E402
-from cuvil_edge.frontend.tflite.coverage import (  # noqa: E402
+from cuvil_edge import CuvilModel
+from cuvil_edge.errors import InputError, UnsupportedOperator
+from cuvil_edge.frontend.tflite import import_tflite
+from cuvil_edge.frontend.tflite.coverage import (
     LEFT_OUT,
     builtin_coverage,
     coverage_markdown,
     litert_builtins,
     schema_builtins,
 )
-from cuvil_edge.frontend.tflite.registry import BUILTINS  # noqa: E402
+from cuvil_edge.frontend.tflite.registry import BUILTINS
+from tests.support.tflite_builder import TfliteBuilder
+from tests.support.tflite_builtins import CASES, Ops, litert
 
 SUPPORTED_MD = Path(__file__).resolve().parents[2] / "docs" / "SUPPORTED.md"
 
@@ -135,3 +131,22 @@ def test_a_left_out_builtin_is_refused_by_name(op: str) -> None:
     with pytest.raises(UnsupportedOperator) as err:
         import_tflite(b.build([x], [y]))
     assert err.value.op_type == op
+
+
+def test_fake_quant_is_bit_exact_at_every_tie_and_on_nan() -> None:
+    """FAKE_QUANT rounds half away from zero on a shifted value (two roundings, never one merged affine)
+    and sends NaN to the nudged min, as LiteRT does: every output bit for bit, not within a tolerance."""
+    c = CASES["fake_quant"]()
+    want = litert(c.model, c.feeds)
+    got = CuvilModel.load(c.model).predict(c.feeds)
+    for name, ref in want.items():
+        np.testing.assert_array_equal(got[name], ref, err_msg=name)
+
+
+def test_fake_quant_narrow_range_is_refused_as_litert_refuses_it() -> None:
+    o = Ops()
+    x = o.b.tensor("x", (1, 4))
+    y = o.op("FAKE_QUANT", [x], (1, 4), options=("FakeQuantOptions", {"Min": -1.0, "Max": 1.0, "NumBits": 8,
+                                                                       "NarrowRange": True}))
+    with pytest.raises(UnsupportedOperator, match="narrow_range"):
+        import_tflite(o.b.build([x], [y]))

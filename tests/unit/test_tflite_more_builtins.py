@@ -1,24 +1,18 @@
 """ATAN2, SPARSE_TO_DENSE, CONV_3D_TRANSPOSE, BITCAST and the data-dependent WHERE, UNIQUE and
-NON_MAX_SUPPRESSION_V4 / V5: each model of ``morekit`` compiled, run in wasmtime and compared with LiteRT's
-interpreter on seeded inputs; a run-time length comes back as ``<name>:length`` with zeros past it; what
-stays refused is refused by name."""
+NON_MAX_SUPPRESSION_V4 / V5: each model of ``tests.support.tflite_more_builtins`` compiled, run in wasmtime
+and compared with LiteRT's interpreter on seeded inputs; a run-time length comes back as ``<name>:length``
+with zeros past it; what stays refused is refused by name."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))  # the TFLite test kits
-
-import morekit  # noqa: E402
-from builtinkit import SAME, VALID, Case, Ops, litert  # noqa: E402
-
-from cuvil_edge import CuvilModel  # noqa: E402
-from cuvil_edge.errors import UnsupportedOperator  # noqa: E402
-from cuvil_edge.frontend.tflite import import_tflite  # noqa: E402
+from cuvil_edge import CuvilModel
+from cuvil_edge.errors import UnsupportedOperator
+from cuvil_edge.frontend.tflite import import_tflite
+from tests.support import tflite_more_builtins as more_builtins
+from tests.support.tflite_builtins import SAME, VALID, Case, Ops, litert
 
 LENGTH = ":length"
 
@@ -45,31 +39,31 @@ def _compare(case: Case, padded: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
 
 
 def test_atan2_matches_std_atan2_in_every_quadrant_and_on_signed_zeros() -> None:
-    _compare(morekit.atan2())
+    _compare(more_builtins.atan2())
 
 
 def test_sparse_to_dense_with_run_time_values_and_a_repeated_index() -> None:
-    _compare(morekit.sparse_to_dense())
+    _compare(more_builtins.sparse_to_dense())
 
 
 @pytest.mark.parametrize("padding, strides, dilations", [
     (SAME, (2, 2, 2), (1, 1, 1)), (VALID, (1, 2, 1), (1, 1, 1)), (VALID, (1, 1, 1), (2, 1, 2))])
 def test_conv_3d_transpose(padding: int, strides: tuple[int, ...], dilations: tuple[int, ...]) -> None:
-    _compare(morekit.conv_3d_transpose(padding, strides, dilations))
+    _compare(more_builtins.conv_3d_transpose(padding, strides, dilations))
 
 
 def test_bitcast_same_size_split_and_joined() -> None:
-    _compare(morekit.bitcasts())
+    _compare(more_builtins.bitcasts())
 
 
 def test_where_gives_coordinates_up_to_a_run_time_length() -> None:
-    got = _compare(morekit.where(), padded=("where_0", "where_1"))
+    got = _compare(more_builtins.where(), padded=("where_0", "where_1"))
     assert got["where_0"].shape == (12, 2)  # allocated for the bound: every element
 
 
 @pytest.mark.parametrize("dtype, idx_type", [("int32", "int32"), ("float32", "int64")])
 def test_unique_in_order_of_first_occurrence(dtype: str, idx_type: str) -> None:
-    _compare(morekit.unique(dtype, idx_type), padded=("y",))
+    _compare(more_builtins.unique(dtype, idx_type), padded=("y",))
 
 
 @pytest.mark.parametrize("version, iou, limit", [
@@ -77,7 +71,7 @@ def test_unique_in_order_of_first_occurrence(dtype: str, idx_type: str) -> None:
 def test_non_max_suppression_matches_litert(version: str, iou: float, limit: int) -> None:
     """IoU at the threshold suppresses (LiteRT's >=); selections padded with zeros to max_output_size
     (past the box count too); threshold 0 keeps one box."""
-    got = _compare(morekit.nms(version, iou, limit))
+    got = _compare(more_builtins.nms(version, iou, limit))
     kept = got["selected"][:int(got["valid"])]
     assert kept[0] == 0 and (1 not in kept) == (iou <= 0.5)  # box 1's IoU with box 0 is 0.5
 

@@ -1,26 +1,20 @@
 """TFLite's sequence cells (UNIDIRECTIONAL_ and BIDIRECTIONAL_SEQUENCE_LSTM and _RNN) on the IR's rnn: each
-model of ``rnnkit`` (the flatbuffer builder: one tensor per gate, the states as variable tensors) is
-compiled, run in wasmtime and compared with a fresh LiteRT interpreter on seeded inputs, in both time
-layouts; what the IR's cell cannot run (CIFG, projection, layer norm, other activations, hybrid weights,
+model of ``tests.support.tflite_rnn`` (the flatbuffer builder: one tensor per gate, the states as variable
+tensors) is compiled, run in wasmtime and compared with a fresh LiteRT interpreter on seeded inputs, in both
+time layouts; what the IR's cell cannot run (CIFG, projection, layer norm, other activations, hybrid weights,
 auxiliary inputs) is refused naming the input or option."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))  # the TFLite test kits
-
-from builtinkit import litert  # noqa: E402
-from rnnkit import CASES, RELU, cell_model  # noqa: E402
-
-from cuvil_edge import CuvilModel  # noqa: E402
-from cuvil_edge.errors import UnsupportedOperator  # noqa: E402
-from cuvil_edge.frontend.tflite import import_tflite  # noqa: E402
-from cuvil_edge.frontend.tflite.coverage import builtin_coverage  # noqa: E402
+from cuvil_edge import CuvilModel
+from cuvil_edge.errors import UnsupportedOperator
+from cuvil_edge.frontend.tflite import import_tflite
+from cuvil_edge.frontend.tflite.coverage import builtin_coverage
+from tests.support.tflite_builtins import litert
+from tests.support.tflite_rnn import CASES, RELU, cell_model
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

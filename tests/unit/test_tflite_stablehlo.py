@@ -1,21 +1,22 @@
-"""WHILE and the StableHLO builtins: each model of ``stablehlokit`` (written with the flatbuffer builder,
-no TensorFlow) is compiled, run in wasmtime and compared with LiteRT's interpreter on the same seeded
-inputs; a WHILE still going at its bound traps instead of hanging; what stays unmapped (other region
-bodies, partial-slice gathers and scatters, a loop whose values change type) is refused naming the op,
+"""WHILE and the StableHLO builtins: each model of ``tests.support.tflite_stablehlo`` (written with the
+flatbuffer builder, no TensorFlow) is compiled, run in wasmtime and compared with LiteRT's interpreter on the
+same seeded inputs; a WHILE still going at its bound traps instead of hanging; what stays unmapped (other
+region bodies, partial-slice gathers and scatters, a loop whose values change type) is refused naming the op,
 the node and why."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))  # the TFLite test kits
-
-from builtinkit import Ops, litert  # noqa: E402
-from stablehlokit import (  # noqa: E402
+from cuvil_edge import CuvilModel
+from cuvil_edge.errors import UnsupportedOperator
+from cuvil_edge.frontend.tflite import import_tflite
+from cuvil_edge.frontend.tflite.coverage import builtin_coverage
+from runtime_wasm.errors import InferenceTrap
+from tests.support.tflite_builder import TfliteBuilder
+from tests.support.tflite_builtins import Ops, litert
+from tests.support.tflite_stablehlo import (
     CASES,
     WHILE,
     counted_while,
@@ -24,13 +25,6 @@ from stablehlokit import (  # noqa: E402
     region,
     scatter_options,
 )
-from tflite_builder import TfliteBuilder  # noqa: E402
-
-from cuvil_edge import CuvilModel  # noqa: E402
-from cuvil_edge.errors import UnsupportedOperator  # noqa: E402
-from cuvil_edge.frontend.tflite import import_tflite  # noqa: E402
-from cuvil_edge.frontend.tflite.coverage import builtin_coverage  # noqa: E402
-from runtime_wasm.errors import InferenceTrap  # noqa: E402
 
 MAPPED = ("WHILE", "STABLEHLO_PAD", "DILATE", "REDUCE_WINDOW", "STABLEHLO_REDUCE_WINDOW", "STABLEHLO_GATHER",
           "STABLEHLO_SCATTER", "STABLEHLO_COMPOSITE")

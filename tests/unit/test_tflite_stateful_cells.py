@@ -1,26 +1,20 @@
-"""TFLite's single-step cells whose state lives on between invokes in variable tensors (LSTM, RNN, SVDF):
-each model of ``rnnkit.step_model`` is compiled and run step after step in wasmtime against one LiteRT
-interpreter invoked as many times (its variable tensors carried the same way), outputs and states alike;
-``reset_state()`` then matches a fresh interpreter. What the cells cannot run is refused by name."""
+"""TFLite's single-step cells whose state lives on between invokes in variable tensors (LSTM, RNN, SVDF): each
+model of ``tests.support.tflite_rnn.step_model`` is compiled and run step after step in wasmtime against one
+LiteRT interpreter invoked as many times (its variable tensors carried the same way), outputs and states
+alike; ``reset_state()`` then matches a fresh interpreter. What the cells cannot run is refused by name."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from ai_edge_litert.interpreter import Interpreter
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))  # the TFLite test kits
-
-from ai_edge_litert.interpreter import Interpreter  # noqa: E402
-from rnnkit import RELU, STEP_CASES, step_model  # noqa: E402
-
-from cuvil_edge import CuvilModel  # noqa: E402
-from cuvil_edge.errors import UnsupportedOperator  # noqa: E402
-from cuvil_edge.frontend.tflite import import_tflite  # noqa: E402
-from cuvil_edge.frontend.tflite.coverage import builtin_coverage  # noqa: E402
-from cuvil_edge.frontend.tflite.reader import read_tflite  # noqa: E402
+from cuvil_edge import CuvilModel
+from cuvil_edge.errors import UnsupportedOperator
+from cuvil_edge.frontend.tflite import import_tflite
+from cuvil_edge.frontend.tflite.coverage import builtin_coverage
+from cuvil_edge.frontend.tflite.reader import read_tflite
+from tests.support.tflite_rnn import RELU, STEP_CASES, step_model
 
 TOL = {"rtol": 1e-4, "atol": 1e-5}
 

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import onnx
 import pytest
-from conftest import check_with_ort
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_edge import CuvilModel
+from tests.support.ort_check import check_with_ort
 
 F, I64, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
 

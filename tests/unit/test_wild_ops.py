@@ -8,12 +8,12 @@ from functools import partial
 
 import numpy as np
 import pytest
-from conftest import check_with_ort, make_model
 from onnx import TensorProto, helper
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.errors import NotConstant, UnsupportedOperator
 from runtime_wasm.errors import InferenceTrap
+from tests.support.ort_check import check_with_ort, make_model
 
 N = helper.make_node
 #: the shared check with this file's defaults: opset 19, closer than the shared tolerances

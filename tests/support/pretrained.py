@@ -6,18 +6,20 @@ config, test clips and WAV files. No network."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import wave
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from tflite_builder import TfliteBuilder
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
 from cuvil_edge.testing.zoo import NetBuilder, audio, resnet
 from cuvil_edge.testing.zoo_transformers import bert_encoder
+from tests.support.tflite_builder import TfliteBuilder
 
 SEQ = 16
 HIDDEN = 64
@@ -241,3 +243,23 @@ def wave_dir(path: Path) -> Path:
         "feature_extractor_type": "Wav2Vec2FeatureExtractor", "feature_size": 1, "sampling_rate": WAVE_RATE,
         "padding_value": 0.0, "do_normalize": True, "return_attention_mask": False},
         "Wav2Vec2ForSequenceClassification")
+
+
+COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
+
+
+def hub_cache(cache: Path, repo: str, source: Path, names: list[str]) -> Path:
+    """``names`` of ``source`` cached for ``repo`` as huggingface_hub caches a download: each file a blob
+    named by its digest, linked from ``snapshots/<commit>/``; ``refs/main`` names the commit."""
+    base = cache / f"models--{repo.replace('/', '--')}"
+    snapshot = base / "snapshots" / COMMIT
+    (base / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    (base / "refs").mkdir()
+    (base / "refs" / "main").write_text(COMMIT)
+    for name in names:
+        data = (source / name).read_bytes()
+        blob = base / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (snapshot / name).symlink_to(os.path.relpath(blob, snapshot))
+    return snapshot

@@ -12,8 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from test_install import compile_matmul
-
 from cuvil_agent.agent import Agent
 from cuvil_agent.config import AgentConfig
 from cuvil_agent.log import JsonLog
@@ -22,6 +20,7 @@ from ota import Installer
 from ota.config import BrokerSettings, TransferLimits
 from ota.protocol import Topics
 from ota.transport import MqttClient
+from tests.support.install import compile_matmul
 
 HW = "test-device"
 #: fast retries for tests: a stalled chunk is asked for again within a second, many times

@@ -7,7 +7,8 @@ tensor per gate, the states variable tensors), with seeded weights and inputs:
 from __future__ import annotations
 
 import numpy as np
-from tflite_builder import TfliteBuilder
+
+from tests.support.tflite_builder import TfliteBuilder
 
 T, B, N_IN, H = 5, 2, 3, 4  # steps, batch, input width, hidden size
 RELU, TANH = 1, 4

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
-from tflite_builder import TfliteBuilder
+
+from tests.support.tflite_builder import TfliteBuilder
 
 SAME, VALID = 0, 1
 #: TensorType codes of the int32 / int64 index outputs
@@ -230,9 +231,30 @@ def nn_ops() -> Case:
                  rng.standard_normal((1, 4, 6, 6, 3)).astype(np.float32)])
 
 
+#: FAKE_QUANT's (min, max, num_bits) in ``fake_quant``: zero inside, at an end, outside; 2 to 16 bits
+FAKE_QUANT_RANGES = ((-0.3, 2.7, 8), (0.1, 6.0, 4), (-10.0, -0.5, 16), (-2.5, 3.3, 2))
+
+
+def fake_quant() -> Case:
+    """FAKE_QUANT over ``FAKE_QUANT_RANGES``, on inputs that hit every rounding tie of the 8-bit range
+    (nudged min + (k + 1/2) * scale), NaN, both infinities and seeded normals."""
+    from cuvil_edge.frontend.tflite.convert_math import fake_quant_nudged
+
+    o = Ops()
+    x = o.b.tensor("x", (1, 320))
+    outs = [o.op("FAKE_QUANT", [x], (1, 320),
+                 options=("FakeQuantOptions", {"Min": lo, "Max": hi, "NumBits": n}))
+            for lo, hi, n in FAKE_QUANT_RANGES]
+    scale, nmin, _ = fake_quant_nudged(*FAKE_QUANT_RANGES[0])
+    ties = np.float32(nmin) + (np.arange(256, dtype=np.float32) + np.float32(0.5)) * np.float32(scale)
+    odd = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 2.7, -0.3], np.float32)
+    noise = (_rng(8).standard_normal(320 - 256 - odd.size) * 4).astype(np.float32)
+    return Case(o.b.build([x], outs), [np.concatenate([ties, odd, noise])[None]])
+
+
 #: every case, by name
 CASES: dict[str, Callable[[], Case]] = {f.__name__: f for f in (
-    shape_ops, float_math, int_math, logic_ops, index_ops, segment_ops, nn_ops)}
+    shape_ops, float_math, int_math, logic_ops, index_ops, segment_ops, nn_ops, fake_quant)}
 
 
 def builtin_models() -> list[bytes]:

@@ -6,7 +6,8 @@ among the models every converter must be run by."""
 from __future__ import annotations
 
 import numpy as np
-from builtinkit import INT64, SAME, VALID, Case, Ops
+
+from tests.support.tflite_builtins import INT64, SAME, VALID, Case, Ops
 
 
 def atan2() -> Case:

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from builtinkit import Case, Ops
 from flatbuffers import flexbuffers
-from tflite_builder import TfliteBuilder
+
+from tests.support.tflite_builder import TfliteBuilder
+from tests.support.tflite_builtins import Case, Ops
 
 I64 = np.int64
 #: WHILE's options table, its cond and body in subgraphs 1 and 2
