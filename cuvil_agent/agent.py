@@ -36,7 +36,7 @@ from .lines import ModelLine
 from .log import JsonLog
 from .metrics import LineUpdate, UpdateCollector
 from .serve import InferenceServer, ModelHost, ModelRegistry
-from .state import LINE_STORE, STORE_FILE, Store, unused_command
+from .state import LINE_STORE, STORE_FILE, AgentState, unused_command
 from .telemetry import ServingWatch, Telemetry, TelemetryMetrics
 
 
@@ -73,7 +73,7 @@ class Agent:
         self.models = ModelRegistry()  # by name, for the HTTP API and its metrics
         self.admission: DeviceAdmission | None = None  # shared by the lines of a multi-model device
         #: device-wide: command nonces (and, single-model, the line's announcement state too)
-        self._device_store = Store(state / STORE_FILE, {**LINE_STORE, "nonces": {}})
+        self._device_store = AgentState(state / STORE_FILE, {**LINE_STORE, "nonces": {}})
         if self._device_store.rebuilt:  # the used nonces are gone: no command signed before now is taken
             self._device_store.save(commands_after=format_time(_now()))
         self.lines = self._multi_lines(state) if config.models else [self._single_line()]
@@ -118,7 +118,7 @@ class Agent:
             host = ModelHost(installer, policy, m.name, self.admission.gate(m.priority))
             self.models.add(host, m.priority)
             steps.line = ModelLine(self, m.name, installer, host, self.topics.model_release(m.name),
-                                   Store(installer.state_dir / STORE_FILE, LINE_STORE))
+                                   AgentState(installer.state_dir / STORE_FILE, LINE_STORE))
             lines.append(steps.line)
         return lines
 

@@ -27,7 +27,7 @@ from ota.installer import Installer
 from ota.protocol import Announcement, Command, sha256_hex, verify_announcement
 
 from .serve import ModelHost
-from .state import TRANSFER_DIR, Store
+from .state import TRANSFER_DIR, AgentState
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -47,7 +47,7 @@ class ModelLine:
     ``<fleet>/release/<name>``, installing only bundles signed for that name."""
 
     def __init__(self, agent: Agent, name: str, installer: Installer, host: ModelHost, topic: str,
-                 store: Store) -> None:
+                 store: AgentState) -> None:
         self.agent, self.name, self.installer, self.host, self.topic = agent, name, installer, host, topic
         self.store = store
         self._drop_installed_transfer()

@@ -31,7 +31,7 @@ STORE_SCHEMA = schema.record({
 })
 
 
-class Store:
+class AgentState:
     """A small JSON document the agent keeps in a state directory (``agent.json``), saved on every change.
 
     A damaged one (``STORE_SCHEMA``) is logged, dropped and rebuilt from ``default``, with ``rebuilt``
@@ -76,6 +76,6 @@ def unused_command(store: dict[str, Any], cmd: Command, now: datetime, grace: ti
 def describe_state(state_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """What ``cuvil-agent status`` shows besides the active model: last announcement, failures, transfer
     (as the agent would read them: a damaged file as the agent would rebuild it)."""
-    store = Store(Path(state_dir) / STORE_FILE, LINE_STORE).data
+    store = AgentState(Path(state_dir) / STORE_FILE, LINE_STORE).data
     return {"announce_seq": store["announce_seq"], "failed": store["failed"],
             "transfer": read_progress(Path(state_dir) / TRANSFER_DIR)}

@@ -1,9 +1,9 @@
 """The agent's other state files as a restarted agent reads them: the store (``agent.json``: announcement
-order, failed releases, used command nonces; ``cuvil_agent.state.Store``, and ``describe_state`` for
+order, failed releases, used command nonces; ``cuvil_agent.state.AgentState``, and ``describe_state`` for
 ``cuvil-agent status``) and the telemetry queue's ``cursor.json`` (``cuvil_agent.telemetry.TelemetryQueue``).
 
 Input: one file's bytes, written as both (a store that is a cursor, or the other way round, is damage
-too). The contract: a damaged store is rebuilt (``Store.rebuilt``) and a damaged cursor starts a new
+too). The contract: a damaged store is rebuilt (``AgentState.rebuilt``) and a damaged cursor starts a new
 stream, so opening raises nothing; the harness then uses what was read the way the agent does (every
 stored nonce's expiry compared with the clock, a telemetry record appended and read back) and reports a
 store read back with a field of the wrong type (``Finding``)."""
@@ -29,7 +29,7 @@ DEFAULT = {"announce_seq": 0, "announce_digest": "", "failed": {}, "nonces": {}}
 
 
 def setup() -> Callable[[bytes], None]:
-    from cuvil_agent.state import STORE_FILE, Store, describe_state, unused_command
+    from cuvil_agent.state import STORE_FILE, AgentState, describe_state, unused_command
     from cuvil_agent.telemetry import CURSOR_FILE, TelemetryQueue
     from ota.errors import ReplayedCommand
 
@@ -43,7 +43,7 @@ def setup() -> Callable[[bytes], None]:
         telemetry.mkdir()
         (state / STORE_FILE).write_bytes(data)
         (telemetry / CURSOR_FILE).write_bytes(data)
-        store = Store(state / STORE_FILE, DEFAULT)
+        store = AgentState(state / STORE_FILE, DEFAULT)
         d = store.data
         if not (isinstance(d["announce_seq"], int) and isinstance(d["failed"], dict)
                 and isinstance(d["nonces"], dict)):
@@ -65,13 +65,13 @@ def setup() -> Callable[[bytes], None]:
 
 def seeds() -> list[bytes]:
     """A store and a cursor as the agent writes them, fresh and after some use."""
-    from cuvil_agent.state import STORE_FILE, Store
+    from cuvil_agent.state import STORE_FILE, AgentState
     from cuvil_agent.telemetry import CURSOR_FILE, TelemetryQueue
     from ota.protocol import format_time
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store(Path(tmp) / STORE_FILE, DEFAULT)
+        store = AgentState(Path(tmp) / STORE_FILE, DEFAULT)
         store.save()
         out.append(store.path.read_bytes())
         store.save(announce_seq=7, announce_digest="ab" * 32, failed={"cd" * 32: "HashMismatch: chunk 2"},

@@ -18,7 +18,7 @@ import pytest
 from cuvil_agent.agent import Agent
 from cuvil_agent.config import AgentConfig
 from cuvil_agent.log import JsonLog
-from cuvil_agent.state import STORE_FILE, Store, describe_state, unused_command
+from cuvil_agent.state import STORE_FILE, AgentState, describe_state, unused_command
 from cuvil_agent.telemetry import CURSOR_FILE, TelemetryQueue
 from cuvil_edge.fleet.dashboard import FleetView
 from cuvil_edge.fleet.publisher import Publisher
@@ -221,7 +221,7 @@ def test_status_tool_shows_no_transfer_for_damaged_progress(tmp_path):
 @pytest.mark.parametrize("name", sorted(STORE_CASES))
 def test_damaged_store_is_rebuilt_from_the_defaults(tmp_path, name, caplog):
     (tmp_path / STORE_FILE).write_bytes(regression("agent_state", name))
-    store = Store(tmp_path / STORE_FILE, DEFAULT)
+    store = AgentState(tmp_path / STORE_FILE, DEFAULT)
     assert store.rebuilt and store.data == DEFAULT
     assert any(re.search(f"state file unreadable, rebuilt: .*{STORE_CASES[name]}", r.message)
                for r in caplog.records)
@@ -238,9 +238,9 @@ def test_damaged_cursor_starts_a_new_stream(tmp_path, name):
 
 
 def test_a_well_formed_store_and_cursor_are_read_back_as_written(tmp_path):
-    store = Store(tmp_path / STORE_FILE, DEFAULT)
+    store = AgentState(tmp_path / STORE_FILE, DEFAULT)
     store.save(announce_seq=9, nonces={"0123456789abcdef": format_time(NOW)})
-    again = Store(tmp_path / STORE_FILE, DEFAULT)
+    again = AgentState(tmp_path / STORE_FILE, DEFAULT)
     assert not again.rebuilt and again.data["announce_seq"] == 9 and "commands_after" not in again.data
     with TelemetryQueue(tmp_path / "t", 4, 4096) as queue:
         queue.ack(queue.append(lambda s: b"x"))
