@@ -162,10 +162,11 @@ def tflite_mutator(data: bytes, max_size: int, seed: int) -> bytes:
 # -- the seeds ---------------------------------------------------------------------------------------
 
 def seeds() -> list[bytes]:
-    """The TFLite tests' own models (``tests/support/tflite_models.py``: written by ``tflite_builder``,
-    checked against LiteRT in ``tests/integration/test_tflite.py``): a float CNN (fp16 weights too), batch
-    matmul and strided slices, the op zoo, an int8 per-channel CNN, int8 pad and pool, fused activations;
-    and a few one-op models more."""
+    """The TFLite tests' own models (``tests/support``: written by ``tflite_builder``, checked against
+    LiteRT): a float CNN (fp16 weights too), batch matmul and strided slices, the op zoo, an int8
+    per-channel CNN, int8 pad and pool, fused activations, a few one-op models more, and the builtin
+    kits' models (shape, integer, index and segment ops, recurrent cells and their variable states,
+    WHILE, the StableHLO ops, FAKE_QUANT), so every converter starts with an input that reaches it."""
     import sys
     from pathlib import Path
 
@@ -176,6 +177,10 @@ def seeds() -> list[bytes]:
         sys.path.insert(0, root)
     from tests.support import tflite_models as t
     from tests.support.tflite_builder import TfliteBuilder
+    from tests.support.tflite_builtins import builtin_models
+    from tests.support.tflite_more_builtins import more_models
+    from tests.support.tflite_rnn import rnn_models
+    from tests.support.tflite_stablehlo import stablehlo_models
 
     out = [t.cnn(), t.cnn(fp16_weights=True), t.matmul_slices(), t.op_zoo(), t.int8_cnn(), t.int8_pad_pool(),
            t.fused_activations()]
@@ -192,4 +197,5 @@ def seeds() -> list[bytes]:
     b.op("FULLY_CONNECTED", [tr, b.sparse_const("w", np.array([[1, 0], [0, 2], [3, 0]], np.float32))], [y],
          ("FullyConnectedOptions", {}))
     out.append(b.build([x], [y]))
+    out += [*builtin_models(), *more_models(), *rnn_models(), *stablehlo_models()]
     return [d for d in out if len(d) <= 16384]
