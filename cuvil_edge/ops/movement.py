@@ -1,12 +1,13 @@
 """Data movement: transpose, depth_to_space / space_to_depth, concat, slice, split, pad, expand, tile,
-gather, plus fold-only shape ops.
+gather, and the copy primitives they share (``copy_nd``, ``gather_nd``, ``fill``; ``strides_of`` and
+``gather_nd`` serve other families too).
 
 Run-time kernels move 32-bit elements by size (``x32-movement``), so one kernel serves f32 and i32;
 8-byte elements move as pairs of 32-bit words, 1- and 2-byte ones through the byte kernels (``x8_*``).
 Every op is reduced at build time to a strided N-d copy, a 2-D block transpose or a gather through
 per-dim offset tables, after merging dims that stay contiguous: most real transposes/slices end up
-rank 2 or 3. ``constant_of_shape`` and ``range`` exist only to fold shape chains and weight builders
-at import; they need build-time inputs and never run.
+rank 2 or 3. The fold-only shape ops (``constant_of_shape``, ``range``), which never run, are in
+``fold_only``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedOperator
-from ..ir import limits
 from ..ir.graph import Node, TensorType, Value
 from .attrs import INT, Attr, declare
 from .common import broadcast_shape, cint_list, split_rows
@@ -563,52 +563,3 @@ def _gather_emit(node: Node, ctx: EmitContext) -> str:
 
 
 register(OpDef("gather", _gather_infer, _gather_fold, _gather_emit, kernels=KERNELS))
-
-
-# -- fold-only: constant_of_shape, range ---------------------------------------------------------------
-def _fold_only(node: Node, ctx: EmitContext) -> str:
-    raise UnsupportedOperator(node.op, node.name, None, "it only folds at build time and has no kernel")
-
-
-def _cos_infer(node: Node) -> list[TensorType]:
-    v = node.inputs[0]
-    if not v.is_const:
-        raise ShapeError(f"{node.name}: the shape must be known at build time (it sets the output shape)")
-    if v.const.size > limits.MAX_RANK:  # before a tuple of millions of dimensions is made to refuse it
-        raise ShapeError(f"{node.name}: a shape of {v.const.size} dimensions, over the limit of "
-                         f"{limits.MAX_RANK}")
-    shape = tuple(int(d) for d in v.const.reshape(-1))
-    return [TensorType(shape, node.attrs["dtype"])]
-
-
-def _cos_fold(node: Node, args) -> list[np.ndarray]:
-    return [np.full(tuple(int(d) for d in args[0].reshape(-1)), node.attrs["value"], node.attrs["dtype"])]
-
-
-register(OpDef("constant_of_shape", _cos_infer, _cos_fold, _fold_only))
-
-
-def _range_len(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> int:
-    return max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
-
-
-def _range_infer(node: Node) -> list[TensorType]:
-    if not all(v.is_const for v in node.inputs):
-        raise ShapeError(f"{node.name}: range start/limit/delta must be known at build time")
-    if len(node.inputs) != 3 or any(v.const.size != 1 for v in node.inputs):
-        raise ShapeError(f"{node.name}: range start/limit/delta must be one value each")
-    start, limit, delta = (v.const.reshape(()) for v in node.inputs)
-    if float(delta) == 0 or not np.isfinite((float(limit) - float(start)) / float(delta)):
-        raise ShapeError(f"{node.name}: range({start}, {limit}, {delta}) has no finite length")
-    return [TensorType((_range_len(start, limit, delta),), str(start.dtype))]
-
-
-def _range_fold(node: Node, args) -> list[np.ndarray]:
-    start, limit, delta = (a.reshape(()) for a in args)
-    n = _range_len(start, limit, delta)
-    if start.dtype.kind in "iu":  # exact in one pass (a 100M-value Range took 22 s in four)
-        return [np.arange(int(start), int(start) + n * int(delta), int(delta), dtype=start.dtype)[:n]]
-    return [(start + np.arange(n) * delta).astype(start.dtype)]
-
-
-register(OpDef("range", _range_infer, _range_fold, _fold_only))

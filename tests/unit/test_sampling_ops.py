@@ -1,7 +1,7 @@
-"""Sampling and vision ops (``ops/sampling.py``): GridSample, AffineGrid, RoiAlign, Col2Im, DeformConv,
-MaxUnpool and ReverseSequence, each a small ONNX graph compiled, run in wasmtime and compared with
-onnxruntime; run-time shape and index inputs that do not fit trap, unsupported variants are refused at
-import naming the op and node."""
+"""Sampling and vision ops (``ops/sampling.py``, ``ops/rearrange.py``): GridSample, AffineGrid, RoiAlign,
+Col2Im, DeformConv, MaxUnpool and ReverseSequence, each a small ONNX graph compiled, run in wasmtime and
+compared with onnxruntime; run-time shape and index inputs that do not fit trap, unsupported variants are
+refused at import naming the op and node."""
 
 from __future__ import annotations
 

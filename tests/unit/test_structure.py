@@ -52,9 +52,6 @@ SERVING = ("cuvil_agent.serve", "cuvil_agent.http_api", "cuvil_agent.oip", "cuvi
 HEAVY = ("paho", "h11", "prometheus_client", "runtime_wasm.scheduler", "runtime_wasm.supervisor", "wasmtime")
 #: the longest a module may be (generated kernels and templates are C, not modules here)
 MAX_LINES = 600
-#: modules over ``MAX_LINES`` from before the limit, each one family of operators whose split is its own
-#: piece of work: the limit holds for everything else and these may only shrink
-LONG_MODULES = {"cuvil_edge.ops.movement": 614, "cuvil_edge.ops.sampling": 701}
 #: the folders whose files import the tests' helpers (``tests.support``)
 TEST_USERS = ("tests", "fuzz", "benchmarks")
 
@@ -449,10 +446,8 @@ def test_the_agent_alone_composes_the_update_path_and_serving():
 
 def test_no_module_is_too_long_to_read():
     lines = {m: path.read_text().count("\n") for m, path in modules().items()}
-    long = {m: n for m, n in lines.items() if n > max(MAX_LINES, LONG_MODULES.get(m, 0))}
+    long = {m: n for m, n in lines.items() if n > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them by concern): {long}"
-    stale = sorted(m for m in LONG_MODULES if lines.get(m, 0) <= MAX_LINES)
-    assert not stale, f"no longer over {MAX_LINES} lines: drop {stale} from LONG_MODULES"
 
 
 def _bare_test_modules() -> set[str]:

@@ -1,5 +1,5 @@
-"""Converters for the sampling and vision ops of ``ops/sampling.py``: GridSample, AffineGrid, RoiAlign,
-Col2Im, DeformConv, MaxUnpool and ReverseSequence, one IR node each.
+"""Converters for the sampling and vision ops of ``ops/sampling.py`` and ``ops/rearrange.py``: GridSample,
+AffineGrid, RoiAlign, Col2Im, DeformConv, MaxUnpool and ReverseSequence, one IR node each.
 
 A shape these ops take as an input (AffineGrid's size, Col2Im's image_shape, MaxUnpool's output_shape)
 sets the output's shape, so it must be known at build time: a constant, or a run-time input whose output
