@@ -74,6 +74,7 @@ TFLITE_CASES = {
     "if-branches-that-run-each-other": (UnsupportedOperator, "runs itself"),
     "int8-zero-point-minus-1664": (ModelFormatError, "zero points outside int8"),
     "max-pool-without-options": (UnsupportedOperator, "lack FilterHeight"),
+    "nms-output-of-an-unknown-type": (UnsupportedOperator, "output 0 is declared tflite_type_127"),
     "operator-without-outputs": (UnsupportedOperator, "no output"),
     "pad-with-one-width": (UnsupportedOperator, "paddings of shape (1,)"),
     "per-channel-scales-along-the-wrong-axis": (ModelFormatError, "3 scales along axis 1"),

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import UnsupportedOperator
-from ...ir.graph import Graph, QuantParams, Value
+from ...ir.graph import DTYPES, Graph, QuantParams, Value
 from ..registry import ConverterTable, IRBuilder
 from .layout import NCHW, Laid, Perm, compose, identity, inverse, is_reshape
 from .reader import TflModel, TflOperator, TflSubgraph
@@ -230,8 +230,13 @@ class TflContext(IRBuilder):
         return self.op.outputs[i]
 
     def output_dtype(self, i: int = 0) -> str:
-        """The TFLite type output i is declared with (an index or shape op's int32 or int64)."""
-        return self.sg.tensors[self.output_index(i)].dtype
+        """The TFLite type output i is declared with (an index or shape op's int32 or int64): one the IR
+        has, else the operator is refused naming it (a type code past the schema's reads as
+        ``tflite_type_<n>``)."""
+        dtype = self.sg.tensors[self.output_index(i)].dtype
+        if dtype not in DTYPES:
+            raise self.unsupported(f"output {i} is declared {dtype}")
+        return dtype
 
     def cast(self, v: Value, dtype: str, tag: str = "cast") -> Value:
         """``v`` as ``dtype``: no node when it already is (int64 indices in, int32 ones out)."""
