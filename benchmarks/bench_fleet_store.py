@@ -12,6 +12,12 @@ runs), or ``--postgres local`` for a throwaway server started here (fsync on).
 
     python benchmarks/bench_fleet_store.py
     python benchmarks/bench_fleet_store.py --sizes 1000,10000 --runs 5 --postgres local
+
+``--step`` measures the publisher instead: one rollout step (``Publisher.step``, no broker) on a line where
+1% of the devices reported a new status since the last step, with the JSON state file and with the store,
+at each size; the median of ``--runs`` steps (each after its own 1% of statuses, which are not timed).
+
+    python benchmarks/bench_fleet_store.py --step --sizes 1000,10000,50000 --runs 5
 """
 
 from __future__ import annotations
@@ -25,11 +31,16 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from cuvil_edge.fleet.publisher import Publisher, Rollout
 from cuvil_edge.fleet.store import DeviceFilter, FleetStore, open_store
 from cuvil_edge.fleet.store.schema import MIGRATIONS
+from ota import BrokerSettings
 
 WRITES = ("register", "update")  # the phases made of batches
-TABLES = ("announcements", "line_sequences", "rollout_outcomes", "rollouts", "device_lines", "devices",
+TABLES = ("device_buckets", "store_counters", "line_leases", "announcements", "line_sequences",
+          "rollout_outcomes", "rollouts", "device_lines", "devices",
           "fleet_meta", "schema_migrations")
 
 
@@ -73,6 +84,45 @@ def one_run(open_fresh: Callable[[], FleetStore], analyze: Callable[[], None], d
     return out
 
 
+def step_runs(work: Path, devices: int, runs: int, store: FleetStore | None) -> list[float]:
+    """Seconds of each of ``runs`` steps of a rollout to 100% of ``devices``, each after 1% of them (not
+    yet seen since the last step) reported the new release; the publisher's own bookkeeping only (its
+    MQTT client never connects: ``publish`` calls are dropped)."""
+    pub = Publisher(BrokerSettings(), "bench", [Ed25519PrivateKey.generate()], work / f"fleet-{devices}.json",
+                    store=store)
+    pub.mqtt.publish = lambda *_, **__: None  # type: ignore[method-assign]  # no broker: measure the bookkeeping
+    for status in statuses(devices, 1):
+        pub.ledger.add(status)
+    rollout = Rollout("cd" * 32, "bench", 2, "2", 1024, ["00" * 32], 1024, [100.0], 50.0, False)
+    pub.ledger.new_rollout()
+    pub._announce(rollout)
+    pub.step(3600)  # the first step reads the whole line once
+    changed, out = max(devices // 100, 1), []
+    fresh = list(statuses(devices, 2))
+    for run in range(runs):
+        for status in fresh[run * changed:(run + 1) * changed]:
+            pub.ledger.add(status)
+        if store is not None:
+            pub.ledger.flush()  # ingestion writes these as they arrive, not the step
+        out.append(timed(lambda: pub.step(3600)))
+    pub.close()
+    return out
+
+
+def step_table(work: Path, sizes: list[int], runs: int, pg_url: str | None) -> None:
+    print(f"one step, 1% of devices changed; median of {runs} steps (ms)")
+    print(f"{'devices':>8s} {'JSON file':>10s} {'SQLite':>10s}" + (f" {'PostgreSQL':>10s}" if pg_url else ""))
+    for n in sizes:
+        cells = [step_runs(work, n, runs, None)]
+        with open_store(work / f"step-{n}.db") as store:
+            cells.append(step_runs(work, n, runs, store))
+        if pg_url:
+            pg_run(pg_url, *(f"DROP TABLE IF EXISTS {table} CASCADE" for table in TABLES))
+            with open_store(pg_url) as store:
+                cells.append(step_runs(work, n, runs, store))
+        print(f"{n:8d} " + " ".join(f"{statistics.median(c) * 1e3:10.1f}" for c in cells), flush=True)
+
+
 def pg_run(url: str, *statements: str) -> None:
     import psycopg
 
@@ -87,6 +137,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500, help="statuses per apply_statuses call")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--postgres", metavar="URL|local", help="also run on PostgreSQL")
+    ap.add_argument("--step", action="store_true", help="time the publisher's rollout step instead")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     with ExitStack() as stack:
@@ -105,6 +156,9 @@ def main() -> None:
                 return open_store(url)
 
             backends["postgresql"] = (fresh_pg, lambda url=url: pg_run(url, "ANALYZE"))
+        if args.step:
+            step_table(work, sizes, args.runs, url if args.postgres else None)
+            return
         print(f"schema v{MIGRATIONS[-1].version}; batch {args.batch} statuses; median of {args.runs} runs")
         print(f"{'backend':10s} {'devices':>8s} {'phase':9s} {'total s':>9s} {'ms/batch':>9s} "
               f"{'us/device':>10s}")

@@ -22,7 +22,7 @@ from ota.config import BrokerSettings
 from ota.parse import parse_decimal
 from ota.protocol import TelemetryRecord
 
-from ..fleet.dashboard import Dashboard, FleetView
+from ..fleet.dashboard import Dashboard, FleetView, StoreView
 from ..fleet.publisher import FleetError, Publisher, Rollout, format_rollout, parse_percent, stages_for
 from ..fleet.telemetry import TelemetryCollector, format_record
 from .args import add_key_args, bounded
@@ -200,8 +200,17 @@ def cmd_fleet_telemetry(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet_dashboard(args: argparse.Namespace) -> int:
-    """Serve the fleet's live page until ``--duration-s`` or Ctrl-C."""
-    view = FleetView(_broker(args), args.fleet)
+    """Serve the fleet's live page until ``--duration-s`` or Ctrl-C: from the broker, or from a fleet store
+    (``--store``: the devices paged, the fleet counted in the database; no broker)."""
+    view: FleetView | StoreView
+    if args.store:
+        store = _open_store(args)
+        if (owner := store.fleet) not in (None, args.fleet):
+            store.close()
+            raise FleetError(f"{args.store} is fleet {owner!r}'s store, not {args.fleet!r}'s")
+        view = StoreView(store, args.fleet)
+    else:
+        view = FleetView(_broker(args), args.fleet)
     with Dashboard(view, args.host, args.port) as dash:
         view.start(args.connect_timeout_s)
         dash.start()
@@ -326,6 +335,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     db.add_argument("--host", default="127.0.0.1", help="address to serve on (default: this machine only)")
     db.add_argument("--port", type=bounded(int, 0, 65535), default=8088, help="0: any free port")
     db.add_argument("--duration-s", type=seconds, default=0.0, help="stop after this long (default: Ctrl-C)")
+    _store_arg(db, "serve the fleet from this fleet store, a page of devices at a time (no broker)")
     db.set_defaults(fn=cmd_fleet_dashboard)
     ms = fs.add_parser("migrate-state", help="move a publisher's JSON state file into a fleet store "
                        "(SQLite or PostgreSQL); running it again changes nothing")

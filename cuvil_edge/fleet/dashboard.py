@@ -8,6 +8,11 @@ health; every line's rollout with its stages, progress and halt reason; and late
 latest summaries. ``Dashboard`` serves that snapshot at ``/api/state`` and a static page
 (``dashboard.html`` beside it, plain DOM code, no framework) that polls it once a second.
 
+Given a fleet store (``--store``), ``StoreView`` answers instead, with no broker: each request reads one page
+of devices (``/api/state?after=CURSOR&limit=N``; ``after`` in the reply continues it) and counts the whole
+fleet by state and release in the database, and the page loads further pages on demand, so a request
+costs a page, not the fleet (issue 39).
+
 Why the standard library's HTTP server: the page is for an operator's machine (127.0.0.1 by default),
 answers two small GETs and holds no connection open, so it needs none of the request deadlines the
 device API (``cuvil_agent.http_api``) has to put on untrusted clients. What devices say is untrusted text: the
@@ -25,7 +30,8 @@ from datetime import datetime, timezone
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
 from ota.config import BrokerSettings, TransferLimits
 from ota.crypto import parse_json
@@ -34,13 +40,19 @@ from ota.protocol import TelemetryRecord, Topics, format_time, read_status
 from ota.transport import MqttClient
 
 from ..errors import CuvilError
-from .publisher import ROLLOUT_TYPE, line_status, rollout_topic, tool_client_id
+from .publisher import ROLLOUT_TYPE, Rollout, line_status, rollout_topic, tool_client_id
+from .store import FleetStoreError
 from .telemetry import TelemetryCollector
+
+if TYPE_CHECKING:
+    from .store import FleetStore
 
 log = logging.getLogger(__name__)
 UPDATING = frozenset({"downloading", "verifying", "installing", "self-test"})
 #: health words from best to worst: a multi-model device is as healthy as its worst line
 HEALTH = ("ok", "degraded", "updating", "failed", "offline")
+#: devices per page of a store's state (``?limit=`` asks for another number, up to the store's max_page)
+PAGE = 200
 
 
 class DashboardError(CuvilError):
@@ -94,6 +106,16 @@ def device_lines(status: Mapping[str, Any], summary: Mapping[str, Any] | None) -
             "p95_ms": max((m.get("latency_ms", {}).get("p95") for m in serving
                            if m.get("latency_ms", {}).get("p95") is not None), default=None)})
     return rows
+
+
+def device_entry(device: str, status: Mapping[str, Any], summary: Mapping[str, Any] | None,
+                 heard: str | None = None) -> dict[str, Any]:
+    """A device as the page lists it: its lines and, over them, its worst health; ``heard``: the time of its
+    latest telemetry record."""
+    lines = device_lines(status, summary)
+    return {"device": device, "state": status.get("state", "unknown"), "lines": lines,
+            "health": max((line["health"] for line in lines), key=HEALTH.index),
+            "seen": max(filter(None, (status.get("time"), heard)), default=None)}
 
 
 def release_latency(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -187,17 +209,50 @@ class FleetView:
             statuses = {d: dict(s) for d, s in self.statuses.items()}
             rollouts = {line: dict(r) for line, r in sorted(self.rollouts.items())}
             summaries, seen = dict(self.summaries), dict(self.heard)
-        devices = []
-        for d in sorted(statuses.keys() | summaries.keys()):
-            status = statuses.get(d, {})
-            lines = device_lines(status, summaries.get(d))
-            devices.append({
-                "device": d, "state": status.get("state", "unknown"), "lines": lines,
-                "health": max((line["health"] for line in lines), key=HEALTH.index),
-                "seen": max(filter(None, (status.get("time"), seen.get(d))), default=None)})
+        devices = [device_entry(d, statuses.get(d, {}), summaries.get(d), seen.get(d))
+                   for d in sorted(statuses.keys() | summaries.keys())]
         return {"fleet": self.topics.fleet, "time": format_time(datetime.now(timezone.utc)),
                 "connected": self.mqtt.connected, "devices": devices, "rollouts": rollouts,
                 "releases": release_latency(summaries)}
+
+
+class StoreView:
+    """The fleet as its store has it (``--store``; no broker): ``snapshot`` reads one page of devices and
+    counts the whole fleet in the database; each line's rollout with its outcomes counted there too. Latency
+    per release is over the page's devices (their last summaries). It owns (and closes) the store."""
+
+    def __init__(self, store: FleetStore, fleet: str, page: int = PAGE) -> None:
+        self.store, self.fleet, self.page = store, fleet, page  # page: devices when a request names no limit
+
+    def start(self, timeout_s: float = 15.0) -> StoreView:
+        return self
+
+    def close(self) -> None:
+        self.store.close()
+
+    def _rollout(self, line: str) -> dict[str, Any] | None:
+        """The line's rollout as the publisher tells it (``Rollout.summary``), from counts, not rows."""
+        row = self.store.current_rollout(line, outcomes=False)
+        if row is None:
+            return None
+        rollout = Rollout(**{**row.record, "outcomes": {}})
+        counts, failed = self.store.outcome_counts(row.id)
+        size = self.store.stage_size(line, rollout.bundle_sha256, rollout.select_below)
+        return {**rollout.summary(self.fleet, size), "outcomes": counts, "failed": failed}
+
+    def snapshot(self, after: str | None = None, limit: int | None = None) -> dict[str, Any]:
+        """One page of devices (``after``: the last page's ``after``; None in the reply: no more), the
+        fleet's ``total`` of devices, its counts by state and release (per release line a device follows),
+        and every line's rollout."""
+        page = self.store.query_fleet(limit or self.page, after)
+        counts = {f: {"unknown" if k is None else str(k): n for k, n in self.store.count_by(f).items()}
+                  for f in ("state", "release")}
+        rollouts = {line: r for line in sorted(self.store.count_by("line")) if (r := self._rollout(line))}
+        return {"fleet": self.fleet, "time": format_time(datetime.now(timezone.utc)), "connected": True,
+                "devices": [device_entry(r.device, r.status, r.telemetry) for r in page.rows],
+                "after": page.after, "counts": counts, "total": self.store.device_count(),
+                "rollouts": rollouts,
+                "releases": release_latency({r.device: r.telemetry for r in page.rows if r.telemetry})}
 
 
 def page() -> bytes:
@@ -208,14 +263,30 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def do_GET(self) -> None:  # noqa: N802 (the http.server name)
-        path = self.path.split("?", 1)[0]
-        if path == "/":
+        url = urlsplit(self.path)
+        if url.path == "/":
             self._reply(HTTPStatus.OK, self.server.page, "text/html; charset=utf-8")
-        elif path == "/api/state":
-            body = json.dumps(self.server.view.snapshot(), sort_keys=True).encode()
-            self._reply(HTTPStatus.OK, body, "application/json")
+        elif url.path == "/api/state":
+            self._state(parse_qs(url.query))
         else:
             self._reply(HTTPStatus.NOT_FOUND, b'{"error": "not found"}', "application/json")
+
+    def _state(self, query: dict[str, list[str]]) -> None:
+        """The snapshot; a store's paged by ``after`` and ``limit`` (a bad one: 400; the store down: 503)."""
+        view = self.server.view
+        try:
+            if isinstance(view, StoreView):
+                limit = query.get("limit", [str(view.page)])[-1]
+                state = view.snapshot(query.get("after", [None])[-1], int(limit) if limit.isdigit() else -1)
+            else:
+                state = view.snapshot()
+        except ValueError as exc:
+            return self._reply(HTTPStatus.BAD_REQUEST, json.dumps({"error": str(exc)}).encode(),
+                               "application/json")
+        except FleetStoreError as exc:
+            return self._reply(HTTPStatus.SERVICE_UNAVAILABLE, json.dumps({"error": str(exc)}).encode(),
+                               "application/json")
+        self._reply(HTTPStatus.OK, json.dumps(state, sort_keys=True).encode(), "application/json")
 
     def _reply(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
         self.send_response(status)
@@ -234,15 +305,16 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], view: FleetView) -> None:
+    def __init__(self, address: tuple[str, int], view: FleetView | StoreView) -> None:
         super().__init__(address, _Handler)
         self.view, self.page = view, page()
 
 
 class Dashboard:
-    """The page and its JSON on ``host:port`` (port 0: any free one), fed by a ``FleetView``."""
+    """The page and its JSON on ``host:port`` (port 0: any free one), fed by a ``FleetView`` (the broker)
+    or a ``StoreView`` (a fleet store, paged)."""
 
-    def __init__(self, view: FleetView, host: str = "127.0.0.1", port: int = 8088) -> None:
+    def __init__(self, view: FleetView | StoreView, host: str = "127.0.0.1", port: int = 8088) -> None:
         self.view = view
         try:
             self._server = _Server((host, port), view)

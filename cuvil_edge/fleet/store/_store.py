@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from ota.errors import FormatError
 from ota.metadata import parse_time
-from ota.protocol import TelemetryRecord
+from ota.protocol import TelemetryRecord, bucket
 
 from ..lines import line_status
 from .errors import SchemaMismatch, StoreConflict
@@ -87,6 +87,8 @@ class DeviceRow:
     received: float  # when the store got it (Unix time)
     status: dict[str, Any]
     telemetry: dict[str, Any] | None
+    #: the number of the batch of statuses that last wrote this row (``query_changes``)
+    changed: int = 0
 
 
 @dataclass(frozen=True)
@@ -172,22 +174,25 @@ def status_lines(status: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {name: view for name, view in views if view is not None}
 
 
-def _cursor_text(row: DeviceRow) -> str:
-    return _json([row.device, row.line])
-
-
-def _read_cursor(after: str) -> tuple[str, str]:
+def _read_key(after: str, what: str, first: type = str) -> tuple[Any, str]:
+    """A ``what`` page cursor: [key, text] (query_devices: [device, line]; the others: [number, device])."""
     try:
-        device, line = json.loads(after)
+        key, text = json.loads(after)
     except (ValueError, TypeError):
-        raise ValueError(f"not a query_devices page cursor: {after!r:.80}") from None
-    if not isinstance(device, str) or not isinstance(line, str):
-        raise ValueError(f"not a query_devices page cursor: {after!r:.80}")
-    return device, line
+        raise ValueError(f"not a {what} page cursor: {after!r:.80}") from None
+    if not isinstance(key, first) or isinstance(key, bool) or not isinstance(text, str):
+        raise ValueError(f"not a {what} page cursor: {after!r:.80}")
+    return key, text
+
+
+def _device_rows(found: Iterable[Sequence[Any]]) -> list[DeviceRow]:
+    return [DeviceRow(*r[:10], json.loads(r[10]), json.loads(r[11]) if r[11] else None, int(r[12]))
+            for r in found]
 
 
 _DEVICE_COLUMNS = ("l.device, l.line, l.state, l.release, l.target_release, d.device_class, d.grp, "
-                   "d.hardware_id, d.status_time, d.received, d.status, d.telemetry")
+                   "d.hardware_id, d.status_time, d.received, d.status, d.telemetry, l.changed")
+_JOIN = "FROM device_lines l JOIN devices d ON d.device = l.device"
 _UPSERT_DEVICE = (
     "INSERT INTO devices (device, hardware_id, device_class, status_time, received, status, lines) "
     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (device) DO UPDATE SET hardware_id = excluded.hardware_id, "
@@ -195,10 +200,16 @@ _UPSERT_DEVICE = (
     "received = excluded.received, status = excluded.status, lines = excluded.lines "
     "WHERE devices.status_time IS NULL OR excluded.status_time IS NULL "
     "OR devices.status_time <= excluded.status_time")
-_UPSERT_LINE = ("INSERT INTO device_lines (line, device, state, release, target_release, bundle, error) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (line, device) DO UPDATE "
+_UPSERT_LINE = ("INSERT INTO device_lines (line, device, state, release, target_release, bundle, error, "
+                "changed) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (line, device) DO UPDATE "
                 "SET state = excluded.state, release = excluded.release, "
-                "target_release = excluded.target_release, bundle = excluded.bundle, error = excluded.error")
+                "target_release = excluded.target_release, bundle = excluded.bundle, error = excluded.error, "
+                "changed = excluded.changed")
+_UPSERT_BUCKET = ("INSERT INTO device_buckets (line, bundle_sha256, device, bucket, targeted) "
+                  "VALUES (?, ?, ?, ?, ?) ON CONFLICT (line, bundle_sha256, device) "
+                  "DO UPDATE SET targeted = excluded.targeted")
+#: the stage of a bundle on a line: targeted devices below a bucket bound (device_buckets_stage's range)
+_STAGE = "b.line = ? AND b.bundle_sha256 = ? AND b.targeted = 1 AND b.bucket < ?"
 _UPSERT_OUTCOME = ("INSERT INTO rollout_outcomes (rollout_id, device, outcome, updated) VALUES (?, ?, ?, ?) "
                    "ON CONFLICT (rollout_id, device) DO UPDATE SET outcome = excluded.outcome, "
                    "updated = excluded.updated")
@@ -317,6 +328,11 @@ class FleetStore:
     def _apply(self, items: Sequence[tuple[str, tuple[str | None, Mapping[str, Any]]]]) -> int:
         now = time.time()
         with self._tx(write=True) as cur:
+            # this batch's number, its row locked to the commit: batches commit in number order, so a reader
+            # that has seen number n has seen every row written with n or less
+            cur.execute("INSERT INTO store_counters (name, value) VALUES ('changes', 1) ON CONFLICT (name) "
+                        "DO UPDATE SET value = store_counters.value + 1 RETURNING value")
+            change = int(cur.fetchone()[0])
             stored = self._stored(cur, [device for device, _ in items])
             fresh = [(d, when, s) for d, (when, s) in items if _not_older(when, stored.get(d, (None,))[0])]
             lines = {d: status_lines(s) for d, _, s in fresh}
@@ -329,7 +345,7 @@ class FleetStore:
                             [(d,) for d in lines if d in stored and stored[d][1] != names[d]])
             cur.executemany(_UPSERT_LINE, [
                 (line, d, v.get("state"), v.get("release"), v.get("target_release"), v.get("bundle"),
-                 v.get("error")) for d, views in lines.items() for line, v in views.items()])
+                 v.get("error"), change) for d, views in lines.items() for line, v in views.items()])
         return len(fresh)
 
     def _stored(self, cur: Cursor, devices: Sequence[str]) -> dict[str, tuple[str | None, str]]:
@@ -382,11 +398,9 @@ class FleetStore:
         """Device rows matching ``filters`` in (device, line) order, at most ``limit`` of them, after the
         page whose ``Page.after`` is ``after``. Keyset paging: rows inserted or changed between pages
         neither repeat nor shift a row off a page; each row is visited at most once."""
-        if not 0 < limit <= self.config.max_page:
-            raise ValueError(f"limit must be within 1..{self.config.max_page}, got {limit}")
         clauses, params = self._where(filters)
         if after is not None:
-            device, line = _read_cursor(after)
+            device, line = _read_key(after, "query_devices")
             if filters.line is None:  # a row value: both databases seek to it in the (device, line) index
                 clauses.append("(l.device, l.line) > (?, ?)")
                 params += [device, line]
@@ -398,12 +412,75 @@ class FleetStore:
             clauses.append("d.device >= ?")
             params.append(device)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        return self._page(f"{_JOIN}{where} ORDER BY l.device, l.line", params, limit,
+                          lambda r: [r.device, r.line])
+
+    def query_fleet(self, limit: int = 100, after: str | None = None) -> Page:
+        """Each device once (the row of its first line; its status names the others), in device order, paged
+        as ``query_devices``: a device with several lines never straddles two pages."""
+        seek, params = ("l.device > ?", [_read_key(after, "query_fleet")[0]]) if after else ("1 = 1", [])
+        return self._page(f"{_JOIN} WHERE l.line = (SELECT MIN(m.line) FROM device_lines m WHERE m.device = "
+                          f"l.device) AND {seek} ORDER BY l.device", params, limit,
+                          lambda r: [r.device, r.line])
+
+    def _page(self, tail: str, params: list[Any], limit: int, key: Callable[[DeviceRow], list[Any]]) -> Page:
+        """The rows of ``SELECT <device columns> <tail>``, ``limit`` of them; ``key``: a row's page cursor."""
+        if not 0 < limit <= self.config.max_page:
+            raise ValueError(f"limit must be within 1..{self.config.max_page}, got {limit}")
         with self._tx(write=False) as cur:
-            cur.execute(f"SELECT {_DEVICE_COLUMNS} FROM device_lines l JOIN devices d ON d.device = l.device"
-                        f"{where} ORDER BY l.device, l.line LIMIT ?", [*params, limit])
-            rows = [DeviceRow(*r[:10], json.loads(r[10]), json.loads(r[11]) if r[11] else None)
-                    for r in cur.fetchall()]
-        return Page(rows, _cursor_text(rows[-1]) if len(rows) == limit else None)
+            cur.execute(f"SELECT {_DEVICE_COLUMNS} {tail} LIMIT ?", [*params, limit])
+            rows = _device_rows(cur.fetchall())
+        return Page(rows, _json(key(rows[-1])) if len(rows) == limit else None)
+
+    def query_changes(self, line: str, since: int, limit: int = 100, after: str | None = None) -> Page:
+        """The line's rows written by a batch numbered above ``since`` (``DeviceRow.changed``), in (changed,
+        device) order, paged as ``query_devices``: a rollout step reads what changed, not the line."""
+        seek, params = "l.changed > ?", [line, since]
+        if after is not None:
+            seek, params = "(l.changed, l.device) > (?, ?)", [line, *_read_key(after, "query_changes", int)]
+        return self._page(f"{_JOIN} WHERE l.line = ? AND {seek} ORDER BY l.changed, l.device", params, limit,
+                          lambda r: [r.changed, r.device])
+
+    # -- rollout stages -------------------------------------------------------------------------
+    def place_buckets(self, line: str, bundle_sha256: str, placed: Iterable[tuple[str, int, bool]],
+                      fresh: bool = False) -> None:
+        """Record (device, bucket, targeted) of ``line``'s devices for a bundle; ``fresh``: forget others'."""
+        with self._tx(write=True) as cur:
+            if fresh:
+                cur.execute("DELETE FROM device_buckets WHERE line = ? AND bundle_sha256 <> ?",
+                            (line, bundle_sha256))
+            cur.executemany(_UPSERT_BUCKET, [(line, bundle_sha256, d, b, int(t)) for d, b, t in placed])
+
+    def stage_size(self, line: str, bundle_sha256: str, below: int) -> int:
+        """How many placed devices the bundle targets with a bucket under ``below``: counted in the index."""
+        with self._tx(write=False) as cur:
+            cur.execute(f"SELECT COUNT(*) FROM device_buckets b WHERE {_STAGE}", (line, bundle_sha256, below))
+            return int(cur.fetchone()[0])
+
+    def nth_bucket(self, line: str, bundle_sha256: str, n: int) -> int | None:
+        """The ``n``-th smallest bucket (from 0) of the devices the bundle targets, None past the last."""
+        with self._tx(write=False) as cur:
+            cur.execute("SELECT bucket FROM device_buckets b WHERE b.line = ? AND b.bundle_sha256 = ? AND "
+                        "b.targeted = 1 ORDER BY b.bucket LIMIT 1 OFFSET ?", (line, bundle_sha256, n))
+            row = cur.fetchone()
+        return int(row[0]) if row else None
+
+    def query_stage(self, line: str, bundle_sha256: str, low: int, below: int, limit: int = 100,
+                    after: str | None = None) -> Page:
+        """Rows of the line's devices the bundle targets with a bucket in [low, below), in bucket order."""
+        seek, params = "b.bucket >= ?", [low]
+        if after is not None:
+            seek, params = "(b.bucket, b.device) > (?, ?)", list(_read_key(after, "query_stage", int))
+        return self._page("FROM device_buckets b JOIN device_lines l ON l.line = b.line AND "
+                          f"l.device = b.device JOIN devices d ON d.device = b.device WHERE {_STAGE} "
+                          f"AND {seek} ORDER BY b.bucket, b.device", [line, bundle_sha256, below, *params],
+                          limit, lambda r: [bucket(bundle_sha256, r.device), r.device])
+
+    def device_count(self) -> int:
+        """How many devices the registry holds (``count_by`` counts a device once per line it follows)."""
+        with self._tx(write=False) as cur:
+            cur.execute("SELECT COUNT(*) FROM devices")
+            return int(cur.fetchone()[0])
 
     def count_by(self, field_name: str, filters: DeviceFilter = DeviceFilter()) -> dict[Any, int]:
         """How many device rows matching ``filters`` have each value of ``field_name`` (a DeviceFilter
@@ -441,15 +518,26 @@ class FleetStore:
                                               for d, o in (outcomes or {}).items()])
         return int(row[0])
 
-    def current_rollout(self, line: str) -> RolloutRow | None:
-        """The line's latest rollout with every device's outcome, or None before the first."""
+    def current_rollout(self, line: str, outcomes: bool = True) -> RolloutRow | None:
+        """The line's latest rollout with every device's outcome (``outcomes``), or None before the first."""
         with self._tx(write=False) as cur:
             cur.execute("SELECT id, record FROM rollouts WHERE line = ? ORDER BY id DESC LIMIT 1", (line,))
             row = cur.fetchone()
             if row is None:
                 return None
-            cur.execute("SELECT device, outcome FROM rollout_outcomes WHERE rollout_id = ?", (row[0],))
+            cur.execute("SELECT device, outcome FROM rollout_outcomes WHERE rollout_id = ?" +
+                        ("" if outcomes else " AND 1 = 0"), (row[0],))
             return RolloutRow(int(row[0]), line, json.loads(row[1]), dict(cur.fetchall()))
+
+    def outcome_counts(self, rollout_id: int, named: int = 100) -> tuple[dict[str, int], list[str]]:
+        """Devices per outcome of a rollout, and the first ``named`` that failed or timed out."""
+        with self._tx(write=False) as cur:
+            cur.execute("SELECT outcome, COUNT(*) FROM rollout_outcomes WHERE rollout_id = ? "
+                        "GROUP BY outcome", (rollout_id,))
+            counts = dict(cur.fetchall())
+            cur.execute("SELECT device FROM rollout_outcomes WHERE rollout_id = ? AND outcome IN "
+                        "('failed', 'timeout') ORDER BY device LIMIT ?", (rollout_id, named))
+            return counts, [r[0] for r in cur.fetchall()]
 
     # -- announcements --------------------------------------------------------------------------
     def announce(self, line: str, rollout_id: int | None, sign: Callable[[int], bytes],

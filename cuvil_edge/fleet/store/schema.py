@@ -62,6 +62,19 @@ MIGRATIONS: tuple[Migration, ...] = (
         # taken over by a standby once it has run out
         "CREATE TABLE line_leases (line TEXT PRIMARY KEY, holder TEXT NOT NULL, expires {real} NOT NULL)",
     )),
+    Migration(3, "rollout steps that read only what changed", (
+        # the batch of statuses that last wrote the row (store_counters 'changes', taken in that batch's
+        # transaction and held to its commit): a step reads the rows past the last number it read
+        "ALTER TABLE device_lines ADD COLUMN changed BIGINT NOT NULL DEFAULT 0",
+        "CREATE INDEX device_lines_changed ON device_lines (line, changed, device)",
+        "CREATE TABLE store_counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+        # each device's rollout bucket for a bundle (ota.protocol.bucket) and whether the bundle targets it
+        # (1/0), written as the line's changed rows are read: a stage is a range of this index
+        """CREATE TABLE device_buckets (
+            line TEXT NOT NULL, bundle_sha256 TEXT NOT NULL, device TEXT NOT NULL, bucket BIGINT NOT NULL,
+            targeted INTEGER NOT NULL, PRIMARY KEY (line, bundle_sha256, device))""",
+        "CREATE INDEX device_buckets_stage ON device_buckets (line, bundle_sha256, targeted, bucket, device)",
+    )),
 )
 LATEST = MIGRATIONS[-1].version
 MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations "
