@@ -73,6 +73,7 @@ TFLITE_CASES = {
     "fully-connected-weights-3d": (UnsupportedOperator, "not 2D"),
     "if-branches-that-run-each-other": (UnsupportedOperator, "runs itself"),
     "int8-zero-point-minus-1664": (ModelFormatError, "zero points outside int8"),
+    "matrix-set-diag-of-a-scalar": (UnsupportedOperator, "at least rank 2"),
     "max-pool-without-options": (UnsupportedOperator, "lack FilterHeight"),
     "nms-output-of-an-unknown-type": (UnsupportedOperator, "output 0 is declared tflite_type_127"),
     "operator-without-outputs": (UnsupportedOperator, "no output"),

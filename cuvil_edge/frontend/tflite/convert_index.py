@@ -208,6 +208,8 @@ def _diagonal(ctx: TflContext, rows: int, cols: int) -> Value:
 def matrix_diag(ctx: TflContext) -> None:
     """[..., N] -> [..., N, N] with the values on the diagonal and zeros elsewhere."""
     d = ctx.input(0)
+    if not d.type.shape:
+        raise ctx.unsupported("a scalar diagonal (at least rank 1)")
     n = d.type.shape[-1]
     row = ctx.emit1("reshape", [d], {"shape": [*d.type.shape[:-1], 1, n]}, f"{ctx.name}/row")
     zero = ctx.constant(np.zeros((), d.type.dtype), "zero")
@@ -218,6 +220,8 @@ def matrix_diag(ctx: TflContext) -> None:
 def matrix_set_diag(ctx: TflContext) -> None:
     """Inputs [..., M, N] and its new main diagonal [..., min(M, N)]."""
     x, d = ctx.input(0), ctx.input(1)
+    if len(x.type.shape) < 2 or not d.type.shape:
+        raise ctx.unsupported(f"matrices of shape {x.type.shape} (at least rank 2), diagonal {d.type.shape}")
     m, n = x.type.shape[-2:]
     k = d.type.shape[-1]
     if k != min(m, n) or d.type.shape[:-1] != x.type.shape[:-2]:
