@@ -35,6 +35,10 @@ SUBSAMPLE_MIN_PIXELS = 400  # fp32 strided 1x1 convs subsample from this many ou
 WINOGRAD_FLOATS = 2 * SCRATCH_FLOATS  # 1 MiB of transformed inputs and products per chunk of tile rows
 #: F(2x2, 3x3) weight transform G (the filter's 3 taps -> 4 transform positions per axis)
 WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+#: F(4x4, 3x3) weight transform (Lavin & Gray, points 0, +-1, +-2, infinity): every fraction of the
+#: algorithm lies here, so the kernel's input and output transforms multiply by 2, 4 and 8 only (exact)
+WINOGRAD4_G = np.array([[1 / 4, 0.0, 0.0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                        [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0.0, 0.0, 1.0]])
 #: F(2, 2) weight transform (2 taps -> 3 positions), applied per polyphase component of a stride-2 3x3
 WINOGRAD_S2_G = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
 #: polyphase components (even/odd rows, then columns) summed at each F(2, 2) position xi = 3i + j, in the
@@ -165,6 +169,16 @@ def uses_winograd(g: dict[str, int]) -> bool:
             and (g["D"], g["kd"], g["pd"], g["OD"]) == (1, 1, 0, 1) and g["C"] >= 16 and g["M"] >= 16)
 
 
+def uses_winograd_f4(g: dict[str, int]) -> bool:
+    """F(4x4, 3x3) instead of F(2x2, 3x3) (36 multiplies per 4x4 outputs instead of 64) where it pays: at
+    most 128 x 128 channels, as its transformed weights (36 C M floats, 2.25 MiB there) stream again for
+    every chunk of tile rows, and outputs at least 28 pixels each way, as a quad of 4x4 tiles spans 16
+    columns (20 output columns compute 32) and its transforms cost per computed tile. Measured, 1 thread,
+    per layer against F(2x2): 1.2-1.35x at 16-64 channels on 40x40-80x80, 1.6x at 128 on 28x28; 0.97-1.1x
+    on 20x20, 0.67-0.8x on 10x10; 0.74x at 256 x 256 (14x14), 0.42x at 512 x 512 (7x7)."""
+    return (uses_winograd(g) and g["C"] * g["M"] <= 128 * 128 and min(g["OH"], g["OW"]) >= 28)
+
+
 def uses_winograd_s2(g: dict[str, int]) -> bool:
     """3x3, stride 2, dilation 1, one group, 2D, at least 16 input and 16 output channels and 144 output
     pixels: the four polyphase stride-1 sub-convolutions (2x2, 2x1, 1x2, 1x1 taps) as F(2x2, 2x2) take 25
@@ -177,32 +191,45 @@ def uses_winograd_s2(g: dict[str, int]) -> bool:
             and g["OH"] * g["OW"] >= 144)
 
 
-def winograd_tiling(g: dict[str, int]) -> tuple[int, int]:
-    """Tiles per tile row (rounded up to the transforms' quads of 4) and tile rows per chunk (as many
-    as fit ``WINOGRAD_FLOATS``: per tile, the transformed inputs (C per position) and products (M per
-    position) of the 16 positions, or 25 and 9 for stride 2; at least one)."""
-    twp = -(-((g["OW"] + 1) // 2) // 4) * 4
-    per_tile = 16 * (g["C"] + g["M"]) if g["sh"] == 1 else 25 * g["C"] + 9 * g["M"]
+def winograd_tiling(g: dict[str, int], tile: int = 2) -> tuple[int, int]:
+    """Tiles (of tile x tile outputs) per tile row, rounded up to the transforms' quads of 4, and tile
+    rows per chunk (as many as fit ``WINOGRAD_FLOATS``: per tile, the transformed inputs (C per
+    position) and products (M per position) of the (tile + 2)^2 positions, or 25 and 9 for stride 2;
+    at least one)."""
+    tiles = -(-g["OW"] // tile)
+    twp = -(-tiles // 4) * 4
+    per_tile = (tile + 2) ** 2 * (g["C"] + g["M"]) if g["sh"] == 1 else 25 * g["C"] + 9 * g["M"]
     rows = max(1, WINOGRAD_FLOATS // (per_tile * twp))
-    return twp, min(rows, (g["OH"] + 1) // 2)
+    return twp, min(rows, -(-g["OH"] // tile))
 
 
-def _winograd_scratch_floats(g: dict[str, int]) -> int:
+def _winograd_scratch_floats(g: dict[str, int], tile: int) -> int:
     """B operands (C rows per position and phase, whole panels), products (M x tiles per position),
-    bordered input rows (4 of 2 * twp + 4 floats; stride 2: 5 of 4 * twp + 4)."""
-    twp, rows = winograd_tiling(g)
+    bordered input rows (tile + 2 of tile * twp + 4 floats; stride 2: 5 of 4 * twp + 4)."""
+    twp, rows = winograd_tiling(g, tile)
     npad = -(-twp * rows // 8) * 8
     if g["sh"] == 1:
-        return 16 * g["C"] * npad + 16 * g["M"] * twp * rows + 4 * (2 * twp + 4)
+        a = tile + 2
+        return a * a * (g["C"] * npad + g["M"] * twp * rows) + a * (tile * twp + 4)
     return 25 * g["C"] * npad + 9 * g["M"] * twp * rows + 5 * (4 * twp + 4)
 
 
-def winograd_weights(w: np.ndarray) -> np.ndarray:
-    """[M, C, 3, 3] -> U = G g G^T as 16 GEMM A operands ([16][ceil(M/4)][C][4], position xi = 4i + j),
-    computed in float64."""
-    u = np.einsum("ik,mckl,jl->ijmc", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G)
+def _winograd_weights(w: np.ndarray, gm: np.ndarray) -> np.ndarray:
+    """[M, C, 3, 3] -> U = G g G^T as a GEMM A operand per position ([a^2][ceil(M/4)][C][4], position
+    xi = a i + j for G's a rows), computed in float64."""
+    u = np.einsum("ik,mckl,jl->ijmc", gm, w.astype(np.float64), gm)
     return np.concatenate([pack_a_panels(u[i, j].astype(np.float32)).reshape(-1)
-                           for i in range(4) for j in range(4)])
+                           for i in range(len(gm)) for j in range(len(gm))])
+
+
+def winograd_weights(w: np.ndarray) -> np.ndarray:
+    """F(2x2, 3x3): 16 positions."""
+    return _winograd_weights(w, WINOGRAD_G)
+
+
+def winograd4_weights(w: np.ndarray) -> np.ndarray:
+    """F(4x4, 3x3): 36 positions."""
+    return _winograd_weights(w, WINOGRAD4_G)
 
 
 def winograd_s2_weights(w: np.ndarray) -> np.ndarray:
@@ -218,11 +245,14 @@ def winograd_s2_weights(w: np.ndarray) -> np.ndarray:
 
 
 
-#: (predicate, kernel name, C function, weight transform) of the Winograd kernels, in order of preference
+#: (predicate, kernel name, C function, weight transform, output tile) of the Winograd kernels, in order
+#: of preference
 WINOGRAD_KERNELS = (
-    (uses_winograd, "f32-conv-winograd-f2x2-4x8", "f32_conv2d_winograd", winograd_weights),
-    (uses_winograd_s2, "f32-conv-winograd-s2-f2x2-4x8", "f32_conv2d_winograd_s2", winograd_s2_weights),
+    (uses_winograd_f4, "f32-conv-winograd-f4x4-4x8", "f32_conv2d_winograd4", winograd4_weights, 4),
+    (uses_winograd, "f32-conv-winograd-f2x2-4x8", "f32_conv2d_winograd", winograd_weights, 2),
+    (uses_winograd_s2, "f32-conv-winograd-s2-f2x2-4x8", "f32_conv2d_winograd_s2", winograd_s2_weights, 2),
 )
+
 
 def _direct_scratch_floats(g: dict[str, int]) -> int:
     """Tap offsets (K ints, rounded to a vector), then the padded copy when there is padding."""
@@ -263,8 +293,9 @@ def _scratch(node: Node) -> int:
         return 0
     if uses_subsample_1x1(g):  # one image's subsampled planes
         return g["C"] * g["OH"] * g["OW"] * 4
-    if any(uses(g) for uses, *_ in WINOGRAD_KERNELS):
-        return _winograd_scratch_floats(g) * 4
+    for uses, *_, tile in WINOGRAD_KERNELS:
+        if uses(g):
+            return _winograd_scratch_floats(g, tile) * 4
     if uses_direct(g):
         return _direct_scratch_floats(g) * 4
     k = g["C"] // g["G"] * g["kd"] * g["kh"] * g["kw"]
@@ -291,10 +322,10 @@ def _emit(node: Node, ctx: EmitContext) -> str:
         return (f"f32_dwconv_{dwconv_variant(g)}({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, "
                 f"{wf}, {bias}, {ctx.ptr(y)}, {g['OH']}, {g['OW']}, {g['kh']}, {g['kw']}, {g['sh']}, "
                 f"{g['sw']}, {g['dh']}, {g['dw']}, {g['pt']}, {g['pl']}, {act_c(node)}, tid, nt);")
-    for uses, kernel, fn, transform in WINOGRAD_KERNELS:
+    for uses, kernel, fn, transform, tile in WINOGRAD_KERNELS:
         if uses(g):
             ctx.use_kernel(kernel)
-            twp, rows = winograd_tiling(g)
+            twp, rows = winograd_tiling(g, tile)
             u = ctx.weight(transform(w.const))
             return (f"{fn}({ctx.ptr(x)}, {g['N']}, {g['C']}, {g['H']}, {g['W']}, {u}, {bias}, {ctx.ptr(y)}, "
                     f"{g['M']}, {g['OH']}, {g['OW']}, {g['pt']}, {g['pl']}, {twp}, {rows}, "

@@ -102,6 +102,7 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("f32-conv-im2col-gemm-4x8", "f32-conv", ("f32_conv2d",)),
     Kernel("f32-conv-direct-4x8", "f32-conv", ("f32_conv2d_direct",)),
     Kernel("f32-conv-winograd-f2x2-4x8", "f32-conv", ("f32_conv2d_winograd",)),
+    Kernel("f32-conv-winograd-f4x4-4x8", "f32-conv", ("f32_conv2d_winograd4",)),
     Kernel("f32-conv-winograd-s2-f2x2-4x8", "f32-conv", ("f32_conv2d_winograd_s2",)),
     Kernel("f32-conv3d-im2col-gemm-4x8", "f32-conv", ("f32_conv3d",)),
     Kernel("f32-dwconv-{filter}", "f32-dwconv",

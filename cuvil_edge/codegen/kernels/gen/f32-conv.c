@@ -320,6 +320,23 @@ KERNEL void f32_conv2d_direct(const float* x, int N, int C, int H, int W, const 
  * in quads along a tile row (10 input columns in, 8 output columns out), so both transforms are
  * vector ops across 4 tiles with no gathers. */
 
+/* Rows iy0 .. iy0 + nr - 1 of one channel plane into zero-bordered rows of wr floats (pl zeros on the
+ * left; rows outside the plane all zeros): the Winograd input transforms then read every patch, padding
+ * and the odd last row or column included, with no branches. */
+INLINE void f32_bordered_rows(const float* xc, int H, int W, int iy0, int nr, int pl, int wr, float* rows) {
+  for (int r = 0; r < nr; r++) {
+    const int iy = iy0 + r;
+    float* row = rows + r * wr;
+    if (iy < 0 || iy >= H) {
+      fill_f32(row, 0.0f, wr);
+      continue;
+    }
+    fill_f32(row, 0.0f, pl);
+    copy_f32(row + pl, xc + (size_t)iy * W, W);
+    fill_f32(row + pl + W, 0.0f, wr - pl - W);
+  }
+}
+
 /* Input transform of tile rows [ty0, ty1): tile t of the chunk (twp tiles per tile row, a multiple of
  * 4) lands in panel t/8, lane t%8 of operand xi at bp + xi * bstride. The 4 input rows of a tile row
  * are first copied per channel into zero-bordered rows of wr floats (padding and the odd last row or
@@ -328,18 +345,7 @@ KERNEL void f32_winograd_input(const float* x, int C, int c0, int c1, int H, int
                                int ty1, int twp, int wr, float* rows, float* bp, int bstride) {
   for (int ty = ty0; ty < ty1; ty++) {
     for (int c = c0; c < c1; c++) {
-      const float* xc = x + (size_t)c * H * W;
-      for (int r = 0; r < 4; r++) {
-        const int iy = 2 * ty - pt + r;
-        float* row = rows + r * wr;
-        if (iy < 0 || iy >= H) {
-          fill_f32(row, 0.0f, wr);
-          continue;
-        }
-        fill_f32(row, 0.0f, pl);
-        copy_f32(row + pl, xc + (size_t)iy * W, W);
-        fill_f32(row + pl + W, 0.0f, wr - pl - W);
-      }
+      f32_bordered_rows(x + (size_t)c * H * W, H, W, 2 * ty - pt, 4, pl, wr, rows);
       for (int q = 0; q < twp; q += 4) {
         const int t = (ty - ty0) * twp + q;
         float* dst = bp + (size_t)(t / 8) * C * 8 + (size_t)c * 8 + t % 8;
@@ -492,6 +498,305 @@ KERNEL void f32_conv2d_winograd(const float* x, int N, int C, int H, int W, cons
   }
 }
 
+/* Winograd F(4x4, 3x3) for the same convolutions: a 4x4 block of output pixels costs 36 multiplies per
+ * channel pair instead of 144 (4x fewer; F(2x2, 3x3): 2.25x), over 6x6 input patches 4 apart, so 36 GEMMs
+ * per chunk. Lavin & Gray's matrices for the points 0, +-1, +-2 and infinity, scaled so that every
+ * fraction (1/4, 1/6, 1/12, 1/24) lies in G, whose product U = G g G^T is computed in float64 at build
+ * time: the input (B^T) and output (A^T) transforms multiply only by 2, 4 and 8, exact in float32, so a
+ * fused or unfused multiply-add gives the same bits and the simd128 module stays bit-identical on every
+ * host. Layout and threading as f32_conv2d_winograd: quads of tiles along a tile row are vectors (18
+ * input columns in, 16 output columns out), position xi = 6i + j. */
+
+/* In place: the 4x4 transpose (lane t of v[k] becomes lane k of v[t]). */
+INLINE void f32_transpose4(v128_t* v) {
+  const v128_t lo01 = wasm_i32x4_shuffle(v[0], v[1], 0, 4, 1, 5), lo23 = wasm_i32x4_shuffle(v[2], v[3], 0, 4, 1, 5);
+  const v128_t hi01 = wasm_i32x4_shuffle(v[0], v[1], 2, 6, 3, 7), hi23 = wasm_i32x4_shuffle(v[2], v[3], 2, 6, 3, 7);
+  v[0] = wasm_i32x4_shuffle(lo01, lo23, 0, 1, 4, 5); v[1] = wasm_i32x4_shuffle(lo01, lo23, 2, 3, 6, 7);
+  v[2] = wasm_i32x4_shuffle(hi01, hi23, 0, 1, 4, 5); v[3] = wasm_i32x4_shuffle(hi01, hi23, 2, 3, 6, 7);
+}
+
+/* Along a bordered row from 4 tiles' first column (4 input columns apart): each tile's columns 0..5 as
+ * vectors across the tiles, c[k] = (s[k], s[4 + k], s[8 + k], s[12 + k]) (a 4x4 transpose, one more load). */
+INLINE void f32_quad_columns(const float* s, v128_t* c) {
+  c[0] = VLOAD(s); c[1] = VLOAD(s + 4); c[2] = VLOAD(s + 8); c[3] = VLOAD(s + 12);
+  f32_transpose4(c);
+  const v128_t tail = VLOAD(s + 16);
+  c[4] = wasm_i32x4_shuffle(c[0], tail, 1, 2, 3, 4);
+  c[5] = wasm_i32x4_shuffle(c[1], tail, 1, 2, 3, 5);
+}
+
+/* B^T of F(4x4, 3x3) on d[0], d[ds], .., d[5 ds] into w[0], w[ws], .., w[5 ws]:
+ * rows (4 0 -5 0 1 0), (0 -4 -4 1 1 0), (0 4 -4 -1 1 0), (0 -2 -1 2 1 0), (0 2 -1 -2 1 0), (0 4 0 -5 0 1). */
+INLINE void f32_winograd4_bt(const v128_t* d, int ds, v128_t* w, int ws) {
+  const v128_t d0 = d[0], d1 = d[ds], d2 = d[2 * ds], d3 = d[3 * ds], d4 = d[4 * ds], d5 = d[5 * ds];
+  const v128_t t0 = VFMA(d2, VSPLAT(-4.0f), d4), t1 = VFMA(d1, VSPLAT(-4.0f), d3);
+  const v128_t t2 = wasm_f32x4_sub(d4, d2), t3 = wasm_f32x4_sub(d3, d1);
+  w[0] = VFMA(wasm_f32x4_sub(d0, d2), VSPLAT(4.0f), t2);
+  w[ws] = wasm_f32x4_add(t0, t1);
+  w[2 * ws] = wasm_f32x4_sub(t0, t1);
+  w[3 * ws] = VFMA(t3, VSPLAT(2.0f), t2);
+  w[4 * ws] = VFMA(t3, VSPLAT(-2.0f), t2);
+  w[5 * ws] = VFMA(wasm_f32x4_sub(d1, d3), VSPLAT(4.0f), wasm_f32x4_sub(d5, d3));
+}
+
+/* A^T of F(4x4, 3x3) on m[0], m[ms], .., m[5 ms] into y[0], y[ys], .., y[3 ys]:
+ * rows (1 1 1 1 1 0), (0 1 -1 2 -2 0), (0 1 1 4 4 0), (0 1 -1 8 -8 1). */
+INLINE void f32_winograd4_at(const v128_t* m, int ms, v128_t* y, int ys) {
+  const v128_t a = wasm_f32x4_add(m[ms], m[2 * ms]), b = wasm_f32x4_sub(m[ms], m[2 * ms]);
+  const v128_t c = wasm_f32x4_add(m[3 * ms], m[4 * ms]), d = wasm_f32x4_sub(m[3 * ms], m[4 * ms]);
+  y[0] = wasm_f32x4_add(wasm_f32x4_add(m[0], a), c);
+  y[ys] = VFMA(d, VSPLAT(2.0f), b);
+  y[2 * ys] = VFMA(c, VSPLAT(4.0f), a);
+  y[3 * ys] = wasm_f32x4_add(VFMA(d, VSPLAT(8.0f), b), m[5 * ms]);
+}
+
+/* Input transform of tile rows [ty0, ty1), laid out as f32_winograd_input's (36 operands): the 6 input
+ * rows of a tile row (4 apart per tile row) are copied per channel into zero-bordered rows of wr floats,
+ * then B^T along each row and along each column of every quad's 6x6 patches. */
+KERNEL void f32_winograd4_input(const float* x, int C, int c0, int c1, int H, int W, int pt, int pl, int ty0,
+                                int ty1, int twp, int wr, float* rows, float* bp, int bstride) {
+  for (int ty = ty0; ty < ty1; ty++) {
+    for (int c = c0; c < c1; c++) {
+      f32_bordered_rows(x + (size_t)c * H * W, H, W, 4 * ty - pt, 6, pl, wr, rows);
+      for (int q = 0; q < twp; q += 4) {
+        const int t = (ty - ty0) * twp + q;
+        float* dst = bp + (size_t)(t / 8) * C * 8 + (size_t)c * 8 + t % 8;
+        v128_t h[6][6], v[6];
+        {
+          v128_t d[6];
+          f32_quad_columns(rows + 0 * wr + 4 * q, d);
+          f32_winograd4_bt(d, 1, h[0], 1);
+        }
+        {
+          v128_t d[6];
+          f32_quad_columns(rows + 1 * wr + 4 * q, d);
+          f32_winograd4_bt(d, 1, h[1], 1);
+        }
+        {
+          v128_t d[6];
+          f32_quad_columns(rows + 2 * wr + 4 * q, d);
+          f32_winograd4_bt(d, 1, h[2], 1);
+        }
+        {
+          v128_t d[6];
+          f32_quad_columns(rows + 3 * wr + 4 * q, d);
+          f32_winograd4_bt(d, 1, h[3], 1);
+        }
+        {
+          v128_t d[6];
+          f32_quad_columns(rows + 4 * wr + 4 * q, d);
+          f32_winograd4_bt(d, 1, h[4], 1);
+        }
+        {
+          v128_t d[6];
+          f32_quad_columns(rows + 5 * wr + 4 * q, d);
+          f32_winograd4_bt(d, 1, h[5], 1);
+        }
+        f32_winograd4_bt(&h[0][0], 6, v, 1);
+        VSTORE(dst + 0 * (size_t)bstride, v[0]);
+        VSTORE(dst + 6 * (size_t)bstride, v[1]);
+        VSTORE(dst + 12 * (size_t)bstride, v[2]);
+        VSTORE(dst + 18 * (size_t)bstride, v[3]);
+        VSTORE(dst + 24 * (size_t)bstride, v[4]);
+        VSTORE(dst + 30 * (size_t)bstride, v[5]);
+        f32_winograd4_bt(&h[0][1], 6, v, 1);
+        VSTORE(dst + 1 * (size_t)bstride, v[0]);
+        VSTORE(dst + 7 * (size_t)bstride, v[1]);
+        VSTORE(dst + 13 * (size_t)bstride, v[2]);
+        VSTORE(dst + 19 * (size_t)bstride, v[3]);
+        VSTORE(dst + 25 * (size_t)bstride, v[4]);
+        VSTORE(dst + 31 * (size_t)bstride, v[5]);
+        f32_winograd4_bt(&h[0][2], 6, v, 1);
+        VSTORE(dst + 2 * (size_t)bstride, v[0]);
+        VSTORE(dst + 8 * (size_t)bstride, v[1]);
+        VSTORE(dst + 14 * (size_t)bstride, v[2]);
+        VSTORE(dst + 20 * (size_t)bstride, v[3]);
+        VSTORE(dst + 26 * (size_t)bstride, v[4]);
+        VSTORE(dst + 32 * (size_t)bstride, v[5]);
+        f32_winograd4_bt(&h[0][3], 6, v, 1);
+        VSTORE(dst + 3 * (size_t)bstride, v[0]);
+        VSTORE(dst + 9 * (size_t)bstride, v[1]);
+        VSTORE(dst + 15 * (size_t)bstride, v[2]);
+        VSTORE(dst + 21 * (size_t)bstride, v[3]);
+        VSTORE(dst + 27 * (size_t)bstride, v[4]);
+        VSTORE(dst + 33 * (size_t)bstride, v[5]);
+        f32_winograd4_bt(&h[0][4], 6, v, 1);
+        VSTORE(dst + 4 * (size_t)bstride, v[0]);
+        VSTORE(dst + 10 * (size_t)bstride, v[1]);
+        VSTORE(dst + 16 * (size_t)bstride, v[2]);
+        VSTORE(dst + 22 * (size_t)bstride, v[3]);
+        VSTORE(dst + 28 * (size_t)bstride, v[4]);
+        VSTORE(dst + 34 * (size_t)bstride, v[5]);
+        f32_winograd4_bt(&h[0][5], 6, v, 1);
+        VSTORE(dst + 5 * (size_t)bstride, v[0]);
+        VSTORE(dst + 11 * (size_t)bstride, v[1]);
+        VSTORE(dst + 17 * (size_t)bstride, v[2]);
+        VSTORE(dst + 23 * (size_t)bstride, v[3]);
+        VSTORE(dst + 29 * (size_t)bstride, v[4]);
+        VSTORE(dst + 35 * (size_t)bstride, v[5]);
+      }
+    }
+  }
+}
+
+/* Output transform of tile rows [ty0, ty1): operand xi's products at mo + xi * M * n ([M][n]); A^T along
+ * the patch's columns, then its rows, bias and activation, and each output row's 4 tiles transposed back
+ * into pixel order (16 columns); rows and columns past the output dropped. */
+KERNEL void f32_winograd4_output(const float* mo, int M, int m0, int m1, int n, const float* bias, float* y,
+                                 int OH, int OW, int ty0, int ty1, int twp, Act act) {
+  const size_t xs = (size_t)M * n;
+  for (int m = m0; m < m1; m++) {
+    const v128_t b = bias ? VSPLAT(bias[m]) : wasm_f32x4_const_splat(0.0f);
+    float* ym = y + (size_t)m * OH * OW;
+    for (int ty = ty0; ty < ty1; ty++) {
+      for (int q = 0; q < twp; q += 4) {
+        const float* s = mo + (size_t)m * n + (ty - ty0) * twp + q;
+        v128_t u[4][6];
+        {
+          v128_t col[6];
+          col[0] = VLOAD(s + 0 * xs);
+          col[1] = VLOAD(s + 6 * xs);
+          col[2] = VLOAD(s + 12 * xs);
+          col[3] = VLOAD(s + 18 * xs);
+          col[4] = VLOAD(s + 24 * xs);
+          col[5] = VLOAD(s + 30 * xs);
+          f32_winograd4_at(col, 1, &u[0][0], 6);
+        }
+        {
+          v128_t col[6];
+          col[0] = VLOAD(s + 1 * xs);
+          col[1] = VLOAD(s + 7 * xs);
+          col[2] = VLOAD(s + 13 * xs);
+          col[3] = VLOAD(s + 19 * xs);
+          col[4] = VLOAD(s + 25 * xs);
+          col[5] = VLOAD(s + 31 * xs);
+          f32_winograd4_at(col, 1, &u[0][1], 6);
+        }
+        {
+          v128_t col[6];
+          col[0] = VLOAD(s + 2 * xs);
+          col[1] = VLOAD(s + 8 * xs);
+          col[2] = VLOAD(s + 14 * xs);
+          col[3] = VLOAD(s + 20 * xs);
+          col[4] = VLOAD(s + 26 * xs);
+          col[5] = VLOAD(s + 32 * xs);
+          f32_winograd4_at(col, 1, &u[0][2], 6);
+        }
+        {
+          v128_t col[6];
+          col[0] = VLOAD(s + 3 * xs);
+          col[1] = VLOAD(s + 9 * xs);
+          col[2] = VLOAD(s + 15 * xs);
+          col[3] = VLOAD(s + 21 * xs);
+          col[4] = VLOAD(s + 27 * xs);
+          col[5] = VLOAD(s + 33 * xs);
+          f32_winograd4_at(col, 1, &u[0][3], 6);
+        }
+        {
+          v128_t col[6];
+          col[0] = VLOAD(s + 4 * xs);
+          col[1] = VLOAD(s + 10 * xs);
+          col[2] = VLOAD(s + 16 * xs);
+          col[3] = VLOAD(s + 22 * xs);
+          col[4] = VLOAD(s + 28 * xs);
+          col[5] = VLOAD(s + 34 * xs);
+          f32_winograd4_at(col, 1, &u[0][4], 6);
+        }
+        {
+          v128_t col[6];
+          col[0] = VLOAD(s + 5 * xs);
+          col[1] = VLOAD(s + 11 * xs);
+          col[2] = VLOAD(s + 17 * xs);
+          col[3] = VLOAD(s + 23 * xs);
+          col[4] = VLOAD(s + 29 * xs);
+          col[5] = VLOAD(s + 35 * xs);
+          f32_winograd4_at(col, 1, &u[0][5], 6);
+        }
+        if (4 * ty + 0 < OH) {
+          v128_t o[4];
+          f32_winograd4_at(u[0], 1, o, 1);
+          o[0] = act_apply(wasm_f32x4_add(o[0], b), act);
+          o[1] = act_apply(wasm_f32x4_add(o[1], b), act);
+          o[2] = act_apply(wasm_f32x4_add(o[2], b), act);
+          o[3] = act_apply(wasm_f32x4_add(o[3], b), act);
+          f32_transpose4(o);
+          float* yr = ym + (size_t)(4 * ty + 0) * OW + 4 * q;
+          store_cols8(yr, o[0], o[1], OW - 4 * q);
+          store_cols8(yr + 8, o[2], o[3], OW - 4 * q - 8);
+        }
+        if (4 * ty + 1 < OH) {
+          v128_t o[4];
+          f32_winograd4_at(u[1], 1, o, 1);
+          o[0] = act_apply(wasm_f32x4_add(o[0], b), act);
+          o[1] = act_apply(wasm_f32x4_add(o[1], b), act);
+          o[2] = act_apply(wasm_f32x4_add(o[2], b), act);
+          o[3] = act_apply(wasm_f32x4_add(o[3], b), act);
+          f32_transpose4(o);
+          float* yr = ym + (size_t)(4 * ty + 1) * OW + 4 * q;
+          store_cols8(yr, o[0], o[1], OW - 4 * q);
+          store_cols8(yr + 8, o[2], o[3], OW - 4 * q - 8);
+        }
+        if (4 * ty + 2 < OH) {
+          v128_t o[4];
+          f32_winograd4_at(u[2], 1, o, 1);
+          o[0] = act_apply(wasm_f32x4_add(o[0], b), act);
+          o[1] = act_apply(wasm_f32x4_add(o[1], b), act);
+          o[2] = act_apply(wasm_f32x4_add(o[2], b), act);
+          o[3] = act_apply(wasm_f32x4_add(o[3], b), act);
+          f32_transpose4(o);
+          float* yr = ym + (size_t)(4 * ty + 2) * OW + 4 * q;
+          store_cols8(yr, o[0], o[1], OW - 4 * q);
+          store_cols8(yr + 8, o[2], o[3], OW - 4 * q - 8);
+        }
+        if (4 * ty + 3 < OH) {
+          v128_t o[4];
+          f32_winograd4_at(u[3], 1, o, 1);
+          o[0] = act_apply(wasm_f32x4_add(o[0], b), act);
+          o[1] = act_apply(wasm_f32x4_add(o[1], b), act);
+          o[2] = act_apply(wasm_f32x4_add(o[2], b), act);
+          o[3] = act_apply(wasm_f32x4_add(o[3], b), act);
+          f32_transpose4(o);
+          float* yr = ym + (size_t)(4 * ty + 3) * OW + 4 * q;
+          store_cols8(yr, o[0], o[1], OW - 4 * q);
+          store_cols8(yr + 8, o[2], o[3], OW - 4 * q - 8);
+        }
+      }
+    }
+  }
+}
+
+/* Full F(4x4, 3x3) convolution: N images, weights u as [36][ceil(M/4)][C][4], chunks of rpc tile rows.
+ * scratch: the 36 B operands (C x n rounded up to a panel each), the 36 products (M x n each), 6 bordered
+ * input rows of 4 * twp + 4 floats. */
+KERNEL void f32_conv2d_winograd4(const float* x, int N, int C, int H, int W, const float* u, const float* bias,
+                                 float* y, int M, int OH, int OW, int pt, int pl, int twp, int rpc,
+                                 float* scratch, Act act, int tid, int nt) {
+  const int th = (OH + 3) / 4, nmax = rpc * twp, wr = 4 * twp + 4;
+  const size_t usize = (size_t)((M + 3) & ~3) * C;
+  float* bp = scratch;
+  float* mo = bp + (size_t)36 * C * ((nmax + 7) & ~7);
+  float* rows = tid ? (float*)__builtin_alloca(sizeof(float) * 6 * wr) : mo + (size_t)36 * M * nmax;
+  const Act none = {ACT_NONE, 0.0f, 0.0f};
+  int c0, c1, m0, m1;
+  cuvil_split(C, 1, tid, nt, &c0, &c1);
+  cuvil_split(M, 1, tid, nt, &m0, &m1);
+  for (int img = 0; img < N; img++) {
+    const float* xn = x + (size_t)img * C * H * W;
+    float* yn = y + (size_t)img * M * OH * OW;
+    for (int ty0 = 0; ty0 < th; ty0 += rpc) {
+      const int ty1 = ty0 + rpc < th ? ty0 + rpc : th, n = (ty1 - ty0) * twp;
+      const int bstride = C * ((n + 7) & ~7);
+      f32_winograd4_input(xn, C, c0, c1, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, bstride);
+      cuvil_barrier();
+      for (int xi = 0; xi < 36; xi++)
+        f32_gemm_pa_part(M, n, C, u + xi * usize, bp + (size_t)xi * bstride, C * 8, 8, mo + (size_t)xi * M * n, n,
+                         0, 0, none, tid, nt);
+      cuvil_barrier();
+      f32_winograd4_output(mo, M, m0, m1, n, bias, yn, OH, OW, ty0, ty1, twp, act);
+    }
+  }
+}
+
 /* Winograd for 3x3 stride-2 undilated convolutions (group 1), over the polyphase components: with
  * E/O the even/odd rows (columns) of the padded input, the conv is the sum of four stride-1 convs, of
  * the even-even plane with the 2x2 taps (0|2, 0|2), even-odd with 2x1, odd-even with 1x2 and odd-odd
@@ -509,14 +814,10 @@ static const int wino_s2_off[9] = {0, 4, 8, 10, 14, 18, 20, 22, 24};
  * vectors across the tiles (a 4x4 transpose of 16 floats, one more load), then B^T of the even columns
  * 0, 2, 4 (h[0..2]) and of the odd columns 1, 3 (h[3..4], the one-tap phase: positions 0 and 1 only). */
 INLINE void f32_winograd_s2_row(const float* s, v128_t* h) {
-  const v128_t v0 = VLOAD(s), v1 = VLOAD(s + 4), v2 = VLOAD(s + 8), v3 = VLOAD(s + 12);
-  const v128_t lo01 = wasm_i32x4_shuffle(v0, v1, 0, 4, 1, 5), lo23 = wasm_i32x4_shuffle(v2, v3, 0, 4, 1, 5);
-  const v128_t hi01 = wasm_i32x4_shuffle(v0, v1, 2, 6, 3, 7), hi23 = wasm_i32x4_shuffle(v2, v3, 2, 6, 3, 7);
-  const v128_t c0 = wasm_i32x4_shuffle(lo01, lo23, 0, 1, 4, 5), c1 = wasm_i32x4_shuffle(lo01, lo23, 2, 3, 6, 7);
-  const v128_t c2 = wasm_i32x4_shuffle(hi01, hi23, 0, 1, 4, 5), c3 = wasm_i32x4_shuffle(hi01, hi23, 2, 3, 6, 7);
-  const v128_t c4 = wasm_i32x4_shuffle(c0, VLOAD(s + 16), 1, 2, 3, 4);
-  h[0] = wasm_f32x4_sub(c0, c2); h[1] = c2; h[2] = wasm_f32x4_sub(c4, c2);
-  h[3] = wasm_f32x4_sub(c1, c3); h[4] = c3;
+  v128_t c[6];
+  f32_quad_columns(s, c);
+  h[0] = wasm_f32x4_sub(c[0], c[2]); h[1] = c[2]; h[2] = wasm_f32x4_sub(c[4], c[2]);
+  h[3] = wasm_f32x4_sub(c[1], c[3]); h[4] = c[3];
 }
 
 /* Input transform of tile rows [ty0, ty1) (tile t of the chunk: panel t/8, lane t%8): position xi's
@@ -528,18 +829,7 @@ KERNEL void f32_winograd_s2_input(const float* x, int C, int c0, int c1, int H, 
   const size_t pw = (size_t)8 * C, bo = npan * pw;
   for (int ty = ty0; ty < ty1; ty++) {
     for (int c = c0; c < c1; c++) {
-      const float* xc = x + (size_t)c * H * W;
-      for (int r = 0; r < 5; r++) {
-        const int iy = 4 * ty - pt + r;
-        float* row = rows + r * wr;
-        if (iy < 0 || iy >= H) {
-          fill_f32(row, 0.0f, wr);
-          continue;
-        }
-        fill_f32(row, 0.0f, pl);
-        copy_f32(row + pl, xc + (size_t)iy * W, W);
-        fill_f32(row + pl + W, 0.0f, wr - pl - W);
-      }
+      f32_bordered_rows(x + (size_t)c * H * W, H, W, 4 * ty - pt, 5, pl, wr, rows);
       for (int q = 0; q < twp; q += 4) {
         const int t = (ty - ty0) * twp + q;
         float* dst = bp + (size_t)c * 8 + t % 8;
