@@ -9,16 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import wasmtime
 
 from cuvil_edge import ALL_TARGETS, CuvilModel, Target
 from cuvil_edge.oracle import random_inputs
 from cuvil_edge.testing.zoo import mlp, mobilenet, resnet
 from cuvil_edge.testing.zoo_transformers import gru_kws
-from runtime_wasm import EngineConfig, ModelSource, NoUsableVariant, RuntimePolicy, SupervisedModel, WasmModel
+from runtime_wasm import EngineConfig, ModelSource, NoUsableVariant, RuntimePolicy, SupervisedModel
 from runtime_wasm.loader import load_model_dir, read_model_dir
 from runtime_wasm.spec import VariantSpec
 from runtime_wasm.variants import EngineProbes, HostProbes, select_variant
+from tests.support.determinism import as_bits, run_under
 from tests.support.hostile import hostile_inputs
 
 pytestmark = pytest.mark.integration
@@ -63,19 +63,6 @@ def test_engine_settings_are_part_of_the_cache_key():
     assert RuntimePolicy(deterministic=True).deterministic and not RuntimePolicy().deterministic
 
 
-def as_bits(outputs: dict[str, np.ndarray]) -> dict[str, bytes]:
-    return {k: np.ascontiguousarray(v).tobytes() for k, v in outputs.items()}
-
-
-def run_under(model_dir: Path, variant: str, disabled: tuple[str, ...], feeds) -> list[dict[str, bytes]]:
-    """The module of ``variant`` compiled by a deterministic engine with ``disabled`` CPU features off."""
-    spec, chosen, wasm, weights = read_model_dir(model_dir, variant)
-    cfg = EngineConfig(chosen.tier, deterministic=True).build()
-    for flag in disabled:
-        cfg.cranelift_flag_set(flag, "false")
-    engine = wasmtime.Engine(cfg)
-    with WasmModel(engine, wasmtime.Module(engine, wasm), spec, weights) as model:
-        return [as_bits(model.predict(f)) for f in feeds]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ What a step reads is counted in rows the store returned (``StoreLedger.rows_read
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import random
@@ -15,8 +14,6 @@ import sqlite3
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -27,31 +24,11 @@ from cuvil_edge.fleet.dashboard import Dashboard, StoreView
 from cuvil_edge.fleet.ledger import StoreLedger
 from cuvil_edge.fleet.publisher import Publisher
 from cuvil_edge.fleet.store import DeviceFilter, open_store
-from cuvil_edge.testing.postgres import LocalPostgres
 from ota.protocol import bucket
-from tests.support.fleet import HW, FleetWorld
+from tests.support.fleet import HW
 
 pytestmark = pytest.mark.integration
 FLEET = "scale"
-_databases = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[LocalPostgres]:
-    with LocalPostgres() as pg:
-        yield pg
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'fleet.db'}"
-    return request.getfixturevalue("postgres").create_database(f"scale_{next(_databases)}")
-
-
-@pytest.fixture(scope="module")
-def fleet_world(tmp_path_factory: pytest.TempPathFactory) -> FleetWorld:
-    return FleetWorld(tmp_path_factory.mktemp("fleet"))
 
 
 def status(device: str, release: int = 1, state: str = "active", hardware_id: str = HW, minute: int = 0,

@@ -1,5 +1,5 @@
 """The fleet store (``cuvil_edge.fleet.store``), every test on both backends: SQLite in a temporary file and
-a real PostgreSQL this module starts (``cuvil_edge.testing.postgres``: initdb in a temporary directory, a
+a real PostgreSQL the session starts (``postgres`` in tests/conftest.py: initdb in a temporary directory, a
 free loopback port, one fresh database per test, stopped at the end of the session).
 
 A machine without PostgreSQL's server fails these tests with the reason (apt-get install postgresql);
@@ -12,7 +12,6 @@ import itertools
 import multiprocessing
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,28 +32,11 @@ from cuvil_edge.fleet.store import (
 )
 from cuvil_edge.fleet.store.schema import LATEST
 from cuvil_edge.testing.broker import free_port
-from cuvil_edge.testing.postgres import LocalPostgres
 from ota.protocol import TelemetryRecord
 from ota.store import write_json
 
 pytestmark = pytest.mark.integration
 SHA = "ab" * 32
-_databases = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[LocalPostgres]:
-    """One PostgreSQL server for the session (a database per test); a start failure fails the tests."""
-    with LocalPostgres() as pg:
-        yield pg
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty fleet store's URL on each backend."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'fleet.db'}"  # relative to the cwd: tmp_path is absolute, so ////
-    return request.getfixturevalue("postgres").create_database(f"fleet_{next(_databases)}")
 
 
 def status(device: str, release: int = 1, state: str = "active", profile: str = "pi4",

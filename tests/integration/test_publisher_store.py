@@ -5,11 +5,8 @@ installing in wasmtime, or the status messages agents send. Waits are bounded; n
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,32 +14,12 @@ import pytest
 from cuvil_edge.cli import main as cli_main
 from cuvil_edge.fleet.publisher import FleetError, Publisher
 from cuvil_edge.fleet.store import DeviceFilter, StoreConflict, open_store
-from cuvil_edge.testing.postgres import LocalPostgres
 from ota.protocol import Topics
 from ota.transport import MqttClient
-from tests.support.fleet import AgentThreads, FleetWorld, Watcher, wait_until
+from tests.support.fleet import AgentThreads, Watcher, wait_until
 
 pytestmark = pytest.mark.integration
 FLEET = "lab"
-_databases = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[LocalPostgres]:
-    with LocalPostgres() as pg:
-        yield pg
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'fleet.db'}"
-    return request.getfixturevalue("postgres").create_database(f"pubstore_{next(_databases)}")
-
-
-@pytest.fixture(scope="module")
-def fleet_world(tmp_path_factory: pytest.TempPathFactory) -> FleetWorld:
-    return FleetWorld(tmp_path_factory.mktemp("fleet"))
 
 
 def seq_of(payload: bytes) -> int:

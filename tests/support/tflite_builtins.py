@@ -270,3 +270,14 @@ def litert(model: bytes, feeds: list[np.ndarray]) -> dict[str, np.ndarray]:
         it.set_tensor(d["index"], x)
     it.invoke()
     return {d["name"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
+
+
+def assert_matches_litert(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    """Every LiteRT output, by name, with its dtype and shape: floats within 1e-4, the rest equal."""
+    assert sorted(got) == sorted(want)
+    for name, ref in want.items():
+        assert (got[name].dtype, got[name].shape) == (ref.dtype, ref.shape), name
+        if ref.dtype.kind == "f":
+            np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got[name], ref, err_msg=name)

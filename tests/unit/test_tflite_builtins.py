@@ -24,7 +24,7 @@ from cuvil_edge.frontend.tflite.coverage import (
 )
 from cuvil_edge.frontend.tflite.registry import BUILTINS
 from tests.support.tflite_builder import TfliteBuilder
-from tests.support.tflite_builtins import CASES, Ops, litert
+from tests.support.tflite_builtins import CASES, Ops, assert_matches_litert, litert
 
 SUPPORTED_MD = Path(__file__).resolve().parents[2] / "docs" / "SUPPORTED.md"
 
@@ -35,13 +35,7 @@ def test_builtins_match_litert(case: str) -> None:
     c = CASES[case]()
     want = litert(c.model, c.feeds)
     got = CuvilModel.load(c.model).predict(c.feeds)
-    assert sorted(got) == sorted(want)
-    for name, ref in want.items():
-        assert (got[name].dtype, got[name].shape) == (ref.dtype, ref.shape), name
-        if ref.dtype.kind == "f":
-            np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4, err_msg=name)
-        else:
-            np.testing.assert_array_equal(got[name], ref, err_msg=name)
+    assert_matches_litert(got, want)
 
 
 def test_shape_folds_to_a_constant() -> None:

@@ -15,7 +15,7 @@ from cuvil_edge.frontend.tflite import import_tflite
 from cuvil_edge.frontend.tflite.coverage import builtin_coverage
 from runtime_wasm.errors import InferenceTrap
 from tests.support.tflite_builder import TfliteBuilder
-from tests.support.tflite_builtins import Ops, litert
+from tests.support.tflite_builtins import Ops, assert_matches_litert, litert
 from tests.support.tflite_stablehlo import (
     CASES,
     WHILE,
@@ -33,13 +33,7 @@ MAPPED = ("WHILE", "STABLEHLO_PAD", "DILATE", "REDUCE_WINDOW", "STABLEHLO_REDUCE
 def _check(model: bytes, feeds: list[np.ndarray], compiled: CuvilModel | None = None) -> None:
     want = litert(model, feeds)
     got = (compiled or CuvilModel.load(model)).predict(feeds)
-    assert sorted(got) == sorted(want)
-    for name, ref in want.items():
-        assert (got[name].dtype, got[name].shape) == (ref.dtype, ref.shape), name
-        if ref.dtype.kind == "f":
-            np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4, err_msg=name)
-        else:
-            np.testing.assert_array_equal(got[name], ref, err_msg=name)
+    assert_matches_litert(got, want)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -16,9 +16,8 @@ import pytest
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.ops.conv import uses_winograd_f4, winograd_tiling
 from cuvil_edge.oracle import ort_session
-from runtime_wasm import EngineConfig, WasmModel
-from runtime_wasm.loader import read_model_dir
 from tests.support.conv import conv_model
+from tests.support.determinism import run_under
 
 F4, F2 = "f32-conv-winograd-f4x4-4x8", "f32-conv-winograd-f2x2-4x8"
 #: max |ours - onnxruntime| / max |onnxruntime| (measured 1.5e-6 to 7e-6 on these cases)
@@ -122,18 +121,6 @@ def test_kernel_recorded_per_node() -> None:
     assert np.abs(got - want).max() <= SCALED_ERROR * np.abs(want).max()
 
 
-def _bits(model_dir: Path, variant: str, feeds: dict[str, np.ndarray], disabled: tuple[str, ...]) -> bytes:
-    spec, chosen, wasm, weights = read_model_dir(model_dir, variant)
-    cfg = EngineConfig(chosen.tier, deterministic=True).build()
-    for flag in disabled:
-        cfg.cranelift_flag_set(flag, "false")
-    import wasmtime
-
-    engine = wasmtime.Engine(cfg)
-    with WasmModel(engine, wasmtime.Module(engine, wasm), spec, weights) as model:
-        return np.ascontiguousarray(model.predict(feeds)["y"]).tobytes()
-
-
 def test_determinism_mode_bits_across_simd128_variants(tmp_path: Path) -> None:
     """The transforms multiply by powers of two only (exact), so the simd128 x86 and arm modules give the
     same bits, under engines with and without FMA/AVX."""
@@ -144,6 +131,6 @@ def test_determinism_mode_bits_across_simd128_variants(tmp_path: Path) -> None:
     assert list(cm.compiled.program.kernels_used.values()) == [F4]
     out = cm.save(tmp_path / "m")
     feeds = {"x": np.random.default_rng(9).standard_normal(x).astype(np.float32)}
-    runs = {(t.name, flags): _bits(out, t.name, feeds, flags)
+    runs = {(t.name, flags): run_under(out, t.name, flags, [feeds])[0]["y"]
             for t in targets for flags in ((), ("has_fma", "has_avx2", "has_avx"))}
     assert len(set(runs.values())) == 1, "simd128 variants differ"
