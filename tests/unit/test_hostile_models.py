@@ -79,6 +79,7 @@ TFLITE_CASES = {
     "operator-without-outputs": (UnsupportedOperator, "no output"),
     "pad-with-one-width": (UnsupportedOperator, "paddings of shape (1,)"),
     "per-channel-scales-along-the-wrong-axis": (ModelFormatError, "3 scales along axis 1"),
+    "reduce-window-of-infinite-strides": (UnsupportedOperator, "input 2 is float32, not integers"),
     "reshape-to-nan": (ShapeError, "not integers"),
     "resize-of-an-empty-constant": (UnsupportedOperator, "no empty dims"),
     "slice-begin-past-the-end": (ShapeError, "reads outside (1,)"),

@@ -26,6 +26,8 @@ _FUNCTION = {1: "add", 2: "mul", 3: "min", 4: "max", 5: "and", 6: "or"}
 #: a scatter's update computation (its one op; none: the update replaces) -> ``scatter_nd`` reduction
 _SCATTER = {"STABLEHLO_ADD": "add", "STABLEHLO_MULTIPLY": "mul", "STABLEHLO_MAXIMUM": "max",
             "STABLEHLO_MINIMUM": "min"}
+#: the most window taps, summed over the axes, a reduce_window unrolls (each one slice node)
+MAX_WINDOW_TAPS = 1024
 
 
 def _scalar(ctx: TflContext, i: int) -> float | int | bool:
@@ -34,6 +36,14 @@ def _scalar(ctx: TflContext, i: int) -> float | int | bool:
     if v.size != 1:
         raise ctx.unsupported(f"input {i} must be one value, got {v.size}")
     return v[0].item()
+
+
+def _const_ints(ctx: TflContext, i: int) -> list[int]:
+    """Constant input i's values, which must be integers (a window's shape, strides, dilations)."""
+    v = ctx.const(i)
+    if v.dtype.kind not in "iu":
+        raise ctx.unsupported(f"input {i} is {v.dtype}, not integers")
+    return [int(x) for x in v.reshape(-1)]
 
 
 def _ints(ctx: TflContext, key: str, n: int, default: int) -> list[int]:
@@ -115,6 +125,8 @@ def reduce_window(ctx: TflContext, x: Value, kind: str, init: float | int | bool
     and commutative, so a box window is separable), a strided slice per window position."""
     if min([*window, *strides, *dilations], default=1) < 1:
         raise ctx.unsupported(f"window {window}, strides {strides}, dilations {dilations} must be positive")
+    if sum(window) > MAX_WINDOW_TAPS:  # one slice node per tap: a hostile window must not make millions
+        raise ctx.unsupported(f"window {window}: more than {MAX_WINDOW_TAPS} taps over all axes")
     for d, (w, s, r) in enumerate(zip(window, strides, dilations)):
         n, span = x.type.shape[d], (w - 1) * r + 1
         if n < span:
@@ -172,7 +184,7 @@ def tfl_reduce_window(ctx: TflContext) -> None:
     if code not in _FUNCTION:
         raise ctx.unsupported(f"reduce function {code}")
     x = ctx.input(0)
-    window, strides, dilations = ([int(v) for v in ctx.const(i).reshape(-1)] for i in (2, 3, 4))
+    window, strides, dilations = (_const_ints(ctx, i) for i in (2, 3, 4))
     if not len(window) == len(strides) == len(dilations) == len(x.type.shape):
         raise ctx.unsupported(f"window {window}, strides {strides}, dilations {dilations} for rank "
                               f"{len(x.type.shape)}")
