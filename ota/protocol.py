@@ -388,6 +388,13 @@ SUMMARY_DATA_SCHEMA = schema.record({
         "variants": Optional(schema.mapping(_TEXT, schema.record({
             "requests": _COUNT, "p50_ms": _MS, "p95_ms": _MS, "p99_ms": _MS}), 64), {}),
         "thermal": Optional(schema.record({"degraded": Optional(schema.boolean(), False)}), {}),
+        # rollout gates (``cuvil_edge.fleet.gates``): statistics of a shadow sample of real inputs run
+        # through this release and the previous one (``against``), and the self-test on the golden vectors
+        "drift": Optional(schema.nullable(schema.record({
+            "against": _COUNT, "samples": schema.integer(), "top1_agree": _COUNT, "max_abs": _MS}))),
+        "golden": Optional(schema.nullable(schema.record({
+            "vectors": schema.integer(), "max_abs": schema.number(0), "atol": _MS,
+            "deterministic": Optional(schema.boolean(), False)}))),
     }), 1024), {}),
     "lines": _LINES,
 })

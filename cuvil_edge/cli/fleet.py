@@ -1,7 +1,8 @@
-"""``cuvil-edge publish`` and ``cuvil-edge fleet status|command|telemetry|dashboard|migrate-state|demo``:
-staged rollouts over MQTT, and the move of a publisher's state file into a fleet store. ``--store URL``
-keeps ``publish``'s and ``fleet command``'s bookkeeping in a fleet store instead of the state file, and makes
-``fleet status`` a query of that store (filters, counts, pages; no broker).
+"""``cuvil-edge publish`` and ``cuvil-edge fleet status|command|telemetry|dashboard|gates|migrate-state|
+demo``: staged rollouts over MQTT (``--gate-*``: quality gates judged before each stage is widened;
+``fleet gates`` replays a recording against them), and the move of a publisher's state file into a fleet
+store. ``--store URL`` keeps ``publish``'s and ``fleet command``'s bookkeeping in a fleet store instead of
+the state file, and makes ``fleet status`` a query of that store (filters, counts, pages; no broker).
 
 ``register(subparsers)`` adds the commands to the ``cuvil-edge`` parser; each sets ``fn``. The broker
 password comes from an environment variable named by ``--password-env`` (never argv).
@@ -23,6 +24,7 @@ from ota.parse import parse_decimal
 from ota.protocol import TelemetryRecord
 
 from ..fleet.dashboard import Dashboard, FleetView, StoreView
+from ..fleet.gates import GateConfig, replay
 from ..fleet.publisher import FleetError, Publisher, Rollout, format_rollout, parse_percent, stages_for
 from ..fleet.telemetry import TelemetryCollector, format_record
 from .args import add_key_args, bounded
@@ -66,15 +68,16 @@ def _open_store(args: argparse.Namespace) -> FleetStore:
 
 
 @contextmanager
-def _publisher(args: argparse.Namespace, signing: bool = True, lease_s: float | None = None
-               ) -> Iterator[Publisher]:
+def _publisher(args: argparse.Namespace, signing: bool = True, lease_s: float | None = None,
+               gates: GateConfig | None = None) -> Iterator[Publisher]:
     """The line's publisher (not connected yet), its bookkeeping in ``--store`` (leading the line by a
     lease of ``lease_s``) or the state file; closed, with the store, when the block ends."""
     keys = signing_keys(args) if signing else []
     store = _open_store(args) if args.store else None
     try:
         pub = Publisher(_broker(args), args.fleet, keys, None if store else _state_file(args),
-                        model=args.model or "", store=store, lease_s=lease_s if store else None)
+                        model=args.model or "", store=store, lease_s=lease_s if store else None,
+                        gates=gates)
         try:
             yield pub
         finally:
@@ -89,7 +92,7 @@ def _print_rollout(r: Rollout) -> None:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    with _publisher(args, lease_s=args.lease_s) as pub:
+    with _publisher(args, lease_s=args.lease_s, gates=_gate_config(args)) as pub:
         pub.start(args.connect_timeout_s)  # a standby ingests statuses into the store while it waits
         if args.store and not pub.lead(args.timeout_s):
             raise FleetError(f"another publisher led the line for all of --timeout-s {args.timeout_s:g}s")
@@ -222,6 +225,25 @@ def cmd_fleet_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gate_config(args: argparse.Namespace) -> GateConfig:
+    return GateConfig(args.gate_latency_p95, args.gate_drift, args.gate_top1, args.gate_golden,
+                      args.gate_golden_atol, args.gate_min_requests, args.gate_min_samples)
+
+
+def cmd_fleet_gates(args: argparse.Namespace) -> int:
+    """Judge a recording of the fleet's messages (one JSON message a line) against the ``--gate-*``
+    configuration, printing each stage's verdicts; exit 4 when a gate failed."""
+    config = _gate_config(args)
+    if not config.enabled:
+        raise FleetError("no gate configured: give --gate-latency-p95, --gate-drift, --gate-top1 or "
+                         "--gate-golden")
+    with open(args.replay, "rb") as f:
+        stages = replay(f, config, args.release, args.model or "")
+    for stage in stages:
+        print(stage.format())
+    return 4 if any(v.status == "fail" for s in stages for v in s.verdicts) else 0
+
+
 def cmd_fleet_migrate_state(args: argparse.Namespace) -> int:
     """Move a publisher's JSON state file into a fleet store (idempotent)."""
     from ..fleet.store import migrate_state, open_store, read_state  # the store loads only for this command
@@ -267,6 +289,27 @@ def _line_args(p: argparse.ArgumentParser) -> None:
 _STORE_URL = "fleet.db, sqlite:///fleet.db, sqlite:////abs/fleet.db or postgresql://user@host/db"
 
 
+def _gate_args(p: argparse.ArgumentParser) -> None:
+    """The quality gates of a rollout (``cuvil_edge.fleet.gates``), judged per device class."""
+    limit = bounded(float, 0)
+    p.add_argument("--gate-latency-p95", type=limit, metavar="RATIO",
+                   help="halt when a device class's p95 on the new release is over the previous one's times "
+                        "this")
+    p.add_argument("--gate-drift", type=limit, metavar="ABS",
+                   help="halt when a device's shadow sample differs from the previous release by more")
+    p.add_argument("--gate-top1", type=bounded(float, 0, 1), metavar="SHARE",
+                   help="halt when fewer shadow samples (0-1) keep the previous release's top-1")
+    p.add_argument("--gate-golden", action="store_true",
+                   help="halt when a device's self-test on the golden vectors exceeds its tolerance "
+                        "(any difference in determinism mode)")
+    p.add_argument("--gate-golden-atol", type=limit, metavar="ABS",
+                   help="with --gate-golden: this tolerance instead of the one each device checked")
+    p.add_argument("--gate-min-requests", type=bounded(int, 1), default=20,
+                   help="requests per device class and release before the latency gate judges")
+    p.add_argument("--gate-min-samples", type=bounded(int, 1), default=10,
+                   help="shadow samples per device class before the drift gate judges")
+
+
 def _store_arg(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--store", metavar="URL", help=f"{what} ({_STORE_URL})")
 
@@ -299,6 +342,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lease-s", type=bounded(float, 0.5), default=15.0,
                    help="with --store: the line's leader renews its lease this long at each step; another "
                         "publish on the line waits as a standby and takes over this long after it stops")
+    _gate_args(p)
     p.set_defaults(fn=cmd_publish)
 
     f = sub.add_parser("fleet", help="fleet status, signed device commands, local demo")
@@ -337,6 +381,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     db.add_argument("--duration-s", type=seconds, default=0.0, help="stop after this long (default: Ctrl-C)")
     _store_arg(db, "serve the fleet from this fleet store, a page of devices at a time (no broker)")
     db.set_defaults(fn=cmd_fleet_dashboard)
+    ga = fs.add_parser("gates", help="replay a recording of the fleet's messages against rollout gates")
+    ga.add_argument("--replay", required=True, metavar="FILE.jsonl",
+                    help="one message a line as published: telemetry records, statuses, rollout summaries")
+    ga.add_argument("--release", type=bounded(int, 1), help="the release judged (default: the recording's)")
+    _line_args(ga)
+    _gate_args(ga)
+    ga.set_defaults(fn=cmd_fleet_gates)
     ms = fs.add_parser("migrate-state", help="move a publisher's JSON state file into a fleet store "
                        "(SQLite or PostgreSQL); running it again changes nothing")
     ms.add_argument("state_file", metavar="STATE.json")

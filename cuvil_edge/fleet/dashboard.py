@@ -4,8 +4,8 @@
 rollout summaries (``publisher.rollout_topic``: the fleet's line and each model line's) and the devices'
 telemetry (through ``TelemetryCollector``), and folds them into one JSON snapshot: devices with, per
 release line (the fleet's, or each model line of a multi-model device), its state, release, variant and
-health; every line's rollout with its stages, progress and halt reason; and latency per release from the
-latest summaries. ``Dashboard`` serves that snapshot at ``/api/state`` and a static page
+health; every line's rollout with its stages, progress, quality gates and halt reason; and latency per
+release from the latest summaries. ``Dashboard`` serves that snapshot at ``/api/state`` and a static page
 (``dashboard.html`` beside it, plain DOM code, no framework) that polls it once a second.
 
 Given a fleet store (``--store``), ``StoreView`` answers instead, with no broker: each request reads one page

@@ -1,5 +1,7 @@
 """Fleet publisher (host side): announce a signed bundle to a fleet group, ship it in retained chunks,
-widen the rollout in stages and halt (optionally rolling back) when too many devices fail.
+widen the rollout in stages and halt (optionally rolling back) when too many devices fail, or when a quality
+gate (``gates``: latency, output drift, golden vectors, per device class, from the devices' telemetry) fails
+before a stage is widened.
 
 A publisher follows one release line: the fleet's (single-model devices) or one model line of
 multi-model devices (``model``: its own release and rollout topics, state file and announcement counter),
@@ -34,6 +36,7 @@ from ota.metadata import Manifest
 from ota.protocol import (
     Announcement,
     Command,
+    TelemetryRecord,
     Topics,
     check_url,
     format_time,
@@ -45,6 +48,7 @@ from ota.transport import MqttClient
 
 from ..errors import CuvilError
 from ..signing import sign_envelope
+from .gates import ROLLOUT_TYPE, Evidence, GateConfig, judge
 from .ledger import FileLedger, LedgerError, StoreLedger, copy_record, targets
 from .lines import line_status as line_status  # where the dashboard and tools have imported it from
 
@@ -55,7 +59,6 @@ log = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 32 << 10
 LATER_STAGES = (25.0, 50.0, 100.0)  # after the canary, unless --stages says otherwise
 _FINAL = ("failed", "timeout", "rolled_back", "not_targeted")  # outcomes a later status does not change
-ROLLOUT_TYPE = "cuvil-rollout"
 _CLIENTS = itertools.count()  # host tool connections made by this process
 
 
@@ -103,6 +106,9 @@ class Rollout:
     http_url: str = ""
     #: the model line it is for (multi-model devices); "": the fleet's release topic
     model: str = ""
+    #: its quality gates (``GateConfig.to_dict``; {}: none) and their latest verdicts (``Verdict.to_dict``)
+    gates: dict[str, Any] = field(default_factory=dict)
+    gate_results: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def pending_rollbacks(self) -> list[str]:
@@ -118,7 +124,7 @@ class Rollout:
         return {"type": ROLLOUT_TYPE, "format": 1, "fleet": fleet, "bundle_sha256": self.bundle_sha256,
                 "model": self.model, "name": self.name, "release": self.release, "version": self.version,
                 "stages": self.stages, "stage": self.stage, "status": self.status, "reason": self.reason,
-                "halt_on": self.halt_on,
+                "halt_on": self.halt_on, "gates": self.gates, "gate_results": self.gate_results,
                 "stage_devices": stage_devices, "outcomes": counts,
                 "failed": sorted(d for d, o in self.outcomes.items() if o in ("failed", "timeout"))}
 
@@ -155,13 +161,16 @@ class Publisher:
     Its bookkeeping goes to the JSON file at ``state_path``, or, given a ``store``, to that fleet store
     (``ledger.StoreLedger``: statuses in batches, the line's devices queried, announcement numbers that two
     publishers sharing the store never both use); the store stays the caller's to close. With a store and
-    ``lease_s``, ``lead`` makes it the line's one leader (others wait as standbys) before it may announce."""
+    ``lease_s``, ``lead`` makes it the line's one leader (others wait as standbys) before it may announce.
+    With ``gates`` (or a stored rollout that has gates) it also reads the fleet's telemetry, the evidence
+    its rollouts' gates judge before each stage is widened."""
 
     def __init__(self, broker: BrokerSettings, fleet: str, keys: Sequence[Ed25519PrivateKey],
                  state_path: str | os.PathLike[str] | None, limits: TransferLimits | None = None,
                  announce_ttl: timedelta = timedelta(days=7),
                  command_ttl: timedelta = timedelta(minutes=30), model: str = "",
-                 store: FleetStore | None = None, lease_s: float | None = None) -> None:
+                 store: FleetStore | None = None, lease_s: float | None = None,
+                 gates: GateConfig | None = None) -> None:
         try:
             self.topics = Topics(broker.topic_prefix, fleet)
             self.release_topic = self.topics.model_release(model) if model else self.topics.release
@@ -180,12 +189,16 @@ class Publisher:
             except LedgerError as exc:
                 raise FleetError(str(exc)) from None
         self._told: dict[str, Any] | None = None  # the rollout summary last published
-        self.mqtt = MqttClient(broker, tool_client_id("publisher", fleet, model), self._on_status, limits,
+        self.gates = gates or GateConfig()
+        stored = self.ledger.rollout()
+        #: what the gates judge; None: no gates here, the fleet's telemetry is not read
+        self.evidence = Evidence(model) if self.gates.enabled or (stored and stored.get("gates")) else None
+        self.mqtt = MqttClient(broker, tool_client_id("publisher", fleet, model), self._on_message, limits,
                                persistent=False)
 
     # -- connection and device status ---------------------------------------------------------
     def start(self, timeout_s: float = 15.0) -> Publisher:
-        self.mqtt.subscribe([self.topics.all_status])
+        self.mqtt.subscribe([self.topics.all_status] + ([self.topics.all_telemetry] if self.evidence else []))
         self.mqtt.start(wait_s=timeout_s)
         return self
 
@@ -207,6 +220,18 @@ class Publisher:
             raise FleetError("this publisher keeps its state in a fleet store, not in a state file")
         return self.ledger.state
 
+    def _on_message(self, topic: str, payload: bytes, retained: bool) -> None:
+        """A device's status, or (with gates) a telemetry record for the gates' evidence."""
+        if self.evidence is None or not topic.startswith(f"{self.topics.base}/telemetry/"):
+            return self._on_status(topic, payload, retained)
+        try:
+            record = TelemetryRecord.from_bytes(payload)
+        except VerificationError as exc:
+            log.warning("telemetry on %s refused: %s", topic, exc)
+            return
+        if topic == self.topics.telemetry(record.device):
+            self.evidence.add(record)
+
     def _on_status(self, topic: str, payload: bytes, _retained: bool) -> None:
         """Keep a device's status when it is well formed (``read_status``: rollouts compare its fields)
         and names the device whose topic it came on; an empty payload clears nothing here."""
@@ -220,6 +245,8 @@ class Publisher:
             return
         if status["device"] == device:
             self.ledger.add(status)
+            if self.evidence:
+                self.evidence.saw_status(status)
 
     @property
     def devices(self) -> dict[str, dict[str, Any]]:
@@ -298,7 +325,8 @@ class Publisher:
         rollout = Rollout(sha, manifest.name, manifest.release, manifest.version, chunk_bytes,
                           [sha256_hex(p) for p in pieces], len(data), list(stages or stages_for(canary)),
                           halt_on, rollback_on_halt, hardware_ids=list(manifest.hardware_ids),
-                          profiles=list(manifest.profiles), http_url=http_url, model=self.model)
+                          profiles=list(manifest.profiles), http_url=http_url, model=self.model,
+                          gates=self.gates.to_dict())
         self.ledger.new_rollout()
         self._announce(rollout)
         return rollout
@@ -403,7 +431,8 @@ class Publisher:
             self.halt(rollout, f"{bad} of {stage.size} devices failed in stage {rollout.stage + 1} of "
                                f"{len(rollout.stages)} ({rollout.stages[rollout.stage]:g}%), over the "
                                f"{rollout.halt_on:g}% threshold")
-        elif pending <= 0 and (stage.size or rollout.stages[rollout.stage] >= 100):
+        elif pending <= 0 and (stage.size or rollout.stages[rollout.stage] >= 100) \
+                and not self._gates_hold(rollout, stage_timeout_s):
             if rollout.stage + 1 < len(rollout.stages):
                 rollout.stage += 1
                 self._announce(rollout)
@@ -412,6 +441,28 @@ class Publisher:
                 rollout.status = "complete"
         self._store(rollout, size)
         return rollout
+
+    def _gates_hold(self, rollout: Rollout, stage_timeout_s: float) -> bool:
+        """Judge the rollout's gates on its stage's devices now on the release (``gates.judge``; verdicts
+        kept in the record): True when the stage may not be widened yet, because a gate failed (the
+        rollout is halted with its verdict) or still waits for evidence (past the stage timeout: halted)."""
+        config = GateConfig.from_dict(rollout.gates)
+        if not config.enabled:
+            return False
+        active = [d for d, o in rollout.outcomes.items() if o == "active"]
+        verdicts = judge(config, self.evidence or Evidence(self.model), rollout.release, active)
+        rollout.gate_results = [v.to_dict() for v in verdicts]
+        where = f"stage {rollout.stage + 1} of {len(rollout.stages)} ({rollout.stages[rollout.stage]:g}%)"
+        if failed := next((v for v in verdicts if v.status == "fail"), None):
+            self.halt(rollout, f"{failed.gate} gate failed in {where}: {failed.detail}")
+        elif waiting := next((v for v in verdicts if v.status == "wait"), None):
+            if time.time() - rollout.stage_started <= stage_timeout_s:
+                return True
+            self.halt(rollout, f"{waiting.gate} gate had too little evidence in {where} within "
+                               f"{stage_timeout_s:g}s: {waiting.detail}")
+        else:
+            return False
+        return True
 
     def halt(self, rollout: Rollout, reason: str) -> None:
         """Withdraw the release (downloads in progress stop); optionally roll back devices that took it."""

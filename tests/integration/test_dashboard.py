@@ -37,11 +37,11 @@ from cuvil_edge.fleet.publisher import Publisher
 from ota import SelfTestFailed
 from ota.golden import decode_vector
 from ota.protocol import bucket
+from tests.support.browser import CHROMIUM, HANG_S, chromium, page_text
 from tests.support.fleet import AgentThreads, FleetWorld
 from tests.support.model_lines import FLEET as LINES_FLEET
 from tests.support.model_lines import A, B, LinesWorld
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not shutil.which("mosquitto"), reason="mosquitto not installed"),
@@ -49,7 +49,6 @@ pytestmark = [
     pytest.mark.skipif(not CHROMIUM and not os.environ.get("CI"), reason="chromium not installed"),
 ]
 FLEET = "view"
-HANG_S = 120.0
 
 
 class _Rows(HTMLParser):
@@ -81,39 +80,6 @@ class _Rows(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._cell is not None:
             self._cell.append(data)
-
-
-class _Text(HTMLParser):
-    """The visible text of a DOM dump (scripts and styles left out), one string."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[str] = []
-        self._skip = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._skip += tag in ("script", "style")
-
-    def handle_endtag(self, tag: str) -> None:
-        self._skip -= tag in ("script", "style")
-
-    def handle_data(self, data: str) -> None:
-        if not self._skip and data.strip():
-            self.parts.append(data.strip())
-
-
-def chromium(url: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Headless chromium on ``url`` with 5 s of virtual time for the page's script (polls included)."""
-    assert CHROMIUM, "chromium is not installed (apt-get install -y chromium)"
-    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                           f"--user-data-dir={profile}", "--virtual-time-budget=5000", *args, url],
-                          capture_output=True, text=True, timeout=HANG_S, check=True)
-
-
-def page_text(dom: str) -> str:
-    parser = _Text()
-    parser.feed(dom)
-    return " | ".join(parser.parts)
 
 
 def device_rows(dom: str) -> dict[tuple[str, str], list[str]]:

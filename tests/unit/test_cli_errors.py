@@ -36,7 +36,7 @@ CLIS: dict[str, tuple[Callable[[list[str]], int], argparse.ArgumentParser, set[i
 }
 #: arguments that name a file or directory the command reads (or, for keyring/state_dir, opens)
 FILE_ARGS = {"model", "bundle", "keyring", "root", "config", "sign_key", "calib", "inputs", "state_dir",
-             "tls_ca", "tls_cert", "tls_key", "state_file"}
+             "tls_ca", "tls_cert", "tls_key", "state_file", "replay"}
 #: valid values for the other arguments a command may require, so the error comes from the one under test
 PLAIN_ARGS = {"key_id": "0123", "device": "dev-1", "action": "report", "name": "raspberry-pi-4", "fleet": "f",
               "hardware_id": "hw", "store": "postgresql://127.0.0.1:1/none"}  # a store URL: creates no file
@@ -220,9 +220,10 @@ def test_arguments_are_known():
                 pytest.fail(f"{cli} {' '.join(words)}: no test value for required argument {a.dest!r}")
 
 
-def test_every_command_fails_cleanly(files: Files, capsys):
+def test_every_command_fails_cleanly(files: Files, capsys, monkeypatch, tmp_path):
     """Each case exits with a documented code and one stderr line (or argparse's usage block) that, for a
-    wrong value, names it."""
+    wrong value, names it. Run in a scratch directory: a publisher's default state file lands in the cwd."""
+    monkeypatch.chdir(tmp_path)
     covered: set[tuple[str, tuple[str, ...]]] = set()
     failures = []
     for cli, argv, mentions in cases(files):
