@@ -26,7 +26,7 @@ def int_values(a: np.ndarray | list[int]) -> list[int]:
 def cast(ctx: TflContext) -> None:
     """A dtype change (a text model's integer attention mask to float, say), on real values only: a
     quantized CAST would convert held integers, not the values they stand for."""
-    src, out = ctx.sg.tensors[ctx.op.inputs[0]], ctx.sg.tensors[ctx.op.outputs[0]]
+    src, out = ctx.input_tensor(0), ctx.sg.tensors[ctx.output_index(0)]
     if src.quant is not None or out.quant is not None:
         raise ctx.unsupported("a CAST of quantized tensors is not supported")
     if (src.dtype, out.dtype) not in RUNTIME_CASTS and src.data is None:
@@ -45,7 +45,7 @@ def bitcast(ctx: TflContext) -> None:
     one size. A wider input is split into a new last dim of narrower elements, a narrower one's last dim
     joined into one wider element (TFLite's rule): little-endian bytes, by shifts and a mask on the
     unsigned types, the wider type's lanes at 0, 8 * narrow, ... bits."""
-    src, out = ctx.sg.tensors[ctx.op.inputs[0]], ctx.sg.tensors[ctx.output_index(0)]
+    src, out = ctx.input_tensor(0), ctx.sg.tensors[ctx.output_index(0)]
     x = ctx.input(0)
     if src.quant is not None or out.quant is not None or x.type.dtype != src.dtype or \
             not {src.dtype, out.dtype} <= _OWN_BITS:

@@ -13,7 +13,7 @@ from ...errors import UnsupportedOperator
 from ...ir.graph import DTYPES, Graph, QuantParams, Value
 from ..registry import ConverterTable, IRBuilder
 from .layout import NCHW, Laid, Perm, compose, identity, inverse, is_reshape
-from .reader import TflModel, TflOperator, TflSubgraph
+from .reader import TflModel, TflOperator, TflSubgraph, TflTensor
 
 Converter = Callable[["TflContext"], None]
 _NOT_FAMILIES = ("coverage", "importer", "layout", "reader", "registry")
@@ -108,6 +108,12 @@ class TflContext(IRBuilder):
 
     def has_input(self, i: int) -> bool:
         return i < len(self.op.inputs) and self.op.inputs[i] >= 0
+
+    def input_tensor(self, i: int) -> TflTensor:
+        """Input i's tensor as declared (type, quantization, data), which the operator must have."""
+        if not self.has_input(i):
+            raise self.unsupported(f"input {i} is required")
+        return self.sg.tensors[self.op.inputs[i]]
 
     def held(self, i: int, flat_ok: bool = False) -> Laid:
         """Input i as stored (uint8 for a quantized tensor); a flatten kept in IR order is put in TFLite
