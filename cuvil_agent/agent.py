@@ -36,6 +36,7 @@ from .lines import ModelLine
 from .log import JsonLog
 from .metrics import LineUpdate, UpdateCollector
 from .serve import InferenceServer, ModelHost, ModelRegistry
+from .shadow import shadow_sampler
 from .state import LINE_STORE, STORE_FILE, AgentState, unused_command
 from .telemetry import ServingWatch, Telemetry, TelemetryMetrics
 
@@ -97,7 +98,8 @@ class Agent:
         steps = _Steps(self)
         installer = Installer(cfg.state_dir, cfg.hardware_id or default_hardware_id(), cfg.profile or None,
                               root=self._root, config=cfg.ota, on_step=steps, policy=policy)
-        host = ModelHost(installer, policy, cfg.http.model_name if cfg.http else "")
+        host = ModelHost(installer, policy, cfg.http.model_name if cfg.http else "",
+                         shadow=shadow_sampler(cfg.telemetry))
         self.models.add(host)
         steps.line = ModelLine(self, "", installer, host, self.topics.release, self._device_store)
         return steps.line
@@ -115,7 +117,8 @@ class Agent:
                                                      on_step=steps, policy=policy, model=m.name)))
         align_roots([installer for *_, installer in made])
         for m, policy, steps, installer in made:
-            host = ModelHost(installer, policy, m.name, self.admission.gate(m.priority))
+            host = ModelHost(installer, policy, m.name, self.admission.gate(m.priority),
+                             shadow_sampler(cfg.telemetry))
             self.models.add(host, m.priority)
             steps.line = ModelLine(self, m.name, installer, host, self.topics.model_release(m.name),
                                    AgentState(installer.state_dir / STORE_FILE, LINE_STORE))

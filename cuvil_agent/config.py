@@ -106,6 +106,11 @@ class TelemetrySettings:
     max_attempts: int = 5  # refusals of one record while connected (ACL, size cap) before it is dropped
     retry_s: float = 2.0  # wait after a refused or unacknowledged publish
     message_expiry_s: int = 86_400  # MQTT 5 message expiry of each publish; 0: none
+    #: the drift gate's shadow sample (``shadow``): after a switch to a newer release, this share of the
+    #: requests also runs through the previous one, kept loaded until this many were compared or this long
+    shadow_fraction: float = 0.0  # 0: off
+    shadow_max_samples: int = 100
+    shadow_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         check_numbers(self)
@@ -113,6 +118,10 @@ class TelemetrySettings:
                 and self.max_attempts > 0):
             raise ConfigError("TelemetrySettings.max_events, max_bytes, publish_timeout_s and max_attempts "
                              "must be positive")
+        if self.shadow_fraction > 1 or (self.shadow_fraction and not (self.shadow_max_samples > 0
+                                                                      and self.shadow_timeout_s > 0)):
+            raise ConfigError("TelemetrySettings.shadow_fraction is a share from 0 to 1, and with it on "
+                              "shadow_max_samples and shadow_timeout_s must be positive")
 
 
 @dataclass(frozen=True)

@@ -53,9 +53,11 @@ from runtime_wasm import (
     Scheduler,
 )
 from runtime_wasm.processing import Processor
+from runtime_wasm.supervisor import same_signature
 
 from . import payloads
 from .config import ServeLimits
+from .shadow import ShadowSampler
 
 log = logging.getLogger(__name__)
 #: the client's bound on one reply line
@@ -73,6 +75,8 @@ class ServedModel:
     spec: ModelSpec
     #: the release's signed processing (texts/images in, typed results out); None: tensors only
     processor: Processor | None = None
+    #: what the install's self-test measured on the golden vectors (``ota.selftest``); None: not recorded
+    golden: Mapping[str, Any] | None = None
 
 
 class ModelHost:
@@ -84,13 +88,14 @@ class ModelHost:
     the latest load failed (None after a success); with nothing loaded requests get ``NoActiveModel`` or
     ``NoHealthyModel``. ``name`` is what clients call it: the given one, else the installed manifest's.
     ``admission``: this model's gate into the device-wide admission it shares with the other models of a
-    multi-model device (every scheduler it loads passes requests through it).
+    multi-model device (every scheduler it loads passes requests through it). ``shadow``: after a switch
+    to a newer release, the previous one goes to it instead of being closed (``cuvil_agent.shadow``).
     """
 
     def __init__(self, installer: ActiveModelSource, policy: RuntimePolicy | None = None, name: str = "",
-                 admission: AdmissionGate | None = None) -> None:
+                 admission: AdmissionGate | None = None, shadow: ShadowSampler | None = None) -> None:
         self._installer, self.policy, self._name = installer, policy or RuntimePolicy(), name
-        self.admission = admission
+        self.admission, self.shadow = admission, shadow
         self._lock = threading.Lock()
         self._model: Scheduler | None = None
         self._served: ServedModel | None = None
@@ -114,15 +119,25 @@ class ModelHost:
             raise
         manifest, processor = active.manifest, payloads.load_processor(active.directory, model.spec)
         served = ServedModel(self._name or manifest.name, manifest.release, manifest.version,
-                             model.variants[0], model.spec, processor)
+                             model.variants[0], model.spec, processor, active.golden)
         with self._lock:
             old, self._model, self.release, self.load_error = self._model, model, manifest.release, None
-            self._served = served
+            previous, self._served = self._served, served
             self._retiring = [t for t in self._retiring if t.is_alive()]
-            if old is not None:
+            if old is not None and not self._to_shadow(old, previous, served):
                 retire = threading.Thread(target=old.close, name="retire-model", daemon=True)
                 retire.start()
                 self._retiring.append(retire)
+
+    def _to_shadow(self, old: Scheduler, previous: ServedModel | None, new: ServedModel) -> bool:
+        """Hand the previous release to the shadow sampler (which closes it) when it samples this switch:
+        an update (not a rollback or a reload), the same inputs and outputs, and no state (a shadow would
+        see only part of the stream)."""
+        if self.shadow is None or previous is None or new.release <= previous.release or new.spec.stateful \
+                or not same_signature(previous.spec, new.spec):
+            return False
+        self.shadow.start(old, previous.release, new.release, new.spec.outputs[0].name)
+        return True
 
     @property
     def name(self) -> str:
@@ -156,12 +171,15 @@ class ModelHost:
                 ) -> tuple[int, dict[str, np.ndarray]]:
         model, release = self._current()
         try:
-            return release, model.predict(dict(inputs), captured_at)  # the scheduler queues and batches
+            outputs = model.predict(dict(inputs), captured_at)  # the scheduler queues and batches
         except Overloaded:
             if self._model is model:  # queue full or load shed: the caller's to handle
                 raise
-        model, release = self._current()  # retired by a reload while queued: the new model answers
-        return release, model.predict(dict(inputs), captured_at)
+            model, release = self._current()  # retired by a reload while queued: the new model answers
+            outputs = model.predict(dict(inputs), captured_at)
+        if self.shadow is not None:
+            self.shadow.offer(release, inputs, outputs)
+        return release, outputs
 
     def metrics(self) -> dict[str, Any] | None:
         """The scheduler's counters and latency percentiles (None while no model is loaded)."""
@@ -176,6 +194,8 @@ class ModelHost:
             retiring, self._retiring = self._retiring, []
         if model is not None:
             model.close()
+        if self.shadow is not None:
+            self.shadow.close()
         for t in retiring:
             t.join()
 

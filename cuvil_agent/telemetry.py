@@ -45,7 +45,7 @@ from runtime_wasm import schema
 from runtime_wasm.counts import serving_counts
 
 from .config import TelemetrySettings
-from .serve import ModelRegistry
+from .serve import ModelHost, ModelRegistry, ServedModel
 
 log = logging.getLogger(__name__)
 CURSOR_FILE = "cursor.json"
@@ -455,19 +455,20 @@ class ServingWatch:
         self._seen: dict[str, dict[str, Any]] = {}  # model -> metrics at the last ``events``
         self._hist: dict[tuple[str, str], list[int]] = {}  # (model, variant) -> cumulative at last summary
 
-    def _read(self) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
-        """(model name, scheduler metrics, what is served) of every loaded model."""
+    def _read(self) -> Iterator[tuple[ModelHost, dict[str, Any], ServedModel, dict[str, Any]]]:
+        """(host, scheduler metrics, what is served, its release fields) of every loaded model."""
         for host, _priority, m, served in self._models.states():
             if m is not None and served is not None:
-                yield host.name, m, {"release": served.release, "version": served.version,
-                                     "variant": served.variant}
+                yield host, m, served, {"release": served.release, "version": served.version,
+                                        "variant": served.variant}
 
     def events(self) -> list[tuple[str, dict[str, Any]]]:
         """What happened in serving since the last call, as (event, data)."""
         out: list[tuple[str, dict[str, Any]]] = []
-        for name, m, served in self._read():
+        for host, m, _, fields in self._read():
+            name = host.name
             old = self._seen.get(name, {})
-            model = {"model": name, **served}
+            model = {"model": name, **fields}
             for key, event in (("deadline_kills", "deadline_kill"), ("worker_restarts", "worker_restart")):
                 if n := _grown(m[key], old.get(key, 0)):
                     out.append((event, {**model, "count": n, "total": m[key]}))
@@ -483,10 +484,12 @@ class ServingWatch:
         return out
 
     def summary(self) -> dict[str, Any]:
-        """Per model: counters since its load, window percentiles, and per variant the requests and latency
-        percentiles since the previous summary (from the cumulative histograms)."""
+        """Per model: counters since its load, window percentiles, per variant the requests and latency
+        percentiles since the previous summary (from the cumulative histograms), and for the rollout gates
+        the self-test's golden figures and the shadow sample's drift since the previous summary."""
         models: dict[str, Any] = {}
-        for name, m, served in self._read():
+        for host, m, served, fields in self._read():
+            name = host.name
             variants = {}
             for variant, h in m["latency_histogram_ms"].items():
                 cum = h["cumulative"]
@@ -498,8 +501,12 @@ class ServingWatch:
                 per_bucket = [delta[0]] + [b - a for a, b in zip(delta, delta[1:])]
                 pct = {f"p{q}_ms": quantile_ms(h["le"], per_bucket, q / 100) for q in (50, 95, 99)}
                 variants[variant] = {"requests": delta[-1], **pct}
-            models[name] = {**served, **serving_counts(m), "failed": m["failed"], "thermal": m["thermal"],
+            models[name] = {**fields, **serving_counts(m), "failed": m["failed"], "thermal": m["thermal"],
                             "latency_ms": m["latency_ms"], "variants": variants}
+            if served.golden:
+                models[name]["golden"] = dict(served.golden)
+            if host.shadow is not None and (drift := host.shadow.take(served.release)):
+                models[name]["drift"] = drift
         return models
 
 

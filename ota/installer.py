@@ -21,8 +21,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
-import numpy as np
-
 from runtime_wasm import schema
 from runtime_wasm.policy import RuntimePolicy
 from runtime_wasm.spec import SPEC_FILE
@@ -43,6 +41,7 @@ from .errors import (
 )
 from .golden import decode_vector
 from .metadata import FileEntry, Manifest, parse_envelope
+from .selftest import SELFTEST_FILE, GoldenCheck, GoldenReport, read_report
 from .store import StateLock, fsync_dir, remove_temp_files
 from .trust import Report, TrustState, check_payload
 
@@ -98,11 +97,13 @@ def _os_failure(exc: OSError) -> InstallError:
 class ActiveModel:
     """The installed model a server loads (``Installer.active_model``): the directory holding its spec
     (``model.json``), modules, weights and processing, its signed manifest, and the precompiled-module
-    cache beside them. Read it, never write it: the installer owns the slots."""
+    cache beside them, and what its self-test measured (``ota.selftest``; None from an older installer).
+    Read it, never write it: the installer owns the slots."""
 
     directory: Path
     manifest: Manifest
     cache_dir: Path
+    golden: dict[str, Any] | None = None
 
     @property
     def release(self) -> int:
@@ -228,7 +229,7 @@ class Installer:
                     self._step("files_synced")
                     self._check_slot(slot, manifest)
                     self._step("reverified")
-                    self._self_test(slot, manifest)
+                    self._keep_report(slot, self._self_test(slot, manifest))
                     self._write_temp(staged, _pointer_bytes(slot))
                     self._step("pointer_staged")
                     trust.accept_release(manifest)
@@ -262,9 +263,10 @@ class Installer:
             manifest = trust.recheck_release(envelope, now or datetime.now(timezone.utc))
             try:
                 self._check_slot(slot, manifest)
-                self._self_test(slot, manifest)
+                report = self._self_test(slot, manifest)
             except (OtaError, OSError) as exc:
                 raise NothingToRollBack(f"slot {slot.name} holds no healthy model: {exc}") from exc
+            self._keep_report(slot, report)
             self._switch(slot)
         return manifest
 
@@ -281,7 +283,7 @@ class Installer:
         """What a server loads: the active slot's files and signed manifest, read together (``NoActiveModel``
         when nothing is installed, ``CorruptSlot`` when the manifest is unreadable)."""
         slot = self.active_dir()
-        return ActiveModel(slot, self._slot_manifest(slot), self.cache.directory)
+        return ActiveModel(slot, self._slot_manifest(slot), self.cache.directory, read_report(slot))
 
     def active_stamp(self) -> tuple[str, int, int] | None:
         """Which slot is active and which file its signed manifest is (an install writes a new one), from
@@ -394,11 +396,12 @@ class Installer:
                         break
             check_payload(entry, size, h.hexdigest())
 
-    def _self_test(self, slot: Path, manifest: Manifest) -> None:
+    def _self_test(self, slot: Path, manifest: Manifest) -> GoldenReport:
         """Precompile the variant this host will run, then run every golden vector through it in a
         supervised worker under the memory cap it will be served with (``policy``) and the self-test
         deadline (``OtaConfig``): a module that loops, or that would not fit when served, fails here, before
-        the commit point, not in the agent afterwards. Whatever goes wrong is a ``SelfTestFailed``."""
+        the commit point, not in the agent afterwards. Whatever goes wrong is a ``SelfTestFailed``; a pass
+        returns what it measured (kept with the slot for the rollout's golden gate: ``_keep_report``)."""
         what = f"{manifest.name} release {manifest.release}"
         if not manifest.golden:
             raise SelfTestFailed(f"{what}: bundle carries no golden vectors to self-test with")
@@ -410,28 +413,32 @@ class Installer:
             source = ModelSource.from_dir(slot, cache_dir=str(self.cache.directory), deterministic=det)
             self.cache.load(source.wasm, EngineConfig(source.variant.tier, deterministic=det))
             self._step("precompiled")
-            self._run_golden(source, manifest)
+            check = self._run_golden(source, manifest)
         except SelfTestFailed:
             raise
         except Exception as exc:  # DeadlineExceeded, WorkerCrashed, traps, malformed vectors, ...
             raise SelfTestFailed(f"{what}: {type(exc).__name__}: {exc}") from exc
         self._step("selftested")
+        return check.report(source.variant.name, det)
 
-    def _run_golden(self, source: ModelSource, manifest: Manifest) -> None:
+    def _run_golden(self, source: ModelSource, manifest: Manifest) -> GoldenCheck:
         from runtime_wasm.supervisor import SupervisedModel
 
         cfg = self.config
+        check = GoldenCheck(cfg.selftest_rtol, cfg.selftest_atol)
         with SupervisedModel(source, self.policy.memory_cap_bytes,
                              start_timeout_s=max(cfg.selftest_start_timeout_s,
                                                  self.policy.worker_start_timeout_s)) as model:
             for i, vector in enumerate(manifest.golden):
                 inputs, want = decode_vector(vector)
-                got = model.predict(inputs, cfg.selftest_deadline_s)
-                bad = [k for k in want if k not in got or not np.allclose(
-                    got[k], want[k], rtol=cfg.selftest_rtol, atol=cfg.selftest_atol)]
-                if bad or set(got) != set(want):
+                if bad := check.differing(model.predict(inputs, cfg.selftest_deadline_s), want):
                     raise SelfTestFailed(f"{manifest.name} release {manifest.release}: golden vector {i} "
-                                         f"differs in outputs {bad or sorted(set(got) ^ set(want))}")
+                                         f"differs in outputs {bad}")
+        return check
+
+    def _keep_report(self, slot: Path, report: GoldenReport) -> None:
+        """Beside the slot's files, before it becomes active (the active slot is never written)."""
+        self._atomic_write(slot / SELFTEST_FILE, json.dumps(report.to_dict(), sort_keys=True).encode())
 
     def _switch(self, slot: Path) -> None:
         self._atomic_write(self.state_dir / POINTER_FILE, _pointer_bytes(slot), staged="pointer_staged",

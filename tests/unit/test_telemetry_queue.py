@@ -239,7 +239,7 @@ class FakeHost:
     """What ``ServingWatch`` reads of a ``ModelHost``: its name, scheduler metrics and what it serves."""
 
     def __init__(self) -> None:
-        self.name = "m"
+        self.name, self.shadow = "m", None
         histogram = {"le": [1.0, 2.0], "cumulative": [0, 0, 0], "sum_ms": 0.0}
         self.m: dict[str, Any] = {**{c.key: 0 for c in SERVING_COUNTS}, "failed": {},
                                   "latency_ms": {"p50": None, "p95": None, "p99": None, "count": 0},
@@ -250,7 +250,8 @@ class FakeHost:
         return json.loads(json.dumps(self.m))
 
     def served(self) -> Any:
-        return type("Served", (), {"release": 3, "version": "1.0.3", "variant": "simd128"})()
+        return type("Served", (), {"release": 3, "version": "1.0.3", "variant": "simd128",
+                                 "golden": None})()
 
 
 def test_serving_watch_reports_growth_and_flips():
