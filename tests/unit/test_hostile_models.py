@@ -83,6 +83,7 @@ TFLITE_CASES = {
     "reduce-window-of-infinite-strides": (UnsupportedOperator, "input 2 is float32, not integers"),
     "reshape-to-nan": (ShapeError, "not integers"),
     "resize-of-an-empty-constant": (UnsupportedOperator, "no empty dims"),
+    "scatter-window-dim-past-the-updates": (UnsupportedOperator, "a dim outside the rank-0 updates"),
     "slice-begin-past-the-end": (ShapeError, "reads outside (1,)"),
     "slice-with-one-range-for-rank-2": (UnsupportedOperator, "1 slice ranges for a rank-2 input"),
     "sparse-dense-size-50331648": (ModelFormatError, "dense size 50331648"),

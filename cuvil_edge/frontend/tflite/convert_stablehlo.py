@@ -224,6 +224,12 @@ def _refuse_numbers(ctx: TflContext, keys: Sequence[str], why: str) -> None:
     raise ctx.unsupported(f"dimension numbers {numbers}: {why}")
 
 
+def _check_dims(ctx: TflContext, keys: Sequence[str], dims: Sequence[int], rank: int, of: str) -> None:
+    """Dimension numbers come from the file: each must name a dim of ``of`` before anything indexes by it."""
+    if any(not 0 <= d < rank for d in dims):
+        _refuse_numbers(ctx, keys, f"a dim outside the rank-{rank} {of}")
+
+
 _GATHER_KEYS = ("OffsetDims", "CollapsedSliceDims", "StartIndexMap", "IndexVectorDim", "SliceSizes")
 _WHOLE = "only whole slices at each index tuple (take, index, embedding) map onto gather_nd"
 
@@ -236,6 +242,9 @@ def stablehlo_gather(ctx: TflContext) -> None:
     shape, o = x.type.shape, ctx.options
     start, collapsed, offset = (list(o[k]) for k in ("StartIndexMap", "CollapsedSliceDims", "OffsetDims"))
     sizes, rest = list(o["SliceSizes"]), [d for d in range(len(shape)) if d not in o["StartIndexMap"]]
+    _check_dims(ctx, _GATHER_KEYS, [*start, *collapsed], len(shape), "operand")
+    if min(offset, default=0) < 0:
+        _refuse_numbers(ctx, _GATHER_KEYS, "a negative offset dim")
     if (len(sizes) != len(shape) or len(set(start)) != len(start) or not set(collapsed) <= set(start)
             or any(sizes[d] != 1 for d in start) or any(sizes[d] != shape[d] for d in rest) or not start):
         _refuse_numbers(ctx, _GATHER_KEYS, _WHOLE)
@@ -272,6 +281,8 @@ def stablehlo_scatter(ctx: TflContext) -> None:
     shape = x.type.shape
     smap, inserted, window = (list(o[k]) for k in ("ScatterDimsToOperandDims", "InsertedWindowDims",
                                                    "UpdateWindowDims"))
+    _check_dims(ctx, _SCATTER_KEYS, [*smap, *inserted], len(shape), "operand")
+    _check_dims(ctx, _SCATTER_KEYS, window, len(upd.type.shape), "updates")
     rest = [d for d in range(len(shape)) if d not in smap]
     kept = [d for d in range(len(shape)) if d not in inserted]
     scatter = [d for d in range(len(upd.type.shape)) if d not in window]
