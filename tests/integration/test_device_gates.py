@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
@@ -33,6 +32,7 @@ from cuvil_edge import CuvilModel
 from cuvil_edge.fleet.gates import GateConfig
 from cuvil_edge.fleet.publisher import Publisher
 from cuvil_edge.fleet.telemetry import TelemetryCollector
+from cuvil_edge.oracle import ort_session
 from cuvil_edge.signing import Keyring, build_bundle, golden_vectors
 from ota import Installer
 from ota.errors import ConfigError, SelfTestFailed
@@ -178,7 +178,7 @@ def test_shadow_drift_halts_the_rollout_and_the_previous_release_is_then_closed(
         assert shadow is not None and shadow.sampling and workers() == 2 * serving
 
         rng = np.random.default_rng(9)
-        sessions = {n: ort.InferenceSession(p.SerializeToString()) for n, p in releases.protos.items()}
+        sessions = {n: ort_session(p) for n, p in releases.protos.items()}
         agree, max_abs = 0, 0.0
         for i in range(SAMPLES):
             x = rng.standard_normal((4, 16)).astype(np.float32)

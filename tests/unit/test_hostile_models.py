@@ -74,6 +74,7 @@ TFLITE_CASES = {
     "fully-connected-weights-3d": (UnsupportedOperator, "not 2D"),
     "if-branches-that-run-each-other": (UnsupportedOperator, "runs itself"),
     "int8-zero-point-minus-1664": (ModelFormatError, "zero points outside int8"),
+    "matrix-diag-of-65536-wide-rows": (ShapeError, "MATRIX_DIAG's output of shape (4, 65536, 65536)"),
     "matrix-set-diag-of-a-scalar": (UnsupportedOperator, "at least rank 2"),
     "max-pool-without-options": (UnsupportedOperator, "lack FilterHeight"),
     "nms-output-of-an-unknown-type": (UnsupportedOperator, "output 0 is declared tflite_type_127"),

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from ...ir.graph import Value
+from ...ir.limits import check_shape
 from .convert_tensor import int_values, sliced
 from .layout import dropped
 from .registry import TflContext, converter
@@ -211,6 +212,7 @@ def matrix_diag(ctx: TflContext) -> None:
     if not d.type.shape:
         raise ctx.unsupported("a scalar diagonal (at least rank 1)")
     n = d.type.shape[-1]
+    check_shape((*d.type.shape, n), "MATRIX_DIAG's output")  # before its n x n mask is made
     row = ctx.emit1("reshape", [d], {"shape": [*d.type.shape[:-1], 1, n]}, f"{ctx.name}/row")
     zero = ctx.constant(np.zeros((), d.type.dtype), "zero")
     ctx.set_output(ctx.emit1("where", [_diagonal(ctx, n, n), row, zero]))
