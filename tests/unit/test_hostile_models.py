@@ -85,6 +85,7 @@ TFLITE_CASES = {
     "reshape-to-nan": (ShapeError, "not integers"),
     "resize-of-an-empty-constant": (UnsupportedOperator, "no empty dims"),
     "scatter-window-dim-past-the-updates": (UnsupportedOperator, "a dim outside the rank-0 updates"),
+    "segment-sum-of-268m-segments": (ShapeError, "UNSORTED_SEGMENT_MIN's output of shape (268435460, 65536)"),
     "slice-begin-past-the-end": (ShapeError, "reads outside (1,)"),
     "slice-with-one-range-for-rank-2": (UnsupportedOperator, "1 slice ranges for a rank-2 input"),
     "sparse-dense-size-50331648": (ModelFormatError, "dense size 50331648"),

@@ -106,6 +106,7 @@ def lstm_step(ctx: TflContext) -> None:
         xh = ctx.emit1("concat", [x, h_prev], {"axis": 1}, f"{ctx.name}/xh")
         wr = np.concatenate([w.const, r.const], axis=2)
         step, w_in = _layer_norm(ctx, xh, wr[0], h) if all(norm) else (_seq(ctx, xh, "xh_seq"), wr)
+        ctx.materialise(GATES["lstm"] * h * h * 4)  # the zero recurrent weights, before they are made
         w, r, state = ctx.constant(w_in.astype(np.float32), "w_in"), \
             ctx.constant(np.zeros((1, GATES["lstm"] * h, h), np.float32), "r_zero"), []
     else:

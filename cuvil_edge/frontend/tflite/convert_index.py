@@ -85,11 +85,18 @@ def _scatter(ctx: TflContext, into: np.ndarray, ind: Value, upd: Value, reductio
     ctx.set_output(ctx.emit1("scatter_nd", [ctx.constant(into, "init"), ind, upd], {"reduction": reduction}))
 
 
+def _filled(ctx: TflContext, shape: tuple[int, ...] | list[int], fill: object, dtype: np.dtype) -> np.ndarray:
+    """A build-time array of ``shape`` (sized by constants the model holds) filled with ``fill``: its
+    shape and bytes are checked against the import's limits before it is allocated."""
+    ctx.materialise(check_shape(shape, f"{ctx.op.op}'s output") * dtype.itemsize)
+    return np.full(shape, fill, dtype)
+
+
 @converter("SCATTER_ND")
 def scatter_nd(ctx: TflContext) -> None:
     """Inputs indices, updates, shape: updates summed into zeros (a repeated index adds up, as in TF)."""
-    upd = ctx.input(1)
-    _scatter(ctx, np.zeros(int_values(ctx.const(2)), upd.type.dtype), _indices(ctx, 0), upd, "add")
+    upd, shape = ctx.input(1), int_values(ctx.const(2))
+    _scatter(ctx, _filled(ctx, shape, 0, np.dtype(upd.type.dtype)), _indices(ctx, 0), upd, "add")
 
 
 #: segment reductions -> (scatter reduction, what an empty segment holds: LiteRT's initial value)
@@ -117,7 +124,7 @@ def segment(ctx: TflContext) -> None:
         info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
         fill = info.min if fill == "lowest" else info.max
     at = ctx.emit1("reshape", [_indices(ctx, 1)], {"shape": [*ids.type.shape, 1]}, f"{ctx.name}/at")
-    _scatter(ctx, np.full((count, *rows), fill, dtype), at, data, reduction)
+    _scatter(ctx, _filled(ctx, (count, *rows), fill, dtype), at, data, reduction)
 
 
 @converter("SPARSE_TO_DENSE")
