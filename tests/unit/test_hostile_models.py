@@ -91,6 +91,7 @@ TFLITE_CASES = {
     "sparse-dense-size-50331648": (ModelFormatError, "dense size 50331648"),
     "split-into-0": (UnsupportedOperator, "does not split into 0"),
     "subgraph-output-past-the-tensors": (ModelFormatError, "outside the 2 there are"),
+    "transpose-conv-output-shape-nan": (ShapeError, "are not integers"),
     "transpose-conv-weights-3d": (UnsupportedOperator, "not 4D"),
 }
 HARNESSES = {"onnx_import": (onnx_import, ONNX_CASES), "tflite_import": (tflite_import, TFLITE_CASES)}

@@ -11,6 +11,7 @@ import numpy as np
 
 from ...ir.graph import Value
 from ..padding import same_pads
+from .convert_tensor import int_values
 from .layout import NCHW, flat_order
 from .registry import TflContext, converter
 
@@ -89,14 +90,14 @@ def depthwise_conv(ctx: TflContext) -> None:
 @converter("TRANSPOSE_CONV")
 def transpose_conv(ctx: TflContext) -> None:
     """Inputs: output shape, weights [O, KH, KW, I], x, optional bias."""
-    deconv(ctx, x=2, w=1, bias=3, out_shape=[int(d) for d in ctx.const(0).reshape(-1)], strides=_strides(ctx),
+    deconv(ctx, x=2, w=1, bias=3, out_shape=int_values(ctx.const(0)), strides=_strides(ctx),
            padding=int(ctx.options.get("Padding", VALID)))
 
 
 @converter("CONV_3D_TRANSPOSE")
 def conv_3d_transpose(ctx: TflContext) -> None:
     """Inputs: output shape, weights [KD, KH, KW, O, I], x, optional bias (Conv3DOptions)."""
-    deconv(ctx, x=2, w=1, bias=3, out_shape=[int(d) for d in ctx.const(0).reshape(-1)],
+    deconv(ctx, x=2, w=1, bias=3, out_shape=int_values(ctx.const(0)),
            strides=_at_least_1(ctx, "StrideD", "StrideH", "StrideW"),
            padding=int(ctx.options.get("Padding", VALID)),
            dilations=_at_least_1(ctx, "DilationDFactor", "DilationHFactor", "DilationWFactor"))

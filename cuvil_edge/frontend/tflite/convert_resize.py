@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from .convert_tensor import int_values
 from .layout import NCHW
 from .registry import TflContext, converter
 
 
 def _resize(ctx: TflContext, mode: str, coord: str, nearest: str) -> None:
     x = ctx.nchw(0)
-    size = [int(d) for d in ctx.const(1).reshape(-1)]
+    size = int_values(ctx.const(1))
     if len(size) != 2 or min(*size, *x.type.shape) < 1:
         raise ctx.unsupported(f"size {size} for input {x.type.shape}: two sizes, no empty dims")
     sizes = [*x.type.shape[:2], *size]

@@ -14,6 +14,7 @@ import numpy as np
 from ...ir.graph import Value
 from ..onnx.convert_math import emit_binary
 from .convert_control import call_subgraph
+from .convert_tensor import int_values
 from .layout import inverse
 from .registry import TflContext, converter
 
@@ -92,7 +93,7 @@ def stablehlo_pad(ctx: TflContext) -> None:
 def dilate(ctx: TflContext) -> None:
     """Inputs: the tensor, its dilations (int32, one per axis, each >= 1) and the fill."""
     x = ctx.input(0)
-    dilations = [int(d) for d in ctx.const(1).reshape(-1)]
+    dilations = int_values(ctx.const(1))
     if len(dilations) != len(x.type.shape) or min(dilations, default=1) < 1:
         raise ctx.unsupported(f"dilations {dilations} for a rank-{len(x.type.shape)} input")
     zeros = [0] * len(dilations)
