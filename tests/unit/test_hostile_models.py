@@ -70,6 +70,7 @@ TFLITE_CASES = {
     "bitcast-without-inputs": (UnsupportedOperator, "input 0 is required"),
     "concatenation-axis-9-of-4": (UnsupportedOperator, "axis [9]"),
     "conv-stride-0": (UnsupportedOperator, "'StrideH': 0"),
+    "cumsum-axis-nan": (UnsupportedOperator, "is not an integer of a rank-3 tensor"),
     "conv-weights-2d": (UnsupportedOperator, "not 4D"),
     "fully-connected-weights-3d": (UnsupportedOperator, "not 2D"),
     "if-branches-that-run-each-other": (UnsupportedOperator, "runs itself"),

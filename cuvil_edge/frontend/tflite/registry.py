@@ -102,8 +102,8 @@ class TflContext(IRBuilder):
     def axis(self, value: Any, rank: int) -> int:
         """``value`` (an option or a constant's one element) as an axis of a rank-``rank`` tensor."""
         v = np.asarray(value).reshape(-1)
-        if v.size != 1 or not -rank <= int(v[0]) < rank:
-            raise self.unsupported(f"axis {v.tolist()} is outside a rank-{rank} tensor")
+        if v.size != 1 or v.dtype.kind not in "iu" or not -rank <= int(v[0]) < rank:
+            raise self.unsupported(f"axis {v.tolist()} is not an integer of a rank-{rank} tensor")
         return int(v[0]) % rank
 
     def has_input(self, i: int) -> bool:
