@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedOperator
 from ..ir.graph import Node, TensorType
+from ..ir.limits import charge
 from .common import CTYPES, split_rows
 from .movement import strides_of
 from .registry import OpDef, register
@@ -31,6 +32,8 @@ POOL_KERNELS = {"max": "max", "avg": "avg", "sum": "avg"}
 #: input dtype -> the 2D kernel's label and C prefix, and its columns per vector step
 _KERNEL_TYPES = {"float32": ("f32", 4), "uint8": ("u8", 16)}
 
+#: the largest kernel, stride, dilation or pad a pool takes (the kernels index in 32 bits)
+MAX_WINDOW = (1 << 31) - 1
 #: one spatial axis: (size, kernel, stride, dilation, pad begin, pad end)
 Axis = tuple[int, int, int, int, int, int]
 
@@ -58,9 +61,11 @@ def pool_geometry(node: Node) -> list[dict[str, int]]:
     if n not in (1, 2, 3) or len(a["kernel"]) != n:
         raise ShapeError(f"{node.name}: pool needs NCL, NCHW or NCDHW input and a matching kernel, got {x}")
     if len(a["strides"]) != n or len(a["dilations"]) != n or len(a["pads"]) != 2 * n or \
-            min(*a["kernel"], *a["strides"], *a["dilations"]) < 1:
+            min(*a["kernel"], *a["strides"], *a["dilations"]) < 1 or min(a["pads"]) < 0 or \
+            max(*a["kernel"], *a["strides"], *a["dilations"], *a["pads"]) > MAX_WINDOW:
         raise ShapeError(f"{node.name}: pool kernel {a['kernel']}, strides {a['strides']}, dilations "
-                         f"{a['dilations']} (each at least 1), pads {a['pads']} for {n} spatial axes")
+                         f"{a['dilations']} (each at least 1), pads {a['pads']} (at least 0; all at most "
+                         f"{MAX_WINDOW}) for {n} spatial axes")
     axes: list[Axis] = [(x[2 + i], a["kernel"][i], a["strides"][i], a["dilations"][i], a["pads"][i],
                          a["pads"][n + i]) for i in range(n)]
     ceil = bool(a.get("ceil_mode", 0))
@@ -98,10 +103,12 @@ def _infer(node: Node) -> list[TensorType]:
 
 def _inv_counts(n_out: int, size: int, k: int, s: int, d: int, pb: int, pe: int,
                 include_pad: bool) -> np.ndarray:
-    """1 / (taps of each window inside the input, or inside the padded input with count_include_pad)."""
-    pos = np.arange(n_out)[:, None] * s - pb + np.arange(k)[None, :] * d
+    """1 / (taps of each window inside the input, or inside the padded input with count_include_pad),
+    counted per window from where it starts (no array of every tap: a kernel may be long)."""
     lo, hi = (-pb, size + pe) if include_pad else (0, size)
-    count = ((pos >= lo) & (pos < hi)).sum(axis=1)
+    start = np.minimum(np.arange(n_out, dtype=np.int64) * s, hi + pb) - pb
+    # taps i in [0, k) with lo <= start + i * d < hi: from ceil((lo - start) / d) to ceil((hi - start) / d)
+    count = np.clip(-((start - hi) // d), 0, k) - np.clip(-((start - lo) // d), 0, k)
     return (1.0 / np.maximum(count, 1)).astype(np.float32)
 
 
@@ -113,25 +120,32 @@ def _avg_tables(node: Node, g: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
             _inv_counts(g["OW"], g["W"], g["kw"], g["sw"], g["dw"], g["pl"], g["pr"], inc))
 
 
+def _tap_index(n_out: int, size: int, k: int, s: int, d: int, pb: int) -> np.ndarray:
+    """[k, n_out]: the input position each tap of each window reads, ``size`` (the appended pad) where it
+    falls outside the input. The two products are clamped where they alone pass the input's end, so no
+    stride, dilation or pad overflows int64 or sizes anything."""
+    end = size + pb
+    pos = (np.minimum(np.arange(k, dtype=np.int64)[:, None] * d, end)
+           + np.minimum(np.arange(n_out, dtype=np.int64)[None, :] * s, end) - pb)
+    return np.where((pos >= 0) & (pos < size), pos, size)
+
+
 def _fold_pass(node: Node, g: dict[str, int], x: np.ndarray) -> np.ndarray:
-    """numpy reference of one kernel pass: [planes, H, W] -> [planes, OH, OW]."""
+    """numpy reference of one kernel pass: [planes, H, W] -> [planes, OH, OW]. Every tap is gathered by
+    index from the input with one pad row and column appended, so the work and memory are the taps'
+    (charged to the import's budget first), never the padded extent a model's strides could make huge."""
     is_max = node.attrs["kind"] == "max"
+    taps = g["planes"] * g["OH"] * g["OW"] * g["kh"] * g["kw"]
+    charge(4 * taps, f"node {node.name!r} (pool folded at build time)")
     x = x.reshape(g["planes"], g["H"], g["W"]).astype(np.float32)
-    ext_h = (g["OH"] - 1) * g["sh"] + (g["kh"] - 1) * g["dh"] + 1
-    ext_w = (g["OW"] - 1) * g["sw"] + (g["kw"] - 1) * g["dw"] + 1
-    widths = ((0, 0), (g["pt"], max(ext_h - g["H"] - g["pt"], 0)),
-              (g["pl"], max(ext_w - g["W"] - g["pl"], 0)))
-    xp = np.pad(x, widths, constant_values=-np.inf if is_max else 0.0)
-    acc = None
-    for i in range(g["kh"]):
-        for j in range(g["kw"]):
-            tap = xp[:, i * g["dh"]:i * g["dh"] + ext_h - (g["kh"] - 1) * g["dh"]:g["sh"],
-                     j * g["dw"]:j * g["dw"] + ext_w - (g["kw"] - 1) * g["dw"]:g["sw"]]
-            acc = tap if acc is None else (np.maximum(acc, tap) if is_max else acc + tap)
-    if not is_max:
-        inv_h, inv_w = _avg_tables(node, g)
-        acc = acc * inv_h[:, None] * inv_w[None, :]
-    return acc
+    xp = np.pad(x, ((0, 0), (0, 1), (0, 1)), constant_values=-np.inf if is_max else 0.0)
+    rows = _tap_index(g["OH"], g["H"], g["kh"], g["sh"], g["dh"], g["pt"])
+    cols = _tap_index(g["OW"], g["W"], g["kw"], g["sw"], g["dw"], g["pl"])
+    windows = xp[:, rows[:, None, :, None], cols[None, :, None, :]]  # planes, kh, kw, OH, OW
+    if is_max:
+        return windows.max(axis=(1, 2))
+    inv_h, inv_w = _avg_tables(node, g)
+    return windows.sum(axis=(1, 2), dtype=np.float32) * inv_h[:, None] * inv_w[None, :]
 
 
 def _fold(node: Node, args) -> list[np.ndarray]:

@@ -67,6 +67,7 @@ ONNX_CASES = {
 }
 #: TFLite regression input -> (error class, words its message holds)
 TFLITE_CASES = {
+    "average-pool-stride-padded-384-gib": (ShapeError, "pool folded at build time"),
     "bitcast-without-inputs": (UnsupportedOperator, "input 0 is required"),
     "concatenation-axis-9-of-4": (UnsupportedOperator, "axis [9]"),
     "conv-stride-0": (UnsupportedOperator, "'StrideH': 0"),
