@@ -25,7 +25,7 @@ from ota.chunks import ChunkTransfer
 from ota.crypto import parse_json
 from ota.errors import TransportError, UnauthorizedMessage, UnknownModel, VerificationError
 from ota.installer import TRUST_FILE, Installer
-from ota.protocol import Command, Topics, format_time, status_payload, verify_command
+from ota.protocol import Command, Topics, format_time, registration_payload, status_payload, verify_command
 from ota.roots import align_roots, line_dirs, trusted_root
 from ota.transport import MqttClient
 from runtime_wasm import DeviceAdmission
@@ -242,6 +242,7 @@ class Agent:
     def _on_connected(self) -> None:
         self.log("connected", broker=f"{self.cfg.broker.host}:{self.cfg.broker.port}", n=self.mqtt.connects)
         self.telemetry.wake()  # send what piled up while offline
+        self._register()
         for line in self.lines:
             line.on_connected()
 
@@ -329,6 +330,16 @@ class Agent:
         return status_payload(self.device, state, hardware_id=line.installer.hardware_id,
                               profile=line.installer.profile or "", **extra,
                               **{**line.status_fields(), **fields})
+
+    def _register(self) -> None:
+        """Publish the device's registration (retained, at every connect): how a controller finds every
+        device whatever its broker's queue limits (``cuvil_edge.fleet.discovery``)."""
+        installer = self.lines[0].installer
+        try:
+            self.mqtt.publish(self.topics.registry(self.device), registration_payload(
+                self.device, hardware_id=installer.hardware_id, profile=installer.profile or ""), retain=True)
+        except TransportError as exc:
+            self.log("publish_failed", error=str(exc))
 
     def publish_status(self, state: str, line: ModelLine, **fields: Any) -> None:
         if not self.mqtt.connected:

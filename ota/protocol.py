@@ -46,6 +46,11 @@ BUCKETS = 1 << 32  # a device's rollout bucket is in [0, BUCKETS)
 _NONCE = re.compile(r"[0-9a-f]{16,64}")
 URL_SCHEMES = ("http", "https")
 MAX_URL_CHARS = 2048
+#: the device registry's topics are split into this many shards (``registry_shard``), so a controller can
+#: read every retained registration a few shards at a time, each read under a broker's per-client queue
+#: (Mosquitto's default lets 1,020 retained messages through one subscription; 256 shards of a 200k-device
+#: fleet hold ~780 each)
+REGISTRY_SHARDS = 256
 
 
 def check_url(url: str, what: str = "bundle URL") -> str:
@@ -147,6 +152,20 @@ class Topics:
     def telemetry(self, device: str) -> str:
         return f"{self.base}/telemetry/{check_name(device, 'device id')}"
 
+    def registry(self, device: str) -> str:
+        """Where a device registers (retained, at every connect): sharded, see ``REGISTRY_SHARDS``."""
+        return f"{self.base}/registry/{registry_shard(device)}/{check_name(device, 'device id')}"
+
+    def registry_filter(self, shard: str) -> str:
+        """The filter for one shard's registrations (``shard``: two hex digits)."""
+        return f"{self.base}/registry/{shard}/+"
+
+    def parse_registry(self, topic: str) -> tuple[str, str] | None:
+        """(shard, device) of a registration topic; None for any other topic."""
+        head = f"{self.base}/registry/"
+        shard, _, device = topic[len(head):].partition("/") if topic.startswith(head) else ("", "", "")
+        return (shard, device) if device and "/" not in device and registry_shard(device) == shard else None
+
     @property
     def all_status(self) -> str:
         return f"{self.base}/status/+"
@@ -160,7 +179,7 @@ class Topics:
         return [f"user {username}", f"topic read {self.release}", f"topic read {self.release}/+",
                 f"topic read {self.base}/bundle/#",
                 f"topic read {self.command(device)}", f"topic write {self.status(device)}",
-                f"topic write {self.telemetry(device)}"]
+                f"topic write {self.telemetry(device)}", f"topic write {self.registry(device)}"]
 
     def publisher_acl(self, username: str) -> list[str]:
         return [f"user {username}", f"topic readwrite {self.base}/#"]
@@ -172,6 +191,11 @@ def split_chunks(data: bytes, chunk_bytes: int) -> list[bytes]:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def registry_shard(device: str) -> str:
+    """A device's registry shard: two hex digits of its name's hash, so shards fill evenly."""
+    return hashlib.sha256(device.encode()).hexdigest()[:2]
 
 
 def bucket(bundle_sha256: str, device: str) -> int:
@@ -322,6 +346,13 @@ def status_payload(device: str, state: str, **fields: Any) -> bytes:
                        **fields}, sort_keys=True).encode()
 
 
+def registration_payload(device: str, **fields: Any) -> bytes:
+    """A device's registration (``Topics.registry``): that it exists, with its targets; unsigned, like
+    status. A controller reads every registration shard by shard, then each device's status by name."""
+    return json.dumps({"device": device, "time": format_time(datetime.now(timezone.utc)), **fields},
+                      sort_keys=True).encode()
+
+
 @dataclass(frozen=True)
 class TelemetryRecord:
     """One telemetry message. ``seq`` rises by one per record the device queued and survives agent
@@ -405,6 +436,21 @@ STATUS_SCHEMA = schema.record({
     **_LINE_STATUS,
 })
 MAX_STATUS_BYTES = 256 << 10
+
+
+#: a registration as controllers read it (``registration_payload``)
+REGISTRATION_SCHEMA = schema.record({
+    "device": _level("device id"), "time": Optional(time_text), "hardware_id": Optional(_TEXT),
+    "profile": Optional(_TEXT)})
+
+
+def read_registration(payload: bytes) -> dict[str, Any]:
+    """A registration payload (``REGISTRATION_SCHEMA``); ``FormatError``/``LengthMismatch`` otherwise."""
+    if len(payload) > MAX_STATUS_BYTES:
+        raise LengthMismatch(f"registration: {len(payload)} bytes, limit {MAX_STATUS_BYTES}")
+    raw = parse_json(payload, "registration")
+    doc = schema.read(raw, REGISTRATION_SCHEMA, "registration", FormatError)
+    return {k: v for k, v in doc.items() if k in raw}
 
 
 def read_status(payload: bytes) -> dict[str, Any]:

@@ -1,8 +1,9 @@
-"""``cuvil-edge publish`` and ``cuvil-edge fleet status|command|telemetry|dashboard|gates|migrate-state|
-demo``: staged rollouts over MQTT (``--gate-*``: quality gates judged before each stage is widened;
-``fleet gates`` replays a recording against them), and the move of a publisher's state file into a fleet
-store. ``--store URL`` keeps ``publish``'s and ``fleet command``'s bookkeeping in a fleet store instead of
-the state file, and makes ``fleet status`` a query of that store (filters, counts, pages; no broker).
+"""``cuvil-edge publish`` and ``cuvil-edge fleet status|discover|command|telemetry|dashboard|gates|
+migrate-state|demo``: staged rollouts over MQTT (``--gate-*``: quality gates judged before each stage is
+widened; ``fleet gates`` replays a recording against them), and the move of a publisher's state file into a
+fleet store. ``--store URL`` keeps ``publish``'s, ``fleet discover``'s and ``fleet command``'s bookkeeping in
+a fleet store instead of the state file, and makes ``fleet status`` a query of that store (filters, counts,
+pages; no broker); without it, ``fleet status`` reads the fleet from the broker (``fleet.discovery``).
 
 ``register(subparsers)`` adds the commands to the ``cuvil-edge`` parser; each sets ``fn``. The broker
 password comes from an environment variable named by ``--password-env`` (never argv).
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +24,7 @@ from ota.parse import parse_decimal
 from ota.protocol import TelemetryRecord
 
 from ..fleet.dashboard import Dashboard, FleetView, StoreView
+from ..fleet.discovery import DiscoveryLimits
 from ..fleet.gates import GateConfig, replay
 from ..fleet.publisher import FleetError, Publisher, Rollout, format_rollout, parse_percent, stages_for
 from ..fleet.telemetry import TelemetryCollector, format_record
@@ -69,7 +70,7 @@ def _open_store(args: argparse.Namespace) -> FleetStore:
 
 @contextmanager
 def _publisher(args: argparse.Namespace, signing: bool = True, lease_s: float | None = None,
-               gates: GateConfig | None = None) -> Iterator[Publisher]:
+               gates: GateConfig | None = None, share: str = "") -> Iterator[Publisher]:
     """The line's publisher (not connected yet), its bookkeeping in ``--store`` (leading the line by a
     lease of ``lease_s``) or the state file; closed, with the store, when the block ends."""
     keys = signing_keys(args) if signing else []
@@ -77,7 +78,7 @@ def _publisher(args: argparse.Namespace, signing: bool = True, lease_s: float | 
     try:
         pub = Publisher(_broker(args), args.fleet, keys, None if store else _state_file(args),
                         model=args.model or "", store=store, lease_s=lease_s if store else None,
-                        gates=gates)
+                        gates=gates, share=share)
         try:
             yield pub
         finally:
@@ -92,8 +93,12 @@ def _print_rollout(r: Rollout) -> None:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    with _publisher(args, lease_s=args.lease_s, gates=_gate_config(args)) as pub:
+    if args.share and not args.store:
+        raise FleetError("--share needs --store: the publishers of a group write the statuses they split to "
+                         "one fleet store")
+    with _publisher(args, lease_s=args.lease_s, gates=_gate_config(args), share=args.share or "") as pub:
         pub.start(args.connect_timeout_s)  # a standby ingests statuses into the store while it waits
+        print(pub.discover(_discovery_limits(args)).describe())
         if args.store and not pub.lead(args.timeout_s):
             raise FleetError(f"another publisher led the line for all of --timeout-s {args.timeout_s:g}s")
         seen = pub.wait_for_devices(args.expect or 1 << 30, args.discover_s)
@@ -144,12 +149,27 @@ def _store_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _discovery_limits(args: argparse.Namespace) -> DiscoveryLimits:
+    try:
+        return DiscoveryLimits(broker_queue=args.broker_queue,
+                               round_messages=min(500, max(1, args.broker_queue // 2)))
+    except ValueError as exc:
+        raise FleetError(f"--broker-queue: {exc}") from None
+
+
+def cmd_fleet_discover(args: argparse.Namespace) -> int:
+    """Read every registered device's status (``fleet.discovery``) into ``--store`` or the state file."""
+    with _publisher(args, signing=False) as pub:
+        census = pub.discover(_discovery_limits(args))
+    print(census.describe())
+    return 0 if census.complete else 3
+
+
 def cmd_fleet_status(args: argparse.Namespace) -> int:
     if args.store:
         return _store_status(args)
     with _publisher(args, signing=False) as pub:
-        pub.start(args.connect_timeout_s)
-        time.sleep(args.wait_s)  # retained statuses arrive right after subscribing
+        census = pub.discover(_discovery_limits(args))
         devices = pub.line_devices if args.model else pub.devices
         rollout = pub.rollout
     if rollout:
@@ -164,6 +184,7 @@ def cmd_fleet_status(args: argparse.Namespace) -> int:
                                for m, v in sorted(s["models"].items()) if isinstance(v, dict))
         outcome = rollout.outcomes.get(d, "") if rollout else ""
         print(f"{d:24s} {s.get('state', '?'):12s} {s.get('release') or '-':>7}  {outcome} {detail}".rstrip())
+    print(census.describe())
     return 0
 
 
@@ -310,6 +331,13 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
                    help="shadow samples per device class before the drift gate judges")
 
 
+def _discovery_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--broker-queue", type=bounded(int, 2), default=DiscoveryLimits.broker_queue,
+                   metavar="N", help="messages the broker lets through one subscription at once (Mosquitto: "
+                                     "max_inflight_messages + max_queued_messages; default 20 + 1000): "
+                                     "discovery reads under it and names the registry shards past it")
+
+
 def _store_arg(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--store", metavar="URL", help=f"{what} ({_STORE_URL})")
 
@@ -342,6 +370,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lease-s", type=bounded(float, 0.5), default=15.0,
                    help="with --store: the line's leader renews its lease this long at each step; another "
                         "publish on the line waits as a standby and takes over this long after it stops")
+    p.add_argument("--share", metavar="GROUP",
+                   help="with --store: take statuses through the MQTT shared subscription $share/GROUP/..., "
+                        "so the publishers of the group (leader and standbys) split the stream between them")
+    _discovery_arg(p)
     _gate_args(p)
     p.set_defaults(fn=cmd_publish)
 
@@ -350,7 +382,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     st = fs.add_parser("status", help="per-device state (retained statuses) and the current rollout")
     _broker_args(st)
     _line_args(st)
-    st.add_argument("--wait-s", type=seconds, default=1.0)
+    _discovery_arg(st)
     _store_arg(st, "read this fleet store instead of the broker: filters, counts and pages below")
     st.add_argument("--release", type=count, help="with --store: only devices on this release")
     st.add_argument("--in-state", metavar="STATE", help="with --store: only devices in this state")
@@ -359,6 +391,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--limit", type=bounded(int, 1), default=100, help="with --store: devices per page")
     st.add_argument("--after", metavar="CURSOR", help="with --store: the page after the one that printed it")
     st.set_defaults(fn=cmd_fleet_status)
+    di = fs.add_parser("discover", help="read every registered device's status into --store (or the state "
+                                        "file), a few registry shards at a time under the broker's queue")
+    _broker_args(di)
+    _line_args(di)
+    _discovery_arg(di)
+    _store_arg(di, "write the devices found into this fleet store, not --state")
+    di.set_defaults(fn=cmd_fleet_discover)
     cm = fs.add_parser("command", help="send a signed, one-time command to one device")
     cm.add_argument("device")
     cm.add_argument("action", choices=("install", "rollback", "report"))

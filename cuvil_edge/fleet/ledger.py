@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 #: statuses queued before the MQTT thread writes them without waiting for the next step (the store's
 #: measured batch: docs/FLEET_STORE.md)
 STATUS_BATCH = 500
+#: the longest a queued status waits for its batch (a standby, or a controller that only ingests, never
+#: steps: its last statuses would otherwise wait for the next message)
+FLUSH_EVERY_S = 0.2
 Sign = Callable[[int], bytes]
 
 
@@ -201,6 +204,17 @@ class StoreLedger:
         self.rows_read = 0
         self._forget_stage()
         self.reload()
+        self._closed = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_now_and_then, name="ledger-flush", daemon=True)
+        self._flusher.start()
+
+    def _flush_now_and_then(self) -> None:
+        while not self._closed.wait(FLUSH_EVERY_S):
+            if self._queue:
+                try:
+                    self.flush()
+                except FleetStoreError as exc:
+                    log.warning("statuses kept queued (written at the next flush): %s", exc)
 
     def __str__(self) -> str:
         return f"the {self.store.backend} fleet store"
@@ -370,6 +384,8 @@ class StoreLedger:
 
     def close(self) -> None:
         """Write what is queued and hand the lease over at once (a crash leaves it to run out)."""
+        self._closed.set()
+        self._flusher.join(10.0)
         self.flush()
         if self.lease_s is not None:
             self.store.release_lease(self.model, self.holder)

@@ -15,7 +15,6 @@ carries on where it stopped, with its announcement counter intact.
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import logging
 import os
@@ -48,9 +47,11 @@ from ota.transport import MqttClient
 
 from ..errors import CuvilError
 from ..signing import sign_envelope
+from .discovery import Census, DiscoveryLimits, discover, tool_client_id
 from .gates import ROLLOUT_TYPE, Evidence, GateConfig, judge
 from .ledger import FileLedger, LedgerError, StoreLedger, copy_record, targets
 from .lines import line_status as line_status  # where the dashboard and tools have imported it from
+from .store import StoreUnavailable
 
 if TYPE_CHECKING:
     from .store import FleetStore
@@ -59,7 +60,7 @@ log = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 32 << 10
 LATER_STAGES = (25.0, 50.0, 100.0)  # after the canary, unless --stages says otherwise
 _FINAL = ("failed", "timeout", "rolled_back", "not_targeted")  # outcomes a later status does not change
-_CLIENTS = itertools.count()  # host tool connections made by this process
+BACKOFF_MAX_S = 60.0  # the longest wait before a failed rollout step is tried again
 
 
 class FleetError(CuvilError):
@@ -146,14 +147,6 @@ def format_rollout(r: Rollout) -> str:
             f"({r.stages[r.stage]:g}%): {r.status}; {done}{reason}")
 
 
-def tool_client_id(role: str, fleet: str, model: str = "") -> str:
-    """The MQTT client id of a host tool's connection: its role, fleet and line, this process and the
-    connection's number in it (two connections must never take over each other's). Host tools connect with
-    clean sessions (``persistent=False``), so a run leaves no session behind queueing the fleet's statuses."""
-    line = [model] if model else []
-    return "-".join(["cuvil", role, fleet, *line, str(os.getpid()), str(next(_CLIENTS))])
-
-
 class Publisher:
     """Publishes rollouts to one fleet group (``model``: to one model line of it) and watches its devices'
     retained status topics.
@@ -163,20 +156,25 @@ class Publisher:
     publishers sharing the store never both use); the store stays the caller's to close. With a store and
     ``lease_s``, ``lead`` makes it the line's one leader (others wait as standbys) before it may announce.
     With ``gates`` (or a stored rollout that has gates) it also reads the fleet's telemetry, the evidence
-    its rollouts' gates judge before each stage is widened."""
+    its rollouts' gates judge before each stage is widened. With ``share`` (a group name), statuses arrive
+    through an MQTT shared subscription (``$share/<group>/...``): the publishers of one group split the
+    stream, each writing its part to the shared store; the broker sends no retained statuses there, so
+    ``discover`` reads the fleet first."""
 
     def __init__(self, broker: BrokerSettings, fleet: str, keys: Sequence[Ed25519PrivateKey],
                  state_path: str | os.PathLike[str] | None, limits: TransferLimits | None = None,
                  announce_ttl: timedelta = timedelta(days=7),
                  command_ttl: timedelta = timedelta(minutes=30), model: str = "",
                  store: FleetStore | None = None, lease_s: float | None = None,
-                 gates: GateConfig | None = None) -> None:
+                 gates: GateConfig | None = None, share: str = "") -> None:
         try:
+            if share:
+                check_name(share, "shared subscription group")
             self.topics = Topics(broker.topic_prefix, fleet)
             self.release_topic = self.topics.model_release(model) if model else self.topics.release
         except ValueError as exc:
             raise FleetError(str(exc)) from None
-        self.model = model
+        self.model, self.share = model, share
         self.keys = list(keys)
         self.announce_ttl, self.command_ttl = announce_ttl, command_ttl
         if store is not None:
@@ -189,6 +187,7 @@ class Publisher:
             except LedgerError as exc:
                 raise FleetError(str(exc)) from None
         self._told: dict[str, Any] | None = None  # the rollout summary last published
+        self.retries = 0  # rollout steps that failed on a slow broker or store and were tried again
         self.gates = gates or GateConfig()
         stored = self.ledger.rollout()
         #: what the gates judge; None: no gates here, the fleet's telemetry is not read
@@ -198,9 +197,21 @@ class Publisher:
 
     # -- connection and device status ---------------------------------------------------------
     def start(self, timeout_s: float = 15.0) -> Publisher:
-        self.mqtt.subscribe([self.topics.all_status] + ([self.topics.all_telemetry] if self.evidence else []))
+        status = f"$share/{self.share}/{self.topics.all_status}" if self.share else self.topics.all_status
+        self.mqtt.subscribe([status] + ([self.topics.all_telemetry] if self.evidence else []))
         self.mqtt.start(wait_s=timeout_s)
         return self
+
+    def discover(self, limits: DiscoveryLimits | None = None) -> Census:
+        """Read every registered device's status into the bookkeeping, under the broker's per-client queue
+        bound (``discovery``: what a retained-status subscription cannot promise past ~1,000 devices)."""
+        census = discover(self.mqtt.settings, self.topics.fleet, limits, self.mqtt.limits)
+        for status in census.statuses.values():
+            self.ledger.add(status)
+            if self.evidence:
+                self.evidence.saw_status(status)
+        self.ledger.flush()
+        return census
 
     def close(self) -> None:
         self.mqtt.close()
@@ -510,8 +521,21 @@ class Publisher:
         stage's devices to settle (see ``wait_settled``; unconfirmed rollbacks stay ``rollback_pending``)."""
         end = time.monotonic() + timeout_s
         seen: tuple[Any, ...] = ()
+        backoff, failed = poll_s, False
         while time.monotonic() < end:
-            rollout = self.step(stage_timeout_s)
+            try:
+                if failed and isinstance(self.ledger, StoreLedger):
+                    self.ledger.reload()  # what the failed step read but did not save is read again
+                rollout = self.step(stage_timeout_s)
+            except (StoreUnavailable, TransportError) as exc:
+                # a slow broker or database: the step is tried again from the stored rollout until the
+                # deadline, waiting twice as long each time (up to BACKOFF_MAX_S), not ending the rollout
+                backoff, failed = min(backoff * 2, BACKOFF_MAX_S, max(end - time.monotonic(), 0.0)), True
+                self.retries += 1
+                log.warning("rollout step failed, tried again in %.1fs: %s", backoff, exc)
+                time.sleep(backoff)
+                continue
+            backoff, failed = poll_s, False
             now = (rollout.stage, rollout.status, len(rollout.outcomes))
             if progress and now != seen:
                 progress(rollout)

@@ -59,7 +59,9 @@ class LocalBroker:
 
     def __init__(self, workdir: str | os.PathLike[str], port: int | None = None,
                  users: Mapping[str, str] | None = None, acl: Sequence[str] | None = None,
-                 backend: str | None = None) -> None:
+                 backend: str | None = None, queue_limit: int | None = 10_000) -> None:
+        """``queue_limit``: Mosquitto's ``max_queued_messages`` per client (None: Mosquitto's default,
+        1,000, as an operator's broker has unless told otherwise)."""
         self.backend = backend or ("mosquitto" if shutil.which("mosquitto") else "amqtt")
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -76,7 +78,9 @@ class LocalBroker:
             raise FleetError("mosquitto is not on PATH (apt-get install mosquitto)")
         lines = [f"listener {self.port} 127.0.0.1", "persistence true",
                  f"persistence_location {self.dir}/", "autosave_interval 1", f"user {getpass.getuser()}",
-                 "max_queued_messages 10000", "log_dest stderr", "log_type error", "log_type warning"]
+                 "log_dest stderr", "log_type error", "log_type warning"]
+        if queue_limit is not None:
+            lines.append(f"max_queued_messages {queue_limit}")
         if users:
             passwd = self.dir / "passwd"
             passwd.write_text("".join(f"{u}:{p}\n" for u, p in users.items()))

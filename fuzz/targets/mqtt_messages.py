@@ -1,17 +1,18 @@
 """Every MQTT message a device or the fleet side reads, through the functions that read them: signed
 announcements and commands (``ota.protocol.verify_*``, then what the agent does next with them), bundle
 chunks (``Topics.parse_chunk`` and ``ChunkTransfer.accept``), statuses as a publisher reads them
-(``Publisher._on_status``, ``line_status``, the rollout's outcome) and telemetry as the collector does
-(``TelemetryCollector._on``, then ``format_record``).
+(``Publisher._on_status``, ``line_status``, the rollout's outcome), registrations as discovery reads them
+(``fleet.discovery``) and telemetry as the collector does (``TelemetryCollector._on``, then
+``format_record``).
 
 Input: a JSON object ``{"kind": ..., ...}``. ``announcement`` / ``command``: ``payload`` is the body to
 sign; an object is signed by ``KEY``, the release key of the harness's root, so the fuzzer reaches past the
 signature into every field check; a string is sent as it is (the envelope and strict JSON themselves).
-``status`` / ``telemetry``: ``topic`` and ``payload`` (a string: the bytes as they are; anything else:
-its JSON). ``chunk``: ``messages``, a list of ``{"topic", "payload"}`` delivered in order to one transfer
-of ``BUNDLE`` (a string payload is the chunk's bytes as Latin-1). An input that is not JSON is one raw
-payload, its first byte picking the kind. The contract: ``VerificationError`` (the message is refused,
-typed) and nothing else."""
+``status`` / ``registration`` / ``telemetry``: ``topic`` and ``payload`` (a string: the bytes as they are;
+anything else: its JSON). ``chunk``: ``messages``, a list of ``{"topic", "payload"}`` delivered in order to
+one transfer of ``BUNDLE`` (a string payload is the chunk's bytes as Latin-1). An input that is not JSON is
+one raw payload, its first byte picking the kind. The contract: ``VerificationError`` (the message is
+refused, typed) and nothing else."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from ..mutators import json_mutator
 
 #: the modules atheris instruments for coverage (imported inside its instrumentation)
 INSTRUMENT = ("ota.protocol", "ota.chunks", "ota.store", "ota.metadata", "ota.crypto", "runtime_wasm.schema",
-              "cuvil_edge.fleet.publisher", "cuvil_edge.fleet.telemetry")
+              "cuvil_edge.fleet.publisher", "cuvil_edge.fleet.telemetry", "cuvil_edge.fleet.discovery")
 
 #: the harness's clock: the seeds' messages are valid at this time, whenever the harness runs
 NOW = datetime(2026, 5, 1, tzinfo=timezone.utc)
@@ -35,7 +36,7 @@ FLEET, DEVICE, MODEL, HW, PROFILE = "lab", "dev-a", "m1", "generic-x86_64", "ras
 #: the bundle the chunk messages belong to: 4 chunks, the last one short
 BUNDLE = bytes(range(200)) * 2
 CHUNK_BYTES = 128
-KINDS = ("announcement", "command", "chunk", "status", "telemetry")
+KINDS = ("announcement", "command", "chunk", "status", "telemetry", "registration")
 
 
 def scratch(prefix: str) -> Path:
@@ -118,6 +119,7 @@ def _chunk_bytes(value: Any) -> bytes:
 
 
 def setup() -> Callable[[bytes], None]:
+    from cuvil_edge.fleet.discovery import Census, _keep_registration, _keep_status
     from cuvil_edge.fleet.publisher import Publisher, Rollout, line_status
     from cuvil_edge.fleet.telemetry import TelemetryCollector, format_record
     from ota.chunks import ChunkTransfer
@@ -172,6 +174,13 @@ def setup() -> Callable[[bytes], None]:
                 for status in p.line_devices.values():
                     p._outcome(rollout, status)
                 p.targeted(rollout)
+        elif kind == "registration":
+            topic = msg.get("topic") if isinstance(msg.get("topic"), str) else topics.registry(DEVICE)
+            census = Census()
+            _keep_registration(census, topics, topic, raw(payload))
+            for device in census.registered:
+                _keep_status(census, topics.status(device), raw(payload))
+            census.describe()
         else:
             topic = msg.get("topic") if isinstance(msg.get("topic"), str) else topics.telemetry(DEVICE)
             collector.devices.clear()
@@ -183,7 +192,14 @@ def setup() -> Callable[[bytes], None]:
 def seeds() -> list[bytes]:
     """One of each message as the project's own code writes it (the publisher's announcement and
     command bodies, the agent's status and telemetry, the publisher's chunk topics)."""
-    from ota.protocol import TelemetryRecord, Topics, format_time, split_chunks, status_payload
+    from ota.protocol import (
+        TelemetryRecord,
+        Topics,
+        format_time,
+        registration_payload,
+        split_chunks,
+        status_payload,
+    )
 
     topics = Topics("cuvil", FLEET)
     ann = announcement()
@@ -219,6 +235,8 @@ def seeds() -> list[bytes]:
         *({"kind": "status", "topic": topics.status(DEVICE), "payload": json.loads(s)} for s in statuses),
         *({"kind": "telemetry", "topic": topics.telemetry(DEVICE), "payload": json.loads(r.to_bytes())}
           for r in records),
+        {"kind": "registration", "topic": topics.registry(DEVICE),
+         "payload": json.loads(registration_payload(DEVICE, hardware_id=HW, profile=PROFILE))},
     ]
     return [json.dumps(d, sort_keys=True).encode() for d in docs]
 

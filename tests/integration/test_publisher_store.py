@@ -162,6 +162,28 @@ def test_fleet_status_reads_the_store_with_filters_counts_and_pages(broker, stor
     assert [line.split()[0] for line in out[2:]] == jetsons
 
 
+def test_publishers_of_a_share_group_split_the_status_stream(broker, store_url):
+    """Two publishers in one shared-subscription group (``share``): each gets a part of 200 live statuses,
+    none twice, and together they write every one to the store (the part a publisher took arrives there
+    without a step: a standby only ingests)."""
+    statuses = [{"device": f"s{i:03d}", "state": "active", "release": 1, "hardware_id": "hw",
+                 "time": "2026-03-01T10:00:00Z"} for i in range(200)]
+    with open_store(store_url) as store_a, open_store(store_url) as store_b:
+        pubs = [Publisher(broker.settings(), FLEET, [], None, store=s, share="ctl").start()
+                for s in (store_a, store_b)]
+        try:
+            send_statuses(broker, statuses)
+            wait_until(lambda: sum(p.mqtt.received for p in pubs) >= 200, "200 statuses between the two", 30)
+            wait_until(lambda: store_a.count_by("state", DeviceFilter()) == {"active": 200},
+                       "every status in the store", 30)
+            assert sum(p.mqtt.received for p in pubs) == 200 and min(p.mqtt.received for p in pubs) > 0
+        finally:
+            for p in pubs:
+                p.close()
+    with pytest.raises(FleetError, match="shared subscription group"):
+        Publisher(broker.settings(), FLEET, [], None, share="a/b")
+
+
 def test_what_stays_refused(broker, store_url, tmp_path, capsys):
     """A publisher needs a state file or a store; a store of another fleet is refused before anything is
     written; ``fleet status --store`` refuses a page cursor it did not print and another fleet's store."""
