@@ -260,11 +260,30 @@ class MqttClient:
                                 waits[i + 1])
         except (RuntimeError, ValueError, OSError) as exc:
             raise TransportError(f"publish to {topic} failed: {exc}") from exc
+        self._acknowledged(topic, info, sum(waits))
+
+    def _acknowledged(self, topic: str, info: paho.MQTTMessageInfo, waited_s: float) -> None:
+        """Count an acknowledged publish; raise for one never acknowledged or refused by the broker."""
         if not info.is_published():
-            raise TransportError(f"publish to {topic} not acknowledged within {sum(waits):g}s")
+            raise TransportError(f"publish to {topic} not acknowledged within {waited_s:g}s")
         self.sent += 1
         code = self._acks.pop(info.mid, 0)
         if code in _AUTH_CODES:
             raise NotAuthorized(f"broker refused publish to {topic} (reason 0x{code:02x})")
         if code >= 0x80:
             raise TransportError(f"broker refused publish to {topic} (reason 0x{code:02x})")
+
+    def publish_many(self, messages: Iterable[tuple[str, bytes]], retain: bool = False,
+                     timeout_s: float = 60.0) -> None:
+        """QoS 1 publishes pipelined (paho keeps its in-flight window of them outstanding), all acknowledged
+        within ``timeout_s`` together: a batch of small messages waits for round trips once, not each."""
+        end = time.monotonic() + timeout_s
+        topic = ""
+        try:
+            sent = [(topic, self._client.publish(topic, payload, qos=1, retain=retain))
+                    for topic, payload in messages]
+            for topic, info in sent:
+                info.wait_for_publish(max(end - time.monotonic(), 0.001))
+                self._acknowledged(topic, info, timeout_s)
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise TransportError(f"publish to {topic} failed: {exc}") from exc

@@ -157,7 +157,7 @@ def discover(broker: BrokerSettings, fleet: str, limits: DiscoveryLimits | None 
             messages, _ = reader.round([topics.status(d) for d in batch])
             census.rounds += 1
             for topic, payload in messages:
-                _keep_status(census, topic, payload)
+                _keep_status(census, topics, topic, payload)
     finally:
         reader.mqtt.close()
     return census
@@ -212,9 +212,10 @@ def _keep_registration(census: Census, topics: Topics, topic: str, payload: byte
     return where[0]
 
 
-def _keep_status(census: Census, topic: str, payload: bytes) -> None:
-    device = topic.rsplit("/", 1)[-1]
-    if not payload:
+def _keep_status(census: Census, topics: Topics, topic: str, payload: bytes) -> None:
+    """Record one status read by its exact topic (a late message of another round is left alone)."""
+    head, _, device = topic.rpartition("/")
+    if not payload or head != topics.all_status[:-2]:
         return
     try:
         status = read_status(payload)

@@ -179,7 +179,7 @@ def setup() -> Callable[[bytes], None]:
             census = Census()
             _keep_registration(census, topics, topic, raw(payload))
             for device in census.registered:
-                _keep_status(census, topics.status(device), raw(payload))
+                _keep_status(census, topics, topics.status(device), raw(payload))
             census.describe()
         else:
             topic = msg.get("topic") if isinstance(msg.get("topic"), str) else topics.telemetry(DEVICE)

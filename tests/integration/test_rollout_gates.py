@@ -1,7 +1,7 @@
 """Quality gates of a staged rollout (``cuvil_edge.fleet.gates``, issue 39 part 4).
 
 Unit tests judge evidence built from real telemetry records. The integration tests run the benchmark's
-simulated devices (``benchmarks/bench_fleet.py``: each its own MQTT session speaking the device side of the
+simulated devices (``benchmarks/fleet_sim.py``: each its own MQTT session speaking the device side of the
 protocol, announcements verified, chunks hash-checked) over a real Mosquitto, in three device classes, with
 telemetry summaries whose figures depend on the class and the release: one class regresses in latency (the
 rollout halts at the canary, naming it), another drifts on its shadow sample (it halts at the second stage);
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.bench_fleet import FLEET, HW, SimDevice, _work
+from benchmarks.fleet_sim import FLEET, HW, Gateway, SimDevice, _work
 from cuvil_edge.cli import main as cli_main
 from cuvil_edge.fleet.dashboard import Dashboard, FleetView
 from cuvil_edge.fleet.gates import Evidence, GateConfig, GateError, judge, replay
@@ -35,6 +35,7 @@ from ota import TransferLimits
 from ota.errors import FormatError
 from ota.protocol import TelemetryRecord, Topics, bucket, format_time, status_payload
 from ota.transport import MqttClient
+from ota.trust import TrustState
 from tests.support.browser import CHROMIUM, chromium, page_text
 from tests.support.fleet import wait_until
 
@@ -125,22 +126,24 @@ def test_what_stays_refused():
 
 
 # -- a fleet of simulated device classes over Mosquitto ---------------------------------------------------
-class ClassSim(SimDevice):
-    """The benchmark's simulated device with a device class (its profile) and telemetry summaries."""
+class ClassSim(Gateway):
+    """The benchmark's simulated device on a connection of its own, with a device class (its profile) and
+    telemetry summaries."""
 
-    def __init__(self, name: str, cls: str, *args: Any) -> None:
+    def __init__(self, index: int, name: str, cls: str, settings: Any, root: dict[str, Any],
+                 *args: Any) -> None:
         self.cls, self.tseq = cls, 0
-        super().__init__(name, *args)
+        super().__init__(index, [SimDevice(name, TrustState(root, 1), profile=cls)], settings, *args)
 
-    def _publish_status(self, state: str, **fields: Any) -> None:
-        payload = status_payload(self.name, state, release=self.release, hardware_id=HW, profile=self.cls,
-                                 **fields)
-        self.mqtt.publish(self.topics.status(self.name), payload, retain=True)
+    @property
+    def release(self) -> int:
+        return self.devices[0].release
 
     def send_summary(self) -> None:
         self.tseq += 1
-        record = summary(self.name, self.tseq, self.release, self.cls)
-        self.mqtt.publish(self.topics.telemetry(self.name), record.to_bytes())
+        name = self.devices[0].name
+        record = summary(name, self.tseq, self.release, self.cls)
+        self.mqtt.publish(self.topics.telemetry(name), record.to_bytes())
 
 
 class Recorder:
@@ -179,7 +182,7 @@ def fleet(broker: Any, releases: tuple[Keyring, Path], request: pytest.FixtureRe
     worker = threading.Thread(target=_work, args=(work,), daemon=True)
     worker.start()
     limits = TransferLimits(chunk_timeout_s=1.0, max_retries=50, backoff_max_s=1.0)
-    sims = {d: ClassSim(d, request.param.get(i, "steady"), settings, ring.root_envelope(), limits, work)
+    sims = {d: ClassSim(i, d, request.param.get(i, "steady"), settings, ring.root_envelope(), limits, work)
             for i, d in enumerate(order)}
     stop = threading.Event()
 
