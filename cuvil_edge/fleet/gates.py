@@ -31,6 +31,7 @@ from ota.errors import OtaError
 from ota.protocol import TELEMETRY_TYPE, TelemetryRecord, read_status
 
 from ..errors import CuvilError
+from .store import GateWindow
 
 GATES = ("latency", "drift", "golden")
 ROLLOUT_TYPE = "cuvil-rollout"  # the publisher's rollout summaries (``publisher.ROLLOUT_TYPE``)
@@ -120,6 +121,7 @@ class Evidence:
     windows: dict[str, dict[int, Window]] = field(default_factory=dict)
     _last: dict[str, tuple[str, int]] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _changed: set[tuple[str, int]] = field(default_factory=set, init=False, repr=False)
 
     def saw_status(self, status: Mapping[str, Any]) -> None:
         with self._lock:
@@ -141,6 +143,27 @@ class Evidence:
             for entry in entries:
                 if release := entry.get("release"):
                     self.windows.setdefault(record.device, {}).setdefault(release, Window()).add(entry)
+                    self._changed.add((record.device, release))
+
+    def take_changed(self) -> list[GateWindow]:
+        """The windows changed since the last take, as a store keeps them (``requeue`` them when the
+        write failed)."""
+        with self._lock:
+            keys, self._changed = sorted(self._changed), set()
+            return [GateWindow(d, r, asdict(self.windows[d][r]), *self._last[d]) for d, r in keys]
+
+    def requeue(self, windows: Iterable[GateWindow]) -> None:
+        with self._lock:
+            self._changed.update((w.device, w.release) for w in windows)
+
+    def restore(self, stored: Iterable[GateWindow]) -> None:
+        """Take the windows a store kept (a controller started after the summaries were sent): each
+        device's last counted record is its highest-numbered one, so a repeat is still dropped."""
+        with self._lock:
+            for w in stored:
+                self.windows.setdefault(w.device, {})[w.release] = Window(**w.window)
+                if w.seq > self._last.get(w.device, ("", -1))[1]:
+                    self._last[w.device] = (w.stream, w.seq)
 
     def by_class(self, release: int, devices: Iterable[str]) -> dict[str, tuple[list[Window], list[Window]]]:
         """Per class of ``devices``: the windows of ``release`` (those devices') and of earlier releases

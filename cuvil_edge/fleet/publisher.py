@@ -51,7 +51,7 @@ from .discovery import Census, DiscoveryLimits, discover, tool_client_id
 from .gates import ROLLOUT_TYPE, Evidence, GateConfig, judge
 from .ledger import FileLedger, LedgerError, StoreLedger, copy_record, targets
 from .lines import line_status as line_status  # where the dashboard and tools have imported it from
-from .store import StoreUnavailable
+from .store import FleetStoreError, StoreUnavailable
 
 if TYPE_CHECKING:
     from .store import FleetStore
@@ -192,6 +192,8 @@ class Publisher:
         stored = self.ledger.rollout()
         #: what the gates judge; None: no gates here, the fleet's telemetry is not read
         self.evidence = Evidence(model) if self.gates.enabled or (stored and stored.get("gates")) else None
+        if self.evidence and isinstance(self.ledger, StoreLedger):  # what earlier controllers were told
+            self.evidence.restore(self.ledger.store.gate_windows(model))
         self.mqtt = MqttClient(broker, tool_client_id("publisher", fleet, model), self._on_message, limits,
                                persistent=False)
 
@@ -215,7 +217,23 @@ class Publisher:
 
     def close(self) -> None:
         self.mqtt.close()
+        try:
+            self._keep_evidence()
+        except FleetStoreError as exc:
+            log.warning("gate evidence not kept in the store: %s", exc)
         self.ledger.close()
+
+    def _keep_evidence(self) -> None:
+        """Write the gate evidence that changed to the store, where a restarted or standby controller
+        finds it (``Evidence.restore``); kept for the next step when the write fails."""
+        if self.evidence is None or not isinstance(self.ledger, StoreLedger):
+            return
+        changed = self.evidence.take_changed()
+        try:
+            self.ledger.store.save_gate_windows(self.model, changed)
+        except BaseException:
+            self.evidence.requeue(changed)
+            raise
 
     def lead(self, timeout_s: float) -> bool:
         """Wait as a standby until this publisher leads its line (the store's lease), at most ``timeout_s``;
@@ -422,6 +440,7 @@ class Publisher:
         are read and judged (``ledger.stage``); the counts below rest on outcomes being given to stage
         devices only, and stages only widening."""
         self.ledger.renew()
+        self._keep_evidence()
         rollout = self.rollout
         if rollout is None or rollout.status != "rolling":
             raise FleetError("no rollout in progress")

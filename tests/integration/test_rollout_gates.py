@@ -29,6 +29,7 @@ from cuvil_edge.cli import main as cli_main
 from cuvil_edge.fleet.dashboard import Dashboard, FleetView
 from cuvil_edge.fleet.gates import Evidence, GateConfig, GateError, judge, replay
 from cuvil_edge.fleet.publisher import Publisher, rollout_topic
+from cuvil_edge.fleet.store import open_store
 from cuvil_edge.signing import Keyring
 from cuvil_edge.testing.release import tiny_release
 from ota import TransferLimits
@@ -123,6 +124,32 @@ def test_what_stays_refused():
     with pytest.raises(GateError):
         replay(["{not json"], GATES)
     assert GateConfig().to_dict() == {} and GateConfig.from_dict(GATES.to_dict()) == GATES
+
+
+def test_gate_evidence_outlives_its_controller(broker, store_url):
+    """The summaries one controller counted are kept in the fleet store: a controller started after them (a
+    restart, a standby that takes over) judges the same evidence, and a record it is sent again is still
+    counted once. SQLite and PostgreSQL."""
+    fleet = {"a": ("steady", [1, 1, 2, 2]), "c": ("slow", [1, 1, 2])}
+    with open_store(store_url) as store:
+        first = Publisher(broker.settings(), FLEET, [], None, store=store, gates=GATES)
+        assert first.evidence is not None
+        for d, (cls, releases) in fleet.items():
+            first.evidence.saw_status(json.loads(status_payload(d, "active", hardware_id=HW, profile=cls)))
+            for seq, r in enumerate(releases):
+                first.evidence.add(summary(d, seq, r, cls))
+        first.close()
+        second = Publisher(broker.settings(), FLEET, [], None, store=store, gates=GATES)
+        try:
+            assert second.evidence is not None and second.evidence.windows == first.evidence.windows
+            second.evidence.classes.update(first.evidence.classes)  # classes come from statuses
+            assert judge(GATES, second.evidence, 2, ["a", "c"]) == judge(GATES, first.evidence, 2, ["a", "c"])
+            second.evidence.add(summary("c", 2, 2, "slow"))  # sent again after the restart: dropped
+            second.evidence.add(summary("c", 3, 2, "slow"))  # a new one: counted
+            assert second.evidence.windows["c"][2].requests == 2 * REQUESTS
+        finally:
+            second.close()
+        assert [w.window["requests"] for w in store.gate_windows("") if w.device == "c"] == [20, 20]
 
 
 # -- a fleet of simulated device classes over Mosquitto ---------------------------------------------------

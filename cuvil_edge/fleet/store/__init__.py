@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 
+from ._line_state import GateWindow
 from ._store import DeviceFilter, DeviceRow, FleetStore, Page, RolloutRow, StoreConfig
 from .errors import FleetStoreError, SchemaMismatch, StateFileError, StoreConflict, StoreUnavailable
 from .migrate import MigrationReport, migrate_state, read_state
 from .sqlite import SqliteBackend
 
-__all__ = ["DeviceFilter", "DeviceRow", "FleetStore", "FleetStoreError", "MigrationReport", "Page",
-           "RolloutRow", "SchemaMismatch", "StateFileError", "StoreConfig", "StoreConflict",
+__all__ = ["DeviceFilter", "DeviceRow", "FleetStore", "FleetStoreError", "GateWindow", "MigrationReport",
+           "Page", "RolloutRow", "SchemaMismatch", "StateFileError", "StoreConfig", "StoreConflict",
            "StoreUnavailable", "migrate_state", "open_store", "read_state"]
 
 

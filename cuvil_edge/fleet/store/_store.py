@@ -23,6 +23,7 @@ from ota.metadata import parse_time
 from ota.protocol import TelemetryRecord, bucket
 
 from ..lines import line_status
+from ._line_state import LineState
 from .errors import SchemaMismatch, StoreConflict
 from .schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, render
 
@@ -218,7 +219,7 @@ _ROLLOUT_COLUMNS = "bundle_sha256, release, stages, stage, state, reason, record
 _IN_CHUNK = 500
 
 
-class FleetStore:
+class FleetStore(LineState):
     """One fleet's state in a database (``open_store`` opens one from a URL). Every method is one
     transaction; ``close`` is idempotent and the store is a context manager."""
 
@@ -580,19 +581,3 @@ class FleetStore:
             return int(cur.fetchone()[0])
 
     # -- leases ---------------------------------------------------------------------------------
-    def take_lease(self, line: str, holder: str, ttl_s: float) -> bool:
-        """Take or renew the line's lease for ``ttl_s`` seconds: True when ``holder`` has it now (it held
-        it, nobody did, or the last holder's ran out), False while another holder's lease runs. Holders'
-        clocks are assumed to agree to well within ``ttl_s``."""
-        now = time.time()
-        with self._tx(write=True) as cur:
-            cur.execute("INSERT INTO line_leases (line, holder, expires) VALUES (?, ?, ?) ON CONFLICT (line) "
-                        "DO UPDATE SET holder = excluded.holder, expires = excluded.expires WHERE "
-                        "line_leases.holder = excluded.holder OR line_leases.expires < ? RETURNING holder",
-                        (line, holder, now + ttl_s, now))
-            return cur.fetchone() is not None
-
-    def release_lease(self, line: str, holder: str) -> None:
-        """Give the line's lease up at once (a standby need not wait for it to run out)."""
-        with self._tx(write=True) as cur:
-            cur.execute("DELETE FROM line_leases WHERE line = ? AND holder = ?", (line, holder))

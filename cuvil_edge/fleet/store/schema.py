@@ -75,6 +75,13 @@ MIGRATIONS: tuple[Migration, ...] = (
             targeted INTEGER NOT NULL, PRIMARY KEY (line, bundle_sha256, device))""",
         "CREATE INDEX device_buckets_stage ON device_buckets (line, bundle_sha256, targeted, bucket, device)",
     )),
+    Migration(4, "gate evidence kept with the fleet", (
+        # per line, device and release: the telemetry summaries a rollout's gates judge, summed
+        # (fleet.gates.Window as JSON), and the stream and number of the last record counted in
+        """CREATE TABLE gate_windows (
+            line TEXT NOT NULL, device TEXT NOT NULL, release BIGINT NOT NULL, summed TEXT NOT NULL,
+            stream TEXT NOT NULL, seq BIGINT NOT NULL, PRIMARY KEY (line, device, release))""",
+    )),
 )
 LATEST = MIGRATIONS[-1].version
 MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations "
