@@ -123,10 +123,15 @@ def test_a_status_replaces_an_older_one_never_a_newer_one(store_url: str) -> Non
 
 
 def test_the_rows_of_lines_a_device_stops_reporting_are_dropped(store_url: str) -> None:
+    """With the line's row, its place in that line's stages goes: a stage never waits for it."""
     with open_store(store_url) as store:
         store.apply_statuses([MULTI])
+        store.place_buckets("vad", "ab" * 32, [("multi-1", 5, True)])
+        store.place_buckets("kws", "cd" * 32, [("multi-1", 5, True)])
+        assert store.stage_size("vad", "ab" * 32, 10) == 1
         store.apply_statuses([{**MULTI, "release": 6, "models": {"kws": {"state": "active", "release": 6}}}])
         assert store.count_by("line") == {"kws": 1}
+        assert (store.stage_size("vad", "ab" * 32, 10), store.stage_size("kws", "cd" * 32, 10)) == (0, 1)
         store.apply_statuses([{**MULTI, "release": 7, "models": {"kws": {"state": "failed", "release": 7}}}])
         assert store.count_by("state") == {"active": 1}  # the kws view: the status's own fields (model kws)
         assert store.count_by("release", DeviceFilter(line="kws")) == {7: 1}

@@ -340,10 +340,13 @@ class FleetStore(LineState):
             names = {d: _json(sorted(views)) for d, views in lines.items()}
             cur.executemany(_UPSERT_DEVICE, [(d, s.get("hardware_id"), s.get("profile"), when, now, _json(s),
                                               names[d]) for d, when, s in fresh])
-            # a device that reports other lines than before loses the rows of the old ones; the rest are
-            # updated in place (deleting every row first cost PostgreSQL 20% more per batch)
-            cur.executemany("DELETE FROM device_lines WHERE device = ?",
-                            [(d,) for d in lines if d in stored and stored[d][1] != names[d]])
+            # a device that reports other lines than before loses the rows of the old ones, and its place in
+            # their stages (a stage must not wait for it); the rest are updated in place (deleting every
+            # row first cost PostgreSQL 20% more per batch)
+            moved = [d for d in lines if d in stored and stored[d][1] != names[d]]
+            cur.executemany("DELETE FROM device_lines WHERE device = ?", [(d,) for d in moved])
+            cur.executemany("DELETE FROM device_buckets WHERE device = ? AND line = ?", [
+                (d, line) for d in moved for line in set(json.loads(stored[d][1])) - set(lines[d])])
             cur.executemany(_UPSERT_LINE, [
                 (line, d, v.get("state"), v.get("release"), v.get("target_release"), v.get("bundle"),
                  v.get("error"), change) for d, views in lines.items() for line, v in views.items()])
