@@ -219,6 +219,35 @@ def test_two_processes_never_get_the_same_announcement_number(store_url: str) ->
         assert store.announce("other-line", None, lambda n: b"x") == (1, b"x")  # one sequence per line
 
 
+def _bind(url: str, barrier: Any) -> str:
+    """In a child process: bind fleet 'lab' once released; the error's text, or '' when it worked."""
+    with open_store(url) as store:
+        barrier.wait(60)
+        try:
+            store.bind_fleet("lab")
+        except FleetStoreError as exc:
+            return str(exc)
+    return ""
+
+
+def test_controllers_binding_a_new_store_at_once_both_succeed(store_url: str) -> None:
+    """Two processes bind the same fleet to a store that has none yet, released together, 12 times: no
+    unique-key error (a locking read finds no row to lock, so both used to insert: 2 of 12 rounds on
+    PostgreSQL), one owner; another fleet is still refused."""
+    open_store(store_url).close()  # the schema exists before both start
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Manager() as manager, ctx.Pool(2) as pool:
+        for _ in range(12):
+            raw_execute(store_url, "DELETE FROM fleet_meta")
+            barrier = manager.Barrier(2)
+            errors = [r.get(120) for r in [pool.apply_async(_bind, (store_url, barrier)) for _ in range(2)]]
+            assert errors == ["", ""]
+    with open_store(store_url) as store:
+        assert store.fleet == "lab"
+        with pytest.raises(StoreConflict, match="'lab'"):
+            store.bind_fleet("other")
+
+
 def test_a_failed_signature_uses_no_number(store_url: str) -> None:
     def broken(_seq: int) -> bytes:
         raise OSError("key unreadable")

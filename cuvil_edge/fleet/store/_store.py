@@ -304,12 +304,13 @@ class FleetStore(LineState):
     def bind_fleet(self, fleet: str) -> None:
         """Make this the store of ``fleet``; ``StoreConflict`` when it already belongs to another one."""
         with self._tx(write=True) as cur:
-            cur.execute("SELECT value FROM fleet_meta WHERE key = 'fleet'" + self._lock_rows)
-            row = cur.fetchone()
-            if row is None:
-                cur.execute("INSERT INTO fleet_meta (key, value) VALUES ('fleet', ?)", (fleet,))
-            elif row[0] != fleet:
-                raise StoreConflict(f"this fleet store holds fleet {row[0]!r}, not {fleet!r}")
+            # insert-or-keep, then read: two controllers binding a new store at once (no row to lock yet)
+            # must not both insert
+            cur.execute("INSERT INTO fleet_meta (key, value) VALUES ('fleet', ?) "
+                        "ON CONFLICT (key) DO NOTHING", (fleet,))
+            cur.execute("SELECT value FROM fleet_meta WHERE key = 'fleet'")
+            if (owner := cur.fetchone()[0]) != fleet:
+                raise StoreConflict(f"this fleet store holds fleet {owner!r}, not {fleet!r}")
 
     # -- device registry ------------------------------------------------------------------------
     def apply_statuses(self, batch: Iterable[Mapping[str, Any]]) -> int:
