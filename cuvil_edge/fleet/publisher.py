@@ -61,6 +61,10 @@ DEFAULT_CHUNK_BYTES = 32 << 10
 LATER_STAGES = (25.0, 50.0, 100.0)  # after the canary, unless --stages says otherwise
 _FINAL = ("failed", "timeout", "rolled_back", "not_targeted")  # outcomes a later status does not change
 BACKOFF_MAX_S = 60.0  # the longest wait before a failed rollout step is tried again
+#: ``watch`` waits at least this many times a step's CPU time before the next: a step's fixed part (the
+#: rollout record's outcomes copied, compared and counted) grows with the stage, so the polls thin out
+#: instead, and bookkeeping stays under ~5% of a core whatever the fleet's size
+STEP_SPACING = 20.0
 
 
 class FleetError(CuvilError):
@@ -545,7 +549,9 @@ class Publisher:
             try:
                 if failed and isinstance(self.ledger, StoreLedger):
                     self.ledger.reload()  # what the failed step read but did not save is read again
+                began = time.thread_time()
                 rollout = self.step(stage_timeout_s)
+                cost = time.thread_time() - began
             except (StoreUnavailable, TransportError) as exc:
                 # a slow broker or database: the step is tried again from the stored rollout until the
                 # deadline, waiting twice as long each time (up to BACKOFF_MAX_S), not ending the rollout
@@ -561,7 +567,7 @@ class Publisher:
             seen = now
             if rollout.status != "rolling":
                 break
-            time.sleep(poll_s)
+            time.sleep(max(poll_s, STEP_SPACING * cost))
         else:
             raise FleetError(f"rollout still running after {timeout_s}s (state kept in {self.ledger})")
         if rollout.status == "halted":
