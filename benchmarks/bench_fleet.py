@@ -28,6 +28,7 @@ deliveries per connection; peak RSS of each controller and of the broker; the br
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import multiprocessing as mp
 import resource
@@ -85,6 +86,7 @@ def run_controller(role: str, broker: BrokerSettings, keys_dir: str, store_url: 
     fleet, publishes and watches the rollout; a standby ingests its part of the statuses until ``stop``."""
     from cuvil_edge.fleet.store import open_store
 
+    faulthandler.dump_traceback_later(900, exit=False)  # a controller that hangs says where
     store = open_store(store_url) if store_url else None
     keys = Keyring(Path(keys_dir)).release_keys()
     pub = Publisher(broker, FLEET, keys, None if store else state, store=store, share=share,
@@ -107,7 +109,8 @@ def run_controller(role: str, broker: BrokerSettings, keys_dir: str, store_url: 
             stage_times.setdefault(r.stages[r.stage], time.perf_counter() - t1)
 
         pub.publish(bundle, canary=args["canary"], halt_on=5.0, chunk_bytes=args["chunk_kb"] << 10)
-        rollout = pub.watch(timeout_s=3600, stage_timeout_s=1800, poll_s=0.2, progress=progress)
+        rollout = pub.watch(timeout_s=3600, stage_timeout_s=args["stage_timeout_s"], poll_s=0.2,
+                            progress=progress)
         result |= {"t_roll": time.perf_counter() - t1, "cpu_roll": cpu_s() - c1, "stage_times": stage_times,
                    "status": rollout.status, "stages": rollout.stages, "chunks": len(rollout.chunks),
                    "retries": pub.retries}
@@ -152,6 +155,8 @@ def main() -> None:
                     help="Mosquitto's max_queued_messages (0: its default, 1,000)")
     ap.add_argument("--chunk-kb", type=int, default=1, help="small chunks: more messages per device")
     ap.add_argument("--canary", type=float, default=10.0)
+    ap.add_argument("--stage-timeout-s", type=float, default=600.0,
+                    help="devices of a stage without an outcome by then count as failed")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     per = args.per_connection or max(1, -(-args.devices // 200))
@@ -196,7 +201,8 @@ def main() -> None:
                 bq = 20 + (queue_limit or 1000)
                 common = (broker.settings(), str(ring.directory), store_url, str(base / "fleet.json"),
                           str(bundles[1]), args.devices, share,
-                          {"canary": args.canary, "chunk_kb": args.chunk_kb, "broker_queue": bq})
+                          {"canary": args.canary, "chunk_kb": args.chunk_kb, "broker_queue": bq,
+                           "stage_timeout_s": args.stage_timeout_s})
                 controllers = [ctx.Process(target=run_controller, args=(role, *common, halt, out))
                                for role in ("leader", "standby")[:args.controllers]]
                 for c in controllers:
@@ -211,16 +217,20 @@ def main() -> None:
                 for p in procs:
                     p.join(60)
                 broker_rss = memory_kb(broker.proc.pid) if broker.proc else 0
+                db = base / "broker" / "mosquitto.db"
+                persisted = db.stat().st_size if db.exists() else 0
         finally:
             if server is not None:
                 server.stop()
     counts = [c for r in reports for c in r[0]]
     wire = sum(r[1] or 0 for r in reports)
-    report(args, per, size, conf, t_up, results, counts, wire, broker_rss)
+    report(args, per, size, conf, t_up, results, counts, wire, (broker_rss, persisted))
 
 
 def report(args: argparse.Namespace, per: int, size: int, conf: list[str], t_up: float,
-           results: list[dict[str, Any]], counts: list[tuple[Any, ...]], wire: int, broker_rss: int) -> None:
+           results: list[dict[str, Any]], counts: list[tuple[Any, ...]], wire: int,
+           broker: tuple[int, int]) -> None:
+    broker_rss, persisted = broker
     lead = next(r for r in results if r["role"] == "leader")
     n = len(counts)
     kind = "real agents" if args.real_agents else f"simulated devices, {per} per connection"
@@ -247,13 +257,15 @@ def report(args: argparse.Namespace, per: int, size: int, conf: list[str], t_up:
                   f"{sum(c[2] for c in counts) / n:,.0f} / {sum(c[3] for c in counts) / n:,.0f}"),
                  ("broker deliveries per connection (all its devices)", f"{wire / connections:.1f}")]
     rows += [(f"{r['role']} peak RSS (MiB)", f"{r['rss_peak_kb'] / 1024:.1f}") for r in results]
-    rows.append(("broker peak RSS (MiB)", f"{broker_rss / 1024:.1f}"))
+    rows.append(("broker peak RSS (MiB), persistence file (MB)",
+                 f"{broker_rss / 1024:.1f}, {persisted / 1e6:.1f}"))
     print("| metric | value |\n|---|---|")
     for k, v in rows:
         print(f"| {k} | {v} |")
     if args.json:
         figures = {"args": vars(args), "per_connection": per, "results": results, "devices": n, "t_up": t_up,
-                   "on_release_2": sum(c[4] == 2 for c in counts), "wire": wire, "broker_rss_kb": broker_rss}
+                   "on_release_2": sum(c[4] == 2 for c in counts), "wire": wire, "broker_rss_kb": broker_rss,
+                   "broker_db_bytes": persisted}
         Path(args.json).write_text(json.dumps(figures, indent=1))
 
 
