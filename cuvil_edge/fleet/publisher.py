@@ -346,6 +346,7 @@ class Publisher:
         manifest = Manifest.from_dict(read_header(io.BytesIO(data), OtaConfig())["signed"])
         if self.model and manifest.name != self.model:  # refused before anything of the rollout changes
             raise FleetError(f"{bundle} is model {manifest.name!r}, not model line {self.model!r}'s")
+        self.ledger.renew()  # a leader busy past its lease (discovering a large fleet) leads again, or stops
         current = self.rollout
         if current and current.bundle_sha256 == sha and current.status == "rolling":
             return current
@@ -386,7 +387,8 @@ class Publisher:
     def _announce(self, rollout: Rollout, halted: bool = False) -> None:
         """Sign and publish (retained) the next announcement. The record is stored first, then the number
         is taken and saved with the signed announcement (a store records both in one transaction) before
-        it goes out."""
+        it goes out. The lease is renewed first: shipping a large bundle's chunks may outlast it."""
+        self.ledger.renew()
         if not halted:
             rollout.select_below = self.ledger.bound(rollout, rollout.stages[rollout.stage])
             rollout.stage_started = time.time()

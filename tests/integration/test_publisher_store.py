@@ -184,6 +184,25 @@ def test_publishers_of_a_share_group_split_the_status_stream(broker, store_url):
         Publisher(broker.settings(), FLEET, [], None, share="a/b")
 
 
+def test_a_leader_whose_lease_ran_out_unchallenged_still_publishes(fleet_world, broker, store_url):
+    """Leading, then busy past its lease (discovering 50,000 devices takes half a minute): with nobody else
+    leading, ``publish`` takes the lease again and announces; a publisher that another took over from is
+    still refused."""
+    with open_store(store_url) as store, open_store(store_url) as other_store:
+        pub = Publisher(broker.settings(), FLEET, fleet_world.ring.release_keys(), None, store=store,
+                        lease_s=0.5).start()
+        try:
+            assert pub.lead(5)
+            threading.Event().wait(1.0)  # the lease runs out; nobody takes it
+            assert pub.publish(fleet_world.bundles[2], canary=10, halt_on=5).release == 2
+            threading.Event().wait(1.0)
+            assert other_store.take_lease("", "another-publisher", 30)
+            with pytest.raises(StoreConflict, match="another publisher leads"):
+                pub.publish(fleet_world.bundles[1], canary=10, halt_on=5)
+        finally:
+            pub.close()
+
+
 def test_what_stays_refused(broker, store_url, tmp_path, capsys):
     """A publisher needs a state file or a store; a store of another fleet is refused before anything is
     written; ``fleet status --store`` refuses a page cursor it did not print and another fleet's store."""
