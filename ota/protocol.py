@@ -207,6 +207,13 @@ def format_time(t: datetime) -> str:
     return t.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def status_time(t: datetime) -> str:
+    """A status's time, to the microsecond: controllers sharing a status stream (an MQTT shared
+    subscription) write one device's statuses in any order, and keep the newest by this time, so two
+    statuses of one second (``downloading``, then ``active``) must still order."""
+    return t.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 @dataclass(frozen=True)
 class Announcement:
     """A release offered to a fleet: the bundle's hash, length and chunk hashes, and who should take it.
@@ -342,7 +349,7 @@ def status_payload(device: str, state: str, **fields: Any) -> bytes:
     """A device's status report: unsigned JSON; the broker ACL makes the topic the device's own."""
     if state not in STATES:
         raise ValueError(f"unknown state {state!r}")
-    return json.dumps({"device": device, "state": state, "time": format_time(datetime.now(timezone.utc)),
+    return json.dumps({"device": device, "state": state, "time": status_time(datetime.now(timezone.utc)),
                        **fields}, sort_keys=True).encode()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import re
 import sqlite3
 from collections import Counter
 from dataclasses import asdict
@@ -32,7 +33,7 @@ from cuvil_edge.fleet.store import (
 )
 from cuvil_edge.fleet.store.schema import LATEST
 from cuvil_edge.testing.broker import free_port
-from ota.protocol import TelemetryRecord
+from ota.protocol import TelemetryRecord, read_status, status_payload
 from ota.store import write_json
 
 pytestmark = pytest.mark.integration
@@ -120,6 +121,13 @@ def test_a_status_replaces_an_older_one_never_a_newer_one(store_url: str) -> Non
         store.apply_statuses([status("d1", release=7, time="2026-03-01T10:00:01Z")])
         assert store.query_devices(DeviceFilter(release=7)).rows[0].device == "d1"
         assert store.count_by("release") == {3: 1, 7: 1}
+        # one second, two statuses (downloading, then active) written in the wrong order by two controllers
+        # sharing the stream: the microseconds agents send order them
+        store.apply_statuses([status("d3", release=2, time="2026-03-01T10:00:05.000002Z")])
+        earlier = status("d3", release=1, state="downloading", time="2026-03-01T10:00:05.000001Z")
+        assert store.apply_statuses([earlier]) == 0
+        assert store.device("d3")["release"] == 2
+        assert re.fullmatch(r".*T\d\d:\d\d:\d\d\.\d{6}Z", read_status(status_payload("d3", "active"))["time"])
 
 
 def test_the_rows_of_lines_a_device_stops_reporting_are_dropped(store_url: str) -> None:
