@@ -9,6 +9,10 @@ outputs are compared bit for bit.
     python benchmarks/bench_threads.py [--repeat 20] [--nets mobilenet_v2,resnet50,yolov8n,encoder]
         [--precision fp32|int8] [--no-web] [--barriers]
 
+A third set of columns runs ours and onnxruntime on 2 threads while a busy loop (a child ``sh`` spinning)
+holds a core, started before and killed after each block of calls, the same for both: a static split
+waits at every barrier for the thread that shares its core, chunks claimed from a counter do not.
+
 ``--barriers`` also runs a copy of each module with counters patched into its barrier (no timing): the
 barriers a run passes and how many waits outlasted the spin and slept (a wake-up of tens of microseconds
 each; many of them mean the spin, CUVIL_SPINS in kernels/templates/common.c.in, is short for the host).
@@ -22,9 +26,13 @@ import argparse
 import dataclasses
 import hashlib
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +40,7 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _peers import WebTiming, ort_web  # noqa: E402
-from bench_real_size import interleaved, mobilenet_v2, resnet50, yolov8n  # noqa: E402
+from bench_real_size import mobilenet_v2, resnet50, timings_ms, yolov8n  # noqa: E402
 
 from cuvil_edge import CuvilModel  # noqa: E402
 from cuvil_edge.codegen.toolchain import compile_c  # noqa: E402
@@ -58,6 +66,36 @@ def feeds_for(name: str, proto: onnx.ModelProto) -> dict[str, np.ndarray]:
 def build(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], precision: str) -> CuvilModel:
     calib = None if precision == "fp32" else [feeds]
     return CuvilModel.load(proto).optimize(precision, targets=[host_target()], calibration=calib)
+
+
+#: suffix of an engine timed while a busy loop holds a core
+BUSY = " busy"
+
+
+@contextmanager
+def busy_core() -> Iterator[None]:
+    """A child process spinning on a core (the scheduler's to place) for as long as the block runs."""
+    child = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+    time.sleep(0.05)  # running before the first call
+    try:
+        yield
+    finally:
+        child.kill()
+        child.wait()
+
+
+def interleaved(engines: dict[str, Callable[[], object]], warmup: int, repeat: int) -> dict[str, float]:
+    """Median ms per engine, timed in blocks of 5 calls taken in turn (bench_real_size's), with a busy
+    loop holding a core through every block (and warm-up) of an engine whose name ends in BUSY."""
+    times: dict[str, list[float]] = {k: [] for k in engines}
+    for block in range(max(1, repeat // 5) + 1):
+        for k, fn in engines.items():
+            with busy_core() if k.endswith(BUSY) else nullcontext():
+                if block:
+                    times[k] += timings_ms(fn, 0, 5)
+                else:
+                    timings_ms(fn, warmup, 0)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 #: (text, replacement) in the generated C: counters of barrier passes (by every thread) and of waits that
@@ -133,6 +171,8 @@ def main() -> None:
             engines[f"ours {n}"] = m.run
             sess = ort_peer(proto, threads=n)
             engines[f"ORT {n}"] = lambda s=sess, f=feeds: s.run(None, f)
+            if n == 2:
+                engines["ours 2" + BUSY], engines["ORT 2" + BUSY] = engines["ours 2"], engines["ORT 2"]
         same = all(np.array_equal(outputs[n][k], outputs[1][k]) for n in counts for k in outputs[1])
         ref = ort_session(proto).run(None, feeds)[0]
         err = float(np.abs(next(iter(outputs[1].values())) - ref).max())
@@ -160,6 +200,16 @@ def main() -> None:
             notes = {w for w in r_web.values() if isinstance(w, str)}
             for note in notes:
                 print(f"  onnxruntime-web: {note}")
+    print("\n2 threads while a busy loop holds a core (ours and onnxruntime alike), ms, and the speed-up "
+          "from 1 thread (quiet)")
+    print(f"{'net':13s} " + " ".join(f"{e + ' ' + c:>13s}" for e in ("ours", "ORT")
+                                     for c in ("1", "2", "2 busy", "1/2", "1/2 busy")))
+    for name, med, _, _, _ in rows:
+        cells = ""
+        for e in ("ours", "ORT"):
+            one, two, busy = med[f"{e} 1"], med[f"{e} 2"], med[f"{e} 2{BUSY}"]
+            cells += f" {one:13.2f} {two:13.2f} {busy:13.2f} {one / two:12.2f}x {one / busy:12.2f}x"
+        print(f"{name:13s}{cells}")
     print("\nratios (ms / ms): speed-up of ours from 1 thread; ours against each peer at the same count")
     print(f"{'net':13s} " + " ".join(f"{'ours 1/' + str(n):>10s}" for n in counts[1:]) + " "
           + " ".join(f"{'/ORT ' + str(n):>9s} {'/web ' + str(n):>9s}" for n in counts))

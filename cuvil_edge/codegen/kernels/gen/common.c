@@ -48,7 +48,9 @@ void* memset(void* d, int c, size_t n) { __builtin_memset(d, c, n); return d; }
  * spin briefly, then sleep in memory.atomic.wait32: a loaded machine must not burn the other cores. The
  * spin (under 0.1 ms on a current x86 core) outlasts the usual imbalance of a split node's shares: a
  * wait that sleeps costs a wake-up of tens of microseconds, and with a tenth of it most waits of a conv
- * net slept (144 of 217 barriers per YOLOv8n-style run on 2 idle cores; about 10% of its time).
+ * net slept (144 of 217 barriers per YOLOv8n-style run on 2 idle cores; about 10% of its time). The
+ * bound is rounds, not time: a module has no clock, and a host call per round would cost more than the
+ * round (issue 40). What keeps a busy core from stalling the others is the dynamic split below.
  * cuvil_stop wakes every waiter: parked threads return, a thread inside a job traps; with every thread
  * stopped, cuvil_reset makes the module ready for new ones. */
 #ifndef CUVIL_MAX_THREADS
@@ -85,12 +87,62 @@ static __attribute__((noinline)) void cuvil_barrier_n(int32_t nt) {
 }
 
 /* Thread t's share [lo, hi) of n items in whole units of `unit` (a kernel tile), the same split for every
- * caller; threads past the work get an empty range. */
+ * caller; threads past the work get an empty range. Kept for the light row-split nodes (ops/common.py:
+ * equal partitions of the same rows let the emitter drop the barrier between two such nodes, which
+ * claimed chunks would not) and for shares of shared scratch; the heavy kernels claim chunks instead. */
 INLINE void cuvil_split(int n, int unit, int tid, int nt, int* lo, int* hi) {
   const int units = (n + unit - 1) / unit, per = units / nt, extra = units % nt;
   const int u0 = tid * per + (tid < extra ? tid : extra), u1 = u0 + per + (tid < extra);
   *lo = u0 * unit < n ? u0 * unit : n;
   *hi = u1 * unit < n ? u1 * unit : n;
+}
+
+/* Dynamic split (issue 40): chunks of a loop claimed one at a time from a shared counter, so a thread
+ * that lost its core to another process does fewer of them instead of holding every other thread at the
+ * next barrier. Every thread of the node must run the loop to its end (cuvil_chunk returning 0 exactly
+ * once each): the claims of a loop then number chunks + nt, and the thread that makes the last one
+ * clears the counter and opens its slot for the loop CUVIL_DYN_SLOTS later (a thread that many loops
+ * ahead with no barrier between waits for it). Each thread counts its loops (the same sequence on every
+ * thread: they run the same nodes); thread 0 clears the counts and slots before each run. A chunk is
+ * whole units (kernel tiles) computed as in one call, so outputs are the same bits for any schedule. */
+#define CUVIL_DYN_SLOTS 64
+static struct { int32_t count, ticket, pad[14]; } cuvil_dyn_slot[CUVIL_DYN_SLOTS] __attribute__((aligned(64)));
+static struct { int32_t seq, pad[15]; } cuvil_dyn_seq[CUVIL_MAX_THREADS] __attribute__((aligned(64)));
+typedef struct { int32_t *count, *ticket; int32_t gen, chunks, next, nt, n, step; } CuvilChunks;
+
+static void cuvil_dyn_clear(void) {
+  for (int i = 0; i < CUVIL_DYN_SLOTS; i++) cuvil_dyn_slot[i].count = cuvil_dyn_slot[i].ticket = 0;
+  for (int i = 0; i < CUVIL_MAX_THREADS; i++) cuvil_dyn_seq[i].seq = 0;
+}
+
+/* Chunks of `step` items over [0, n) for nt threads (nt 1: a plain loop, no shared state). */
+static CuvilChunks cuvil_chunks_of(int n, int step, int tid, int nt) {
+  CuvilChunks d = {0, 0, 0, n > 0 ? (n + step - 1) / step : 0, 0, nt, n, step};
+  if (nt > 1) {
+    const int32_t s = cuvil_dyn_seq[tid].seq++;
+    d.count = &cuvil_dyn_slot[s % CUVIL_DYN_SLOTS].count;
+    d.ticket = &cuvil_dyn_slot[s % CUVIL_DYN_SLOTS].ticket;
+    d.gen = s / CUVIL_DYN_SLOTS;
+    for (int32_t t; (t = __atomic_load_n(d.ticket, __ATOMIC_ACQUIRE)) != d.gen;)
+      if (!cuvil_wait_change(d.ticket, t)) __builtin_trap();
+  }
+  return d;
+}
+
+/* The next chunk [lo, hi), or 0 when the loop is done (then never call again for this loop). */
+static int cuvil_chunk(CuvilChunks* d, int* lo, int* hi) {
+  const int32_t c = d->count ? __atomic_fetch_add(d->count, 1, __ATOMIC_RELAXED) : d->next++;
+  if (c >= d->chunks) {
+    if (d->count && c == d->chunks + d->nt - 1) {
+      __atomic_store_n(d->count, 0, __ATOMIC_RELAXED);
+      __atomic_store_n(d->ticket, d->gen + 1, __ATOMIC_RELEASE);
+      __builtin_wasm_memory_atomic_notify((int*)d->ticket, (unsigned)-1);
+    }
+    return 0;
+  }
+  *lo = c * d->step;
+  *hi = *lo + d->step < d->n ? *lo + d->step : d->n;
+  return 1;
 }
 
 #define CUVIL_ENTRY_POINTS \
@@ -112,9 +164,10 @@ INLINE void cuvil_split(int n, int unit, int tid, int nt, int* lo, int* hi) {
     __builtin_wasm_memory_atomic_notify((int*)&cuvil_job, (unsigned)-1); \
     __builtin_wasm_memory_atomic_notify((int*)&cuvil_bar_gen, (unsigned)-1); } \
   EXPORT("cuvil_reset") void cuvil_reset(void) { \
-    cuvil_stop_flag = cuvil_job = cuvil_bar_count = cuvil_bar_gen = 0; } \
+    cuvil_stop_flag = cuvil_job = cuvil_bar_count = cuvil_bar_gen = 0; cuvil_dyn_clear(); } \
   EXPORT("run") void run(void) { \
     if (CUVIL_NT > 1) { \
+      cuvil_dyn_clear(); /* every thread is parked: the last run's loops are all done */ \
       __atomic_add_fetch(&cuvil_job, 1, __ATOMIC_RELEASE); \
       __builtin_wasm_memory_atomic_notify((int*)&cuvil_job, (unsigned)-1); \
     } \
@@ -127,8 +180,29 @@ INLINE void cuvil_split(int n, int unit, int tid, int nt, int* lo, int* hi) {
 INLINE void cuvil_split(int n, int unit, int tid, int nt, int* lo, int* hi) {
   (void)unit; (void)tid; (void)nt; *lo = 0; *hi = n;
 }
+typedef struct { int32_t chunks, next, n, step; } CuvilChunks;
+INLINE CuvilChunks cuvil_chunks_of(int n, int step, int tid, int nt) {
+  (void)tid; (void)nt;
+  CuvilChunks d = {n > 0 ? (n + step - 1) / step : 0, 0, n, step};
+  return d;
+}
+INLINE int cuvil_chunk(CuvilChunks* d, int* lo, int* hi) {
+  if (d->next >= d->chunks) return 0;
+  *lo = d->next++ * d->step;
+  *hi = *lo + d->step < d->n ? *lo + d->step : d->n;
+  return 1;
+}
 #define CUVIL_ENTRY_POINTS EXPORT("run") void run(void) { cuvil_body(0); }
 #endif
+
+/* A dynamic loop over n items in whole units of `unit` (a kernel tile): about CUVIL_CHUNKS_PER_THREAD
+ * chunks a thread, enough for a late thread to hand work to the others, few enough that the claims do
+ * not show; one chunk (the whole range) on one thread. */
+#define CUVIL_CHUNKS_PER_THREAD 4
+INLINE CuvilChunks cuvil_chunks(int n, int unit, int tid, int nt) {
+  const int units = (n + unit - 1) / unit, per = units / (CUVIL_CHUNKS_PER_THREAD * nt);
+  return cuvil_chunks_of(n, nt == 1 ? (n > 0 ? n : 1) : (per > 1 ? per : 1) * unit, tid, nt);
+}
 
 INLINE void copy_f32(float* dst, const float* src, int n) {
   int i = 0;

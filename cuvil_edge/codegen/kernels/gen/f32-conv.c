@@ -73,12 +73,13 @@ KERNEL void f32_im2col_packed(const float* x, int C, int H, int W, int kh, int k
 
 /* One image's 1x1 conv of one group with y channels-last (pixel p's Mg channels at y + p * ldy): the tiles
  * f32_gemm_pa computes (4 channels x 8 pixels, the same loop, bias and activation, so the same bits),
- * each finished into a buffer and stored transposed. Threads split the pixels in whole panels. */
+ * each finished into a buffer and stored transposed. Threads claim the pixels in whole panels
+ * (cuvil_chunks). */
 static void f32_conv1x1_nhwc(const float* x, int Cg, int P, const float* wg, const float* bias, float* y,
                              int ldy, int Mg, Act act, int tid, int nt) {
   const v128_t zero = wasm_f32x4_const_splat(0.0f);
-  int lo, hi;
-  cuvil_split(P, 8, tid, nt, &lo, &hi);
+  CuvilChunks d = cuvil_chunks(P, 8, tid, nt);
+  for (int lo, hi; cuvil_chunk(&d, &lo, &hi);)
   for (int j = lo; j < hi; j += 8) {
     const int nr = hi - j < 8 ? hi - j : 8;
     for (int i = 0; i < Mg; i += 4) {
@@ -150,22 +151,23 @@ KERNEL void f32_conv1x1_sub(const float* x, int N, int C, int H, int W, const fl
 }
 
 /* One chunk of pc output pixels (from p0) of an im2col convolution: PACK writes pixels [p0 + lo, p0 + hi)
- * as panels at bp, then the GEMM. Threads with two or more panels each pack and multiply their own pixels
- * with no barrier, so one may already pack the next chunk while another multiplies this one: each packs
- * into the part of scratch its share of a full chunk owns (a smaller last chunk's share is no larger).
- * Fewer panels: the threads pack together and split the output channels. Uses the caller's pc, pchunk,
- * p0, P, K, Mg, g, wg, yg, bias, scratch, act, tid, nt. */
+ * as panels at bp, then the GEMM. Threads with two or more panels each claim pieces of the chunk from a
+ * shared counter (cuvil_chunks) and pack and multiply them with no barrier, so one may already pack the
+ * next chunk while another multiplies this one: each packs into the part of scratch its share of a full
+ * chunk owns (static, so no other thread reads it; a piece, about a CUVIL_CHUNKS_PER_THREAD-th of a
+ * thread's share, always fits). Fewer panels: the threads pack together and split the output channels.
+ * Uses the caller's pc, pchunk, p0, P, K, Mg, g, wg, yg, bias, scratch, act, tid, nt. */
 #define CONV_CHUNK(PACK) { \
     int lo, hi, own, own_end; \
-    cuvil_split(pc, 8, tid, nt, &lo, &hi); \
     if (nt == 1 || (pc + 7) / 8 >= 2 * nt) { \
       cuvil_split(pchunk, 8, tid, nt, &own, &own_end); \
       float* bp = scratch + (size_t)own * K; \
-      if (lo < hi) { \
+      for (CuvilChunks d = cuvil_chunks(pc, 8, tid, nt); cuvil_chunk(&d, &lo, &hi);) { \
         PACK; \
         f32_gemm_pa(Mg, hi - lo, K, wg, bp, K * 8, 8, yg + p0 + lo, P, bias ? bias + g * Mg : 0, 0, act); \
       } \
     } else { \
+      cuvil_split(pc, 8, tid, nt, &lo, &hi); \
       float* bp = scratch + (size_t)lo * K; \
       cuvil_barrier();  /* the last chunk's panels may be another thread's part of the one before */ \
       if (lo < hi) PACK; \
@@ -271,9 +273,8 @@ KERNEL void f32_conv2d_direct(const float* x, int N, int C, int H, int W, const 
   const int padded = Hp != H || Wp != W;
   int* koff = (int*)scratch;  /* shared: thread 0 writes it, the others read it after a barrier */
   float* xp = scratch + ((K + 3) & ~3);
-  int c0, c1, oy0, oy1;
+  int c0, c1, oy0, oy1;  /* the padded copy: a static split of the channels; the rows: claimed */
   cuvil_split(Cg, 1, tid, nt, &c0, &c1);
-  cuvil_split(OH, 1, tid, nt, &oy0, &oy1);
   if (tid == 0) {
     for (int c = 0, k = 0; c < Cg; c++)
       for (int ky = 0; ky < kh; ky++)
@@ -293,6 +294,7 @@ KERNEL void f32_conv2d_direct(const float* x, int N, int C, int H, int W, const 
         cuvil_barrier();
         src = xp;
       }
+      for (CuvilChunks d = cuvil_chunks(OH, 1, tid, nt); cuvil_chunk(&d, &oy0, &oy1);)
       for (int oy = oy0; oy < oy1; oy++) {
         for (int ox = 0; ox < OW; ox += 8) {
           const float* xb = src + (size_t)oy * sh * Wp + ox;
@@ -465,6 +467,29 @@ KERNEL void f32_winograd_output(const float* mo, int M, int m0, int m1, int n, c
   }
 }
 
+/* The npos GEMMs of a Winograd chunk, mo + xi * M * n = U_xi . B_xi for position xi (n tiles): U_xi at
+ * slot[xi] (xi when slot is null) of u's ceil(M/4) * 4 * C-float slots with K = nph[xi] * C (C when null),
+ * B_xi at the same slot of bp's C x n-rounded-to-a-panel ones. The threads claim pieces (a position's
+ * columns or rows, as f32_gemm_pa_part splits them) from one counter: about CUVIL_CHUNKS_PER_THREAD a
+ * thread over all positions. */
+INLINE void f32_winograd_gemms(int npos, const int* slot, const int* nph, int M, int n, int C, const float* u,
+                               const float* bp, float* mo, int tid, int nt) {
+  const size_t usize = (size_t)((M + 3) & ~3) * C, bslot = (size_t)C * ((n + 7) & ~7);
+  const Act none = {ACT_NONE, 0.0f, 0.0f};
+  const int by_cols = f32_gemm_pa_by_cols(M, n, nt), len = by_cols ? n : M, unit = by_cols ? 8 : 4;
+  const int units = (len + unit - 1) / unit, want = (CUVIL_CHUNKS_PER_THREAD * nt + npos - 1) / npos;
+  if (units == 0) return;
+  const int step = (units + (want < units ? want : units) - 1) / (want < units ? want : units) * unit;
+  const int per = (len + step - 1) / step;  /* pieces of one position */
+  CuvilChunks d = cuvil_chunks_of(npos * per, 1, tid, nt);
+  for (int it, it1; cuvil_chunk(&d, &it, &it1);) {
+    const int xi = it / per, lo = it % per * step, hi = lo + step < len ? lo + step : len;
+    const int sl = slot ? slot[xi] : xi, k = nph ? nph[xi] * C : C;
+    f32_gemm_pa_range(by_cols, lo, hi, M, n, k, u + sl * usize, bp + sl * bslot, k * 8, 8, mo + (size_t)xi * M * n,
+                      n, 0, 0, none);
+  }
+}
+
 /* Full Winograd convolution: N images, weights u as [16][ceil(M/4)][C][4] (see above), chunks of rpc
  * tile rows. scratch: the 16 B operands (C x n rounded up to a panel each), the 16 products (M x n
  * each), 4 bordered input rows of 2 * twp + 4 floats. A last half panel (n % 8 == 4) carries 4 lanes
@@ -473,27 +498,23 @@ KERNEL void f32_conv2d_winograd(const float* x, int N, int C, int H, int W, cons
                                 float* y, int M, int OH, int OW, int pt, int pl, int twp, int rpc,
                                 float* scratch, Act act, int tid, int nt) {
   const int th = (OH + 1) / 2, nmax = rpc * twp, wr = 2 * twp + 4;
-  const size_t usize = (size_t)((M + 3) & ~3) * C;
   float* bp = scratch;
   float* mo = bp + (size_t)16 * C * ((nmax + 7) & ~7);
   float* rows = tid ? (float*)__builtin_alloca(sizeof(float) * 4 * wr) : mo + (size_t)16 * M * nmax;
-  const Act none = {ACT_NONE, 0.0f, 0.0f};
-  int c0, c1, m0, m1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  cuvil_split(M, 1, tid, nt, &m0, &m1);
+  int c0, c1, m0, m1;  /* the threads claim channels of the transforms (cuvil_chunks) */
   for (int img = 0; img < N; img++) {
     const float* xn = x + (size_t)img * C * H * W;
     float* yn = y + (size_t)img * M * OH * OW;
     for (int ty0 = 0; ty0 < th; ty0 += rpc) {
       const int ty1 = ty0 + rpc < th ? ty0 + rpc : th, n = (ty1 - ty0) * twp;
       const int bstride = C * ((n + 7) & ~7);
-      f32_winograd_input(xn, C, c0, c1, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, bstride);
+      for (CuvilChunks d = cuvil_chunks(C, 1, tid, nt); cuvil_chunk(&d, &c0, &c1);)
+        f32_winograd_input(xn, C, c0, c1, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, bstride);
       cuvil_barrier();
-      for (int xi = 0; xi < 16; xi++)
-        f32_gemm_pa_part(M, n, C, u + xi * usize, bp + (size_t)xi * bstride, C * 8, 8, mo + (size_t)xi * M * n, n,
-                         0, 0, none, tid, nt);
+      f32_winograd_gemms(16, 0, 0, M, n, C, u, bp, mo, tid, nt);
       cuvil_barrier();
-      f32_winograd_output(mo, M, m0, m1, n, bias, yn, OH, OW, ty0, ty1, twp, act);
+      for (CuvilChunks d = cuvil_chunks(M, 1, tid, nt); cuvil_chunk(&d, &m0, &m1);)
+        f32_winograd_output(mo, M, m0, m1, n, bias, yn, OH, OW, ty0, ty1, twp, act);
     }
   }
 }
@@ -772,27 +793,23 @@ KERNEL void f32_conv2d_winograd4(const float* x, int N, int C, int H, int W, con
                                  float* y, int M, int OH, int OW, int pt, int pl, int twp, int rpc,
                                  float* scratch, Act act, int tid, int nt) {
   const int th = (OH + 3) / 4, nmax = rpc * twp, wr = 4 * twp + 4;
-  const size_t usize = (size_t)((M + 3) & ~3) * C;
   float* bp = scratch;
   float* mo = bp + (size_t)36 * C * ((nmax + 7) & ~7);
   float* rows = tid ? (float*)__builtin_alloca(sizeof(float) * 6 * wr) : mo + (size_t)36 * M * nmax;
-  const Act none = {ACT_NONE, 0.0f, 0.0f};
-  int c0, c1, m0, m1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  cuvil_split(M, 1, tid, nt, &m0, &m1);
+  int c0, c1, m0, m1;  /* the threads claim channels of the transforms (cuvil_chunks) */
   for (int img = 0; img < N; img++) {
     const float* xn = x + (size_t)img * C * H * W;
     float* yn = y + (size_t)img * M * OH * OW;
     for (int ty0 = 0; ty0 < th; ty0 += rpc) {
       const int ty1 = ty0 + rpc < th ? ty0 + rpc : th, n = (ty1 - ty0) * twp;
       const int bstride = C * ((n + 7) & ~7);
-      f32_winograd4_input(xn, C, c0, c1, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, bstride);
+      for (CuvilChunks d = cuvil_chunks(C, 1, tid, nt); cuvil_chunk(&d, &c0, &c1);)
+        f32_winograd4_input(xn, C, c0, c1, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, bstride);
       cuvil_barrier();
-      for (int xi = 0; xi < 36; xi++)
-        f32_gemm_pa_part(M, n, C, u + xi * usize, bp + (size_t)xi * bstride, C * 8, 8, mo + (size_t)xi * M * n, n,
-                         0, 0, none, tid, nt);
+      f32_winograd_gemms(36, 0, 0, M, n, C, u, bp, mo, tid, nt);
       cuvil_barrier();
-      f32_winograd4_output(mo, M, m0, m1, n, bias, yn, OH, OW, ty0, ty1, twp, act);
+      for (CuvilChunks d = cuvil_chunks(M, 1, tid, nt); cuvil_chunk(&d, &m0, &m1);)
+        f32_winograd4_output(mo, M, m0, m1, n, bias, yn, OH, OW, ty0, ty1, twp, act);
     }
   }
 }
@@ -906,28 +923,22 @@ KERNEL void f32_conv2d_winograd_s2(const float* x, int N, int C, int H, int W, c
                                    const float* bias, float* y, int M, int OH, int OW, int pt, int pl, int twp,
                                    int rpc, float* scratch, Act act, int tid, int nt) {
   const int th = (OH + 1) / 2, nmax = rpc * twp, wr = 4 * twp + 4;
-  const size_t usize = (size_t)((M + 3) & ~3) * C;
   float* bp = scratch;
   float* mo = bp + (size_t)25 * C * ((nmax + 7) & ~7);
   float* rows = tid ? (float*)__builtin_alloca(sizeof(float) * 5 * wr) : mo + (size_t)9 * M * nmax;
-  const Act none = {ACT_NONE, 0.0f, 0.0f};
-  int c0, c1, m0, m1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  cuvil_split(M, 1, tid, nt, &m0, &m1);
+  int c0, c1, m0, m1;  /* the threads claim channels of the transforms (cuvil_chunks) */
   for (int img = 0; img < N; img++) {
     const float* xn = x + (size_t)img * C * H * W;
     float* yn = y + (size_t)img * M * OH * OW;
     for (int ty0 = 0; ty0 < th; ty0 += rpc) {
       const int ty1 = ty0 + rpc < th ? ty0 + rpc : th, n = (ty1 - ty0) * twp, npan = (n + 7) / 8;
-      f32_winograd_s2_input(xn, C, c0, c1, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, npan);
+      for (CuvilChunks d = cuvil_chunks(C, 1, tid, nt); cuvil_chunk(&d, &c0, &c1);)
+        f32_winograd_s2_input(xn, C, c0, c1, H, W, pt, pl, ty0, ty1, twp, wr, rows, bp, npan);
       cuvil_barrier();
-      for (int xi = 0; xi < 9; xi++) {
-        const int k = wino_s2_nph[xi] * C;
-        f32_gemm_pa_part(M, n, k, u + wino_s2_off[xi] * usize, bp + (size_t)wino_s2_off[xi] * npan * 8 * C, k * 8,
-                         8, mo + (size_t)xi * M * n, n, 0, 0, none, tid, nt);
-      }
+      f32_winograd_gemms(9, wino_s2_off, wino_s2_nph, M, n, C, u, bp, mo, tid, nt);
       cuvil_barrier();
-      f32_winograd_s2_output(mo, M, m0, m1, n, bias, yn, OH, OW, ty0, ty1, twp, act);
+      for (CuvilChunks d = cuvil_chunks(M, 1, tid, nt); cuvil_chunk(&d, &m0, &m1);)
+        f32_winograd_s2_output(mo, M, m0, m1, n, bias, yn, OH, OW, ty0, ty1, twp, act);
     }
   }
 }

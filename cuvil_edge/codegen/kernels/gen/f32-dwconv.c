@@ -233,10 +233,10 @@ KERNEL void f32_dwconv_3x3s1(const float* x, int N, int C, int H, int W, const f
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
   if (ox0 > ox1) ox0 = ox1;
-  int c0, c1;  /* threads split the channels */
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1; cuvil_chunk(&d, &c0, &c1);) {
+    for (int nc = c0; nc < c1; nc++) {
+      const int n = nc / C, c = nc % C;
       const float* xc = x + ((size_t)n * C + c) * H * W;
       const float* wc = w + (size_t)c * kh * kw;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
@@ -262,10 +262,10 @@ KERNEL void f32_dwconv_kxks1(const float* x, int N, int C, int H, int W, const f
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
   if (ox0 > ox1) ox0 = ox1;
-  int c0, c1;  /* threads split the channels */
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1; cuvil_chunk(&d, &c0, &c1);) {
+    for (int nc = c0; nc < c1; nc++) {
+      const int n = nc / C, c = nc % C;
       const float* xc = x + ((size_t)n * C + c) * H * W;
       const float* wc = w + (size_t)c * kh * kw;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
@@ -288,10 +288,10 @@ KERNEL void f32_dwconv_3x3s2(const float* x, int N, int C, int H, int W, const f
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
   if (ox0 > ox1) ox0 = ox1;
-  int c0, c1;  /* threads split the channels */
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1; cuvil_chunk(&d, &c0, &c1);) {
+    for (int nc = c0; nc < c1; nc++) {
+      const int n = nc / C, c = nc % C;
       const float* xc = x + ((size_t)n * C + c) * H * W;
       const float* wc = w + (size_t)c * kh * kw;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
@@ -317,10 +317,10 @@ KERNEL void f32_dwconv_kxks2(const float* x, int N, int C, int H, int W, const f
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
   if (ox0 > ox1) ox0 = ox1;
-  int c0, c1;  /* threads split the channels */
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1; cuvil_chunk(&d, &c0, &c1);) {
+    for (int nc = c0; nc < c1; nc++) {
+      const int n = nc / C, c = nc % C;
       const float* xc = x + ((size_t)n * C + c) * H * W;
       const float* wc = w + (size_t)c * kh * kw;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
@@ -343,10 +343,10 @@ KERNEL void f32_dwconv_3x3sN(const float* x, int N, int C, int H, int W, const f
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
   if (ox0 > ox1) ox0 = ox1;
-  int c0, c1;  /* threads split the channels */
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1; cuvil_chunk(&d, &c0, &c1);) {
+    for (int nc = c0; nc < c1; nc++) {
+      const int n = nc / C, c = nc % C;
       const float* xc = x + ((size_t)n * C + c) * H * W;
       const float* wc = w + (size_t)c * kh * kw;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
@@ -369,10 +369,10 @@ KERNEL void f32_dwconv_kxksN(const float* x, int N, int C, int H, int W, const f
   int ox0 = (pl + sw - 1) / sw, ox1 = W - span + pl >= 0 ? (W - span + pl) / sw + 1 : 0;
   if (ox1 > OW) ox1 = OW;
   if (ox0 > ox1) ox0 = ox1;
-  int c0, c1;  /* threads split the channels */
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1; cuvil_chunk(&d, &c0, &c1);) {
+    for (int nc = c0; nc < c1; nc++) {
+      const int n = nc / C, c = nc % C;
       const float* xc = x + ((size_t)n * C + c) * H * W;
       const float* wc = w + (size_t)c * kh * kw;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
@@ -392,11 +392,11 @@ KERNEL void f32_dwconv_kxksN(const float* x, int N, int C, int H, int W, const f
 KERNEL void f32_dwconv_3x3p_s1(const float* x, int N, int C, int H, int W, const float* w,
                                   const float* bias, float* y, int OH, int OW, int sh, int pt, int pl,
                                   int Hp, int Wp, float* plane, Act act, int tid, int nt) {
-  int c0, c1;  /* threads split the channels, each with its own plane */
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) fill_f32(plane, 0.0f, Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) fill_f32(plane, 0.0f, Hp * Wp);  /* each thread its own plane */
+    for (int nc = c0; nc < c1; nc++) {
+      const int n = nc / C, c = nc % C;
       const float* xc = x + ((size_t)n * C + c) * H * W;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
       for (int iy = 0; iy < H; iy++) copy_f32(plane + (size_t)(iy + pt) * Wp + pl, xc + (size_t)iy * W, W);
@@ -446,11 +446,11 @@ KERNEL void f32_dwconv_3x3p_s1(const float* x, int N, int C, int H, int W, const
 KERNEL void f32_dwconv_3x3p_s2(const float* x, int N, int C, int H, int W, const float* w,
                                   const float* bias, float* y, int OH, int OW, int sh, int pt, int pl,
                                   int Hp, int Wp, float* plane, Act act, int tid, int nt) {
-  int c0, c1;  /* threads split the channels, each with its own plane */
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) fill_f32(plane, 0.0f, Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) fill_f32(plane, 0.0f, Hp * Wp);  /* each thread its own plane */
+    for (int nc = c0; nc < c1; nc++) {
+      const int n = nc / C, c = nc % C;
       const float* xc = x + ((size_t)n * C + c) * H * W;
       float* yc = y + ((size_t)n * C + c) * OH * OW;
       for (int iy = 0; iy < H; iy++) copy_f32(plane + (size_t)(iy + pt) * Wp + pl, xc + (size_t)iy * W, W);

@@ -597,22 +597,32 @@ KERNEL void f32_gemm_pa(int M, int N, int K, const float* Ap, const float* B, in
   }
 }
 
-/* Thread tid's share of f32_gemm_pa: whole 8-column panels when there are at least two per thread,
+/* The threads' split of f32_gemm_pa: whole 8-column panels when there are at least two per thread,
  * whole 4-row panels otherwise (every tile is computed as in the single-threaded call). */
+INLINE int f32_gemm_pa_by_cols(int M, int N, int nt) {
+  return nt == 1 || (N + 7) / 8 >= 2 * nt || (M + 3) / 4 < 2;
+}
+
+/* Columns (by_cols) or rows [lo, hi) of f32_gemm_pa. */
+INLINE void f32_gemm_pa_range(int by_cols, int lo, int hi, int M, int N, int K, const float* Ap, const float* B,
+                              int bpanel, int brow, float* C, int ldc, const float* bias_row,
+                              const float* bias_col, Act act) {
+  if (lo >= hi) return;
+  if (by_cols)
+    f32_gemm_pa(M, hi - lo, K, Ap, B + (size_t)(lo / 8) * bpanel, bpanel, brow, C + lo, ldc, bias_row,
+                bias_col ? bias_col + lo : 0, act);
+  else
+    f32_gemm_pa(hi - lo, N, K, Ap + (size_t)lo * K, B, bpanel, brow, C + (size_t)lo * ldc, ldc,
+                bias_row ? bias_row + lo : 0, bias_col, act);
+}
+
+/* f32_gemm_pa on every thread of a split node, in chunks claimed from a shared counter (cuvil_chunks). */
 INLINE void f32_gemm_pa_part(int M, int N, int K, const float* Ap, const float* B, int bpanel, int brow, float* C,
                              int ldc, const float* bias_row, const float* bias_col, Act act, int tid, int nt) {
-  int lo, hi;
-  if (nt == 1 || (N + 7) / 8 >= 2 * nt || (M + 3) / 4 < 2) {
-    cuvil_split(N, 8, tid, nt, &lo, &hi);
-    if (lo < hi)
-      f32_gemm_pa(M, hi - lo, K, Ap, B + (size_t)(lo / 8) * bpanel, bpanel, brow, C + lo, ldc, bias_row,
-                  bias_col ? bias_col + lo : 0, act);
-  } else {
-    cuvil_split(M, 4, tid, nt, &lo, &hi);
-    if (lo < hi)
-      f32_gemm_pa(hi - lo, N, K, Ap + (size_t)lo * K, B, bpanel, brow, C + (size_t)lo * ldc, ldc,
-                  bias_row ? bias_row + lo : 0, bias_col, act);
-  }
+  const int by_cols = f32_gemm_pa_by_cols(M, N, nt);
+  CuvilChunks d = by_cols ? cuvil_chunks(N, 8, tid, nt) : cuvil_chunks(M, 4, tid, nt);
+  for (int lo, hi; cuvil_chunk(&d, &lo, &hi);)
+    f32_gemm_pa_range(by_cols, lo, hi, M, N, K, Ap, B, bpanel, brow, C, ldc, bias_row, bias_col, act);
 }
 
 /* Pack rows [0, m) of A (stride lda) into 4-row panels, zero padding the last one. */
@@ -711,10 +721,19 @@ INLINE void f32_gemm(int M, int N, int K, const float* A, int lda, const float* 
 }
 
 /* Thread tid's share of f32_gemm: columns in units of 48 (whole GEMV groups of 3 and 2 panels), so
- * every column runs the loop it runs single-threaded. */
+ * every column runs the loop it runs single-threaded. Up to 3 rows (GEMV) in chunks claimed from a shared
+ * counter (cuvil_chunks); more rows keep the static split: each call packs its A rows (f32_gemm_t), so
+ * every extra chunk would pack them again. */
 INLINE void f32_gemm_part(int M, int N, int K, const float* A, int lda, const float* Bp, float* C, int ldc,
                           const float* bias_row, const float* bias_col, Act act, int tid, int nt) {
   int lo, hi;
+  if (M < 4) {
+    CuvilChunks d = cuvil_chunks(N, 48, tid, nt);
+    while (cuvil_chunk(&d, &lo, &hi))
+      f32_gemm_t(M, hi - lo, K, A, lda, Bp + (size_t)lo * K, C + lo, ldc, bias_row, bias_col ? bias_col + lo : 0,
+                 act, tid);
+    return;
+  }
   cuvil_split(N, 48, tid, nt, &lo, &hi);
   if (lo < hi)
     f32_gemm_t(M, hi - lo, K, A, lda, Bp + (size_t)lo * K, C + lo, ldc, bias_row, bias_col ? bias_col + lo : 0,

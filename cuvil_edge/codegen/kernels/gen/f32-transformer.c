@@ -101,9 +101,9 @@ KERNEL void f32_attention(int B, int H, int S, int L, int D, int Dv, const float
   float* kp = scratch;
   float* vp = kp + (size_t)((L + 7) / 8) * 8 * D;
   float* sc = vp + (size_t)((Dv + 7) / 8) * 8 * L;
-  int bh0, bh1;  /* threads split the (batch, head) pairs; scratch is the thread's own */
-  cuvil_split(B * H, 1, tid, nt, &bh0, &bh1);
-  for (int bh = bh0; bh < bh1; bh++) {
+  /* threads claim (batch, head) pairs one at a time (cuvil_chunks_of); scratch is the thread's own */
+  CuvilChunks d = cuvil_chunks_of(B * H, 1, tid, nt);
+  for (int bh, bh1; cuvil_chunk(&d, &bh, &bh1);) {
     {
       const int b = bh / H, h = bh % H;
       const float* q = Q + (size_t)b * st[0] + (size_t)h * st[1];

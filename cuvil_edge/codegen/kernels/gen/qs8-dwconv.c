@@ -147,7 +147,7 @@ INLINE void qdw_rows2_s1_x7(const uint8_t* r, int rs, const v128_t* wv, int kh, 
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x7_3x3s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -159,11 +159,11 @@ INLINE void qs8_dwconv_body_x7_3x3s1(const float* xf, const uint8_t* xq, int N, 
   v128_t wv[3];
   uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -198,7 +198,7 @@ KERNEL void qs8_dwconv_x7_3x3s1(const float* xf, const uint8_t* xq, int N, int C
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x7_3x3s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -210,11 +210,11 @@ INLINE void qs8_dwconv_body_x7_3x3s2(const float* xf, const uint8_t* xq, int N, 
   v128_t wv[3];
   uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -245,7 +245,7 @@ KERNEL void qs8_dwconv_x7_3x3s2(const float* xf, const uint8_t* xq, int N, int C
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x7_5x5s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -257,11 +257,11 @@ INLINE void qs8_dwconv_body_x7_5x5s1(const float* xf, const uint8_t* xq, int N, 
   v128_t wv[10];
   uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -296,7 +296,7 @@ KERNEL void qs8_dwconv_x7_5x5s1(const float* xf, const uint8_t* xq, int N, int C
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x7_5x5s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -308,11 +308,11 @@ INLINE void qs8_dwconv_body_x7_5x5s2(const float* xf, const uint8_t* xq, int N, 
   v128_t wv[10];
   uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -343,7 +343,7 @@ KERNEL void qs8_dwconv_x7_5x5s2(const float* xf, const uint8_t* xq, int N, int C
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x7_kxks1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -354,11 +354,11 @@ INLINE void qs8_dwconv_body_x7_kxks1(const float* xf, const uint8_t* xq, int N, 
   v128_t* wv = (v128_t*)(plane + (((size_t)Hp * Wp + 15) & ~(size_t)15));
   uint8_t* buf = (uint8_t*)(wv + KH * KWG);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -393,7 +393,7 @@ KERNEL void qs8_dwconv_x7_kxks1(const float* xf, const uint8_t* xq, int N, int C
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x7_kxks2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -404,11 +404,11 @@ INLINE void qs8_dwconv_body_x7_kxks2(const float* xf, const uint8_t* xq, int N, 
   v128_t* wv = (v128_t*)(plane + (((size_t)Hp * Wp + 15) & ~(size_t)15));
   uint8_t* buf = (uint8_t*)(wv + KH * KWG);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -439,7 +439,7 @@ KERNEL void qs8_dwconv_x7_kxks2(const float* xf, const uint8_t* xq, int N, int C
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x7_kxksN(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -450,11 +450,11 @@ INLINE void qs8_dwconv_body_x7_kxksN(const float* xf, const uint8_t* xq, int N, 
   v128_t* wv = (v128_t*)(plane + (((size_t)Hp * Wp + 15) & ~(size_t)15));
   uint8_t* buf = (uint8_t*)(wv + KH * KWG);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -574,7 +574,7 @@ INLINE void qdw_rows2_s1_x8(const uint8_t* r, int rs, const v128_t* wv, int kh, 
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x8_3x3s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -586,11 +586,11 @@ INLINE void qs8_dwconv_body_x8_3x3s1(const float* xf, const uint8_t* xq, int N, 
   v128_t wv[3];
   uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -625,7 +625,7 @@ KERNEL void qs8_dwconv_x8_3x3s1(const float* xf, const uint8_t* xq, int N, int C
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x8_3x3s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -637,11 +637,11 @@ INLINE void qs8_dwconv_body_x8_3x3s2(const float* xf, const uint8_t* xq, int N, 
   v128_t wv[3];
   uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -672,7 +672,7 @@ KERNEL void qs8_dwconv_x8_3x3s2(const float* xf, const uint8_t* xq, int N, int C
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x8_5x5s1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -684,11 +684,11 @@ INLINE void qs8_dwconv_body_x8_5x5s1(const float* xf, const uint8_t* xq, int N, 
   v128_t wv[10];
   uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -723,7 +723,7 @@ KERNEL void qs8_dwconv_x8_5x5s1(const float* xf, const uint8_t* xq, int N, int C
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x8_5x5s2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -735,11 +735,11 @@ INLINE void qs8_dwconv_body_x8_5x5s2(const float* xf, const uint8_t* xq, int N, 
   v128_t wv[10];
   uint8_t* buf = plane + (((size_t)Hp * Wp + 15) & ~(size_t)15);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -770,7 +770,7 @@ KERNEL void qs8_dwconv_x8_5x5s2(const float* xf, const uint8_t* xq, int N, int C
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x8_kxks1(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -781,11 +781,11 @@ INLINE void qs8_dwconv_body_x8_kxks1(const float* xf, const uint8_t* xq, int N, 
   v128_t* wv = (v128_t*)(plane + (((size_t)Hp * Wp + 15) & ~(size_t)15));
   uint8_t* buf = (uint8_t*)(wv + KH * KWG);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -820,7 +820,7 @@ KERNEL void qs8_dwconv_x8_kxks1(const float* xf, const uint8_t* xq, int N, int C
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x8_kxks2(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -831,11 +831,11 @@ INLINE void qs8_dwconv_body_x8_kxks2(const float* xf, const uint8_t* xq, int N, 
   v128_t* wv = (v128_t*)(plane + (((size_t)Hp * Wp + 15) & ~(size_t)15));
   uint8_t* buf = (uint8_t*)(wv + KH * KWG);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);
@@ -866,7 +866,7 @@ KERNEL void qs8_dwconv_x8_kxks2(const float* xf, const uint8_t* xq, int N, int C
  * channel (qu8_quantize: scale xs, zero point xz, 0..qmax; xq is then unused); w [C][kh][kwg][4] int8,
  * wsum/ws/bias [C] (the qs8 GEMM's per-row operands), y [N][C][OH][OW] (QOut: f32 or uint8). scratch,
  * the thread's own: the Hp x Wp plane, then (kxk) kh * kwg vectors, then (xf) one channel's bytes and
- * 16. The threads split the channels. */
+ * 16. The threads claim the channels (cuvil_chunks). */
 INLINE void qs8_dwconv_body_x8_kxksN(const float* xf, const uint8_t* xq, int N, int C, int H, int W,
                              const int8_t* w, const int32_t* wsum, const float* ws, const float* bias,
                              const float* xs, const int32_t* xz, int qmax, QOut y, int OH, int OW, int kh,
@@ -877,11 +877,11 @@ INLINE void qs8_dwconv_body_x8_kxksN(const float* xf, const uint8_t* xq, int N, 
   v128_t* wv = (v128_t*)(plane + (((size_t)Hp * Wp + 15) & ~(size_t)15));
   uint8_t* buf = (uint8_t*)(wv + KH * KWG);
   const uint8_t zp = (uint8_t)xz[0];
-  int c0, c1;
-  cuvil_split(C, 1, tid, nt, &c0, &c1);
-  if (c0 < c1) __builtin_memset(plane, zp, (size_t)Hp * Wp);
-  for (int n = 0; n < N; n++) {
-    for (int c = c0; c < c1; c++) {
+  CuvilChunks d = cuvil_chunks(N * C, 1, tid, nt);  /* threads claim the (image, channel) planes */
+  for (int c0, c1, filled = 0; cuvil_chunk(&d, &c0, &c1);) {
+    if (!filled++) __builtin_memset(plane, zp, (size_t)Hp * Wp);  /* each thread its own plane */
+    for (int nci = c0; nci < c1; nci++) {
+      const int n = nci / C, c = nci % C;
       const size_t nc = ((size_t)n * C + c) * H * W;
       if (xf) qu8_quantize(H * W, xf + nc, buf, xs, xz, qmax);
       qdw_fill_plane(plane, xf ? buf : xq + nc, H, W, pt, pl, pr, Wp, zp);

@@ -618,6 +618,19 @@ INLINE int q_chunk_split(int pc, int tid, int nt, int* lo, int* hi) {
   return nt == 1 || (pc + 15) / 16 >= 2 * nt;
 }
 
+/* The pixels a thread packs of a conv chunk, [a, b) at a time (q_px_next): by pixels, 16-pixel steps
+ * claimed from a shared counter (cuvil_chunks), each multiplied by its packer; else its static share
+ * [lo, hi) once (the threads then meet and claim the output channels' panels). */
+INLINE CuvilChunks q_px_chunks(int pc, int tid, int nt, int* by_px, int* lo, int* hi) {
+  *by_px = q_chunk_split(pc, tid, nt, lo, hi);
+  return *by_px ? cuvil_chunks(pc, 16, tid, nt) : cuvil_chunks(*hi - *lo, 16, tid, 1);
+}
+INLINE int q_px_next(CuvilChunks* d, int by_px, int lo, int* a, int* b) {
+  if (!cuvil_chunk(d, a, b)) return 0;
+  if (!by_px) { *a += lo; *b += lo; }
+  return 1;
+}
+
 /* One 8-row panel x NT tokens: out[t] = rows 0-3 of token t, out[NT + t] = rows 4-7. */
 INLINE void qs8_tile_x7_8x4(int K4, const int8_t* w, const uint8_t* xp, v128_t* out) {
 #if CUVIL_RELAXED && 7 == 7
@@ -690,13 +703,13 @@ KERNEL void qs8_gemm_packed_x7(int I, int J, int K, const int8_t* w, const uint8
 #undef QS8_TILES
 }
 
-/* Thread tid's share of qs8_gemm_packed: whole 8-row panels (every tile as in one call). */
+/* qs8_gemm_packed on every thread of a split node: whole 8-row panels claimed from a shared counter
+ * (cuvil_chunks; every tile as in one call). */
 INLINE void qs8_gemm_rows_x7(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
                                const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
                                const float* bias, QOut y, int si, int sj, Act act, int tid, int nt) {
-  int lo, hi;
-  cuvil_split(I, 8, tid, nt, &lo, &hi);
-  if (lo < hi)
+  CuvilChunks d = cuvil_chunks(I, 8, tid, nt);
+  for (int lo, hi; cuvil_chunk(&d, &lo, &hi);)
     qs8_gemm_packed_x7(hi - lo, J, K, w + (size_t)lo * ((K + 3) & ~3), xp, xs, xz, xstep, wsum + lo, ws + lo,
                          bias + lo, qo_at(y, (size_t)lo * si), si, sj, act);
 }
@@ -734,6 +747,12 @@ INLINE void qs8_chunk_gemm_x7(int by_px, int lo, int hi, int I, int pc, int K, c
   }
 }
 
+/* The GEMM of conv chunk pixels [a, b) (by pixels) or of the whole chunk (by = 0), in qs8_conv2d and
+ * qs8_conv1x1 (their locals). */
+#define QS8_CHUNK_GEMM(by, a, b) \
+  qs8_chunk_gemm_x7(by, a, b, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp, ws + g * Mgp, \
+                      bias + g * Mgp, yc, P, act, tid, nt)
+
 /* NCHW convolution on quantized input xq: channel-major im2col per chunk of output pixels
  * (qu8_im2col_kmajor, packed as a 1x1 conv's planes), then the GEMM with output channels as i (rows padded
  * to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; col and xp, shared by the threads, hold the taps
@@ -748,17 +767,17 @@ KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const i
     for (int g = 0; g < G; g++)
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        int lo, hi;
+        int by_px, lo, hi;
         if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
-        const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi);
-        if (lo < hi) {
+        CuvilChunks d = q_px_chunks(pc, tid, nt, &by_px, &lo, &hi);
+        const QOut yc = qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0);
+        for (int a, b; q_px_next(&d, by_px, lo, &a, &b);) {
           qu8_im2col_kmajor(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
-                            pt, pl, OW, p0 + lo, hi - lo, (uint8_t)xz[0], col + lo, pc);
-          qu8_pack_nchw_x4(hi - lo, K, col + lo, pc, xp + qx_offset(lo, K4, QXB7), QXB7);
+                            pt, pl, OW, p0 + a, b - a, (uint8_t)xz[0], col + a, pc);
+          qu8_pack_nchw_x4(b - a, K, col + a, pc, xp + qx_offset(a, K4, QXB7), QXB7);
+          if (by_px) QS8_CHUNK_GEMM(1, a, b);
         }
-        qs8_chunk_gemm_x7(by_px, lo, hi, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
-                            ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
-                            tid, nt);
+        if (!by_px) QS8_CHUNK_GEMM(0, lo, hi);
       }
 }
 
@@ -774,17 +793,20 @@ KERNEL void qs8_conv1x1_x7(const uint8_t* xq, int N, int C, int P, const int8_t*
     for (int g = 0; g < G; g++)
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        int lo, hi;
+        int by_px, lo, hi;
         if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
-        const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi);
-        if (lo < hi)
-          qu8_pack_nchw_x4(hi - lo, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0 + lo, P,
-                           xp + qx_offset(lo, K4, QXB7), QXB7);
-        qs8_chunk_gemm_x7(by_px, lo, hi, Mg, pc, Cg, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
-                            ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
-                            tid, nt);
+        CuvilChunks d = q_px_chunks(pc, tid, nt, &by_px, &lo, &hi);
+        const QOut yc = qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0);
+        const int K = Cg;
+        for (int a, b; q_px_next(&d, by_px, lo, &a, &b);) {
+          qu8_pack_nchw_x4(b - a, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0 + a, P,
+                           xp + qx_offset(a, K4, QXB7), QXB7);
+          if (by_px) QS8_CHUNK_GEMM(1, a, b);
+        }
+        if (!by_px) QS8_CHUNK_GEMM(0, lo, hi);
       }
 }
+#undef QS8_CHUNK_GEMM
 
 /* 1x1 convolution, unpadded, strided (any groups): per image the uint8 planes are subsampled once into sub
  * (C x OH x OW bytes, shared: each thread subsamples its channels), then qs8_conv1x1 packs them as they
@@ -878,13 +900,13 @@ KERNEL void qs8_gemm_packed_x8(int I, int J, int K, const int8_t* w, const uint8
 #undef QS8_TILES
 }
 
-/* Thread tid's share of qs8_gemm_packed: whole 8-row panels (every tile as in one call). */
+/* qs8_gemm_packed on every thread of a split node: whole 8-row panels claimed from a shared counter
+ * (cuvil_chunks; every tile as in one call). */
 INLINE void qs8_gemm_rows_x8(int I, int J, int K, const int8_t* w, const uint8_t* xp, const float* xs,
                                const int32_t* xz, int xstep, const int32_t* wsum, const float* ws,
                                const float* bias, QOut y, int si, int sj, Act act, int tid, int nt) {
-  int lo, hi;
-  cuvil_split(I, 8, tid, nt, &lo, &hi);
-  if (lo < hi)
+  CuvilChunks d = cuvil_chunks(I, 8, tid, nt);
+  for (int lo, hi; cuvil_chunk(&d, &lo, &hi);)
     qs8_gemm_packed_x8(hi - lo, J, K, w + (size_t)lo * ((K + 3) & ~3), xp, xs, xz, xstep, wsum + lo, ws + lo,
                          bias + lo, qo_at(y, (size_t)lo * si), si, sj, act);
 }
@@ -922,6 +944,12 @@ INLINE void qs8_chunk_gemm_x8(int by_px, int lo, int hi, int I, int pc, int K, c
   }
 }
 
+/* The GEMM of conv chunk pixels [a, b) (by pixels) or of the whole chunk (by = 0), in qs8_conv2d and
+ * qs8_conv1x1 (their locals). */
+#define QS8_CHUNK_GEMM(by, a, b) \
+  qs8_chunk_gemm_x8(by, a, b, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp, ws + g * Mgp, \
+                      bias + g * Mgp, yc, P, act, tid, nt)
+
 /* NCHW convolution on quantized input xq: channel-major im2col per chunk of output pixels
  * (qu8_im2col_kmajor, packed as a 1x1 conv's planes), then the GEMM with output channels as i (rows padded
  * to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; col and xp, shared by the threads, hold the taps
@@ -936,17 +964,17 @@ KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const i
     for (int g = 0; g < G; g++)
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        int lo, hi;
+        int by_px, lo, hi;
         if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
-        const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi);
-        if (lo < hi) {
+        CuvilChunks d = q_px_chunks(pc, tid, nt, &by_px, &lo, &hi);
+        const QOut yc = qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0);
+        for (int a, b; q_px_next(&d, by_px, lo, &a, &b);) {
           qu8_im2col_kmajor(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
-                            pt, pl, OW, p0 + lo, hi - lo, (uint8_t)xz[0], col + lo, pc);
-          qu8_pack_nchw_x4(hi - lo, K, col + lo, pc, xp + qx_offset(lo, K4, QXB8), QXB8);
+                            pt, pl, OW, p0 + a, b - a, (uint8_t)xz[0], col + a, pc);
+          qu8_pack_nchw_x4(b - a, K, col + a, pc, xp + qx_offset(a, K4, QXB8), QXB8);
+          if (by_px) QS8_CHUNK_GEMM(1, a, b);
         }
-        qs8_chunk_gemm_x8(by_px, lo, hi, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
-                            ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
-                            tid, nt);
+        if (!by_px) QS8_CHUNK_GEMM(0, lo, hi);
       }
 }
 
@@ -962,17 +990,20 @@ KERNEL void qs8_conv1x1_x8(const uint8_t* xq, int N, int C, int P, const int8_t*
     for (int g = 0; g < G; g++)
       for (int p0 = 0; p0 < P; p0 += pchunk) {
         const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        int lo, hi;
+        int by_px, lo, hi;
         if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
-        const int by_px = q_chunk_split(pc, tid, nt, &lo, &hi);
-        if (lo < hi)
-          qu8_pack_nchw_x4(hi - lo, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0 + lo, P,
-                           xp + qx_offset(lo, K4, QXB8), QXB8);
-        qs8_chunk_gemm_x8(by_px, lo, hi, Mg, pc, Cg, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp,
-                            ws + g * Mgp, bias + g * Mgp, qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0), P, act,
-                            tid, nt);
+        CuvilChunks d = q_px_chunks(pc, tid, nt, &by_px, &lo, &hi);
+        const QOut yc = qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0);
+        const int K = Cg;
+        for (int a, b; q_px_next(&d, by_px, lo, &a, &b);) {
+          qu8_pack_nchw_x4(b - a, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0 + a, P,
+                           xp + qx_offset(a, K4, QXB8), QXB8);
+          if (by_px) QS8_CHUNK_GEMM(1, a, b);
+        }
+        if (!by_px) QS8_CHUNK_GEMM(0, lo, hi);
       }
 }
+#undef QS8_CHUNK_GEMM
 
 /* 1x1 convolution, unpadded, strided (any groups): per image the uint8 planes are subsampled once into sub
  * (C x OH x OW bytes, shared: each thread subsamples its channels), then qs8_conv1x1 packs them as they
