@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,14 +146,31 @@ def discover(broker: BrokerSettings, fleet: str, limits: DiscoveryLimits | None 
              transfer: TransferLimits | None = None, client_id: str = "") -> Census:
     """Every device registered in ``fleet`` and its retained status, read under the broker's per-client
     bound (see the module docstring)."""
+    return _census(broker, fleet, None, limits, transfer, client_id)
+
+
+def read_statuses(broker: BrokerSettings, fleet: str, devices: Iterable[str],
+                  limits: DiscoveryLimits | None = None, transfer: TransferLimits | None = None,
+                  client_id: str = "") -> dict[str, dict[str, Any]]:
+    """The retained statuses of ``devices``, by their exact topics in rounds under the broker's bound: what
+    a controller reads again when a stage waits on devices whose live statuses it never got (dropped at
+    its queue, or delivered to a member of its share group that died)."""
+    return _census(broker, fleet, sorted(devices), limits, transfer, client_id).statuses
+
+
+def _census(broker: BrokerSettings, fleet: str, devices: list[str] | None, limits: DiscoveryLimits | None,
+            transfer: TransferLimits | None, client_id: str) -> Census:
+    """Read the registry (unless ``devices`` names whom to read), then every device's status."""
     limits = limits or DiscoveryLimits()
     topics = Topics(broker.topic_prefix, fleet)
     reader = _Reader(broker, topics, limits, transfer, client_id or tool_client_id("discover", fleet))
     census = Census(limits=limits)
     reader.mqtt.start(wait_s=15.0)
     try:
-        _read_registry(reader, topics, census)
-        for batch in _batches(sorted(census.registered), limits.round_messages):
+        if devices is None:
+            _read_registry(reader, topics, census)
+            devices = sorted(census.registered)
+        for batch in _batches(devices, limits.round_messages):
             messages, _ = reader.round([topics.status(d) for d in batch])
             census.rounds += 1
             for topic, payload in messages:

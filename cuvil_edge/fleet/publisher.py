@@ -47,7 +47,7 @@ from ota.transport import MqttClient
 
 from ..errors import CuvilError
 from ..signing import sign_envelope
-from .discovery import Census, DiscoveryLimits, discover, tool_client_id
+from .discovery import Census, DiscoveryLimits, discover, read_statuses, tool_client_id
 from .gates import ROLLOUT_TYPE, Evidence, GateConfig, judge
 from .ledger import FileLedger, LedgerError, StoreLedger, copy_record, targets
 from .lines import line_status as line_status  # where the dashboard and tools have imported it from
@@ -65,6 +65,7 @@ BACKOFF_MAX_S = 60.0  # the longest wait before a failed rollout step is tried a
 #: rollout record's outcomes copied, compared and counted) grows with the stage, so the polls thin out
 #: instead, and bookkeeping stays under ~5% of a core whatever the fleet's size
 STEP_SPACING = 20.0
+RECHECK_S = 15.0
 
 
 class FleetError(CuvilError):
@@ -192,6 +193,8 @@ class Publisher:
                 raise FleetError(str(exc)) from None
         self._told: dict[str, Any] | None = None  # the rollout summary last published
         self.retries = 0  # rollout steps that failed on a slow broker or store and were tried again
+        #: a stage waiting this long since it began (or since the last re-read) re-reads its devices' statuses
+        self.recheck_s, self._rechecked = RECHECK_S, 0.0
         self.gates = gates or GateConfig()
         stored = self.ledger.rollout()
         #: what the gates judge; None: no gates here, the fleet's telemetry is not read
@@ -450,6 +453,8 @@ class Publisher:
         rollout = self.rollout
         if rollout is None or rollout.status != "rolling":
             raise FleetError("no rollout in progress")
+        if time.time() - max(rollout.stage_started, self._rechecked) > self.recheck_s:
+            self._recheck(rollout)
         stage = self.ledger.stage(rollout)
         for d, status in stage.due.items():
             outcome = self._outcome(rollout, status)
@@ -477,6 +482,17 @@ class Publisher:
                 rollout.status = "complete"
         self._store(rollout, size)
         return rollout
+
+    def _recheck(self, rollout: Rollout) -> None:
+        """Read again the retained statuses of the stage's devices without an outcome (``read_statuses``):
+        a live status the broker dropped at this publisher's queue, or gave to a share-group member that
+        died, would otherwise leave the stage waiting for its timeout."""
+        self._rechecked = time.time()
+        waiting = [d for d in self.ledger.stage_members(rollout) if d not in rollout.outcomes]
+        if waiting:
+            for status in read_statuses(self.mqtt.settings, self.topics.fleet, waiting,
+                                        transfer=self.mqtt.limits).values():
+                self.ledger.add(status)
 
     def _gates_hold(self, rollout: Rollout, stage_timeout_s: float) -> bool:
         """Judge the rollout's gates on its stage's devices now on the release (``gates.judge``; verdicts

@@ -14,9 +14,9 @@ import pytest
 from cuvil_edge.cli import main as cli_main
 from cuvil_edge.fleet.publisher import FleetError, Publisher
 from cuvil_edge.fleet.store import DeviceFilter, StoreConflict, open_store
-from ota.protocol import Topics
+from ota.protocol import Topics, registration_payload, status_payload
 from ota.transport import MqttClient
-from tests.support.fleet import AgentThreads, Watcher, wait_until
+from tests.support.fleet import HW, AgentThreads, Watcher, wait_until
 
 pytestmark = pytest.mark.integration
 FLEET = "lab"
@@ -201,6 +201,44 @@ def test_a_leader_whose_lease_ran_out_unchallenged_still_publishes(fleet_world, 
                 pub.publish(fleet_world.bundles[1], canary=10, halt_on=5)
         finally:
             pub.close()
+
+
+def test_a_stage_rereads_statuses_its_publisher_never_got(fleet_world, broker, store_url):
+    """A member of the publisher's share group takes half of the live statuses and drops them (a controller
+    that died holding them): after ``recheck_s`` the stage re-reads its waiting devices' retained statuses
+    and completes, where it would otherwise have waited for its timeout."""
+    settings = broker.settings()
+    topics = Topics(settings.topic_prefix, FLEET)
+    devices = [f"r{i:02d}" for i in range(40)]
+
+    def statuses(release: int, **fields: Any) -> list[dict[str, Any]]:
+        return [json.loads(status_payload(d, "active", release=release, hardware_id=HW, profile="", **fields))
+                for d in devices]
+
+    send_statuses(broker, statuses(1))
+    registrar = MqttClient(settings, "registrations", lambda *_: None, persistent=False).start(wait_s=10)
+    registrar.publish_many([(topics.registry(d), registration_payload(d, hardware_id=HW)) for d in devices],
+                           retain=True)
+    registrar.close()
+    lost: list[str] = []
+    thief = MqttClient(settings, "share-member-that-dies", lambda t, _p, _r: lost.append(t), persistent=False)
+    thief.subscribe([f"$share/ctl/{topics.all_status}"])
+    with open_store(store_url) as store:
+        pub = Publisher(settings, FLEET, fleet_world.ring.release_keys(), None, store=store, share="ctl",
+                        lease_s=30).start()
+        try:
+            thief.start(wait_s=10)
+            assert pub.lead(10) and len(pub.discover().statuses) == 40
+            pub.recheck_s = 1.0
+            rollout = pub.publish(fleet_world.bundles[2], canary=100, halt_on=5, stages=[100.0])
+            send_statuses(broker, statuses(2, bundle=rollout.bundle_sha256))
+            done = pub.watch(timeout_s=60, stage_timeout_s=45, poll_s=0.1)
+        finally:
+            thief.close()
+            pub.close()
+    assert lost, "the share member took none of the statuses: nothing was left to re-read"
+    assert done.status == "complete" and sorted(done.outcomes) == devices
+    assert set(done.outcomes.values()) == {"active"}
 
 
 def test_what_stays_refused(broker, store_url, tmp_path, capsys):
