@@ -262,8 +262,30 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
         "quantization": dict(quantization or {}),
         "provenance": dict(provenance or _provenance(now)),
     }
+    _fit_header(manifest, fixed=golden is not None)
     Manifest.from_dict(manifest)  # the host refuses to sign what a device would refuse to parse
     return manifest, payloads
+
+
+#: room left in the signed header for the envelope and signatures (a few hundred bytes per key)
+_SIGNATURE_ROOM = 64 << 10
+
+
+def _fit_header(manifest: dict[str, Any], fixed: bool) -> None:
+    """Keep the signed header under what a device reads (``OtaConfig.max_manifest_bytes``): default golden
+    vectors are dropped from the last while more than one is left (a model with large outputs, such as an
+    encoder's [1, 128, 768] hidden states, makes ~0.5 MB per vector); then a header still over the limit
+    is a ``SigningError`` here, not a ``LengthMismatch`` on every device after the release went out."""
+    limit = OtaConfig().max_manifest_bytes - _SIGNATURE_ROOM
+    size = len(canonical_bytes(manifest))
+    while size > limit and not fixed and len(manifest["golden"]) > 1:
+        manifest["golden"].pop()
+        size = len(canonical_bytes(manifest))
+    if size > limit:
+        vectors = manifest["golden"]
+        raise SigningError(f"the signed manifest would be {size} bytes, over the {limit} a device reads with "
+                           f"room for signatures (OtaConfig.max_manifest_bytes): {len(vectors)} golden "
+                           f"vector(s) of {len(canonical_bytes(vectors))} bytes; pass fewer or smaller ones")
 
 
 def _check_profiles(profiles: Sequence[str], spec: ModelSpec) -> None:

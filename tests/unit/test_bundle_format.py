@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.signing import (
     Keyring,
+    SigningError,
     add_signatures,
     build_bundle,
     golden_vectors,
@@ -29,6 +30,7 @@ from ota.golden import decode_vector
 from runtime_wasm import ModelSpec
 from runtime_wasm.errors import InferenceInputError, SpecError
 from runtime_wasm.loader import load_model_dir
+from tests.support.install import compile_matmul
 
 HW = "test-device"
 RELEASE = 3
@@ -254,3 +256,20 @@ def test_index_bound_is_optional_in_the_spec(world):
     d["inputs"][0]["index_bound"] = 0
     with pytest.raises(SpecError, match="index_bound"):
         ModelSpec.from_json(json.dumps(d))
+
+
+def test_golden_vectors_are_fitted_under_the_header_a_device_reads(tmp_path):
+    """A model whose outputs are large (2 x 50,000 floats, ~0.53 MB of golden vector each): the default
+    two vectors would pass the 1 MiB header a device reads, so the manifest keeps one, and the bundle
+    verifies; vectors given explicitly are never dropped: too large is a SigningError at build time."""
+    model = compile_matmul(tmp_path / "wide", seed=3, n_in=1, n_out=50_000)
+    ring = Keyring.init(tmp_path / "keys", 1, 1, 1, 1)
+    manifest, _ = make_manifest(model, version="1.0.0", release=1, hardware_ids=["hw"])
+    assert len(manifest["golden"]) == 1
+    assert len(canonical_bytes(manifest)) < OtaConfig().max_manifest_bytes
+    out = tmp_path / "wide.cvb"
+    build_bundle(model, out, ring.release_keys(), version="1.0.0", release=1, hardware_ids=["hw"])
+    with out.open("rb") as f:
+        assert len(read_header(f, OtaConfig())["signed"]["golden"]) == 1
+    with pytest.raises(SigningError, match="golden vector"):
+        make_manifest(model, version="1.0.0", release=1, hardware_ids=["hw"], golden=golden_vectors(model))
