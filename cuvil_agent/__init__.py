@@ -4,7 +4,8 @@ model to local apps (a Unix socket, and HTTP with the Open Inference Protocol an
 the runtime (``runtime_wasm``), and reports telemetry. It reads ``agent.toml`` and runs as a daemon.
 
 Modules: ``agent`` (the daemon's loop, ``Agent``), ``lines`` (one model's release line, ``ModelLine``),
-``state`` (its state file), ``log`` (its JSON log), ``config`` (settings, ``load_agent_config``), ``cli``;
+``state`` (its state file), ``log`` (its JSON log), ``config`` (settings, ``load_agent_config``), ``cli``
+(and ``launch``, the console script's entry point, which loads the CLI only when it runs);
 serving: ``serve`` (``ModelHost``, the socket), ``http_api`` with ``oip`` and ``metrics``, ``payloads``
 (texts, images and audio through a model's processing), ``http_client``; ``telemetry``.
 

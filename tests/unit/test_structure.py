@@ -422,6 +422,21 @@ def test_the_update_path_imports_nothing_heavy():
     assert proc.stdout.strip() == "[]", f"importing ota loads {proc.stdout.strip()}"
 
 
+def test_the_agent_console_script_loads_nothing_until_it_runs():
+    """Every supervised worker re-runs the parent's ``__main__`` (multiprocessing does, so that callables
+    defined there unpickle); for the agent that is the ``cuvil-agent`` console script, which imports its
+    entry point. The entry point is ``cuvil_agent.launch:main``, and importing it loads neither the CLI nor
+    any package the CLI needs (``cuvil_agent.launch``'s docstring has the cost this saves every worker)."""
+    assert '\ncuvil-agent = "cuvil_agent.launch:main"\n' in (ROOT / "pyproject.toml").read_text()
+    script = ("import sys\nimport cuvil_agent.launch\n"
+              "heavy = ('ota', 'device_profiles', 'numpy', 'wasmtime', 'paho')\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m == 'cuvil_agent.cli'))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", f"importing the entry point loads {proc.stdout.strip()}"
+
+
 def test_the_agent_alone_composes_the_update_path_and_serving():
     """The device side by role: ``ota`` (update path, fleet protocol) never imports the agent; serving is
     the agent's, imported from nowhere else but the demo (which runs a device on the host, as the tests

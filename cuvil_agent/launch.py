@@ -1,0 +1,19 @@
+"""The ``cuvil-agent`` console script's entry point, kept to the standard library.
+
+Every supervised worker is a forkserver child, and multiprocessing re-runs the parent's ``__main__`` in
+each (as ``__mp_main__``) so that callables defined there unpickle. For the agent that ``__main__`` is the
+console script, whose top level imports its entry point: were that ``cuvil_agent.cli``, every worker start
+(each swap to a new release, each install self-test, each restart after a deadline kill) would import the
+CLI's dependencies again, measured at +84 ms per MobileNetV2 224 reload (134 vs 50 ms) and ~10 MB per
+worker. The CLI loads only when ``main`` runs, which a worker never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .cli import main as cli_main
+
+    return cli_main(argv)
