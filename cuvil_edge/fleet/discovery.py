@@ -2,7 +2,8 @@
 
 A subscription to every retained status (``status/+``) gets only what the broker queues for one client
 at once: Mosquitto's defaults (20 messages in flight, 1,000 queued) let 1,020 of 20,000 statuses through
-and drop the rest without telling anyone. Discovery reads in rounds that stay under that bound instead:
+and drop the rest without telling anyone. Discovery takes that one round first (all a small fleet needs,
+and the only way to see agents from before the registry), then reads in rounds that stay under the bound:
 the registry's shards (``ota.protocol.Topics.registry``: every agent registers there, retained, at each
 connect) a few at a time, sized from what the shards read so far hold, then every registered device's
 status by its exact topic, a batch at a time. A round ends at a fence: a message the client sends itself
@@ -74,6 +75,8 @@ class Census:
     refused: int = 0
     rounds: int = 0
     limits: DiscoveryLimits = field(default_factory=DiscoveryLimits)
+    #: the first round (every retained status at once, for agents from before the registry) filled the bound
+    wildcard_full: bool = False
 
     @property
     def unreported(self) -> list[str]:
@@ -90,6 +93,11 @@ class Census:
         if missing := self.unreported:
             text += f"; no status from {len(missing)} registered: {', '.join(missing[:10])}" + (
                 ", ..." if len(missing) > 10 else "")
+        if unregistered := sorted(set(self.statuses) - set(self.registered)):
+            text += f"; {len(unregistered)} reported without registering (agents from before the registry)"
+            if self.wildcard_full:
+                text += (", read from every status at once, which filled the broker's bound: more such "
+                         "devices may be missing")
         if self.refused:
             text += f"; {self.refused} malformed messages refused"
         if self.saturated:
@@ -160,7 +168,8 @@ def read_statuses(broker: BrokerSettings, fleet: str, devices: Iterable[str],
 
 def _census(broker: BrokerSettings, fleet: str, devices: list[str] | None, limits: DiscoveryLimits | None,
             transfer: TransferLimits | None, client_id: str) -> Census:
-    """Read the registry (unless ``devices`` names whom to read), then every device's status."""
+    """Read every retained status at once and the registry (unless ``devices`` names whom to read), then
+    the status of each device not read yet."""
     limits = limits or DiscoveryLimits()
     topics = Topics(broker.topic_prefix, fleet)
     reader = _Reader(broker, topics, limits, transfer, client_id or tool_client_id("discover", fleet))
@@ -168,8 +177,15 @@ def _census(broker: BrokerSettings, fleet: str, devices: list[str] | None, limit
     reader.mqtt.start(wait_s=15.0)
     try:
         if devices is None:
+            # every retained status at once first: all a small fleet needs, and the only way to see agents
+            # that do not register; what it got need not be read again by name
+            messages, fenced = reader.round([topics.all_status])
+            census.rounds += 1
+            census.wildcard_full = len(messages) >= limits.broker_queue or not fenced
+            for topic, payload in messages:
+                _keep_status(census, topics, topic, payload)
             _read_registry(reader, topics, census)
-            devices = sorted(census.registered)
+            devices = sorted(set(census.registered) - set(census.statuses))
         for batch in _batches(devices, limits.round_messages):
             messages, _ = reader.round([topics.status(d) for d in batch])
             census.rounds += 1

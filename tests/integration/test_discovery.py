@@ -132,6 +132,19 @@ def test_a_shard_past_the_broker_bound_is_named(tmp_path):
     assert "INCOMPLETE: registry shards 7f" in census.describe()
 
 
+def test_agents_from_before_the_registry_are_still_found(broker):
+    """30 devices that only publish statuses (agents from before the registry) beside 10 that register:
+    discovery reads all 40 statuses and says how many did not register."""
+    settings = broker.settings()
+    topics = Topics(settings.topic_prefix, FLEET)
+    old = [(topics.status(d), status_payload(d, "active", release=1, hardware_id=HW, profile=""))
+           for d in (f"old{i:02d}" for i in range(30))]
+    assert retain(settings, [*old, *device_messages(topics, [f"new{i:02d}" for i in range(10)])]) == 50
+    census = discover(settings, FLEET)
+    assert len(census.statuses) == 40 and len(census.registered) == 10 and census.complete
+    assert "30 reported without registering" in census.describe()
+
+
 def test_an_agent_registers_at_connect(fleet_world, broker, tmp_path):
     """A real agent's registration is retained in its shard and names its hardware; discovery finds it."""
     settings = broker.settings()
