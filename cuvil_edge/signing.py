@@ -273,9 +273,9 @@ _SIGNATURE_ROOM = 64 << 10
 
 def _fit_header(manifest: dict[str, Any], fixed: bool) -> None:
     """Keep the signed header under what a device reads (``OtaConfig.max_manifest_bytes``): default golden
-    vectors are dropped from the last while more than one is left (a model with large outputs, such as an
-    encoder's [1, 128, 768] hidden states, makes ~0.5 MB per vector); then a header still over the limit
-    is a ``SigningError`` here, not a ``LengthMismatch`` on every device after the release went out."""
+    vectors are dropped from the last while more than one is left (a 320 x 320 detector's input and outputs
+    make ~2.6 MB per vector); then a header still over the limit is a ``SigningError`` here, not a
+    ``LengthMismatch`` on every device after the release went out."""
     limit = OtaConfig().max_manifest_bytes - _SIGNATURE_ROOM
     size = len(canonical_bytes(manifest))
     while size > limit and not fixed and len(manifest["golden"]) > 1:

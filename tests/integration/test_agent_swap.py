@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -26,6 +25,7 @@ from cuvil_agent.config import AgentConfig
 from cuvil_agent.serve import infer
 from cuvil_edge import CuvilModel
 from cuvil_edge.fleet.publisher import Publisher
+from cuvil_edge.oracle import ort_session
 from cuvil_edge.signing import Keyring, build_bundle, golden_vectors
 from cuvil_edge.testing.broker import LocalBroker
 from ota import Installer
@@ -67,9 +67,7 @@ class SwapWorld:
         self.ring = Keyring.init(base / "keys", root_keys=1, root_threshold=1, release_keys=1,
                                  release_threshold=1)
         dirs = {r: CuvilModel.load(scorer(r)).optimize().save(base / f"scorer{r}") for r in (1, 2)}
-        self.oracle = {r: ort.InferenceSession(scorer(r).SerializeToString(),
-                                               providers=["CPUExecutionProvider"]).run(None, {"x": X})[0]
-                       for r in (1, 2)}
+        self.oracle = {r: ort_session(scorer(r)).run(None, {"x": X})[0] for r in (1, 2)}
         self.bundles = {r: self.bundle(dirs[r], r, f"release{r}.cvb") for r in (1, 2)}
         inputs, outputs = decode_vector(golden_vectors(dirs[2], count=1)[0])
         lying = [encode_vector(inputs, {k: v + 1.0 for k, v in outputs.items()})]

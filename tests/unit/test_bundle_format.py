@@ -259,10 +259,10 @@ def test_index_bound_is_optional_in_the_spec(world):
 
 
 def test_golden_vectors_are_fitted_under_the_header_a_device_reads(tmp_path):
-    """A model whose outputs are large (2 x 50,000 floats, ~0.53 MB of golden vector each): the default
-    two vectors would pass the 1 MiB header a device reads, so the manifest keeps one, and the bundle
-    verifies; vectors given explicitly are never dropped: too large is a SigningError at build time."""
-    model = compile_matmul(tmp_path / "wide", seed=3, n_in=1, n_out=50_000)
+    """A model whose outputs are large (2 x 250,000 floats, ~2.7 MB of golden vector each): the default
+    two vectors would pass the 4 MiB header a device reads, so the manifest keeps one, and the bundle
+    reads back; vectors given explicitly are never dropped: too large is a SigningError at build time."""
+    model = compile_matmul(tmp_path / "wide", seed=3, n_in=1, n_out=250_000)
     ring = Keyring.init(tmp_path / "keys", 1, 1, 1, 1)
     manifest, _ = make_manifest(model, version="1.0.0", release=1, hardware_ids=["hw"])
     assert len(manifest["golden"]) == 1
