@@ -166,6 +166,11 @@ class Topics:
         shard, _, device = topic[len(head):].partition("/") if topic.startswith(head) else ("", "", "")
         return (shard, device) if device and "/" not in device and registry_shard(device) == shard else None
 
+    def status_device(self, topic: str) -> str | None:
+        """The device of a status topic; None for any other topic."""
+        head, _, device = topic.rpartition("/")
+        return device if head == f"{self.base}/status" and device else None
+
     @property
     def all_status(self) -> str:
         return f"{self.base}/status/+"
@@ -460,14 +465,17 @@ def read_registration(payload: bytes) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k in raw}
 
 
-def read_status(payload: bytes) -> dict[str, Any]:
+def read_status(payload: bytes, device: str | None = None) -> dict[str, Any]:
     """A status payload as a publisher reads it (``STATUS_SCHEMA``), with only the fields it carried
     (an absent one stays absent: "no hardware id" means an older agent); ``FormatError`` (or
-    ``LengthMismatch`` past ``MAX_STATUS_BYTES``) for anything else."""
+    ``LengthMismatch`` past ``MAX_STATUS_BYTES``) for anything else, and for a status that names another
+    device than ``device`` (the one whose topic it came on, when given)."""
     if len(payload) > MAX_STATUS_BYTES:
         raise LengthMismatch(f"status: {len(payload)} bytes, limit {MAX_STATUS_BYTES}")
     raw = parse_json(payload, "status")
     doc = schema.read(raw, STATUS_SCHEMA, "status", FormatError)
+    if device is not None and doc["device"] != device:
+        raise FormatError(f"status names device {doc['device']!r}, not {device!r} whose topic it came on")
     if "models" in raw:
         doc["models"] = {name: {k: v for k, v in line.items() if k in raw["models"][name]}
                          for name, line in doc["models"].items()}

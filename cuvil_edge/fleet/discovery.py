@@ -247,15 +247,10 @@ def _keep_registration(census: Census, topics: Topics, topic: str, payload: byte
 
 def _keep_status(census: Census, topics: Topics, topic: str, payload: bytes) -> None:
     """Record one status read by its exact topic (a late message of another round is left alone)."""
-    head, _, device = topic.rpartition("/")
-    if not payload or head != topics.all_status[:-2]:
+    device = topics.status_device(topic)
+    if device is None or not payload:
         return
     try:
-        status = read_status(payload)
+        census.statuses[device] = read_status(payload, device)
     except OtaError:
-        census.refused += 1
-        return
-    if status["device"] == device:
-        census.statuses[device] = status
-    else:
         census.refused += 1

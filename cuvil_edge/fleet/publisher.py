@@ -216,9 +216,7 @@ class Publisher:
         bound (``discovery``: what a retained-status subscription cannot promise past ~1,000 devices)."""
         census = discover(self.mqtt.settings, self.topics.fleet, limits, self.mqtt.limits)
         for status in census.statuses.values():
-            self.ledger.add(status)
-            if self.evidence:
-                self.evidence.saw_status(status)
+            self._keep_status(status)
         self.ledger.flush()
         return census
 
@@ -271,18 +269,21 @@ class Publisher:
     def _on_status(self, topic: str, payload: bytes, _retained: bool) -> None:
         """Keep a device's status when it is well formed (``read_status``: rollouts compare its fields)
         and names the device whose topic it came on; an empty payload clears nothing here."""
-        device = topic.rsplit("/", 1)[-1]
         if not payload:
             return
         try:
-            status = read_status(payload)
+            status = read_status(payload, topic.rsplit("/", 1)[-1])
         except VerificationError as exc:
             log.warning("status on %s refused: %s", topic, exc)
             return
-        if status["device"] == device:
-            self.ledger.add(status)
-            if self.evidence:
-                self.evidence.saw_status(status)
+        self._keep_status(status)
+
+    def _keep_status(self, status: dict[str, Any]) -> None:
+        """A device's status, however it was read (live, discovered, re-read), into the bookkeeping and
+        the gates' device classes."""
+        self.ledger.add(status)
+        if self.evidence:
+            self.evidence.saw_status(status)
 
     @property
     def devices(self) -> dict[str, dict[str, Any]]:
@@ -492,7 +493,7 @@ class Publisher:
         if waiting:
             for status in read_statuses(self.mqtt.settings, self.topics.fleet, waiting,
                                         transfer=self.mqtt.limits).values():
-                self.ledger.add(status)
+                self._keep_status(status)
 
     def _gates_hold(self, rollout: Rollout, stage_timeout_s: float) -> bool:
         """Judge the rollout's gates on its stage's devices now on the release (``gates.judge``; verdicts
