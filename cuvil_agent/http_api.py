@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 import socket
 import socketserver
@@ -68,7 +67,7 @@ from runtime_wasm.errors import (
 from . import oip, payloads
 from .config import HttpSettings
 from .metrics import CONTENT_TYPE, ServingMetrics
-from .serve import BoundedThreads, ModelHost, ModelRegistry, listening_on
+from .serve import BoundedThreads, ModelHost, ModelRegistry, listening_on, unix_socket_at
 
 log = logging.getLogger(__name__)
 PLATFORM = "cuvil_wasm"
@@ -288,11 +287,9 @@ class HttpApiServer:
         listener: _Listener
         if self.settings.unix_socket:
             path = Path(self.settings.unix_socket)
-            with listening_on(f"the HTTP socket {path} ([http] unix_socket)"):
-                path.unlink(missing_ok=True)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                listener = _UnixListener(str(path), _Handler)
-                os.chmod(path, 0o660)
+            with unix_socket_at(path, f"the HTTP socket {path} ([http] unix_socket)") as staging:
+                listener = _UnixListener(staging, _Handler)
+            listener.server_address = str(path)
         else:
             tcp = _Tcp6Listener if ":" in self.settings.host else _TcpListener
             with listening_on(f"HTTP {self.settings.host}:{self.settings.port} ([http] host and port)"):

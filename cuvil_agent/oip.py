@@ -223,12 +223,17 @@ def _from_binary(blob: memoryview, t: TensorSpec) -> np.ndarray:
     return np.frombuffer(blob, want.newbyteorder("<")).astype(want).reshape(t.shape)
 
 
+#: the widest numpy item a tensor here can have (complex128), which bounds any shape's extent
+_WIDEST_ITEM = 16
+
+
 def _shape(item: Mapping[str, Any], what: str) -> tuple[int, ...]:
     shape = item.get("shape")
     if not isinstance(shape, list) or len(shape) > MAX_RANK or any(
             isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
         raise BadInferenceRequest(f"{what}.shape must be a list of at most {MAX_RANK} non-negative integers")
-    if math.prod(d for d in shape if d) > INT_MAX:  # numpy sizes even an empty array by its other axes
+    # numpy sizes even an empty array by its other axes, times its item size
+    if math.prod(d for d in shape if d) > INT_MAX // _WIDEST_ITEM:
         raise BadInferenceRequest(f"{what}.shape {shape} is too large for any array")
     return tuple(shape)
 

@@ -364,6 +364,23 @@ def listening_on(what: str) -> Iterator[None]:
         raise CannotListen(f"cannot listen on {what}: {exc.strerror or exc}") from exc
 
 
+@contextlib.contextmanager
+def unix_socket_at(path: Path, what: str) -> Iterator[str]:
+    """A name beside ``path`` to bind and listen on, moved onto ``path`` (mode 0660) in one rename once the
+    block has listened there: a client that finds ``path`` is never refused (a socket file appears at
+    ``bind``, before ``listen``). ``OSError`` as ``CannotListen`` naming ``what``."""
+    staging = path.with_name(path.name + "~")
+    with listening_on(what):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging.unlink(missing_ok=True)
+        try:
+            yield str(staging)
+            os.chmod(staging, 0o660)
+            os.replace(staging, path)
+        finally:
+            staging.unlink(missing_ok=True)
+
+
 class InferenceServer(BoundedThreads, socketserver.UnixStreamServer):
     """Serves ``host`` on ``path`` (mode 0660) from a daemon thread until ``close``; at most
     ``limits.max_connections`` at once, each in its own thread: one more is answered ``Overloaded`` and
@@ -373,11 +390,9 @@ class InferenceServer(BoundedThreads, socketserver.UnixStreamServer):
                  limits: ServeLimits | None = None) -> None:
         self.path, self.host, self.limits = Path(path), host, limits or ServeLimits()
         self.limit_connections(self.limits.max_connections)
-        with listening_on(f"the inference socket {self.path} ([agent] socket)"):
-            self.path.unlink(missing_ok=True)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            super().__init__(str(self.path), _Handler)
-            os.chmod(self.path, 0o660)
+        with unix_socket_at(self.path, f"the inference socket {self.path} ([agent] socket)") as staging:
+            super().__init__(staging, _Handler)
+        self.server_address = str(self.path)
         self._thread = threading.Thread(target=self.serve_forever, args=(0.2,), name="infer", daemon=True)
         self._thread.start()
 

@@ -208,6 +208,31 @@ def connect(path: Path) -> socket.socket:
     return s
 
 
+class _Watched(InferenceServer):
+    """Records whether a socket was at its path when it started listening (a client finding it there
+    before ``listen`` is refused)."""
+
+    socket_at_listen: bool | None = None
+
+    def server_activate(self) -> None:
+        type(self).socket_at_listen = self.path.is_socket()
+        super().server_activate()
+
+
+def test_socket_path_appears_only_once_it_listens_and_replaces_a_stale_one(host, tmp_path):
+    path = tmp_path / "infer.sock"
+    path.write_text("stale")  # left by a crashed agent
+    server = _Watched(path, host)
+    try:
+        assert _Watched.socket_at_listen is False  # it was bound elsewhere and moved here listening
+        assert path.is_socket() and path.stat().st_mode & 0o777 == 0o660
+        assert [p.name for p in tmp_path.iterdir() if p.is_socket()] == ["infer.sock"]  # none left elsewhere
+        answers(server.path)
+    finally:
+        server.close()
+    assert not path.exists()
+
+
 def test_silent_and_trickling_clients_are_dropped_while_others_are_served(host, tmp_path):
     server = InferenceServer(tmp_path / "infer.sock", host, ServeLimits(read_timeout_s=1.0))
     silent, half = connect(server.path), connect(server.path)

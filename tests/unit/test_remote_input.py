@@ -30,6 +30,7 @@ OIP_CASES = {
     "bytes-deep-nesting": ("request", "must hold strings (BYTES)"),  # past numpy's 64 dimensions
     "decode-datatype-list": ("response", "unknown datatype [4]"),
     "reply-empty-shape-2-to-the-64": ("response", "is too large for any array"),  # numpy's ValueError
+    "reply-empty-shape-2-to-the-59-by-8": ("response", "is too large for any array"),  # times item size
 }
 
 
