@@ -30,6 +30,7 @@ from ota.config import (
 )
 from ota.errors import ConfigError
 from runtime_wasm.admission import divide_threads
+from runtime_wasm.instance import serving_cores
 from runtime_wasm.policy import RuntimePolicy
 
 try:
@@ -147,7 +148,7 @@ class AdmissionSettings:
 
     max_pending: int = 32
     reserve_per_level: int = 8
-    cores: int = 0  # 0: every core of the machine
+    cores: int = 0  # 0: the profile's threads, else every core but one
 
     def __post_init__(self) -> None:
         check_numbers(self)
@@ -188,9 +189,9 @@ class AgentConfig:
             raise ConfigError("agent.socket serves the single model; with [[models]] give each its socket")
 
 
-def serving_policy(config: AgentConfig) -> RuntimePolicy:
-    """The policy the agent serves under: its ``[policy]``, else its device profile's default policy, else
-    ``RuntimePolicy()``; a thread count left to the device (0) becomes the profile's ``threads``."""
+def _served(config: AgentConfig) -> tuple[RuntimePolicy, int]:
+    """The agent's policy as configured (its threads maybe 0: left to the device) and the cores its models
+    may use: the device profile's ``threads``, else every core but one (``serving_cores``)."""
     profile = None
     if config.profile:
         try:
@@ -198,18 +199,25 @@ def serving_policy(config: AgentConfig) -> RuntimePolicy:
         except DeviceProfilesError as exc:
             raise ConfigError(f"agent.profile {config.profile!r}: {exc}") from None
     policy = config.policy or (profile.policy if profile else RuntimePolicy())
-    if profile is not None and policy.threads == 0:
-        policy = replace(policy, threads=profile.threads)
-    return policy
+    return policy, profile.threads if profile else serving_cores()
+
+
+def serving_policy(config: AgentConfig) -> RuntimePolicy:
+    """The policy the agent serves under: its ``[policy]``, else its device profile's default policy, else
+    ``RuntimePolicy()``; a thread count left to the device (0) becomes the cores its models may use (the
+    profile's ``threads``: a core stays with the agent, the app and the OS)."""
+    policy, cores = _served(config)
+    return policy if policy.threads else replace(policy, threads=cores)
 
 
 def model_policies(config: AgentConfig) -> list[RuntimePolicy]:
-    """Each ``[[models]]`` line's policy (its own, else ``serving_policy``) with its threads taken from the
-    device's one core budget (``divide_threads``: higher priority first, at least one each)."""
-    default = serving_policy(config)
+    """Each ``[[models]]`` line's policy (its own, else the agent's) with its threads taken from the
+    device's one core budget (``divide_threads``: higher priority first, at least one each; the budget is
+    ``[admission] cores``, else the cores its models may use)."""
+    default, cores = _served(config)
     policies = [m.policy or default for m in config.models]
     threads = divide_threads([(m.priority, p.threads) for m, p in zip(config.models, policies)],
-                             config.admission.cores)
+                             config.admission.cores or cores)
     return [replace(p, threads=n) for p, n in zip(policies, threads)]
 
 

@@ -260,7 +260,7 @@ class CuvilModel:
         (default True: int8 layers hand uint8 to int8 readers, ``quant/chain.py``).
         ``build_cache``: where earlier builds are reused (default: ``BuildCacheConfig.from_env()``);
         ``max_threads``: most threads the modules can run on (the device picks how many; 1: plain modules
-        without shared memory); default: the most any of ``profiles`` runs (their ``threads``), else 4."""
+        without shared memory); default: the most cores any of ``profiles`` has, else 4."""
         check_precision(precision)
         if precision != "fp32" and self._has_states():
             raise QuantizationError("a stateful model builds at fp32 only: calibration cannot feed its state "
@@ -270,7 +270,7 @@ class CuvilModel:
         chosen = (profile_targets(profiles) if profiles
                   else _resolve_targets("host" if targets is None else targets))
         if max_threads is None:
-            max_threads = max((load_profile(p).threads for p in profiles), default=DEFAULT_THREADS)
+            max_threads = max((load_profile(p).cores.total for p in profiles), default=DEFAULT_THREADS)
         if self.processor is not None and _raw_items(calibration, self.processor):
             calibration = self.processor.feeds(list(calibration))  # texts, images or waveforms -> feeds
         self._close_instance()

@@ -80,7 +80,7 @@ class DeviceProfile:
     memory_mb: int  # RAM of the common SKU (the description names it)
     thermal: Thermal
     policy: RuntimePolicy  # validated by RuntimePolicy.from_dict: memory cap, deadline, thermal budget...
-    threads: int  # default number of inference threads
+    threads: int  # inference threads a served model uses by default: a core stays with the agent and app
     relaxed_simd: bool  # whether the runtime build on these devices accepts relaxed-SIMD modules
     description: str
 

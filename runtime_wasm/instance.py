@@ -93,6 +93,12 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def serving_cores() -> int:
+    """Cores a served model uses by default: all but one, which the agent, the app beside it and the OS
+    keep (a peer thread descheduled for them stalls every split op)."""
+    return max(1, available_cores() - 1)
+
+
 def resolve_threads(requested: int, capacity: int) -> int:
     """Threads to run a module on: ``requested`` (0: every available core), at most ``capacity``
     (``ModelSpec.threads``, what the module was built for)."""

@@ -296,8 +296,9 @@ def test_spec_thread_count_is_validated():
 
 
 def test_profiles_set_the_thread_capacity_and_a_given_one_wins():
-    """A build for device classes supports the most threads any of them runs (their profile's
-    ``threads``): 6 on a Jetson Orin Nano, 16 on the AVX-512 server class."""
+    """A build for device classes supports as many threads as the largest of them has cores (serving
+    uses one fewer by default, the profile's ``threads``): 6 on a Jetson Orin Nano, 16 on the AVX-512
+    server class."""
     proto = zoo.mlp().SerializeToString()
     assert CuvilModel.load(proto).optimize(profiles=["jetson-orin-nano"]).spec.threads == 6
     assert CuvilModel.load(proto).optimize(profiles=["raspberry-pi-4", "x86-64-avx512"]).spec.threads == 16

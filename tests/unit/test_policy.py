@@ -100,20 +100,22 @@ def test_agent_config_embeds_a_policy_table(tmp_path):
 
 def test_the_agent_serves_under_its_profiles_policy_and_threads():
     """No ``[policy]``: the device profile's default policy; a thread count left to the device (0) is the
-    profile's ``threads``; an explicit count wins; an unknown profile is a configuration error."""
+    profile's ``threads`` (its cores less one, which the agent and the app keep), else every core of this
+    process but one; an explicit count wins; an unknown profile is a configuration error."""
     from dataclasses import replace
 
     from cuvil_agent.config import AgentConfig, serving_policy
     from device_profiles import load_profile
+    from runtime_wasm.instance import available_cores
 
     base = AgentConfig(device_id="d", fleet="f", state_dir="/nonexistent")
-    assert serving_policy(base) == RuntimePolicy()
+    assert serving_policy(base) == RuntimePolicy(threads=max(1, available_cores() - 1))
     pi4 = load_profile("raspberry-pi-4")
     on_pi = serving_policy(replace(base, profile="raspberry-pi-4"))
-    assert on_pi == replace(pi4.policy, threads=pi4.threads) and on_pi.threads == 4
+    assert on_pi == replace(pi4.policy, threads=pi4.threads) and on_pi.threads == 3 == pi4.cores.total - 1
     assert on_pi.memory_cap_bytes == pi4.policy.memory_cap_bytes
     own = replace(base, profile="jetson-orin-nano", policy=RuntimePolicy(deadline_ms=500.0))
-    assert serving_policy(own) == RuntimePolicy(deadline_ms=500.0, threads=6)
+    assert serving_policy(own) == RuntimePolicy(deadline_ms=500.0, threads=5)
     assert serving_policy(replace(own, policy=RuntimePolicy(threads=2))).threads == 2
     with pytest.raises(ValueError, match="no-such-board"):
         serving_policy(replace(base, profile="no-such-board"))
