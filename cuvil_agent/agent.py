@@ -97,7 +97,7 @@ class Agent:
         policy = serving_policy(cfg)  # always served supervised, under a deadline
         steps = _Steps(self)
         installer = Installer(cfg.state_dir, cfg.hardware_id or default_hardware_id(), cfg.profile or None,
-                              root=self._root, config=cfg.ota, on_step=steps, policy=policy)
+                              root=self._root, config=cfg.ota, on_step=steps, policy=policy, keep_warm=True)
         host = ModelHost(installer, policy, cfg.http.model_name if cfg.http else "",
                          shadow=shadow_sampler(cfg.telemetry))
         self.models.add(host)
@@ -114,7 +114,8 @@ class Agent:
             steps = _Steps(self)
             made.append((m, policy, steps, Installer(where, cfg.hardware_id or default_hardware_id(),
                                                      cfg.profile or None, root=self._root, config=cfg.ota,
-                                                     on_step=steps, policy=policy, model=m.name)))
+                                                     on_step=steps, policy=policy, model=m.name,
+                                                     keep_warm=True)))
         align_roots([installer for *_, installer in made])
         for m, policy, steps, installer in made:
             host = ModelHost(installer, policy, m.name, self.admission.gate(m.priority),
@@ -205,6 +206,7 @@ class Agent:
             self.http.close()
         for line in self.lines:
             line.host.close()
+            line.installer.close()
 
     def _enqueue(self, topic: str, payload: bytes, _retained: bool) -> None:
         self._events.put((topic, payload))

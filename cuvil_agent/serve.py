@@ -106,14 +106,16 @@ class ModelHost:
             self.reload()
 
     def reload(self) -> None:
-        """Load the installer's active slot (compiled from the local cache) into fresh workers, swap it in
-        and retire the previous model in the background: its in-flight request ends by its deadline, so
-        this never waits on it. On failure: raises, sets ``load_error``, the previous model keeps serving."""
+        """Load the installer's active slot (compiled from the local cache) into fresh workers, or take the
+        worker its install's self-test left loaded, swap it in and retire the previous model in the
+        background: its in-flight request ends by its deadline, so this never waits on it. On failure:
+        raises, sets ``load_error``, the previous model keeps serving."""
         try:
             active = self._installer.active_model()
+            warm = self._installer.take_warm(active.directory)  # the install's self-test loaded it: no wait
             model = Scheduler(ModelSource.from_dir(active.directory, cache_dir=str(active.cache_dir),
                                                    deterministic=self.policy.deterministic),
-                              self.policy, admission=self.admission)
+                              self.policy, admission=self.admission, warm=warm)
         except Exception as exc:
             self.load_error = exc
             raise

@@ -36,17 +36,15 @@ from .errors import (
     NoActiveModel,
     NothingToRollBack,
     OtaError,
-    SelfTestFailed,
     WrongModel,
 )
-from .golden import decode_vector
 from .metadata import FileEntry, Manifest, parse_envelope
-from .selftest import SELFTEST_FILE, GoldenCheck, GoldenReport, read_report
+from .selftest import SELFTEST_FILE, GoldenReport, SelfTester, read_report
 from .store import StateLock, fsync_dir, remove_temp_files
 from .trust import Report, TrustState, check_payload
 
 if TYPE_CHECKING:  # the runtime (wasmtime, worker processes) loads when an installer is made, not before
-    from runtime_wasm.supervisor import ModelSource
+    from runtime_wasm.supervisor import SupervisedModel
 
 log = logging.getLogger(__name__)
 SLOTS = ("a", "b")
@@ -111,9 +109,12 @@ class ActiveModel:
 
 
 class ActiveModelSource(Protocol):
-    """What serving needs of the installer: the model that serves now."""
+    """What serving needs of the installer: the model that serves now, and the worker its self-test left
+    loaded with it, if any (``Installer.take_warm``)."""
 
     def active_model(self) -> ActiveModel: ...
+
+    def take_warm(self, directory: Path) -> SupervisedModel | None: ...
 
 
 class Installer:
@@ -129,11 +130,15 @@ class Installer:
     def __init__(self, state_dir: str | os.PathLike[str], hardware_id: str, profile: str | None = None,
                  root: Mapping[str, Any] | None = None, config: OtaConfig | None = None,
                  on_step: Callable[[str], None] | None = None, writer: FileWriter | None = None,
-                 policy: RuntimePolicy | None = None, read_only: bool = False, model: str = "") -> None:
+                 policy: RuntimePolicy | None = None, read_only: bool = False, model: str = "",
+                 keep_warm: bool = False) -> None:
         """``root`` provisions an empty state directory; an existing ``trust.json`` always wins. ``policy``
         is what the model will be served under: the self-test runs under its memory cap. ``model`` binds
         this directory to one model line (a multi-model device): only bundles whose signed manifest has
-        that name are installed; empty: any name (a single-model device)."""
+        that name are installed; empty: any name (a single-model device). ``keep_warm``: an install's or
+        rollback's self-test worker runs with the policy's batch slots and threads and is kept, loaded, for
+        the server to take once that release is active (``take_warm``), so the switch waits for no model
+        load; ``close`` ends one not taken."""
         self.state_dir, self.model = Path(state_dir), model
         self.hardware_id, self.profile = hardware_id, profile
         self.config = config or OtaConfig()
@@ -145,6 +150,7 @@ class Installer:
         from runtime_wasm.cache import ModuleCache
 
         self.cache = ModuleCache(self.state_dir / CACHE_DIR)
+        self.selftest = SelfTester(self.config, self.policy, self.cache, self._step, keep_warm)
         self.lock = StateLock(self.state_dir / LOCK_FILE, self.config.lock_timeout_s)
         self._trust: TrustState | None = None
         self._trust_id: tuple[int, int, int] | None = None
@@ -229,7 +235,7 @@ class Installer:
                     self._step("files_synced")
                     self._check_slot(slot, manifest)
                     self._step("reverified")
-                    self._keep_report(slot, self._self_test(slot, manifest))
+                    self._keep_report(slot, self.selftest.run(slot, manifest))
                     self._write_temp(staged, _pointer_bytes(slot))
                     self._step("pointer_staged")
                     trust.accept_release(manifest)
@@ -263,7 +269,7 @@ class Installer:
             manifest = trust.recheck_release(envelope, now or datetime.now(timezone.utc))
             try:
                 self._check_slot(slot, manifest)
-                report = self._self_test(slot, manifest)
+                report = self.selftest.run(slot, manifest)
             except (OtaError, OSError) as exc:
                 raise NothingToRollBack(f"slot {slot.name} holds no healthy model: {exc}") from exc
             self._keep_report(slot, report)
@@ -301,7 +307,7 @@ class Installer:
         slot = self.active_dir()
         manifest = self._slot_manifest(slot)
         self._check_slot(slot, manifest)
-        self._self_test(slot, manifest)
+        self.selftest.run(slot, manifest, keep=False)
         return manifest
 
     def describe(self) -> dict[str, Any]:
@@ -396,45 +402,13 @@ class Installer:
                         break
             check_payload(entry, size, h.hexdigest())
 
-    def _self_test(self, slot: Path, manifest: Manifest) -> GoldenReport:
-        """Precompile the variant this host will run, then run every golden vector through it in a
-        supervised worker under the memory cap it will be served with (``policy``) and the self-test
-        deadline (``OtaConfig``): a module that loops, or that would not fit when served, fails here, before
-        the commit point, not in the agent afterwards. Whatever goes wrong is a ``SelfTestFailed``; a pass
-        returns what it measured (kept with the slot for the rollout's golden gate: ``_keep_report``)."""
-        what = f"{manifest.name} release {manifest.release}"
-        if not manifest.golden:
-            raise SelfTestFailed(f"{what}: bundle carries no golden vectors to self-test with")
-        from runtime_wasm.engine import EngineConfig
-        from runtime_wasm.supervisor import ModelSource
+    def take_warm(self, directory: Path) -> SupervisedModel | None:
+        """The worker the latest install's or rollback's self-test left loaded (``SelfTester.take``)."""
+        return self.selftest.take(directory)
 
-        try:
-            det = self.policy.deterministic  # the variant and engine it will be served with
-            source = ModelSource.from_dir(slot, cache_dir=str(self.cache.directory), deterministic=det)
-            self.cache.load(source.wasm, EngineConfig(source.variant.tier, deterministic=det))
-            self._step("precompiled")
-            check = self._run_golden(source, manifest)
-        except SelfTestFailed:
-            raise
-        except Exception as exc:  # DeadlineExceeded, WorkerCrashed, traps, malformed vectors, ...
-            raise SelfTestFailed(f"{what}: {type(exc).__name__}: {exc}") from exc
-        self._step("selftested")
-        return check.report(source.variant.name, det)
-
-    def _run_golden(self, source: ModelSource, manifest: Manifest) -> GoldenCheck:
-        from runtime_wasm.supervisor import SupervisedModel
-
-        cfg = self.config
-        check = GoldenCheck(cfg.selftest_rtol, cfg.selftest_atol)
-        with SupervisedModel(source, self.policy.memory_cap_bytes,
-                             start_timeout_s=max(cfg.selftest_start_timeout_s,
-                                                 self.policy.worker_start_timeout_s)) as model:
-            for i, vector in enumerate(manifest.golden):
-                inputs, want = decode_vector(vector)
-                if bad := check.differing(model.predict(inputs, cfg.selftest_deadline_s), want):
-                    raise SelfTestFailed(f"{manifest.name} release {manifest.release}: golden vector {i} "
-                                         f"differs in outputs {bad}")
-        return check
+    def close(self) -> None:
+        """End a kept self-test worker nobody took. Idempotent."""
+        self.selftest.close()
 
     def _keep_report(self, slot: Path, report: GoldenReport) -> None:
         """Beside the slot's files, before it becomes active (the active slot is never written)."""
@@ -446,6 +420,7 @@ class Installer:
 
     def _abort(self, staged: Path, slot: Path) -> None:
         """A failed install before its commit point: no staged pointer, no inactive slot, old model serves."""
+        self.close()
         staged.unlink(missing_ok=True)
         self._remove(slot)
 

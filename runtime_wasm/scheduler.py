@@ -144,28 +144,40 @@ class Scheduler:
     def __init__(self, source: ModelSource, policy: RuntimePolicy, fallback: ModelSource | None = None,
                  temperature_c: Callable[[], float | None] = read_cpu_temp_c,
                  clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time, admission: AdmissionGate | None = None) -> None:
+                 wall_clock: Callable[[], float] = time.time, admission: AdmissionGate | None = None,
+                 warm: SupervisedModel | None = None) -> None:
         """``admission``: the device-wide gate when several models share the device (None: only this
-        scheduler's own queue bounds the load)."""
-        if fallback is not None and not same_signature(source.spec, fallback.spec):
-            raise PolicyError("the fallback model must have the same inputs and outputs as the primary")
-        if fallback is not None and policy.degrade_action == "cheaper_variant" and source.spec.stateful:
-            raise PolicyError("a stateful model's state lives in its one worker: a cheaper_variant fallback "
-                              "would answer from a second, separate state (use degrade_action throttle or "
-                              "shed)")
-        source = source.in_mode(policy.deterministic)
-        fallback = fallback and fallback.in_mode(policy.deterministic)
-        self.policy, self.spec, self._admission = policy, source.spec, admission
-        self._temperature_c, self._clock, self._wall = temperature_c, clock, wall_clock
+        scheduler's own queue bounds the load). ``warm``: a worker already loaded (an install's self-test
+        kept it, ``Installer.take_warm``), owned from here on: the primary when it runs what this scheduler
+        would start (``SupervisedModel.runs``), else closed and a fresh one started."""
         self._workers: list[SupervisedModel] = []
         try:
-            for src in (source, fallback if policy.degrade_action == "cheaper_variant" else None):
+            if fallback is not None and not same_signature(source.spec, fallback.spec):
+                raise PolicyError("the fallback model must have the same inputs and outputs as the primary")
+            if fallback is not None and policy.degrade_action == "cheaper_variant" and source.spec.stateful:
+                raise PolicyError("a stateful model's state lives in its one worker: a cheaper_variant "
+                                  "fallback would answer from a second, separate state (use degrade_action "
+                                  "throttle or shed)")
+            source = source.in_mode(policy.deterministic)
+            fallback = fallback and fallback.in_mode(policy.deterministic)
+            if warm is not None and warm.runs(source, policy.memory_cap_bytes, policy.max_batch_size,
+                                              policy.threads):
+                warm.start_timeout_s = policy.worker_start_timeout_s  # for its restarts from here on
+                self._workers.append(warm)
+            elif warm is not None:
+                warm.close()
+            for src in (source if not self._workers else None,
+                        fallback if policy.degrade_action == "cheaper_variant" else None):
                 if src is not None:  # the fallback is kept warm: switching must not wait for a compile
                     self._workers.append(SupervisedModel(src, policy.memory_cap_bytes, policy.max_batch_size,
                                                          policy.worker_start_timeout_s, policy.threads))
         except BaseException:
             self._close_workers()
+            if warm is not None:
+                warm.close()  # idempotent: it may be one of the workers
             raise
+        self.policy, self.spec, self._admission = policy, source.spec, admission
+        self._temperature_c, self._clock, self._wall = temperature_c, clock, wall_clock
         self._latency = [LatencyModel() for _ in self._workers]
         #: what labels each worker's latency histogram: its variant, the fallback's marked as such (the
         #: cheaper model may have a variant of the same name)
@@ -237,6 +249,11 @@ class Scheduler:
         """Blocking ``submit``: outputs, or the request's typed error raised here."""
         bound_s = self.policy.deadline_ms / 1e3 + self.policy.worker_start_timeout_s + 1.0
         return self.submit(inputs, captured_at).result(timeout=bound_s)
+
+    @property
+    def pids(self) -> tuple[int | None, ...]:
+        """The worker processes serving, primary first (None: one being restarted)."""
+        return tuple(w.pid for w in self._workers)
 
     def metrics(self) -> dict[str, Any]:
         """Counters, latency percentiles (end to end, last 1024 requests), cumulative latency histograms

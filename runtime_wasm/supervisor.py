@@ -180,7 +180,7 @@ class SupervisedModel:
         self.spec, self.slots, self.variant = source.spec, slots, source.variant.name
         self.restarts = 0
         self.deadline_kills = 0  # restarts because a dispatch overran its deadline (runaway guests)
-        self._source, self._memory_cap, self._start_timeout_s = source, memory_cap_bytes, start_timeout_s
+        self._source, self._memory_cap, self.start_timeout_s = source, memory_cap_bytes, start_timeout_s
         self._threads = threads
         self._lock = threading.Lock()
         self._proc: Any = None
@@ -195,6 +195,12 @@ class SupervisedModel:
         except BaseException:
             self.close()
             raise
+
+    def runs(self, source: ModelSource, memory_cap_bytes: int, slots: int, threads: int) -> bool:
+        """Whether this worker is what ``SupervisedModel(source, memory_cap_bytes, slots, threads=threads)``
+        would start (a worker loaded elsewhere, e.g. by an install's self-test, can then serve as it)."""
+        return (self._source == source and self._memory_cap == memory_cap_bytes and self.slots == slots
+                and self._threads == threads and not self._closed)
 
     # -- I/O ------------------------------------------------------------------------------------
     def slot(self, i: int) -> tuple[Views, Views]:
@@ -263,11 +269,11 @@ class SupervisedModel:
             return
         assert self._conn is not None
         try:
-            msg = self._conn.recv() if self._conn.poll(self._start_timeout_s) else None
+            msg = self._conn.recv() if self._conn.poll(self.start_timeout_s) else None
         except (EOFError, OSError):
             msg = ("error", "WorkerCrashed", "worker exited while loading the model")
         if msg is None:
-            msg = ("error", "WorkerCrashed", f"worker did not load the model in {self._start_timeout_s} s")
+            msg = ("error", "WorkerCrashed", f"worker did not load the model in {self.start_timeout_s} s")
         if msg[0] == "error":
             self._stop()
             raise _as_error(msg[1], msg[2])

@@ -1,8 +1,9 @@
 """A real agent (real Mosquitto, real publisher, the agent's Unix-socket inference server) serving release 1
 gets release 2 while a client asks continuously: every request is answered, the answers switch once from
 release 1's outputs to release 2's (each checked against onnxruntime on the same input), and release 2's
-module was compiled into the precompiled-module cache before the switch (the serving worker only loads
-it). A release that fails its self-test never interrupts serving.
+module was compiled into the precompiled-module cache before the switch, and the worker its self-test
+loaded is the one that serves it (no load after the switch). A release that fails its self-test never
+interrupts serving.
 
 No assertion is about time: waits are bounded hang guards, outcomes are answers, releases, cache entries
 and the installer's steps.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import shutil
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_agent.config import AgentConfig
-from cuvil_agent.serve import infer
+from cuvil_agent.serve import ModelHost, infer
 from cuvil_edge import CuvilModel
 from cuvil_edge.fleet.publisher import Publisher
 from cuvil_edge.oracle import ort_session
@@ -35,6 +37,8 @@ from runtime_wasm import RuntimePolicy
 from runtime_wasm.cache import ModuleCache
 from runtime_wasm.engine import EngineConfig
 from runtime_wasm.loader import read_model_dir
+from runtime_wasm.scheduler import Scheduler
+from runtime_wasm.supervisor import ModelSource
 from tests.support.fleet import AgentThreads, Watcher, wait_until
 
 pytestmark = pytest.mark.integration
@@ -195,3 +199,57 @@ def test_release_failing_its_self_test_never_interrupts_serving(world, tmp_path)
     assert client.errors == [] and {r for r, _ in client.answers} == {1}
     for _, y in client.answers:
         np.testing.assert_allclose(y, world.oracle[1], rtol=1e-5, atol=1e-5)
+
+
+def _device(world: SwapWorld, tmp_path: Path, policy: RuntimePolicy = POLICY) -> Installer:
+    state = tmp_path / "state"
+    shutil.copytree(world.template, state)
+    return Installer(state, HW, policy=policy, keep_warm=True)
+
+
+def test_the_install_self_test_worker_serves_release_2_without_a_new_load(world, tmp_path):
+    """The worker that loaded release 2 and passed its golden vectors is the one that serves it: the
+    scheduler starts none (same process), and it answers release 2's outputs."""
+    installer = _device(world, tmp_path)
+    installer.install(world.bundles[2])
+    warm = installer.take_warm(installer.active_dir())
+    assert warm is not None and warm.pid is not None
+    assert installer.take_warm(installer.active_dir()) is None  # taken once
+    active = installer.active_model()
+    source = ModelSource.from_dir(active.directory, cache_dir=str(active.cache_dir))
+    with Scheduler(source, POLICY, warm=warm) as scheduler:
+        assert scheduler.pids == (warm.pid,)
+        np.testing.assert_allclose(scheduler.predict({"x": X})["y"], world.oracle[2], rtol=1e-5, atol=1e-5)
+    assert warm.pid is None  # closed with the scheduler
+
+
+def test_a_warm_worker_that_does_not_fit_the_policy_is_closed_and_replaced(world, tmp_path):
+    installer = _device(world, tmp_path)
+    installer.install(world.bundles[2])
+    warm = installer.take_warm(installer.active_dir())
+    assert warm is not None
+    pid = warm.pid
+    active = installer.active_model()
+    source = ModelSource.from_dir(active.directory, cache_dir=str(active.cache_dir))
+    with Scheduler(source, replace(POLICY, max_batch_size=2), warm=warm) as scheduler:  # other slots
+        assert warm.pid is None and scheduler.pids[0] not in (None, pid)
+        np.testing.assert_allclose(scheduler.predict({"x": X})["y"], world.oracle[2], rtol=1e-5, atol=1e-5)
+
+
+def test_the_host_takes_the_warm_worker_and_a_failed_install_keeps_none(world, tmp_path):
+    installer = _device(world, tmp_path)
+    host = ModelHost(installer, POLICY)
+    try:
+        with pytest.raises(OtaError):
+            installer.install(world.broken)  # its golden vector lies: the self-test fails
+        assert installer.take_warm(installer.active_dir()) is None
+        installer.install(world.bundles[2])
+        slot = installer.active_dir()
+        host.reload()
+        assert installer.take_warm(slot) is None  # the host took it
+        release, out = host.predict({"x": X})
+        assert release == 2
+        np.testing.assert_allclose(out["y"], world.oracle[2], rtol=1e-5, atol=1e-5)
+    finally:
+        host.close()
+        installer.close()

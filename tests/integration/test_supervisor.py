@@ -204,7 +204,8 @@ def test_agent_serves_through_the_scheduler_when_its_config_has_a_policy(cache_d
     (slot / "weights.bin").write_bytes(np.float32([0.5]).tobytes())
     (slot / "model.json").write_text(ModelSpec(**{**SPEC.__dict__, "variants": (variant,)}).to_json())
     manifest = SimpleNamespace(release=3, name="m", version="1.0.3")
-    installer = SimpleNamespace(active_model=lambda: ActiveModel(slot, manifest, cache_dir))
+    installer = SimpleNamespace(active_model=lambda: ActiveModel(slot, manifest, cache_dir),
+                                take_warm=lambda _: None)
     host = ModelHost(installer, policy(deadline_ms=500.0, max_input_age_ms=1000.0))
     server = InferenceServer(tmp_path / "infer.sock", host)
     try:
