@@ -51,8 +51,9 @@ KERNEL void f32_gelu(int n, const float* x, float* y, int tanh_form) {
   if (i < n) store_tail(y + i, v_gelu(load_tail(x + i, n - i), tanh_form), n - i);
 }
 
-/* softmax(scale * s + mask) in place over one row of n scores; mask may be NULL */
-INLINE void attn_softmax_row(float* s, int n, float scale, const float* mask) {
+/* exp(scale * s + mask - max) in place over one row of n scores, returning 1 / their sum: the caller
+ * scales the row's P.V output by it (Dv multiplies instead of n); mask may be NULL */
+INLINE float attn_exp_row(float* s, int n, float scale, const float* mask) {
   const v128_t vsc = VSPLAT(scale);
   v128_t vm = VSPLAT(-__builtin_inff());
   int j = 0;
@@ -84,9 +85,15 @@ INLINE void attn_softmax_row(float* s, int n, float scale, const float* mask) {
     s[j] = t[0];
     sum += t[0];
   }
-  const v128_t r = VSPLAT(1.0f / sum);
-  for (j = 0; j + 4 <= n; j += 4) VSTORE(s + j, wasm_f32x4_mul(VLOAD(s + j), r));
-  for (; j < n; j++) s[j] *= 1.0f / sum;
+  return 1.0f / sum;
+}
+
+/* y[j] *= r over n */
+INLINE void attn_scale_row(float* y, int n, float r) {
+  const v128_t vr = VSPLAT(r);
+  int j = 0;
+  for (; j + 4 <= n; j += 4) VSTORE(y + j, wasm_f32x4_mul(VLOAD(y + j), vr));
+  for (; j < n; j++) y[j] *= r;
 }
 
 /* Y[b,h] = softmax(scale * Q K^T + mask) V for every batch b and head h, ATTN_ROWS query rows at a time:
@@ -114,10 +121,12 @@ KERNEL void f32_attention(int B, int H, int S, int L, int D, int Dv, const float
       for (int s0 = 0; s0 < S; s0 += ATTN_ROWS) {
         const int mb = S - s0 < ATTN_ROWS ? S - s0 : ATTN_ROWS;
         const Act none = {ACT_NONE, 0.0f, 0.0f};
+        float inv[ATTN_ROWS];
         f32_gemm_t(mb, L, D, q + (size_t)s0 * st[2], st[2], kp, sc, L, 0, 0, none, tid);
         for (int r = 0; r < mb; r++)
-          attn_softmax_row(sc + (size_t)r * L, L, scale, mk ? mk + (size_t)(s0 + r) * st[13] : 0);
+          inv[r] = attn_exp_row(sc + (size_t)r * L, L, scale, mk ? mk + (size_t)(s0 + r) * st[13] : 0);
         f32_gemm_t(mb, Dv, L, sc, L, vp, y + (size_t)s0 * st[16], st[16], 0, 0, none, tid);
+        for (int r = 0; r < mb; r++) attn_scale_row(y + (size_t)(s0 + r) * st[16], Dv, inv[r]);
       }
     }
   }
