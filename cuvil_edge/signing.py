@@ -29,7 +29,7 @@ from ota.bundle import read_header, read_payloads, write_bundle
 from ota.config import OtaConfig
 from ota.crypto import canonical_bytes, key_id, parse_json
 from ota.errors import FormatError
-from ota.golden import encode_vector
+from ota.golden import GOLDEN_FILE, encode_vector
 from ota.metadata import MANIFEST_FORMAT, MANIFEST_TYPE, Manifest, Root, parse_envelope
 from ota.store import atomic_file, atomic_write
 from runtime_wasm.engine import TIER_SIMD128
@@ -262,7 +262,7 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
         "quantization": dict(quantization or {}),
         "provenance": dict(provenance or _provenance(now)),
     }
-    _fit_header(manifest, fixed=golden is not None)
+    _place_golden(manifest, payloads)
     Manifest.from_dict(manifest)  # the host refuses to sign what a device would refuse to parse
     return manifest, payloads
 
@@ -271,21 +271,25 @@ def make_manifest(model_dir: str | os.PathLike[str], *, version: str, release: i
 _SIGNATURE_ROOM = 64 << 10
 
 
-def _fit_header(manifest: dict[str, Any], fixed: bool) -> None:
-    """Keep the signed header under what a device reads (``OtaConfig.max_manifest_bytes``): default golden
-    vectors are dropped from the last while more than one is left (a 320 x 320 detector's input and outputs
-    make ~2.6 MB per vector); then a header still over the limit is a ``SigningError`` here, not a
-    ``LengthMismatch`` on every device after the release went out."""
+def _place_golden(manifest: dict[str, Any], payloads: dict[str, bytes]) -> None:
+    """Golden vectors ride in the signed header while it stays under what a device reads
+    (``OtaConfig.max_manifest_bytes``, less room for signatures), where every agent reads them; past that
+    they move to the ``GOLDEN_FILE`` payload (a 320 x 320 detector's input and outputs make ~2.6 MB per
+    vector, a 640 x 640 one's ~10 MB; agents from before the file refuse such a release in their
+    self-test, which could not ship at all before). A header still over the limit is a ``SigningError``
+    here, not a ``LengthMismatch`` on every device after the release went out."""
     limit = OtaConfig().max_manifest_bytes - _SIGNATURE_ROOM
+    if len(canonical_bytes(manifest)) > limit and manifest["golden"]:
+        if GOLDEN_FILE in payloads:
+            raise SigningError(f"the model directory holds a {GOLDEN_FILE}: golden vectors ship as that")
+        data = payloads[GOLDEN_FILE] = canonical_bytes(manifest["golden"])
+        manifest["files"].append({"name": GOLDEN_FILE, "length": len(data),
+                                  "sha256": hashlib.sha256(data).hexdigest()})
+        manifest["golden"] = []
     size = len(canonical_bytes(manifest))
-    while size > limit and not fixed and len(manifest["golden"]) > 1:
-        manifest["golden"].pop()
-        size = len(canonical_bytes(manifest))
     if size > limit:
-        vectors = manifest["golden"]
         raise SigningError(f"the signed manifest would be {size} bytes, over the {limit} a device reads with "
-                           f"room for signatures (OtaConfig.max_manifest_bytes): {len(vectors)} golden "
-                           f"vector(s) of {len(canonical_bytes(vectors))} bytes; pass fewer or smaller ones")
+                           f"room for signatures (OtaConfig.max_manifest_bytes), even without golden vectors")
 
 
 def _check_profiles(profiles: Sequence[str], spec: ModelSpec) -> None:

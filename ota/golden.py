@@ -1,14 +1,40 @@
-"""Golden vectors in a manifest: tensors as ``{"dtype", "shape", "data"}`` (base64, little-endian)."""
+"""Golden vectors: tensors as ``{"dtype", "shape", "data"}`` (base64, little-endian), in the signed manifest
+or, when they do not fit its header, in the release's ``GOLDEN_FILE`` payload."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from runtime_wasm import schema
+
+from .crypto import parse_json
 from .errors import FormatError
+from .metadata import MAX_GOLDEN
+
+#: the payload holding a release's golden vectors (a JSON list, as the manifest's ``golden``) when they do
+#: not fit in the signed header: one vector of a 640 x 640 detector is ~10 MB of base64. Its sha256 is in
+#: the signed manifest like every payload's, so it is checked before it is read.
+GOLDEN_FILE = "golden.json"
+_VECTORS = schema.array(lambda value, _path: value, MAX_GOLDEN)
+
+
+def release_vectors(slot: Path, inline: Sequence[Any]) -> list[Any]:
+    """An installed release's golden vectors: the manifest's own (``inline``), else its ``GOLDEN_FILE`` in
+    ``slot`` (none: an empty list); ``FormatError`` when that file is not a list of at most ``MAX_GOLDEN``."""
+    if inline:
+        return list(inline)
+    try:
+        data = (slot / GOLDEN_FILE).read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise FormatError(f"{GOLDEN_FILE}: unreadable: {exc}") from exc
+    return list(schema.read(parse_json(data, GOLDEN_FILE), _VECTORS, GOLDEN_FILE, FormatError))
 
 
 def encode_tensor(a: np.ndarray) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from runtime_wasm.policy import RuntimePolicy
 
 from .config import OtaConfig
 from .errors import FormatError, SelfTestFailed
-from .golden import decode_vector
+from .golden import decode_vector, release_vectors
 from .metadata import Manifest
 from .store import read_json
 
@@ -111,7 +111,11 @@ class SelfTester:
         rollout's golden gate) and, with ``keep`` and ``keep_warm``, keeps the worker (not a stateful
         model's: the vectors moved its state)."""
         what = f"{manifest.name} release {manifest.release}"
-        if not manifest.golden:
+        try:
+            vectors = release_vectors(slot, manifest.golden)
+        except FormatError as exc:
+            raise SelfTestFailed(f"{what}: {exc}") from exc
+        if not vectors:
             raise SelfTestFailed(f"{what}: bundle carries no golden vectors to self-test with")
         from runtime_wasm.engine import EngineConfig
         from runtime_wasm.supervisor import ModelSource
@@ -121,7 +125,7 @@ class SelfTester:
             source = ModelSource.from_dir(slot, cache_dir=str(self.cache.directory), deterministic=det)
             self.cache.load(source.wasm, EngineConfig(source.variant.tier, deterministic=det))
             self._step("precompiled")
-            check = self._golden(slot, source, manifest,
+            check = self._golden(slot, source, manifest, vectors,
                                  keep and self.keep_warm and not source.spec.stateful)
         except SelfTestFailed:
             raise
@@ -130,7 +134,8 @@ class SelfTester:
         self._step("selftested")
         return check.report(source.variant.name, det)
 
-    def _golden(self, slot: Path, source: ModelSource, manifest: Manifest, keep: bool) -> GoldenCheck:
+    def _golden(self, slot: Path, source: ModelSource, manifest: Manifest, vectors: list[Any],
+                keep: bool) -> GoldenCheck:
         from runtime_wasm.supervisor import SupervisedModel
 
         cfg, policy = self.config, self.policy
@@ -140,7 +145,7 @@ class SelfTester:
                                 max(cfg.selftest_start_timeout_s, policy.worker_start_timeout_s),
                                 policy.threads if keep else 1)
         try:
-            for i, vector in enumerate(manifest.golden):
+            for i, vector in enumerate(vectors):
                 inputs, want = decode_vector(vector)
                 if bad := check.differing(model.predict(inputs, cfg.selftest_deadline_s), want):
                     raise SelfTestFailed(f"{manifest.name} release {manifest.release}: golden vector {i} "

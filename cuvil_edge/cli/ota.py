@@ -15,6 +15,7 @@ from pathlib import Path
 from device_profiles import load_profile
 from ota.bundle import verify_bundle
 from ota.crypto import parse_json
+from ota.golden import GOLDEN_FILE
 from ota.metadata import Manifest
 from ota.trust import TrustState
 
@@ -118,8 +119,9 @@ def sign_model_dir(model_dir: str | os.PathLike[str], out: str | os.PathLike[str
     m = build_bundle(model_dir, out, signing_keys(args), version=args.version, release=args.release,
                      hardware_ids=args.hardware_id, profiles=profile_names(args) or None,
                      expires_in=timedelta(days=args.expires_days))
-    print(f"wrote {out}: {m.name} {m.version} release {m.release}, {len(m.files)} payloads, "
-          f"{len(m.golden)} golden vectors, expires {m.expires}")
+    golden = f"{len(m.golden)} golden vectors" if m.golden else f"golden vectors in {GOLDEN_FILE}"
+    print(f"wrote {out}: {m.name} {m.version} release {m.release}, {len(m.files)} payloads, {golden}, "
+          f"expires {m.expires}")
     return m
 
 

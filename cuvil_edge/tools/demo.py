@@ -20,7 +20,7 @@ import onnx
 from cuvil_agent.agent import Agent
 from cuvil_agent.config import AgentConfig
 from cuvil_agent.serve import infer
-from ota.golden import decode_vector
+from ota.golden import decode_vector, release_vectors
 from runtime_wasm import ModuleCache, probe_host
 from runtime_wasm.loader import load_model_dir
 
@@ -117,7 +117,8 @@ def run_fleet_demo(workdir: str | os.PathLike[str] | None = None, backend: str |
                     pub.publish(bundle, canary=100.0, halt_on=0.0)
                     rollout = pub.watch(timeout_s=60, stage_timeout_s=60)
                     print(format_rollout(rollout), flush=True)
-                    inputs, want = decode_vector(agent.installer.active_manifest().golden[0])
+                    active = agent.installer.active_model()
+                    inputs, want = decode_vector(release_vectors(active.directory, active.manifest.golden)[0])
                     release, got = infer(cfg.socket, inputs)
                     ok = all(np.allclose(got[k], want[k], rtol=1e-5, atol=1e-5) for k in want)
                     print(f"  inference via {cfg.socket}: release {release}, golden output "

@@ -7,6 +7,7 @@ release 1 installed; each test works on its own copy of that state.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cuvil_edge.signing import Keyring
+from cuvil_edge.signing import Keyring, make_manifest
 from ota import (
     STEPS,
     BadSignature,
@@ -40,8 +41,10 @@ from ota import (
     VerificationError,
     WrongTarget,
 )
-from ota.golden import decode_vector, encode_vector
+from ota.crypto import canonical_bytes
+from ota.golden import GOLDEN_FILE, decode_vector, encode_vector
 from ota.installer import TRUST_FILE
+from ota.selftest import read_report
 from ota.store import read_json
 from runtime_wasm import RuntimePolicy
 from runtime_wasm.errors import SpecError
@@ -49,6 +52,7 @@ from runtime_wasm.loader import load_model_dir
 from runtime_wasm.spec import SPEC_FILE
 from tests.support.install import (
     HW,
+    RELEASE_FIELDS,
     ROOT,
     World,
     assert_serving,
@@ -245,6 +249,30 @@ def test_wrong_golden_output_is_rolled_back(world, state, tmp_path):
     assert_serving(state, 1)
     Installer(state, HW).install(world.bundles[2])  # the failed attempt did not consume release 2
     assert_serving(state, 2)
+
+
+def test_golden_vectors_in_their_payload_self_test_the_install(world, state, tmp_path):
+    """Golden vectors too large for the signed header ship as the ``golden.json`` payload: the install's
+    self-test runs every one of them; a file whose vectors lie (validly signed, as a key holder's mistake)
+    fails it and release 1 keeps serving."""
+    wide = compile_matmul(tmp_path / "wide", seed=3, n_in=1, n_out=250_000)
+    manifest, payloads = make_manifest(wide, version="1.0.2", release=2, **RELEASE_FIELDS)
+    assert manifest["golden"] == [] and GOLDEN_FILE in payloads
+    vectors = json.loads(payloads[GOLDEN_FILE])
+    inputs, outputs = decode_vector(vectors[1])
+    lying = canonical_bytes([vectors[0], encode_vector(inputs, {k: v + 1.0 for k, v in outputs.items()})])
+    files = [{**f, "length": len(lying), "sha256": hashlib.sha256(lying).hexdigest()}
+             if f["name"] == GOLDEN_FILE else f for f in manifest["files"]]
+    bad = write_raw_bundle(tmp_path / "lying.cvb", {**manifest, "files": files}, world.ring.release_keys(),
+                           {**payloads, GOLDEN_FILE: lying})
+    with pytest.raises(SelfTestFailed, match="golden vector 1 differs"):
+        Installer(state, HW).install(bad)
+    only_active_slot(state)
+    assert_serving(state, 1)
+    good = write_raw_bundle(tmp_path / "wide.cvb", manifest, world.ring.release_keys(), payloads)
+    installer = Installer(state, HW)
+    installer.install(good)
+    assert read_report(installer.active_dir())["vectors"] == 2
 
 
 # -- 9. disk full -----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ cover; golden inputs cover each input's real range. Real Ed25519 keys, real comp
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from datetime import datetime, timezone
@@ -16,7 +17,6 @@ from onnx import TensorProto, helper, numpy_helper
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.signing import (
     Keyring,
-    SigningError,
     add_signatures,
     build_bundle,
     golden_vectors,
@@ -26,7 +26,7 @@ from cuvil_edge.signing import (
 from ota import FormatError, OtaConfig, TrustState, read_header, verify_bundle
 from ota.bundle import MAGIC
 from ota.crypto import MAX_JSON_DEPTH, canonical_bytes, nesting_depth, parse_json
-from ota.golden import decode_vector
+from ota.golden import GOLDEN_FILE, decode_vector
 from runtime_wasm import ModelSpec
 from runtime_wasm.errors import InferenceInputError, SpecError
 from runtime_wasm.loader import load_model_dir
@@ -258,18 +258,24 @@ def test_index_bound_is_optional_in_the_spec(world):
         ModelSpec.from_json(json.dumps(d))
 
 
-def test_golden_vectors_are_fitted_under_the_header_a_device_reads(tmp_path):
-    """A model whose outputs are large (2 x 250,000 floats, ~2.7 MB of golden vector each): the default
-    two vectors would pass the 4 MiB header a device reads, so the manifest keeps one, and the bundle
-    reads back; vectors given explicitly are never dropped: too large is a SigningError at build time."""
+def test_golden_vectors_past_the_header_ship_as_a_signed_payload(tmp_path):
+    """A model whose outputs are large (2 x 250,000 floats, ~2.7 MB of golden vector each): the default two
+    vectors would pass the 4 MiB header a device reads, so they ship whole in the ``golden.json`` payload
+    (its sha256 under the signature like every payload's) and the header stays under the limit; small
+    vectors stay in the header, where agents from before the payload read them."""
     model = compile_matmul(tmp_path / "wide", seed=3, n_in=1, n_out=250_000)
     ring = Keyring.init(tmp_path / "keys", 1, 1, 1, 1)
-    manifest, _ = make_manifest(model, version="1.0.0", release=1, hardware_ids=["hw"])
-    assert len(manifest["golden"]) == 1
-    assert len(canonical_bytes(manifest)) < OtaConfig().max_manifest_bytes
+    manifest, payloads = make_manifest(model, version="1.0.0", release=1, hardware_ids=["hw"])
+    assert manifest["golden"] == [] and len(canonical_bytes(manifest)) < OtaConfig().max_manifest_bytes
+    vectors = json.loads(payloads[GOLDEN_FILE])
+    assert vectors == golden_vectors(model)  # both default vectors, none dropped
+    entry = next(f for f in manifest["files"] if f["name"] == GOLDEN_FILE)
+    assert entry["sha256"] == hashlib.sha256(payloads[GOLDEN_FILE]).hexdigest()
     out = tmp_path / "wide.cvb"
     build_bundle(model, out, ring.release_keys(), version="1.0.0", release=1, hardware_ids=["hw"])
     with out.open("rb") as f:
-        assert len(read_header(f, OtaConfig())["signed"]["golden"]) == 1
-    with pytest.raises(SigningError, match="golden vector"):
-        make_manifest(model, version="1.0.0", release=1, hardware_ids=["hw"], golden=golden_vectors(model))
+        signed = read_header(f, OtaConfig())["signed"]
+    assert signed["golden"] == [] and GOLDEN_FILE in [f["name"] for f in signed["files"]]
+    small, small_payloads = make_manifest(compile_matmul(tmp_path / "small", seed=3, n_in=1, n_out=4),
+                                          version="1.0.0", release=1, hardware_ids=["hw"])
+    assert len(small["golden"]) == 2 and GOLDEN_FILE not in small_payloads
