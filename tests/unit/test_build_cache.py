@@ -277,6 +277,26 @@ def test_least_recently_used_entries_go_first_at_the_size_bound(tmp_path):
     assert sum(f.stat().st_size for d in entries(cache) for f in d.iterdir()) <= 2500
 
 
+def test_puts_rescan_the_cache_only_after_a_share_of_its_bound(tmp_path):
+    """A put scans every entry (``evict``) on this process's first put and then once a sixteenth of
+    ``max_bytes`` was put since the last scan: a cache of thousands of entries no longer pays a full scan
+    per put, and the bound is overshot by at most that share (plus the entry that crossed it)."""
+    scans = []
+
+    class Counted(BuildCache):
+        def evict(self) -> None:
+            scans.append(sum(f.stat().st_size for d in entries(self) for f in d.iterdir()))
+            super().evict()
+
+    cache = Counted(BuildCacheConfig(tmp_path, max_bytes=16_000))
+    for i in range(60):
+        cache.put(f"k{i:02d}", {"weights.bin": bytes(300)})
+    assert 1 < len(scans) < 20  # the first put, then every ~1,000 bytes put, not 60 times
+    total = sum(f.stat().st_size for d in entries(cache) for f in d.iterdir())
+    entry = total // len(entries(cache))
+    assert max(scans) <= 16_000 + 16_000 // 16 + 2 * entry
+
+
 def test_environment_settings(monkeypatch, tmp_path):
     monkeypatch.delenv("CUVIL_BUILD_CACHE_DIR", raising=False)
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
