@@ -163,6 +163,7 @@ def main() -> None:
         variant = next(v for v in spec.variants if v.name == target.name)
         engines: dict[str, Callable[[], object]] = {}
         ours: dict[int, WasmModel] = {}
+        busy: list[WasmModel] = []
         outputs = {}
         for n in counts:
             ours[n] = m = instantiate(spec, files.modules[variant.name], files.weights, variant, threads=n)
@@ -171,13 +172,21 @@ def main() -> None:
             engines[f"ours {n}"] = m.run
             sess = ort_peer(proto, threads=n)
             engines[f"ORT {n}"] = lambda s=sess, f=feeds: s.run(None, f)
-            if n == 2:
-                engines["ours 2" + BUSY], engines["ORT 2" + BUSY] = engines["ours 2"], engines["ORT 2"]
+            if n == 2:  # under a busy core: own instances (a thread chooser then sees only that load): 1
+                # thread, 2 as shipped, and 2 pinned (no chooser: what the barriers alone do)
+                for key, t, chooser in (("ours 1" + BUSY, 1, False), ("ours 2" + BUSY, 2, True),
+                                        ("ours 2 pinned" + BUSY, 2, False)):
+                    busy.append(b := instantiate(spec, files.modules[variant.name], files.weights, variant,
+                                                 threads=t))
+                    b.thread_chooser = b.thread_chooser if chooser else None
+                    b.set_inputs(feeds)
+                    engines[key] = b.run
+                engines["ORT 2" + BUSY] = engines["ORT 2"]
         same = all(np.array_equal(outputs[n][k], outputs[1][k]) for n in counts for k in outputs[1])
         ref = ort_session(proto).run(None, feeds)[0]
         err = float(np.abs(next(iter(outputs[1].values())) - ref).max())
         med = interleaved(engines, args.warmup, args.repeat)
-        for m in ours.values():
+        for m in (*ours.values(), *busy):
             m.close()
         web: dict[int, WebTiming | str] = {}
         for n in counts:
@@ -201,15 +210,20 @@ def main() -> None:
             for note in notes:
                 print(f"  onnxruntime-web: {note}")
     print("\n2 threads while a busy loop holds a core (ours and onnxruntime alike), ms, and the speed-up "
-          "from 1 thread (quiet)")
+          "from 1 thread (quiet); ours as shipped (its thread chooser runs on 1 thread while that is faster: "
+          "runtime_wasm.contention) and pinned to 2; last: ours 1 thread under the same busy core, and "
+          "its time over ours 2 busy (shipped) and pinned")
     print(f"{'net':13s} " + " ".join(f"{e + ' ' + c:>13s}" for e in ("ours", "ORT")
-                                     for c in ("1", "2", "2 busy", "1/2", "1/2 busy")))
+                                     for c in ("1", "2", "2 busy", "1/2", "1/2 busy"))
+          + f" {'ours 1 busy':>12s} {'ours pinned':>12s} {'busy 1/2':>9s} {'pinned':>7s}")
     for name, med, _, _, _ in rows:
         cells = ""
         for e in ("ours", "ORT"):
             one, two, busy = med[f"{e} 1"], med[f"{e} 2"], med[f"{e} 2{BUSY}"]
             cells += f" {one:13.2f} {two:13.2f} {busy:13.2f} {one / two:12.2f}x {one / busy:12.2f}x"
-        print(f"{name:13s}{cells}")
+        one_busy, pinned, two_busy = med[f"ours 1{BUSY}"], med[f"ours 2 pinned{BUSY}"], med[f"ours 2{BUSY}"]
+        print(f"{name:13s}{cells} {one_busy:12.2f} {pinned:12.2f} {one_busy / two_busy:8.2f}x "
+              f"{one_busy / pinned:6.2f}x")
     print("\nratios (ms / ms): speed-up of ours from 1 thread; ours against each peer at the same count")
     print(f"{'net':13s} " + " ".join(f"{'ours 1/' + str(n):>10s}" for n in counts[1:]) + " "
           + " ".join(f"{'/ORT ' + str(n):>9s} {'/web ' + str(n):>9s}" for n in counts))

@@ -7,6 +7,7 @@ import ctypes
 import io
 import os
 import threading
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -15,6 +16,7 @@ import numpy as np
 import wasmtime
 from wasmtime import _ffi as ffi  # private: the unchecked call path (wasmtime is pinned for this)
 
+from .contention import ThreadChooser
 from .digest import FlatDigest, TreeDigest
 from .errors import InferenceInputError, InferenceTrap, ModuleLoadError, SpecError
 from .spec import (
@@ -183,6 +185,8 @@ class WasmModel:
     Use ``input_views`` / ``run()`` / ``output_views`` for zero-copy serving, or ``predict``.
     A stateful model (``spec.states``) carries its state from one run to the next in linear memory,
     starting from the initial values; ``reset_state`` restores them.
+    On more than one thread, each run goes on the count ``thread_chooser`` picks (the full count, or 1
+    while another process holds a core: ``runtime_wasm.contention``); None runs every one on ``threads``.
     ``weights`` given as a path are read in chunks straight into linear memory, so no copy of their size
     exists outside it; with ``check_weights`` they are hashed on the way in against the spec's tree hash
     (else its flat sha256) and a mismatch is a ``SpecError`` (one pass over the bytes, however they come).
@@ -193,6 +197,7 @@ class WasmModel:
                  epoch_deadline: int | None = None, check_weights: bool = False, threads: int = 1) -> None:
         self.spec = spec
         self.threads = 1
+        self.thread_chooser: ThreadChooser | None = None
         self._closed = True  # until fully built: close() of a half-built model does nothing
         shared = _shared_memory_type(module)
         exports = self._export_names = {e.name for e in module.exports}
@@ -248,13 +253,15 @@ class WasmModel:
         self.reset_state()
         if shared is not None:
             self._start_threads(min(threads, spec.threads))
+            if self.threads > 1:
+                self.thread_chooser = ThreadChooser(self.threads)
 
     def _start_threads(self, count: int) -> None:
         """Thread 0 is the caller of ``run``; threads 1..count-1 park inside the module until a job."""
         assert self._shared is not None
         ex = self._exports
         ex[EXPORT_SET_THREADS](self._store, count)
-        self.threads = count
+        self.threads = self._running = count
         if count > 1:
             stacks = ex[EXPORT_STACKS](self._store)  # thread t's stack: the t-th region, growing down
             stride = ex[EXPORT_THREAD_STRIDE](self._store) if EXPORT_THREAD_STRIDE in self._export_names \
@@ -328,6 +335,12 @@ class WasmModel:
         if self._workers is None:
             self._run()
             return
+        chooser = self.thread_chooser
+        count = chooser.next() if chooser is not None else self.threads
+        if count != self._running:  # between runs every other thread is parked: it takes effect next job
+            self._exports[EXPORT_SET_THREADS](self._store, count)
+            self._running = count
+        start = time.perf_counter()
         try:
             self._run()
         except InferenceTrap:
@@ -337,6 +350,8 @@ class WasmModel:
             err = self._workers.error
             self._restart_threads()
             raise InferenceTrap(f"module trapped in a worker thread: {err}")
+        if chooser is not None:
+            chooser.record(count, time.perf_counter() - start)
 
     def reset_state(self) -> None:
         """Put every state back to its initial value (copied from the weights, which hold it), as if no

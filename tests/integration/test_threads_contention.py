@@ -1,7 +1,8 @@
 """Threads that survive a busy core (issue 40): the heavy kernels (f32 conv-as-GEMM, Winograd, depthwise,
 the qs8 GEMM and convs, a batch-1 Gemm) take their chunks from a shared counter, so a thread that lost its
 core does fewer of them. Outputs stay the same bits for 1, 2 and 4 threads, also while another process
-holds a core; a counting copy of the module shows the counter is what the threads use. Correctness only:
+holds a core; a counting copy of the module shows the counter is what the threads use, and that each run
+goes on the thread count the instance's chooser picks (``runtime_wasm.contention``). Correctness only:
 timings are benchmarks/bench_threads.py's."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from cuvil_edge.codegen.toolchain import compile_c
 from cuvil_edge.model import CuvilModel
 from cuvil_edge.oracle import ort_session
 from cuvil_edge.testing import zoo, zoo_transformers
+from runtime_wasm.contention import ThreadChooser
 from runtime_wasm.loader import instantiate
 from tests.support.threads import TARGET, build_threaded, open_threaded, seeded_inputs
 
@@ -168,3 +170,30 @@ def test_gemms_of_four_rows_or_more_keep_the_static_split():
     with open_threaded(model, 1) as one, open_threaded(model, 2) as two:
         for name, want in one.predict(xs).items():
             assert np.array_equal(two.predict(xs)[name], want), name
+
+
+def test_runs_switch_thread_count_as_the_chooser_says_with_the_same_bits():
+    """A threaded instance runs each job on the count its ``thread_chooser`` picks (both counts timed,
+    outputs bit for bit the same across switches); with no chooser every run uses all its threads. The
+    counting copy tells the counts apart: a run on 1 thread claims nothing from the shared counter."""
+    _, model = _build("resnet-fp32")
+    xs = seeded_inputs(model.spec)
+    with open_threaded(model, 1) as m:
+        ref = m.predict(xs)
+    with _patched(model, _CLAIMS, 2) as m:
+        assert m.thread_chooser is not None and m.thread_chooser.most == 2  # on by default
+        m.thread_chooser = ThreadChooser(2, probe_every=2)
+        claims = m._exports["cuvil_claims"]
+        counts = []
+        for _ in range(6):
+            before = claims(m._store)
+            out = m.predict(xs)
+            counts.append(claims(m._store) - before)
+            assert all(np.array_equal(out[k], v) for k, v in ref.items())
+        assert counts[0] > 0 and counts[1] == 0  # all threads first, then the probe of 1 (later: by time)
+        assert set(m.thread_chooser.seconds) == {1, 2}
+        m.thread_chooser = None
+        for _ in range(3):
+            before = claims(m._store)
+            m.predict(xs)
+            assert claims(m._store) - before == counts[0]

@@ -1,0 +1,44 @@
+"""Which thread count the next inference runs on, when another process may hold a core (issue 40).
+
+An op split across threads ends at a barrier, so a peer thread that the OS descheduled for another
+process holds every other thread there until it runs again: with a busy loop on one of two cores,
+2 threads ran MobileNetV2 224 and ResNet-50 224 at 0.81x and 0.89x the speed of 1 thread (fp32; int8
+0.63x and 0.83x; onnxruntime 0.47x and 0.89x). The module's own waits cannot see it (they count spin
+rounds; a module has no clock), but the caller can: ``ThreadChooser`` keeps a moving average of each
+count's run time, runs the faster one and tries the other now and then, so a change of load is seen.
+Outputs are the same bits on any count, so switching is invisible but for time.
+"""
+
+from __future__ import annotations
+
+
+class ThreadChooser:
+    """Chooses between ``most`` threads and 1 for each run: the count whose runs took less time lately
+    (exponential moving averages of seconds per run, ``weight`` for the newest), ``most`` unless 1 is
+    faster by more than ``margin``; the other count runs on the 4th run and every ``probe_every``-th
+    after it (3% of runs at the default 32: below a p95)."""
+
+    def __init__(self, most: int, probe_every: int = 32, weight: float = 0.25, margin: float = 0.05) -> None:
+        if most < 2 or probe_every < 2 or not 0 < weight <= 1 or not 0 <= margin < 1:
+            raise ValueError("ThreadChooser: most, probe_every >= 2; weight in (0, 1]; margin in [0, 1)")
+        self.most, self.probe_every, self.weight, self.margin = most, probe_every, weight, margin
+        self.seconds: dict[int, float] = {}  # thread count -> moving average of seconds per run
+        self.runs = 0
+
+    def best(self) -> int:
+        """The count the averages favour (``most`` until 1 has been timed)."""
+        one, most = self.seconds.get(1), self.seconds.get(self.most)
+        return 1 if one is not None and most is not None and one < most * (1 - self.margin) else self.most
+
+    def next(self) -> int:
+        """The count for the next run."""
+        self.runs += 1
+        best = self.best()
+        if self.runs == 4 or self.runs % self.probe_every == 0:
+            return 1 if best == self.most else self.most
+        return best
+
+    def record(self, threads: int, seconds: float) -> None:
+        """How long a run on ``threads`` took."""
+        old = self.seconds.get(threads)
+        self.seconds[threads] = seconds if old is None else old + self.weight * (seconds - old)
