@@ -451,7 +451,7 @@ def _col_bytes(g: dict[str, int]) -> int:
         return 0
     if is_pointwise_strided(g):
         return _ceil(g["C"] * g["OH"] * g["OW"], 64)
-    return _ceil(_pchunk(g) * _conv_k(g), 64)
+    return _ceil(_pchunk(g), 64) * _conv_k(g)  # rows a cache line apart (qs8_conv2d)
 
 
 def _qconv_scratch(node: Node) -> int:
