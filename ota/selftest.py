@@ -140,7 +140,8 @@ class SelfTester:
 
         cfg, policy = self.config, self.policy
         check = GoldenCheck(cfg.selftest_rtol, cfg.selftest_atol)
-        self.close()  # an earlier one's worker, never taken
+        if keep:
+            self.close()  # an earlier one's worker, never taken
         model = SupervisedModel(source, policy.memory_cap_bytes, policy.max_batch_size if keep else 1,
                                 max(cfg.selftest_start_timeout_s, policy.worker_start_timeout_s),
                                 policy.threads if keep else 1)
