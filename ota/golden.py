@@ -4,6 +4,7 @@ or, when they do not fit its header, in the release's ``GOLDEN_FILE`` payload.""
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from runtime_wasm import schema
+from runtime_wasm.spec import supported_dtype
 
 from .crypto import parse_json
 from .errors import FormatError
@@ -43,9 +45,20 @@ def encode_tensor(a: np.ndarray) -> dict[str, Any]:
     return {"dtype": a.dtype.name, "shape": list(a.shape), "data": base64.b64encode(le.tobytes()).decode()}
 
 
+def _dtype_name(name: Any) -> str:
+    """``encode_tensor``'s dtype name as the runtime names it (numpy calls S5 "bytes40"), if it holds it
+    (``supported_dtype``: numpy never parses another name, which it may choke on, "01,i4" raising
+    SyntaxError, or read as something else)."""
+    bits = re.fullmatch(r"bytes([1-9][0-9]{0,10})", name) if isinstance(name, str) else None
+    dtype = f"S{int(bits[1]) // 8}" if bits and int(bits[1]) % 8 == 0 else name
+    if not isinstance(dtype, str) or not supported_dtype(dtype):
+        raise FormatError(f"malformed golden tensor: unsupported dtype {str(name)[:64]!r}")
+    return dtype
+
+
 def decode_tensor(d: Any) -> np.ndarray:
     try:
-        dtype = np.dtype(d["dtype"]).newbyteorder("<")
+        dtype = np.dtype(_dtype_name(d["dtype"])).newbyteorder("<")
         shape = tuple(int(x) for x in d["shape"])
         raw = base64.b64decode(d["data"], validate=True)
         return np.frombuffer(raw, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))

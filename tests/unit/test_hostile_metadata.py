@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fuzz.engine import REGRESSIONS
-from fuzz.targets import _signed, manifest, model_json, trust
+from fuzz.targets import _signed, golden_json, manifest, model_json, trust
 from ota import Installer
 from ota.crypto import canonical_bytes
 from ota.errors import CorruptSlot, FormatError
+from ota.golden import GOLDEN_FILE, decode_tensor, decode_vector, encode_tensor, release_vectors
 from ota.installer import ENVELOPE_FILE, POINTER_FILE, TRUST_FILE
 from runtime_wasm import ModelSpec
 from runtime_wasm.errors import SpecError
@@ -45,6 +47,25 @@ def test_malformed_model_json_is_a_spec_error(name, match):
         ModelSpec.from_json(data)
     with pytest.raises(SpecError, match=match):  # and so on the harness's whole path
         model_json.setup()(data)
+
+
+# -- golden.json (the payload of golden vectors too large for the signed header) --------------------------
+def test_a_golden_dtype_numpy_would_parse_as_code_is_a_format_error(tmp_path):
+    """"01,i4"-like dtype strings made numpy's comma-string parser raise SyntaxError in the self-test's
+    decode (found by the ``golden_json`` harness in seconds); every dtype is now checked against the
+    runtime's allow-list first, and the names ``encode_tensor`` writes still decode."""
+    data = regression("golden_json", "dtype-comma-leading-zero")
+    with pytest.raises(FormatError, match="unsupported dtype"):
+        golden_json.setup()(data)
+    slot = tmp_path / "slot"
+    slot.mkdir()
+    (slot / GOLDEN_FILE).write_bytes(data)
+    with pytest.raises(FormatError, match="unsupported dtype"):
+        for vector in release_vectors(slot, ()):
+            decode_vector(vector)
+    for a in (np.array([b"ab", b"c"], "S5"), np.arange(3, dtype=np.float16), np.array([True]), np.zeros((0, 2))):
+        back = decode_tensor(encode_tensor(a))
+        assert back.dtype == np.asarray(a).dtype and np.array_equal(back, a)
 
 
 def test_a_stored_type_tensor_passes_the_harness_as_the_instance_views_it():
