@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from runtime_wasm import schema
-from runtime_wasm.spec import supported_dtype
+from runtime_wasm.spec import MAX_DIM, MAX_RANK, supported_dtype
 
 from .crypto import parse_json
 from .errors import FormatError
@@ -59,7 +59,11 @@ def _dtype_name(name: Any) -> str:
 def decode_tensor(d: Any) -> np.ndarray:
     try:
         dtype = np.dtype(_dtype_name(d["dtype"])).newbyteorder("<")
-        shape = tuple(int(x) for x in d["shape"])
+        shape = d["shape"]
+        if not isinstance(shape, list) or len(shape) > MAX_RANK or not all(
+                isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_DIM for x in shape):
+            raise FormatError(f"malformed golden tensor: shape must be a list of at most {MAX_RANK} integers "
+                              f"in [0, {MAX_DIM}]")
         raw = base64.b64decode(d["data"], validate=True)
         return np.frombuffer(raw, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
     except (KeyError, TypeError, ValueError) as exc:

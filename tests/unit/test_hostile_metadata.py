@@ -50,6 +50,15 @@ def test_malformed_model_json_is_a_spec_error(name, match):
 
 
 # -- golden.json (the payload of golden vectors too large for the signed header) --------------------------
+@pytest.mark.parametrize("name, match", [
+    ("dtype-comma-leading-zero", "unsupported dtype"),  # numpy's comma-string parser: SyntaxError
+    ("shape-2e308", "shape must be a list of at most 32 integers"),  # JSON 2e+308 is inf: int() OverflowError
+])
+def test_malformed_golden_json_is_a_format_error(name, match):
+    with pytest.raises(FormatError, match=match):
+        golden_json.setup()(regression("golden_json", name))
+
+
 def test_a_golden_dtype_numpy_would_parse_as_code_is_a_format_error(tmp_path):
     """"01,i4"-like dtype strings made numpy's comma-string parser raise SyntaxError in the self-test's
     decode (found by the ``golden_json`` harness in seconds); every dtype is now checked against the
@@ -63,7 +72,8 @@ def test_a_golden_dtype_numpy_would_parse_as_code_is_a_format_error(tmp_path):
     with pytest.raises(FormatError, match="unsupported dtype"):
         for vector in release_vectors(slot, ()):
             decode_vector(vector)
-    for a in (np.array([b"ab", b"c"], "S5"), np.arange(3, dtype=np.float16), np.array([True]), np.zeros((0, 2))):
+    for a in (np.array([b"ab", b"c"], "S5"), np.arange(3, dtype=np.float16), np.array([True]),
+              np.zeros((0, 2))):
         back = decode_tensor(encode_tensor(a))
         assert back.dtype == np.asarray(a).dtype and np.array_equal(back, a)
 
