@@ -33,6 +33,15 @@ def _convs():
     return b.build([("x", [2, 64, 12, 12])], b.conv(y, 128, 64, 1), [2, 64, 6, 6])
 
 
+def _grouped_convs():
+    """Two images of many pixels through grouped 3x3 and 1x1 convs: each (image, group) a loop of pixel
+    claims in every thread's own part of the scratch, the last claim of each short (P = 23 x 23)."""
+    b = NetBuilder("grouped")
+    y = b.op("Relu", [b.conv("x", 16, 32, 3, group=2)])
+    y = b.op("Relu", [b.conv(y, 32, 64, 1, group=4)])
+    return b.build([("x", [2, 16, 23, 23])], b.conv(y, 64, 32, 3, group=2), [2, 32, 23, 23])
+
+
 #: name -> (model, precision), at sizes where most quantized nodes are split: int8 static (1x1, depthwise
 #: and im2col convs by pixels, by channels on few pixels), int8-dynamic (the per-tensor range; per-token
 #: ranges and the 8x4 GEMM), int4 (the 8x4 GEMM on an encoder, its GEMV on one token, convs)
@@ -40,6 +49,7 @@ CASES = {
     "mobilenet-int8": (lambda: zoo.mobilenet(size=128), "int8"),
     "resnet-int8-dynamic": (lambda: zoo.resnet(size=128), "int8-dynamic"),
     "convs-int8": (_convs, "int8"),
+    "grouped-convs-int8": (_grouped_convs, "int8"),
     "convs-int4": (_convs, "int4"),
     "bert-1-token-int4": (lambda: _bert(seq=1), "int4"),
     "bert-int8-dynamic": (_bert, "int8-dynamic"),

@@ -32,7 +32,7 @@
  * Threads: kernels taking (tid, nt) run on every thread of a split node, each its share (cuvil_split),
  * meeting (q_meet) where one thread's bytes feed another's; or on thread 0 alone (nt 1). Sums are exact
  * and every output meets the same epilogue, so any split gives the same bits: GEMMs split the weights'
- * 8-row panels after packing the tokens together, convolutions their pixels in 16-pixel steps (few
+ * 8-row panels after packing the tokens together, convolutions their pixels in claims of 16-128 (few
  * pixels: the panels).
  */
 
@@ -618,18 +618,40 @@ INLINE int q_chunk_split(int pc, int tid, int nt, int* lo, int* hi) {
   return nt == 1 || (pc + 15) / 16 >= 2 * nt;
 }
 
-/* The pixels a thread packs of a conv chunk, [a, b) at a time (q_px_next): by pixels, `step`-pixel steps
- * claimed from a shared counter (cuvil_chunks), each multiplied by its packer, when there are at least 2
- * a thread; else its static share [lo, hi) once (the threads then meet and claim the output channels'
- * panels). `step` is a multiple of 16. */
-INLINE CuvilChunks q_px_chunks(int pc, int step, int tid, int nt, int* by_px, int* lo, int* hi) {
-  cuvil_split(pc, 16, tid, nt, lo, hi);
-  *by_px = nt == 1 || (pc + step - 1) / step >= 2 * nt;
-  return *by_px ? cuvil_chunks(pc, step, tid, nt) : cuvil_chunks(*hi - *lo, 16, tid, 1);
+/* Most pixels a claim of qs8_conv2d (im2col's) and of qs8_conv1x1 (packed straight from the planes): in
+ * interleaved A/B runs on 2 threads (2026-12-06, 2-core Xeon), int8 ResNet-50 and MobileNetV2 ran 2-3%
+ * slower with 1x1 claims of 64 than of 128 or 256, and the same with im2col claims of 64 or 128 (256: 2-5%
+ * slower). */
+#define QS8_CONV_STEP 64
+#define QS8_1X1_STEP 128
+
+/* Pixels a claim when the threads share a conv's pixels (qs8_conv2d, qs8_conv1x1): a multiple of 16 up
+ * to `most` that fits each thread a part of the chunk-sized scratch (pchunk / nt pixels), as large as
+ * gives each thread CUVIL_CHUNKS_PER_THREAD claims of the P pixels (a late thread's last claim is then a
+ * small share), 16 when fewer; 0 (they split a chunk's output channels instead) on one thread, or with
+ * fewer than 2 claims a thread. */
+INLINE int q_px_step(int P, int pchunk, int most, int nt) {
+  int s = P / (CUVIL_CHUNKS_PER_THREAD * nt);
+  s = (s < most ? s : most) & ~15;
+  s = s > 16 ? s : 16;
+  return nt > 1 && s <= pchunk / nt && P >= 2 * nt * s ? s : 0;
 }
-INLINE int q_px_next(CuvilChunks* d, int by_px, int lo, int* a, int* b) {
+
+/* The pixels of a conv chunk of pc a thread takes, [a, b) at a time (q_px_next): claims of `step` from a
+ * shared counter, or (step 0) its static share, whole 16-pixel steps (all pc on one thread), at once. */
+INLINE CuvilChunks q_px_claims(int pc, int step, int tid, int nt, int* off) {
+  if (step) {
+    *off = 0;
+    return cuvil_chunks_of(pc, step, tid, nt);
+  }
+  int hi;
+  cuvil_split(pc, 16, tid, nt, off, &hi);
+  return cuvil_chunks_of(hi - *off, hi > *off ? hi - *off : 1, tid, 1);
+}
+INLINE int q_px_next(CuvilChunks* d, int off, int* a, int* b) {
   if (!cuvil_chunk(d, a, b)) return 0;
-  if (!by_px) { *a += lo; *b += lo; }
+  *a += off;
+  *b += off;
   return 1;
 }
 
@@ -735,84 +757,91 @@ KERNEL void qs8_gemm_x7(int I, int J, int K, const int8_t* w, const uint8_t* x, 
   qs8_gemm_rows_x7(I, J, K, w, xp, xs, xz, xstep, wsum, ws, bias, y, si, sj, act, tid, nt);
 }
 
-/* Thread tid's part of a conv chunk's GEMM (I output channels x pc pixels, adjacent in y; per-tensor
- * activation parameters) once it packed pixels [lo, hi) into xp: see q_chunk_split. */
-INLINE void qs8_chunk_gemm_x7(int by_px, int lo, int hi, int I, int pc, int K, const int8_t* w,
-                                const uint8_t* xp, const float* xs, const int32_t* xz, const int32_t* wsum,
-                                const float* ws, const float* bias, QOut y, int P, Act act, int tid, int nt) {
-  if (!by_px) {
-    q_meet(nt);
-    qs8_gemm_rows_x7(I, pc, K, w, xp, xs, xz, 0, wsum, ws, bias, y, P, 1, act, tid, nt);
-  } else if (lo < hi) {
-    qs8_gemm_packed_x7(I, hi - lo, K, w, xp + qx_offset(lo, (K + 3) & ~3, QXB7), xs, xz, 0, wsum, ws, bias,
-                         qo_at(y, lo), P, 1, act);
-  }
-}
-
-/* The GEMM of conv chunk pixels [a, b) (by pixels) or of the whole chunk (by = 0), in qs8_conv2d and
- * qs8_conv1x1 (their locals). */
-#define QS8_CHUNK_GEMM(by, a, b) \
-  qs8_chunk_gemm_x7(by, a, b, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp, ws + g * Mgp, \
-                      bias + g * Mgp, yc, P, act, tid, nt)
+/* The conv kernels' GEMMs (their locals): pixels [a, b) of the chunk at p0, packed from token t of xp,
+ * by every output channel; or, the chunk packed, this thread's claims of its 8-row panels. */
+#define QS8_PX_GEMM(a, b, t) \
+  qs8_gemm_packed_x7(Mg, (b) - (a), K, wg, xp + qx_offset(t, K4, QXB7), xs, xz, 0, wsum + g * Mgp, \
+                       ws + g * Mgp, bias + g * Mgp, qo_at(yg, p0 + (a)), P, 1, act)
+#define QS8_CH_GEMM() \
+  do { \
+    q_meet(nt); \
+    qs8_gemm_rows_x7(Mg, pc, K, wg, xp, xs, xz, 0, wsum + g * Mgp, ws + g * Mgp, bias + g * Mgp, \
+                       qo_at(yg, p0), P, 1, act, tid, nt); \
+  } while (0)
 
 /* NCHW convolution on quantized input xq: channel-major im2col per chunk of output pixels
  * (qu8_im2col_kmajor, packed as a 1x1 conv's planes), then the GEMM with output channels as i (rows padded
- * to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; col and xp, shared by the threads, hold the taps
- * and packed tokens of pchunk pixels). The same bytes in the same panels as patch rows + qu8_pack_x4.
- * col's rows are pchunk rounded up to 64 bytes apart and threads claim 64 pixels at a time, so no two
- * threads write one cache line of it (16-pixel claims in rows pchunk apart did: the lines went back and
- * forth between the cores on every tap row, and 3x3 convs ran 1.3x faster on 2 threads than on 1). */
+ * to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; col and xp hold the taps and packed tokens of
+ * pchunk pixels). The same bytes in the same panels as patch rows + qu8_pack_x4.
+ * Threads with pixels enough (q_px_step) claim `step` pixels at a time from a shared counter and take
+ * each through im2col, packing and the GEMM in a part of col and xp that is theirs alone: no thread waits
+ * for another inside the conv, and no cache line of the scratch goes back and forth between cores (a
+ * shared chunk with dynamic claims had each core write lines the other wrote last: im2col and packing
+ * took twice their one-thread time). With fewer pixels each packs its share of a chunk, they meet and
+ * split the output channels' panels. */
 KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
                             const int32_t* xz, QOut y, int M, int OH, int OW, int G, int kh, int kw,
                             int sh, int sw, int dh, int dw, int pt, int pl, int pchunk, uint8_t* col,
                             uint8_t* xp, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K = Cg * kh * kw, K4 = (K + 3) & ~3, P = OH * OW;
-  const int ldc = (pchunk + 63) & ~63;
+  const int step = q_px_step(P, pchunk, QS8_CONV_STEP, nt), ldc = step ? step : (pchunk + 63) & ~63;
+  if (step) {
+    col += (size_t)tid * step * K;
+    xp += qx_offset(tid * step, K4, QXB7);
+  }
   for (int n = 0; n < N; n++)
-    for (int g = 0; g < G; g++)
-      for (int p0 = 0; p0 < P; p0 += pchunk) {
-        const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        int by_px, lo, hi;
-        if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
-        CuvilChunks d = q_px_chunks(pc, 64, tid, nt, &by_px, &lo, &hi);
-        const QOut yc = qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0);
-        for (int a, b; q_px_next(&d, by_px, lo, &a, &b);) {
-          qu8_im2col_kmajor(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
-                            pt, pl, OW, p0 + a, b - a, (uint8_t)xz[0], col + a, ldc);
-          qu8_pack_nchw_x4(b - a, K, col + a, ldc, xp + qx_offset(a, K4, QXB7), QXB7);
-          if (by_px) QS8_CHUNK_GEMM(1, a, b);
+    for (int g = 0; g < G; g++) {
+      const uint8_t* xg = xq + ((size_t)n * C + (size_t)g * Cg) * H * W;
+      const QOut yg = qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P);
+      const int8_t* wg = w + (size_t)g * Mgp * K4;
+      for (int p0 = 0; p0 < P; p0 += step ? P : pchunk) {
+        const int pc = step ? P : P - p0 < pchunk ? P - p0 : pchunk;
+        int off;
+        if (!step && nt > 1 && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
+        CuvilChunks d = q_px_claims(pc, step, tid, nt, &off);
+        for (int a, b; q_px_next(&d, off, &a, &b);) {
+          qu8_im2col_kmajor(xg, Cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0 + a, b - a, (uint8_t)xz[0],
+                            col + (step ? 0 : a), ldc);
+          qu8_pack_nchw_x4(b - a, K, col + (step ? 0 : a), ldc, xp + (step ? 0 : qx_offset(a, K4, QXB7)),
+                           QXB7);
+          if (step || nt == 1) QS8_PX_GEMM(a, b, step ? 0 : a);
         }
-        if (!by_px) QS8_CHUNK_GEMM(0, lo, hi);
+        if (!step && nt > 1) QS8_CH_GEMM();
       }
+    }
 }
 
 /* 1x1 convolution, stride 1, no padding (any groups): each group's uint8 channels are already the GEMM's
  * activations, channel-major, so every chunk of pixels is packed straight from the planes
- * (qu8_pack_nchw_x4) and meets the GEMM (operands as in qs8_conv2d; P = pixels per plane). Same bytes in
- * the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits. */
+ * (qu8_pack_nchw_x4) and meets the GEMM (operands and threads as in qs8_conv2d, xp alone; P = pixels per
+ * plane). Same bytes in the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits. */
 KERNEL void qs8_conv1x1_x7(const uint8_t* xq, int N, int C, int P, const int8_t* w, const int32_t* wsum,
                              const float* ws, const float* bias, const float* xs, const int32_t* xz, QOut y,
                              int M, int G, int pchunk, uint8_t* xp, Act act, int tid, int nt) {
-  const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K4 = (Cg + 3) & ~3;
+  const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K = Cg, K4 = (Cg + 3) & ~3;
+  const int step = q_px_step(P, pchunk, QS8_1X1_STEP, nt);
+  if (step) xp += qx_offset(tid * step, K4, QXB7);
   for (int n = 0; n < N; n++)
-    for (int g = 0; g < G; g++)
-      for (int p0 = 0; p0 < P; p0 += pchunk) {
-        const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        int by_px, lo, hi;
-        if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
-        CuvilChunks d = q_px_chunks(pc, 16, tid, nt, &by_px, &lo, &hi);
-        const QOut yc = qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0);
-        const int K = Cg;
-        for (int a, b; q_px_next(&d, by_px, lo, &a, &b);) {
-          qu8_pack_nchw_x4(b - a, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0 + a, P,
-                           xp + qx_offset(a, K4, QXB7), QXB7);
-          if (by_px) QS8_CHUNK_GEMM(1, a, b);
+    for (int g = 0; g < G; g++) {
+      const uint8_t* xg = xq + ((size_t)n * C + (size_t)g * Cg) * P;
+      const QOut yg = qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P);
+      const int8_t* wg = w + (size_t)g * Mgp * K4;
+      for (int p0 = 0; p0 < P; p0 += step ? P : pchunk) {
+        const int pc = step ? P : P - p0 < pchunk ? P - p0 : pchunk;
+        int off;
+        if (!step && nt > 1 && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
+        CuvilChunks d = q_px_claims(pc, step, tid, nt, &off);
+        for (int a, b; q_px_next(&d, off, &a, &b);) {
+          qu8_pack_nchw_x4(b - a, Cg, xg + p0 + a, P, xp + (step ? 0 : qx_offset(a, K4, QXB7)), QXB7);
+          if (step || nt == 1) QS8_PX_GEMM(a, b, step ? 0 : a);
         }
-        if (!by_px) QS8_CHUNK_GEMM(0, lo, hi);
+        if (!step && nt > 1) QS8_CH_GEMM();
       }
+    }
 }
-#undef QS8_CHUNK_GEMM
+#undef QS8_PX_GEMM
+#undef QS8_CH_GEMM
 
 /* 1x1 convolution, unpadded, strided (any groups): per image the uint8 planes are subsampled once into sub
  * (C x OH x OW bytes, shared: each thread subsamples its channels), then qs8_conv1x1 packs them as they
@@ -936,84 +965,91 @@ KERNEL void qs8_gemm_x8(int I, int J, int K, const int8_t* w, const uint8_t* x, 
   qs8_gemm_rows_x8(I, J, K, w, xp, xs, xz, xstep, wsum, ws, bias, y, si, sj, act, tid, nt);
 }
 
-/* Thread tid's part of a conv chunk's GEMM (I output channels x pc pixels, adjacent in y; per-tensor
- * activation parameters) once it packed pixels [lo, hi) into xp: see q_chunk_split. */
-INLINE void qs8_chunk_gemm_x8(int by_px, int lo, int hi, int I, int pc, int K, const int8_t* w,
-                                const uint8_t* xp, const float* xs, const int32_t* xz, const int32_t* wsum,
-                                const float* ws, const float* bias, QOut y, int P, Act act, int tid, int nt) {
-  if (!by_px) {
-    q_meet(nt);
-    qs8_gemm_rows_x8(I, pc, K, w, xp, xs, xz, 0, wsum, ws, bias, y, P, 1, act, tid, nt);
-  } else if (lo < hi) {
-    qs8_gemm_packed_x8(I, hi - lo, K, w, xp + qx_offset(lo, (K + 3) & ~3, QXB8), xs, xz, 0, wsum, ws, bias,
-                         qo_at(y, lo), P, 1, act);
-  }
-}
-
-/* The GEMM of conv chunk pixels [a, b) (by pixels) or of the whole chunk (by = 0), in qs8_conv2d and
- * qs8_conv1x1 (their locals). */
-#define QS8_CHUNK_GEMM(by, a, b) \
-  qs8_chunk_gemm_x8(by, a, b, Mg, pc, K, w + (size_t)g * Mgp * K4, xp, xs, xz, wsum + g * Mgp, ws + g * Mgp, \
-                      bias + g * Mgp, yc, P, act, tid, nt)
+/* The conv kernels' GEMMs (their locals): pixels [a, b) of the chunk at p0, packed from token t of xp,
+ * by every output channel; or, the chunk packed, this thread's claims of its 8-row panels. */
+#define QS8_PX_GEMM(a, b, t) \
+  qs8_gemm_packed_x8(Mg, (b) - (a), K, wg, xp + qx_offset(t, K4, QXB8), xs, xz, 0, wsum + g * Mgp, \
+                       ws + g * Mgp, bias + g * Mgp, qo_at(yg, p0 + (a)), P, 1, act)
+#define QS8_CH_GEMM() \
+  do { \
+    q_meet(nt); \
+    qs8_gemm_rows_x8(Mg, pc, K, wg, xp, xs, xz, 0, wsum + g * Mgp, ws + g * Mgp, bias + g * Mgp, \
+                       qo_at(yg, p0), P, 1, act, tid, nt); \
+  } while (0)
 
 /* NCHW convolution on quantized input xq: channel-major im2col per chunk of output pixels
  * (qu8_im2col_kmajor, packed as a 1x1 conv's planes), then the GEMM with output channels as i (rows padded
- * to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; col and xp, shared by the threads, hold the taps
- * and packed tokens of pchunk pixels). The same bytes in the same panels as patch rows + qu8_pack_x4.
- * col's rows are pchunk rounded up to 64 bytes apart and threads claim 64 pixels at a time, so no two
- * threads write one cache line of it (16-pixel claims in rows pchunk apart did: the lines went back and
- * forth between the cores on every tap row, and 3x3 convs ran 1.3x faster on 2 threads than on 1). */
+ * to 8 per group: w [G][Mgp][K4], wsum/ws/bias [G][Mgp]; col and xp hold the taps and packed tokens of
+ * pchunk pixels). The same bytes in the same panels as patch rows + qu8_pack_x4.
+ * Threads with pixels enough (q_px_step) claim `step` pixels at a time from a shared counter and take
+ * each through im2col, packing and the GEMM in a part of col and xp that is theirs alone: no thread waits
+ * for another inside the conv, and no cache line of the scratch goes back and forth between cores (a
+ * shared chunk with dynamic claims had each core write lines the other wrote last: im2col and packing
+ * took twice their one-thread time). With fewer pixels each packs its share of a chunk, they meet and
+ * split the output channels' panels. */
 KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const int8_t* w,
                             const int32_t* wsum, const float* ws, const float* bias, const float* xs,
                             const int32_t* xz, QOut y, int M, int OH, int OW, int G, int kh, int kw,
                             int sh, int sw, int dh, int dw, int pt, int pl, int pchunk, uint8_t* col,
                             uint8_t* xp, Act act, int tid, int nt) {
   const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K = Cg * kh * kw, K4 = (K + 3) & ~3, P = OH * OW;
-  const int ldc = (pchunk + 63) & ~63;
+  const int step = q_px_step(P, pchunk, QS8_CONV_STEP, nt), ldc = step ? step : (pchunk + 63) & ~63;
+  if (step) {
+    col += (size_t)tid * step * K;
+    xp += qx_offset(tid * step, K4, QXB8);
+  }
   for (int n = 0; n < N; n++)
-    for (int g = 0; g < G; g++)
-      for (int p0 = 0; p0 < P; p0 += pchunk) {
-        const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        int by_px, lo, hi;
-        if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
-        CuvilChunks d = q_px_chunks(pc, 64, tid, nt, &by_px, &lo, &hi);
-        const QOut yc = qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0);
-        for (int a, b; q_px_next(&d, by_px, lo, &a, &b);) {
-          qu8_im2col_kmajor(xq + ((size_t)n * C + (size_t)g * Cg) * H * W, Cg, H, W, kh, kw, sh, sw, dh, dw,
-                            pt, pl, OW, p0 + a, b - a, (uint8_t)xz[0], col + a, ldc);
-          qu8_pack_nchw_x4(b - a, K, col + a, ldc, xp + qx_offset(a, K4, QXB8), QXB8);
-          if (by_px) QS8_CHUNK_GEMM(1, a, b);
+    for (int g = 0; g < G; g++) {
+      const uint8_t* xg = xq + ((size_t)n * C + (size_t)g * Cg) * H * W;
+      const QOut yg = qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P);
+      const int8_t* wg = w + (size_t)g * Mgp * K4;
+      for (int p0 = 0; p0 < P; p0 += step ? P : pchunk) {
+        const int pc = step ? P : P - p0 < pchunk ? P - p0 : pchunk;
+        int off;
+        if (!step && nt > 1 && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
+        CuvilChunks d = q_px_claims(pc, step, tid, nt, &off);
+        for (int a, b; q_px_next(&d, off, &a, &b);) {
+          qu8_im2col_kmajor(xg, Cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0 + a, b - a, (uint8_t)xz[0],
+                            col + (step ? 0 : a), ldc);
+          qu8_pack_nchw_x4(b - a, K, col + (step ? 0 : a), ldc, xp + (step ? 0 : qx_offset(a, K4, QXB8)),
+                           QXB8);
+          if (step || nt == 1) QS8_PX_GEMM(a, b, step ? 0 : a);
         }
-        if (!by_px) QS8_CHUNK_GEMM(0, lo, hi);
+        if (!step && nt > 1) QS8_CH_GEMM();
       }
+    }
 }
 
 /* 1x1 convolution, stride 1, no padding (any groups): each group's uint8 channels are already the GEMM's
  * activations, channel-major, so every chunk of pixels is packed straight from the planes
- * (qu8_pack_nchw_x4) and meets the GEMM (operands as in qs8_conv2d; P = pixels per plane). Same bytes in
- * the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits. */
+ * (qu8_pack_nchw_x4) and meets the GEMM (operands and threads as in qs8_conv2d, xp alone; P = pixels per
+ * plane). Same bytes in the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits. */
 KERNEL void qs8_conv1x1_x8(const uint8_t* xq, int N, int C, int P, const int8_t* w, const int32_t* wsum,
                              const float* ws, const float* bias, const float* xs, const int32_t* xz, QOut y,
                              int M, int G, int pchunk, uint8_t* xp, Act act, int tid, int nt) {
-  const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K4 = (Cg + 3) & ~3;
+  const int Cg = C / G, Mg = M / G, Mgp = (Mg + 7) & ~7, K = Cg, K4 = (Cg + 3) & ~3;
+  const int step = q_px_step(P, pchunk, QS8_1X1_STEP, nt);
+  if (step) xp += qx_offset(tid * step, K4, QXB8);
   for (int n = 0; n < N; n++)
-    for (int g = 0; g < G; g++)
-      for (int p0 = 0; p0 < P; p0 += pchunk) {
-        const int pc = P - p0 < pchunk ? P - p0 : pchunk;
-        int by_px, lo, hi;
-        if (n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
-        CuvilChunks d = q_px_chunks(pc, 16, tid, nt, &by_px, &lo, &hi);
-        const QOut yc = qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P + p0);
-        const int K = Cg;
-        for (int a, b; q_px_next(&d, by_px, lo, &a, &b);) {
-          qu8_pack_nchw_x4(b - a, Cg, xq + ((size_t)n * C + (size_t)g * Cg) * P + p0 + a, P,
-                           xp + qx_offset(a, K4, QXB8), QXB8);
-          if (by_px) QS8_CHUNK_GEMM(1, a, b);
+    for (int g = 0; g < G; g++) {
+      const uint8_t* xg = xq + ((size_t)n * C + (size_t)g * Cg) * P;
+      const QOut yg = qo_at(y, ((size_t)n * M + (size_t)g * Mg) * P);
+      const int8_t* wg = w + (size_t)g * Mgp * K4;
+      for (int p0 = 0; p0 < P; p0 += step ? P : pchunk) {
+        const int pc = step ? P : P - p0 < pchunk ? P - p0 : pchunk;
+        int off;
+        if (!step && nt > 1 && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
+        CuvilChunks d = q_px_claims(pc, step, tid, nt, &off);
+        for (int a, b; q_px_next(&d, off, &a, &b);) {
+          qu8_pack_nchw_x4(b - a, Cg, xg + p0 + a, P, xp + (step ? 0 : qx_offset(a, K4, QXB8)), QXB8);
+          if (step || nt == 1) QS8_PX_GEMM(a, b, step ? 0 : a);
         }
-        if (!by_px) QS8_CHUNK_GEMM(0, lo, hi);
+        if (!step && nt > 1) QS8_CH_GEMM();
       }
+    }
 }
-#undef QS8_CHUNK_GEMM
+#undef QS8_PX_GEMM
+#undef QS8_CH_GEMM
 
 /* 1x1 convolution, unpadded, strided (any groups): per image the uint8 planes are subsampled once into sub
  * (C x OH x OW bytes, shared: each thread subsamples its channels), then qs8_conv1x1 packs them as they
