@@ -44,13 +44,15 @@ def _grouped_convs():
 
 #: name -> (model, precision), at sizes where most quantized nodes are split: int8 static (1x1, depthwise
 #: and im2col convs by pixels, by channels on few pixels), int8-dynamic (the per-tensor range; per-token
-#: ranges and the 8x4 GEMM), int4 (the 8x4 GEMM on an encoder, its GEMV on one token, convs)
+#: ranges and the 8x4 GEMM), int4 (the 8x4 GEMM on an encoder, its GEMV on one token, convs by channels
+#: and by pixels)
 CASES = {
     "mobilenet-int8": (lambda: zoo.mobilenet(size=128), "int8"),
     "resnet-int8-dynamic": (lambda: zoo.resnet(size=128), "int8-dynamic"),
     "convs-int8": (_convs, "int8"),
     "grouped-convs-int8": (_grouped_convs, "int8"),
     "convs-int4": (_convs, "int4"),
+    "resnet-int4": (lambda: zoo.resnet(size=64), "int4"),
     "bert-1-token-int4": (lambda: _bert(seq=1), "int4"),
     "bert-int8-dynamic": (_bert, "int8-dynamic"),
     "bert-int4": (_bert, "int4"),
