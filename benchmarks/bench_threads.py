@@ -10,8 +10,9 @@ outputs are compared bit for bit.
         [--precision fp32|int8] [--no-web] [--barriers]
 
 A third set of columns runs ours and onnxruntime on 2 threads while a busy loop (a child ``sh`` spinning)
-holds a core, started before and killed after each block of calls, the same for both: a static split
-waits at every barrier for the thread that shares its core, chunks claimed from a counter do not.
+holds a core, one loop started before and killed after each round of the busy engines' blocks (ours on 1,
+2 and 2 pinned, onnxruntime's), the same for all: a static split waits at every barrier for the thread
+that shares its core, chunks claimed from a counter do not.
 
 ``--barriers`` also runs a copy of each module with counters patched into its barrier (no timing): the
 barriers a run passes and how many waits outlasted the spin and slept (a wake-up of tens of microseconds
@@ -85,16 +86,21 @@ def busy_core() -> Iterator[None]:
 
 
 def interleaved(engines: dict[str, Callable[[], object]], warmup: int, repeat: int) -> dict[str, float]:
-    """Median ms per engine, timed in blocks of 5 calls taken in turn (bench_real_size's), with a busy
-    loop holding a core through every block (and warm-up) of an engine whose name ends in BUSY."""
+    """Median ms per engine, timed in blocks of 5 calls taken in turn (bench_real_size's); the engines whose
+    name ends in BUSY take their turns (and warm-up) together while one busy loop holds a core, so each
+    block compares them under the same placement of that loop (one started per engine's block made the
+    busy columns differ by up to 10% from block to block by where the scheduler put it)."""
     times: dict[str, list[float]] = {k: [] for k in engines}
+    quiet = {k: fn for k, fn in engines.items() if not k.endswith(BUSY)}
+    busy = {k: fn for k, fn in engines.items() if k.endswith(BUSY)}
     for block in range(max(1, repeat // 5) + 1):
-        for k, fn in engines.items():
-            with busy_core() if k.endswith(BUSY) else nullcontext():
-                if block:
-                    times[k] += timings_ms(fn, 0, 5)
-                else:
-                    timings_ms(fn, warmup, 0)
+        for group in (quiet, busy):
+            with busy_core() if group is busy and busy else nullcontext():
+                for k, fn in group.items():
+                    if block:
+                        times[k] += timings_ms(fn, 0, 5)
+                    else:
+                        timings_ms(fn, warmup, 0)
     return {k: statistics.median(v) for k, v in times.items()}
 
 

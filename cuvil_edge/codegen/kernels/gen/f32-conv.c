@@ -476,7 +476,7 @@ INLINE void f32_winograd_gemms(int npos, const int* slot, const int* nph, int M,
                                const float* bp, float* mo, int tid, int nt) {
   const size_t usize = (size_t)((M + 3) & ~3) * C, bslot = (size_t)C * ((n + 7) & ~7);
   const Act none = {ACT_NONE, 0.0f, 0.0f};
-  const int by_cols = f32_gemm_pa_by_cols(M, n, nt), len = by_cols ? n : M, unit = by_cols ? 8 : 4;
+  const int by_cols = f32_gemm_pa_by_cols(M, n, C, nt), len = by_cols ? n : M, unit = by_cols ? 8 : 4;
   const int units = (len + unit - 1) / unit, want = (CUVIL_CHUNKS_PER_THREAD * nt + npos - 1) / npos;
   if (units == 0) return;
   const int step = (units + (want < units ? want : units) - 1) / (want < units ? want : units) * unit;
