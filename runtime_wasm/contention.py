@@ -14,12 +14,9 @@ from __future__ import annotations
 
 class ThreadChooser:
     """Chooses between ``most`` threads and 1 for each run: the count whose runs took less time lately
-    (exponential moving averages of seconds per run, ``weight`` for the newest). It leaves ``most`` for 1
-    when 1 is faster by more than ``margin``, and comes back once ``most`` is faster than 1: between the
-    two, where the counts are within the margin, it stays where it is (choosing afresh on every run
-    flipped on the noise there: a held core's ResNet-50 ran a fifth of its runs on the slower count). The
-    other count runs on the 4th run and every ``probe_every``-th after it (3% of runs at the default 32:
-    below a p95)."""
+    (exponential moving averages of seconds per run, ``weight`` for the newest), ``most`` unless 1 is
+    faster by more than ``margin``; the other count runs on the 4th run and every ``probe_every``-th
+    after it (3% of runs at the default 32: below a p95)."""
 
     def __init__(self, most: int, probe_every: int = 32, weight: float = 0.25, margin: float = 0.05) -> None:
         if most < 2 or probe_every < 2 or not 0 < weight <= 1 or not 0 <= margin < 1:
@@ -27,27 +24,21 @@ class ThreadChooser:
         self.most, self.probe_every, self.weight, self.margin = most, probe_every, weight, margin
         self.seconds: dict[int, float] = {}  # thread count -> moving average of seconds per run
         self.runs = 0
-        self._best = most
 
     def best(self) -> int:
         """The count the averages favour (``most`` until 1 has been timed)."""
-        return self._best
+        one, most = self.seconds.get(1), self.seconds.get(self.most)
+        return 1 if one is not None and most is not None and one < most * (1 - self.margin) else self.most
 
     def next(self) -> int:
         """The count for the next run."""
         self.runs += 1
+        best = self.best()
         if self.runs == 4 or self.runs % self.probe_every == 0:
-            return 1 if self._best == self.most else self.most
-        return self._best
+            return 1 if best == self.most else self.most
+        return best
 
     def record(self, threads: int, seconds: float) -> None:
         """How long a run on ``threads`` took."""
         old = self.seconds.get(threads)
         self.seconds[threads] = seconds if old is None else old + self.weight * (seconds - old)
-        one, most = self.seconds.get(1), self.seconds.get(self.most)
-        if one is None or most is None:
-            return
-        if self._best == self.most and one < most * (1 - self.margin):
-            self._best = 1
-        elif self._best == 1 and most < one:
-            self._best = self.most
