@@ -12,7 +12,15 @@ from typing import Any
 import numpy as np
 
 from runtime_wasm import schema
-from runtime_wasm.spec import MAX_DIM, MAX_RANK, supported_dtype
+from runtime_wasm.spec import (
+    MAX_DIM,
+    MAX_RANK,
+    STORED_DTYPES,
+    STORED_RANGES,
+    from_storage,
+    storage_dtype,
+    supported_dtype,
+)
 
 from .crypto import parse_json
 from .errors import FormatError
@@ -40,7 +48,7 @@ def release_vectors(slot: Path, inline: Sequence[Any]) -> list[Any]:
 
 
 def encode_tensor(a: np.ndarray) -> dict[str, Any]:
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a, order="C")  # np.ascontiguousarray makes a 0-d array 1-d
     le = a.astype(a.dtype.newbyteorder("<"), copy=False)
     return {"dtype": a.dtype.name, "shape": list(a.shape), "data": base64.b64encode(le.tobytes()).decode()}
 
@@ -56,16 +64,26 @@ def _dtype_name(name: Any) -> str:
     return dtype
 
 
+def _as_bit_patterns(name: str) -> bool:
+    """Whether golden tensors of ``name`` are read as their storage's bit patterns: the float types numpy
+    knows only through ml_dtypes (bfloat16, the float8/float4 formats; ``encode_tensor`` wrote their bit
+    patterns), so a device without ml_dtypes reads them too and gets them as its model's outputs come
+    (``from_storage``)."""
+    return name in STORED_DTYPES and name not in STORED_RANGES
+
+
 def decode_tensor(d: Any) -> np.ndarray:
     try:
-        dtype = np.dtype(_dtype_name(d["dtype"])).newbyteorder("<")
+        name = _dtype_name(d["dtype"])
+        dtype = (storage_dtype(name) if _as_bit_patterns(name) else np.dtype(name)).newbyteorder("<")
         shape = d["shape"]
         if not isinstance(shape, list) or len(shape) > MAX_RANK or not all(
                 isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_DIM for x in shape):
             raise FormatError(f"malformed golden tensor: shape must be a list of at most {MAX_RANK} integers "
                               f"in [0, {MAX_DIM}]")
         raw = base64.b64decode(d["data"], validate=True)
-        return np.frombuffer(raw, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+        a = np.frombuffer(raw, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+        return from_storage(name, a) if _as_bit_patterns(name) else a
     except (KeyError, TypeError, ValueError) as exc:
         raise FormatError(f"malformed golden tensor: {exc}") from exc
 

@@ -78,6 +78,27 @@ def test_a_golden_dtype_numpy_would_parse_as_code_is_a_format_error(tmp_path):
         assert back.dtype == np.asarray(a).dtype and np.array_equal(back, a)
 
 
+def test_golden_tensors_keep_their_rank_and_decode_without_ml_dtypes(monkeypatch):
+    """A 0-d output encodes as shape [] (np.ascontiguousarray made it [1]); a bfloat16 or float8 one
+    decodes as its bit patterns where ml_dtypes is missing (np.dtype("bfloat16") raised there: a device
+    without the host extras failed such a release's self-test), as that device's model gives them."""
+    import ml_dtypes
+
+    from runtime_wasm import spec
+
+    scalar = encode_tensor(np.float32(2.5))
+    assert scalar["shape"] == [] and decode_tensor(scalar).shape == ()
+    b = np.array([1.5, -2.0, 0.0], ml_dtypes.bfloat16)
+    f8 = np.array([0.5, -4.0], ml_dtypes.float8_e4m3fn)
+    got = decode_tensor(encode_tensor(b))
+    assert got.dtype == ml_dtypes.bfloat16 and np.array_equal(got, b)
+    monkeypatch.setattr(spec, "_ml_dtypes", lambda: None)
+    for a, store in ((b, np.uint16), (f8, np.uint8)):
+        got = decode_tensor(encode_tensor(a))
+        assert got.dtype == store and np.array_equal(got, a.view(store))
+        assert np.array_equal(got, spec.from_storage(a.dtype.name, a.view(store)))
+
+
 def test_a_stored_type_tensor_passes_the_harness_as_the_instance_views_it():
     """An int4 tensor (the harness viewed memory with ``np.dtype('int4')``, which numpy does not know; the
     instance views a stored type as its storage, ``storage_dtype``)."""
