@@ -108,7 +108,7 @@ INLINE void cuvil_split(int n, int unit, int tid, int nt, int* lo, int* hi) {
 #define CUVIL_DYN_SLOTS 64
 static struct { int32_t count, ticket, pad[14]; } cuvil_dyn_slot[CUVIL_DYN_SLOTS] __attribute__((aligned(64)));
 static struct { int32_t seq, pad[15]; } cuvil_dyn_seq[CUVIL_MAX_THREADS] __attribute__((aligned(64)));
-typedef struct { int32_t *count, *ticket; int32_t gen, chunks, next, nt, n, step; } CuvilChunks;
+typedef struct { int32_t *count, *ticket; int32_t gen, chunks, next, nt, n, step, ends; } CuvilChunks;
 
 static void cuvil_dyn_clear(void) {
   for (int i = 0; i < CUVIL_DYN_SLOTS; i++) cuvil_dyn_slot[i].count = cuvil_dyn_slot[i].ticket = 0;
@@ -129,8 +129,36 @@ static CuvilChunks cuvil_chunks_of(int n, int step, int tid, int nt) {
   return d;
 }
 
-/* The next chunk [lo, hi), or 0 when the loop is done (then never call again for this loop). */
+/* cuvil_chunks_of claimed from both ends: even threads take chunks from the front, odd ones from the
+ * back (one counter, a half each), so in a run of such loops over the same items each thread finds its
+ * part where it was the loop before, in its own core's cache, while a thread that lost its core still
+ * does fewer (issue 40: int8 MobileNetV2's 1x1 convs 3% faster on 2 threads). Loops of up to 32,767
+ * chunks; more claim from the front alone. */
+static CuvilChunks cuvil_chunks_ends(int n, int step, int tid, int nt) {
+  CuvilChunks d = cuvil_chunks_of(n, step, tid, nt);
+  d.ends = nt > 1 && d.chunks <= 32767 ? 1 + (tid & 1) : 0;
+  return d;
+}
+
+/* The next chunk [lo, hi), or 0 when the loop is done (then never call again for this loop). A claim
+ * from the back adds 65,536: the counter's halves count the claims at each end, and the loop is done for
+ * a thread when they add up to the chunks. */
 static int cuvil_chunk(CuvilChunks* d, int* lo, int* hi) {
+  if (d->ends) {
+    const int32_t w = __atomic_fetch_add(d->count, d->ends == 2 ? 65536 : 1, __ATOMIC_RELAXED);
+    const int32_t front = w & 0xFFFF, back = (int32_t)((uint32_t)w >> 16);
+    if (front + back >= d->chunks) {
+      if (front + back == d->chunks + d->nt - 1) {
+        __atomic_store_n(d->count, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(d->ticket, d->gen + 1, __ATOMIC_RELEASE);
+        __builtin_wasm_memory_atomic_notify((int*)d->ticket, (unsigned)-1);
+      }
+      return 0;
+    }
+    *lo = (d->ends == 2 ? d->chunks - 1 - back : front) * d->step;
+    *hi = *lo + d->step < d->n ? *lo + d->step : d->n;
+    return 1;
+  }
   const int32_t c = d->count ? __atomic_fetch_add(d->count, 1, __ATOMIC_RELAXED) : d->next++;
   if (c >= d->chunks) {
     if (d->count && c == d->chunks + d->nt - 1) {
@@ -186,6 +214,7 @@ INLINE CuvilChunks cuvil_chunks_of(int n, int step, int tid, int nt) {
   CuvilChunks d = {n > 0 ? (n + step - 1) / step : 0, 0, n, step};
   return d;
 }
+#define cuvil_chunks_ends cuvil_chunks_of
 INLINE int cuvil_chunk(CuvilChunks* d, int* lo, int* hi) {
   if (d->next >= d->chunks) return 0;
   *lo = d->next++ * d->step;

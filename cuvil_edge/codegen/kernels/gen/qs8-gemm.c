@@ -638,11 +638,12 @@ INLINE int q_px_step(int P, int pchunk, int most, int nt) {
 }
 
 /* The pixels of a conv chunk of pc a thread takes, [a, b) at a time (q_px_next): claims of `step` from a
- * shared counter, or (step 0) its static share, whole 16-pixel steps (all pc on one thread), at once. */
-INLINE CuvilChunks q_px_claims(int pc, int step, int tid, int nt, int* off) {
+ * shared counter (from both ends with `ends`: cuvil_chunks_ends), or (step 0) its static share, whole
+ * 16-pixel steps (all pc on one thread), at once. */
+INLINE CuvilChunks q_px_claims(int pc, int step, int ends, int tid, int nt, int* off) {
   if (step) {
     *off = 0;
-    return cuvil_chunks_of(pc, step, tid, nt);
+    return ends ? cuvil_chunks_ends(pc, step, tid, nt) : cuvil_chunks_of(pc, step, tid, nt);
   }
   int hi;
   cuvil_split(pc, 16, tid, nt, off, &hi);
@@ -799,7 +800,7 @@ KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const i
         const int pc = step ? P : P - p0 < pchunk ? P - p0 : pchunk;
         int off;
         if (!step && nt > 1 && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
-        CuvilChunks d = q_px_claims(pc, step, tid, nt, &off);
+        CuvilChunks d = q_px_claims(pc, step, 0, tid, nt, &off);
         for (int a, b; q_px_next(&d, off, &a, &b);) {
           qu8_im2col_kmajor(xg, Cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0 + a, b - a, (uint8_t)xz[0],
                             col + (step ? 0 : a), ldc);
@@ -815,7 +816,10 @@ KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const i
 /* 1x1 convolution, stride 1, no padding (any groups): each group's uint8 channels are already the GEMM's
  * activations, channel-major, so every chunk of pixels is packed straight from the planes
  * (qu8_pack_nchw_x4) and meets the GEMM (operands and threads as in qs8_conv2d, xp alone; P = pixels per
- * plane). Same bytes in the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits. */
+ * plane). Same bytes in the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits.
+ * The pixels are claimed from both ends (cuvil_chunks_ends): a 1x1 conv after a 1x1 conv (MobileNetV2's
+ * projection, its residual add, the next expansion) then reads pixels its own core wrote (int8 MobileNetV2
+ * 0.97x the time on 2 threads; the im2col convs gained nothing, ResNet-50 1.01x, so they do not). */
 KERNEL void qs8_conv1x1_x7(const uint8_t* xq, int N, int C, int P, const int8_t* w, const int32_t* wsum,
                              const float* ws, const float* bias, const float* xs, const int32_t* xz, QOut y,
                              int M, int G, int pchunk, uint8_t* xp, Act act, int tid, int nt) {
@@ -831,7 +835,7 @@ KERNEL void qs8_conv1x1_x7(const uint8_t* xq, int N, int C, int P, const int8_t*
         const int pc = step ? P : P - p0 < pchunk ? P - p0 : pchunk;
         int off;
         if (!step && nt > 1 && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
-        CuvilChunks d = q_px_claims(pc, step, tid, nt, &off);
+        CuvilChunks d = q_px_claims(pc, step, 1, tid, nt, &off);
         for (int a, b; q_px_next(&d, off, &a, &b);) {
           qu8_pack_nchw_x4(b - a, Cg, xg + p0 + a, P, xp + (step ? 0 : qx_offset(a, K4, QXB7)), QXB7);
           if (step || nt == 1) QS8_PX_GEMM(a, b, step ? 0 : a);
@@ -1007,7 +1011,7 @@ KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const i
         const int pc = step ? P : P - p0 < pchunk ? P - p0 : pchunk;
         int off;
         if (!step && nt > 1 && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
-        CuvilChunks d = q_px_claims(pc, step, tid, nt, &off);
+        CuvilChunks d = q_px_claims(pc, step, 0, tid, nt, &off);
         for (int a, b; q_px_next(&d, off, &a, &b);) {
           qu8_im2col_kmajor(xg, Cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0 + a, b - a, (uint8_t)xz[0],
                             col + (step ? 0 : a), ldc);
@@ -1023,7 +1027,10 @@ KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const i
 /* 1x1 convolution, stride 1, no padding (any groups): each group's uint8 channels are already the GEMM's
  * activations, channel-major, so every chunk of pixels is packed straight from the planes
  * (qu8_pack_nchw_x4) and meets the GEMM (operands and threads as in qs8_conv2d, xp alone; P = pixels per
- * plane). Same bytes in the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits. */
+ * plane). Same bytes in the same panels as im2col + qu8_pack_x4 (padded tokens aside), so the same bits.
+ * The pixels are claimed from both ends (cuvil_chunks_ends): a 1x1 conv after a 1x1 conv (MobileNetV2's
+ * projection, its residual add, the next expansion) then reads pixels its own core wrote (int8 MobileNetV2
+ * 0.97x the time on 2 threads; the im2col convs gained nothing, ResNet-50 1.01x, so they do not). */
 KERNEL void qs8_conv1x1_x8(const uint8_t* xq, int N, int C, int P, const int8_t* w, const int32_t* wsum,
                              const float* ws, const float* bias, const float* xs, const int32_t* xz, QOut y,
                              int M, int G, int pchunk, uint8_t* xp, Act act, int tid, int nt) {
@@ -1039,7 +1046,7 @@ KERNEL void qs8_conv1x1_x8(const uint8_t* xq, int N, int C, int P, const int8_t*
         const int pc = step ? P : P - p0 < pchunk ? P - p0 : pchunk;
         int off;
         if (!step && nt > 1 && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
-        CuvilChunks d = q_px_claims(pc, step, tid, nt, &off);
+        CuvilChunks d = q_px_claims(pc, step, 1, tid, nt, &off);
         for (int a, b; q_px_next(&d, off, &a, &b);) {
           qu8_pack_nchw_x4(b - a, Cg, xg + p0 + a, P, xp + (step ? 0 : qx_offset(a, K4, QXB8)), QXB8);
           if (step || nt == 1) QS8_PX_GEMM(a, b, step ? 0 : a);
