@@ -98,9 +98,9 @@ _CLAIMS = (
      "static int32_t cuvil_claims;\n"
      'EXPORT("cuvil_claims") int cuvil_claims_get(void) { return cuvil_claims; }\n'
      "static int cuvil_chunk(CuvilChunks* d"),
-    ("  const int32_t c = d->count ? __atomic_fetch_add(",
-     "  if (d->count) __atomic_add_fetch(&cuvil_claims, 1, __ATOMIC_RELAXED);\n"
-     "  const int32_t c = d->count ? __atomic_fetch_add("),
+    ("static int cuvil_chunk(CuvilChunks* d, int* lo, int* hi) {\n",
+     "static int cuvil_chunk(CuvilChunks* d, int* lo, int* hi) {\n"
+     "  if (d->count) __atomic_add_fetch(&cuvil_claims, 1, __ATOMIC_RELAXED);\n"),
 )
 
 
