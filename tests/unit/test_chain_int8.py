@@ -2,7 +2,8 @@
 (``yq``; the reader in "input" mode). Exact: the chained build gives the unchained build's bits on both
 tiers, with odd shapes that take every store path of the requantizing epilogue (partial 4-pixel tiles,
 output channels past a panel, depthwise rows shorter than a step, a GEMM chain); less arena; and only
-sole readers with static activations are chained."""
+sole readers with static activations are chained; a relu / clip that the requantization's clamp
+does goes, one it does not stays."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 
 from cuvil_edge import CuvilModel, Target
 from cuvil_edge.ir.graph import Graph
-from cuvil_edge.ops.qlinear import INPUT
+from cuvil_edge.ops.qlinear import INPUT, ActQuant
+from cuvil_edge.quant.chain import act_left
 from cuvil_edge.testing import zoo
 from cuvil_edge.testing.zoo import NetBuilder
 
@@ -94,6 +96,9 @@ def test_only_sole_static_int8_readers_are_chained() -> None:
             else:
                 assert y.type.dtype == "float32"
         assert chained >= 4  # the expand -> depthwise -> project pairs
+        # every chained ReLU6 writes onto a grid from 0 with 6 at or past its top: the clamp does the clip
+        assert all("act" not in n.attrs for n in graph.nodes if "yq" in n.attrs)
+        assert any(n.attrs.get("act") for n in graph.nodes if "yq" not in n.attrs)
         layers = {layer["name"]: layer for layer in m.quantization.record["layers"]}
         assert "chained" in {layer["activations"] for layer in layers.values()}
 
@@ -101,3 +106,27 @@ def test_only_sole_static_int8_readers_are_chained() -> None:
 def test_dynamic_activations_are_not_chained() -> None:
     with _build(zoo.mobilenet(size=32), "relaxed", True, "int8-dynamic") as m:
         assert m.compiled is not None and not _chained(m.compiled.graph)
+
+
+RELU6 = ("clip", 0.0, 6.0)
+
+
+@pytest.mark.parametrize(("act", "grid", "left"), [
+    (RELU6, (6 / 127, 0), None),           # 0 and 6 land on 0 and 127
+    (RELU6, (5.3 / 127, 0), None),         # 6 is past the top: clamped there anyway
+    (RELU6, (12 / 127, 0), RELU6),         # 6 lands on 64: the clip is still needed
+    (RELU6, (6 / 127, 3), RELU6),          # 0 lands on 3: values below 0 would reach 0..2
+    (("clip", -1e-3, 6.0), (6 / 127, 0), None),  # -0.001 rounds to 0
+    (("relu", 0.0, 0.0), (0.1, 0), None),
+    (("relu", 0.0, 0.0), (0.1, 9), ("relu", 0.0, 0.0)),
+    (("hardswish", 0.0, 0.0), (0.1, 0), ("hardswish", 0.0, 0.0)),
+    (None, (0.1, 0), None),
+])
+def test_act_left_drops_only_what_the_clamp_does(act, grid, left) -> None:
+    yq = ActQuant.static(grid[0], grid[1], 127)
+    assert act_left(act, yq) == left
+    if left is None and act is not None:  # the same bytes, checked the kernels' way over a sweep
+        f = np.linspace(-20, 20, 40001, dtype=np.float32)
+        lo, hi = (0.0, np.inf) if act[0] == "relu" else act[1:]
+        q = lambda v: np.clip(np.rint(v / np.float32(yq.scale)) + np.float32(yq.zero_point), 0, 127)  # noqa: E731
+        assert np.array_equal(q(np.clip(f, np.float32(lo), np.float32(hi))), q(f))
