@@ -138,15 +138,29 @@ INLINE void qo_store(QOut y, v128_t f, int n) {
   for (int l = 0; l < n; l++) ((uint8_t*)y.p)[l] = t[l];
 }
 
-/* Rows r < ni of a transposed 4x4 tile of activated outputs (f[r]: 4 adjacent outputs of row r, rows si
- * apart): uint8 ones quantized and narrowed together, 4 bytes a row. */
-INLINE void qo_store_rows(QOut y, const v128_t* f, int si, int ni) {
+/* 4x4 transpose of 32-bit lanes in place: lane c of v[r] becomes lane r of v[c]. */
+INLINE void q_transpose4(v128_t* v) {
+  const v128_t ab0 = wasm_i32x4_shuffle(v[0], v[1], 0, 4, 1, 5), ab1 = wasm_i32x4_shuffle(v[0], v[1], 2, 6, 3, 7);
+  const v128_t cd0 = wasm_i32x4_shuffle(v[2], v[3], 0, 4, 1, 5), cd1 = wasm_i32x4_shuffle(v[2], v[3], 2, 6, 3, 7);
+  v[0] = wasm_i64x2_shuffle(ab0, cd0, 0, 2);
+  v[1] = wasm_i64x2_shuffle(ab0, cd0, 1, 3);
+  v[2] = wasm_i64x2_shuffle(ab1, cd1, 0, 2);
+  v[3] = wasm_i64x2_shuffle(ab1, cd1, 1, 3);
+}
+
+/* Rows r < ni of a 4x4 tile of activated outputs, given by token (f[t]: rows 0-3 of token t; y's rows si
+ * apart, tokens adjacent): f32 ones transposed (q_transpose4) and stored a row at a time; uint8 ones
+ * quantized by token, narrowed together and transposed as bytes (one shuffle for the 8 of q_transpose4:
+ * the quantizing steps are the same for every lane, so the bytes are the same), 4 bytes a row. */
+INLINE void qo_store_tile(QOut y, v128_t* f, int si, int ni) {
   if (!y.qmax) {
+    q_transpose4(f);
     for (int r = 0; r < ni; r++) VSTORE((float*)y.p + (size_t)r * si, f[r]);
     return;
   }
   const v128_t q[4] = {qo_quant4(y, f[0]), qo_quant4(y, f[1]), qo_quant4(y, f[2]), qo_quant4(y, f[3])};
-  const v128_t b = qu8_narrow16(q);
+  const v128_t t = qu8_narrow16(q);  /* byte 4t + r: row r of token t */
+  const v128_t b = wasm_i8x16_shuffle(t, t, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   uint8_t* p = (uint8_t*)y.p;
   wasm_v128_store32_lane(p, b, 0);
   if (ni > 1) wasm_v128_store32_lane(p + si, b, 1);
@@ -161,16 +175,6 @@ INLINE void qo_store4(v128_t f, QOut y, int si, int ni, Act act) {
   uint8_t t[16] __attribute__((aligned(16)));
   VSTORE(t, qo_bytes(y, act_apply(f, act)));
   for (int l = 0; l < ni; l++) ((uint8_t*)y.p)[(size_t)l * si] = t[l];
-}
-
-/* 4x4 transpose of 32-bit lanes in place: lane c of v[r] becomes lane r of v[c]. */
-INLINE void q_transpose4(v128_t* v) {
-  const v128_t ab0 = wasm_i32x4_shuffle(v[0], v[1], 0, 4, 1, 5), ab1 = wasm_i32x4_shuffle(v[0], v[1], 2, 6, 3, 7);
-  const v128_t cd0 = wasm_i32x4_shuffle(v[2], v[3], 0, 4, 1, 5), cd1 = wasm_i32x4_shuffle(v[2], v[3], 2, 6, 3, 7);
-  v[0] = wasm_i64x2_shuffle(ab0, cd0, 0, 2);
-  v[1] = wasm_i64x2_shuffle(ab0, cd0, 1, 3);
-  v[2] = wasm_i64x2_shuffle(ab1, cd1, 0, 2);
-  v[3] = wasm_i64x2_shuffle(ab1, cd1, 1, 3);
 }
 
 /* x -> clamp(round_half_even(x / scale) + zp, 0, qmax) as uint8, n values. The clamp is pmax/pmin with
@@ -683,6 +687,15 @@ INLINE void qs8_gemm_tiles_x7(int I, int J, int K, const int8_t* w, const uint8_
   const int K4 = (K + 3) & ~3, J4 = J & ~3;
   for (int i = 0; i < I; i += 8) {
     const int8_t* wi = w + (size_t)i * K4;
+    /* the panel's row operands and (xstep 0: convs) their products with the activation grid, once a
+     * panel: the stores to y are bytes, which may alias anything, so the compiler reloads what the tiles
+     * read through pointers after each */
+    v128_t vsum[2], vws[2], vb[2], zs0[2], sc0[2];
+    for (int h = 0; h < 2 && i + 4 * h < I; h++) {
+      vsum[h] = VLOAD(wsum + i + 4 * h), vws[h] = VLOAD(ws + i + 4 * h), vb[h] = VLOAD(bias + i + 4 * h);
+      zs0[h] = wasm_i32x4_mul(vsum[h], wasm_i32x4_splat(xz[0]));
+      sc0[h] = wasm_f32x4_mul(vws[h], VSPLAT(xs[0]));
+    }
     for (int j = 0; j < J; ) {
       const int nt = j < J4 ? 4 : 1;
       const uint8_t* xj = xp + qx_offset(j, K4, QXB7);
@@ -692,24 +705,16 @@ INLINE void qs8_gemm_tiles_x7(int I, int J, int K, const int8_t* w, const uint8_
       for (int h = 0; h < 2; h++) {
         const int ih = i + 4 * h, ni = I - ih < 4 ? I - ih : 4;
         if (ni <= 0) break;
-        const v128_t vsum = VLOAD(wsum + ih), vws = VLOAD(ws + ih), vb = VLOAD(bias + ih);
         const QOut yt = qo_at(y, (size_t)ih * si + (size_t)j * sj);
-        /* the rows' products with the activation grid: once per tile when all tokens share one (xstep
-         * 0: convs), per token otherwise (the same operations either way, so the same bits) */
-        v128_t zs = wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[j * xstep]));
-        v128_t sc = wasm_f32x4_mul(vws, VSPLAT(xs[j * xstep]));
         v128_t f[4];
-        for (int t = 0; t < nt; t++) {
-          if (xstep && t) {
-            zs = wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[j + t]));
-            sc = wasm_f32x4_mul(vws, VSPLAT(xs[j + t]));
-          }
-          f[t] = q_dequant(acc[h * nt + t], zs, sc, vb);
+        for (int t = 0; t < nt; t++) {  /* per token with per-token grids (the same operations: the same bits) */
+          const v128_t zs = xstep ? wasm_i32x4_mul(vsum[h], wasm_i32x4_splat(xz[j + t])) : zs0[h];
+          const v128_t sc = xstep ? wasm_f32x4_mul(vws[h], VSPLAT(xs[j + t])) : sc0[h];
+          f[t] = q_dequant(acc[h * nt + t], zs, sc, vb[h]);
         }
         if (nt == 4 && sj == 1) {  /* tokens adjacent in y (conv output rows): one vector per row */
           for (int t = 0; t < 4; t++) f[t] = act_apply(f[t], act);
-          q_transpose4(f);
-          qo_store_rows(yt, f, si, ni);
+          qo_store_tile(yt, f, si, ni);
         } else {
           for (int t = 0; t < nt; t++) qo_store4(f[t], qo_at(yt, (size_t)t * sj), si, ni, act);
         }
@@ -894,6 +899,15 @@ INLINE void qs8_gemm_tiles_x8(int I, int J, int K, const int8_t* w, const uint8_
   const int K4 = (K + 3) & ~3, J4 = J & ~3;
   for (int i = 0; i < I; i += 8) {
     const int8_t* wi = w + (size_t)i * K4;
+    /* the panel's row operands and (xstep 0: convs) their products with the activation grid, once a
+     * panel: the stores to y are bytes, which may alias anything, so the compiler reloads what the tiles
+     * read through pointers after each */
+    v128_t vsum[2], vws[2], vb[2], zs0[2], sc0[2];
+    for (int h = 0; h < 2 && i + 4 * h < I; h++) {
+      vsum[h] = VLOAD(wsum + i + 4 * h), vws[h] = VLOAD(ws + i + 4 * h), vb[h] = VLOAD(bias + i + 4 * h);
+      zs0[h] = wasm_i32x4_mul(vsum[h], wasm_i32x4_splat(xz[0]));
+      sc0[h] = wasm_f32x4_mul(vws[h], VSPLAT(xs[0]));
+    }
     for (int j = 0; j < J; ) {
       const int nt = j < J4 ? 4 : 1;
       const uint8_t* xj = xp + qx_offset(j, K4, QXB8);
@@ -903,24 +917,16 @@ INLINE void qs8_gemm_tiles_x8(int I, int J, int K, const int8_t* w, const uint8_
       for (int h = 0; h < 2; h++) {
         const int ih = i + 4 * h, ni = I - ih < 4 ? I - ih : 4;
         if (ni <= 0) break;
-        const v128_t vsum = VLOAD(wsum + ih), vws = VLOAD(ws + ih), vb = VLOAD(bias + ih);
         const QOut yt = qo_at(y, (size_t)ih * si + (size_t)j * sj);
-        /* the rows' products with the activation grid: once per tile when all tokens share one (xstep
-         * 0: convs), per token otherwise (the same operations either way, so the same bits) */
-        v128_t zs = wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[j * xstep]));
-        v128_t sc = wasm_f32x4_mul(vws, VSPLAT(xs[j * xstep]));
         v128_t f[4];
-        for (int t = 0; t < nt; t++) {
-          if (xstep && t) {
-            zs = wasm_i32x4_mul(vsum, wasm_i32x4_splat(xz[j + t]));
-            sc = wasm_f32x4_mul(vws, VSPLAT(xs[j + t]));
-          }
-          f[t] = q_dequant(acc[h * nt + t], zs, sc, vb);
+        for (int t = 0; t < nt; t++) {  /* per token with per-token grids (the same operations: the same bits) */
+          const v128_t zs = xstep ? wasm_i32x4_mul(vsum[h], wasm_i32x4_splat(xz[j + t])) : zs0[h];
+          const v128_t sc = xstep ? wasm_f32x4_mul(vws[h], VSPLAT(xs[j + t])) : sc0[h];
+          f[t] = q_dequant(acc[h * nt + t], zs, sc, vb[h]);
         }
         if (nt == 4 && sj == 1) {  /* tokens adjacent in y (conv output rows): one vector per row */
           for (int t = 0; t < 4; t++) f[t] = act_apply(f[t], act);
-          q_transpose4(f);
-          qo_store_rows(yt, f, si, ni);
+          qo_store_tile(yt, f, si, ni);
         } else {
           for (int t = 0; t < nt; t++) qo_store4(f[t], qo_at(yt, (size_t)t * sj), si, ni, act);
         }
