@@ -41,6 +41,18 @@ def test_one_thread_must_be_faster_by_the_margin():
     assert chooser.best() == 1
 
 
+def test_one_slow_probe_holds_the_slower_count_only_until_the_next_probe():
+    chooser = ThreadChooser(2, probe_every=32)
+    chosen = []
+    for run in range(1, 41):  # a held core: 1 thread 95 ms, 2 threads 108; the first probe of 1 took 115
+        n = chooser.next()
+        chooser.record(n, {1: 0.115 if run == 4 else 0.095, 2: 0.108}[n])
+        chosen.append(n)
+    assert chosen[:8] == [2, 2, 2, 1, 2, 2, 2, 1]  # the 8th run probes 1 thread again and finds it faster
+    assert chosen[8:15] == [1] * 7 and chosen[15] == 2  # then stays there but for the probes of 2
+    assert chosen[16:31] == [1] * 15 and chooser.best() == 1
+
+
 @pytest.mark.parametrize("kwargs", [{"most": 1}, {"most": 2, "probe_every": 1}, {"most": 2, "weight": 0.0},
                                     {"most": 2, "margin": 1.0}])
 def test_bad_settings_are_refused(kwargs):
