@@ -53,6 +53,16 @@ def test_one_slow_probe_holds_the_slower_count_only_until_the_next_probe():
     assert chosen[16:31] == [1] * 15 and chooser.best() == 1
 
 
+def test_a_lucky_probe_inside_the_margin_does_not_move_runs_back():
+    chooser = ThreadChooser(2, probe_every=8)
+    _serve(chooser, {1: 0.100, 2: 0.108}, 16)  # a held core: 1 thread 7% faster
+    assert chooser.best() == 1
+    chosen = _serve(chooser, {1: 0.100, 2: 0.097}, 16)  # probes of 2 threads 3% faster: within the margin
+    assert chosen.count(1) == 14 and chooser.best() == 1
+    chosen = _serve(chooser, {1: 0.100, 2: 0.060}, 16)  # the core is free again: back at the next probe
+    assert chosen[-8:].count(2) == 7 and chooser.best() == 2
+
+
 @pytest.mark.parametrize("kwargs", [{"most": 1}, {"most": 2, "probe_every": 1}, {"most": 2, "weight": 0.0},
                                     {"most": 2, "margin": 1.0}])
 def test_bad_settings_are_refused(kwargs):
