@@ -4,8 +4,8 @@ An op split across threads ends at a barrier, so a peer thread that the OS desch
 process holds every other thread there until it runs again: with a busy loop on one of two cores,
 2 threads ran MobileNetV2 224 and ResNet-50 224 at 0.81x and 0.89x the speed of 1 thread (fp32; int8
 0.63x and 0.83x; onnxruntime 0.47x and 0.89x). The module's own waits cannot see it (they count spin
-rounds; a module has no clock), but the caller can: ``ThreadChooser`` keeps a moving average of each
-count's run time, runs the faster one and tries the other now and then, so a change of load is seen.
+rounds; a module has no clock), but the caller can: ``ThreadChooser`` times the runs, stays on the count
+in use until the other, tried now and then, runs faster by a margin, so a change of load is seen.
 Outputs are the same bits on any count, so switching is invisible but for time.
 """
 
