@@ -804,14 +804,14 @@ KERNEL void qs8_conv2d_x7(const uint8_t* xq, int N, int C, int H, int W, const i
       for (int p0 = 0; p0 < P; p0 += step ? P : pchunk) {
         const int pc = step ? P : P - p0 < pchunk ? P - p0 : pchunk;
         int off;
-        if (!step && nt > 1 && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
+        if (!step && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
         CuvilChunks d = q_px_claims(pc, step, 0, tid, nt, &off);
         for (int a, b; q_px_next(&d, off, &a, &b);) {
+          const int at = step ? 0 : a;  /* the claim's place in col and xp: the thread's own part, or the chunk's */
           qu8_im2col_kmajor(xg, Cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0 + a, b - a, (uint8_t)xz[0],
-                            col + (step ? 0 : a), ldc);
-          qu8_pack_nchw_x4(b - a, K, col + (step ? 0 : a), ldc, xp + (step ? 0 : qx_offset(a, K4, QXB7)),
-                           QXB7);
-          if (step || nt == 1) QS8_PX_GEMM(a, b, step ? 0 : a);
+                            col + at, ldc);
+          qu8_pack_nchw_x4(b - a, K, col + at, ldc, xp + qx_offset(at, K4, QXB7), QXB7);
+          if (step || nt == 1) QS8_PX_GEMM(a, b, at);
         }
         if (!step && nt > 1) QS8_CH_GEMM();
       }
@@ -839,11 +839,12 @@ KERNEL void qs8_conv1x1_x7(const uint8_t* xq, int N, int C, int P, const int8_t*
       for (int p0 = 0; p0 < P; p0 += step ? P : pchunk) {
         const int pc = step ? P : P - p0 < pchunk ? P - p0 : pchunk;
         int off;
-        if (!step && nt > 1 && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
+        if (!step && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
         CuvilChunks d = q_px_claims(pc, step, 1, tid, nt, &off);
         for (int a, b; q_px_next(&d, off, &a, &b);) {
-          qu8_pack_nchw_x4(b - a, Cg, xg + p0 + a, P, xp + (step ? 0 : qx_offset(a, K4, QXB7)), QXB7);
-          if (step || nt == 1) QS8_PX_GEMM(a, b, step ? 0 : a);
+          const int at = step ? 0 : a;  /* the claim's place in xp: the thread's own part, or the chunk's */
+          qu8_pack_nchw_x4(b - a, Cg, xg + p0 + a, P, xp + qx_offset(at, K4, QXB7), QXB7);
+          if (step || nt == 1) QS8_PX_GEMM(a, b, at);
         }
         if (!step && nt > 1) QS8_CH_GEMM();
       }
@@ -1016,14 +1017,14 @@ KERNEL void qs8_conv2d_x8(const uint8_t* xq, int N, int C, int H, int W, const i
       for (int p0 = 0; p0 < P; p0 += step ? P : pchunk) {
         const int pc = step ? P : P - p0 < pchunk ? P - p0 : pchunk;
         int off;
-        if (!step && nt > 1 && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
+        if (!step && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's col and xp */
         CuvilChunks d = q_px_claims(pc, step, 0, tid, nt, &off);
         for (int a, b; q_px_next(&d, off, &a, &b);) {
+          const int at = step ? 0 : a;  /* the claim's place in col and xp: the thread's own part, or the chunk's */
           qu8_im2col_kmajor(xg, Cg, H, W, kh, kw, sh, sw, dh, dw, pt, pl, OW, p0 + a, b - a, (uint8_t)xz[0],
-                            col + (step ? 0 : a), ldc);
-          qu8_pack_nchw_x4(b - a, K, col + (step ? 0 : a), ldc, xp + (step ? 0 : qx_offset(a, K4, QXB8)),
-                           QXB8);
-          if (step || nt == 1) QS8_PX_GEMM(a, b, step ? 0 : a);
+                            col + at, ldc);
+          qu8_pack_nchw_x4(b - a, K, col + at, ldc, xp + qx_offset(at, K4, QXB8), QXB8);
+          if (step || nt == 1) QS8_PX_GEMM(a, b, at);
         }
         if (!step && nt > 1) QS8_CH_GEMM();
       }
@@ -1051,11 +1052,12 @@ KERNEL void qs8_conv1x1_x8(const uint8_t* xq, int N, int C, int P, const int8_t*
       for (int p0 = 0; p0 < P; p0 += step ? P : pchunk) {
         const int pc = step ? P : P - p0 < pchunk ? P - p0 : pchunk;
         int off;
-        if (!step && nt > 1 && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
+        if (!step && n + g + p0) q_meet(nt);  /* everyone is done with the last chunk's xp */
         CuvilChunks d = q_px_claims(pc, step, 1, tid, nt, &off);
         for (int a, b; q_px_next(&d, off, &a, &b);) {
-          qu8_pack_nchw_x4(b - a, Cg, xg + p0 + a, P, xp + (step ? 0 : qx_offset(a, K4, QXB8)), QXB8);
-          if (step || nt == 1) QS8_PX_GEMM(a, b, step ? 0 : a);
+          const int at = step ? 0 : a;  /* the claim's place in xp: the thread's own part, or the chunk's */
+          qu8_pack_nchw_x4(b - a, Cg, xg + p0 + a, P, xp + qx_offset(at, K4, QXB8), QXB8);
+          if (step || nt == 1) QS8_PX_GEMM(a, b, at);
         }
         if (!step && nt > 1) QS8_CH_GEMM();
       }
