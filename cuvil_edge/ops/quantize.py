@@ -72,10 +72,20 @@ def _blockwise(node: Node, ctx: EmitContext, call: str) -> str:
         f"  e = (b + 1) * {inner} < hi ? (b + 1) * {inner} : hi;\n  {body}\n}}")
 
 
+def quantize_u8(x: np.ndarray | float, scale: np.ndarray | float, zero_point: np.ndarray | int,
+                qmax: int = 255) -> np.ndarray:
+    """``x`` on the uint8 grid (``scale``, ``zero_point``, 0..``qmax``) as the kernels quantize
+    (``qu8_quant4``): an f32 divide, round half to even, the zero point added in f32, the clamp; as
+    floats (whole numbers; NaN stays NaN)."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        q = np.rint(np.asarray(x, np.float32) / np.asarray(scale, np.float32))
+        q += np.asarray(zero_point, np.float32)
+    return np.clip(q, 0, qmax)
+
+
 def _quantize_fold(node: Node, args) -> list[np.ndarray]:
     x, s, z = args
-    q = np.rint(x.astype(np.float32) / _param(s, node).astype(np.float32)) + _param(z, node)
-    return [np.clip(q, 0, 255).astype(np.uint8)]
+    return [quantize_u8(x, _param(s, node), _param(z, node)).astype(np.uint8)]
 
 
 def _quantize_emit(node: Node, ctx: EmitContext) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..ir.graph import Graph, Node, TensorType
 from ..ops.qlinear import STATIC, ActQuant
+from ..ops.quantize import quantize_u8
 
 #: ops that write QOut (producers) and read uint8 in "input" mode (readers)
 CHAINED_OPS = ("qconv", "qgemm")
@@ -36,14 +37,6 @@ def _reader(graph: Graph, node: Node, uses: dict[int, list[Node]]) -> Node | Non
     return reader if xq.mode == STATIC and xq.qmax == 127 else None
 
 
-def _q(v: float, yq: ActQuant) -> int:
-    """``v`` on ``yq``'s grid as the kernels quantize (``qu8_quant4``: f32 divide, round half to even,
-    clamp to 0..qmax)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        q = np.rint(np.float32(v) / np.float32(yq.scale)) + np.float32(yq.zero_point)
-    return int(np.clip(q, 0, yq.qmax))
-
-
 def act_left(act: tuple[str, float, float] | None, yq: ActQuant) -> tuple[str, float, float] | None:
     """The activation a producer still applies before requantizing onto ``yq``: None for a relu or clip
     whose bounds quantize to 0 and qmax. Exact: quantizing is monotone, so quantize(clip(f, lo, hi)) =
@@ -53,7 +46,8 @@ def act_left(act: tuple[str, float, float] | None, yq: ActQuant) -> tuple[str, f
     if act is None or act[0] not in ("relu", "clip"):
         return act
     lo, hi = (0.0, np.inf) if act[0] == "relu" else (act[1], act[2])
-    return None if _q(lo, yq) == 0 and _q(hi, yq) == yq.qmax else act
+    ends = quantize_u8(np.array([lo, hi]), yq.scale, yq.zero_point, yq.qmax)
+    return None if (ends[0], ends[1]) == (0, yq.qmax) else act
 
 
 def chain_int8(graph: Graph) -> bool:
