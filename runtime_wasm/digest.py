@@ -11,11 +11,11 @@ the flat hash; runtimes that predate the tree ignore it and check the flat hash.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import queue
 import struct
 import threading
-from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -80,48 +80,58 @@ class FlatDigest:
         self.close()
 
 
-class TreeDigest:
-    """The tree root of the chunks given, each hashed as soon as it is given on a small pool of threads;
-    every chunk but the last must be ``step`` bytes."""
+#: a piece read (or copied) and hashed at a time inside a chunk: small enough to be hashed while still in the
+#: core's own cache after it was written
+PIECE = 256 << 10
 
-    def __init__(self, expected: str, step: int, size: int, threads: int) -> None:
-        check_tree_chunk(step)
-        self.expected, self.step, self._size = expected, step, size
-        self._pool = ThreadPoolExecutor(max(1, min(threads, MAX_HASH_THREADS)),
-                                        thread_name_prefix="cuvil-weights-sha256")
-        self._digests: list[Future[bytes]] = []
-
-    def update(self, chunk: np.ndarray) -> None:
-        self._digests.append(self._pool.submit(_sha256, chunk))
-
-    def hexdigest(self) -> str:
-        digests = [f.result() for f in self._digests]
-        self.close()
-        return tree_root(self.step, self._size, digests)
-
-    def check(self) -> None:
-        if self.hexdigest() != self.expected:
-            raise SpecError("weights do not match their recorded tree sha256")
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-    def __enter__(self) -> TreeDigest:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+#: fills a piece of the destination (a view) from wherever the bytes come, given the piece's offset
+Fill = Callable[[np.ndarray, int], None]
 
 
-def _sha256(chunk: np.ndarray) -> bytes:
-    return hashlib.sha256(chunk).digest()
+def chunk_digests(view: np.ndarray, chunk: int, threads: int, fill: Fill | None = None) -> list[bytes]:
+    """Every chunk's sha256 of ``view`` (filled first by ``fill`` when given), on ``threads`` threads, the
+    caller one of them. Each takes the next chunk from a shared counter, then fills and hashes it piece by
+    piece: reads and hashes run on every core at once, no thread waits for a chunk another must read, and
+    each piece is hashed from cache. The first error stops every thread and is raised here."""
+    count = -(-view.nbytes // chunk)
+    digests = [b""] * count
+    order = itertools.count()  # next() on it is atomic under the GIL
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            while not errors and (i := next(order)) < count:
+                sha = hashlib.sha256()
+                end = min((i + 1) * chunk, view.nbytes)
+                for start in range(i * chunk, end, PIECE):
+                    piece = view[start:min(start + PIECE, end)]
+                    if fill is not None:
+                        fill(piece, start)
+                    sha.update(piece)
+                digests[i] = sha.digest()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, who raises it
+            errors.append(exc)
+
+    helpers = [threading.Thread(target=work, daemon=True, name=f"cuvil-weights-sha256-{k}")
+               for k in range(min(threads, MAX_HASH_THREADS, count) - 1)]
+    for t in helpers:
+        t.start()
+    work()
+    for t in helpers:
+        t.join()
+    if errors:
+        raise errors[0]
+    return digests
+
+
+def check_tree(expected: str, chunk: int, view: np.ndarray, threads: int, fill: Fill | None = None) -> None:
+    """Fill ``view`` (when ``fill`` is given) and check its tree root against ``expected``."""
+    check_tree_chunk(chunk)
+    if tree_root(chunk, view.nbytes, chunk_digests(view, chunk, threads, fill)) != expected:
+        raise SpecError("weights do not match their recorded tree sha256")
 
 
 def weights_tree_sha256(weights: bytes | np.ndarray, chunk: int = TREE_CHUNK, threads: int = 1) -> str:
     """The tree root of weights held in memory (what the compiler records)."""
     view = np.frombuffer(weights, np.uint8) if not isinstance(weights, np.ndarray) else weights.view(np.uint8)
-    view = view.reshape(-1)
-    with TreeDigest("", chunk, view.nbytes, threads) as tree:
-        for start in range(0, view.nbytes, chunk):
-            tree.update(view[start:start + chunk])
-        return tree.hexdigest()
+    return tree_root(chunk, view.nbytes, chunk_digests(view.reshape(-1), chunk, threads))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import io
 import os
 import threading
 import time
@@ -17,8 +16,9 @@ import wasmtime
 from wasmtime import _ffi as ffi  # private: the unchecked call path (wasmtime is pinned for this)
 
 from .contention import ThreadChooser
-from .digest import FlatDigest, TreeDigest
+from .digest import FlatDigest, check_tree
 from .errors import InferenceInputError, InferenceTrap, ModuleLoadError, SpecError
+from .pages import advise_huge_pages
 from .spec import (
     EXPORT_ARENA,
     EXPORT_MEMORY,
@@ -278,32 +278,27 @@ class WasmModel:
         spec = self.spec
         size = spec.weights_size
         dst = self._view(base, np.dtype(np.uint8), (size,)) if size else np.empty(0, np.uint8)
+        advise_huge_pages(dst.ctypes.data, size)  # written in full below: one fault per 2 MiB
         with contextlib.ExitStack() as stack:
             if isinstance(weights, (str, os.PathLike)) or hasattr(weights, "fileno"):
-                named = isinstance(weights, (str, os.PathLike))
-                f = stack.enter_context(open(weights, "rb", buffering=0) if named
-                                        else io.FileIO(weights.fileno(), "rb", closefd=False))
-                if (n := os.fstat(f.fileno()).st_size) != size:
+                fd = stack.enter_context(open(weights, "rb", buffering=0)).fileno() \
+                    if isinstance(weights, (str, os.PathLike)) else weights.fileno()
+                if (n := os.fstat(fd).st_size) != size:
                     raise SpecError(f"weights file is {n} bytes, spec says {size}")
-                f.seek(0)
-                fill = lambda chunk, _start: _read_exactly(f, chunk)  # noqa: E731
+                fill = lambda piece, start: _read_exactly(fd, piece, start)  # noqa: E731
             else:
                 w = np.frombuffer(weights, dtype=np.uint8) if not isinstance(weights, np.ndarray) else weights
                 if w.nbytes != size:
                     raise SpecError(f"weights are {w.nbytes} bytes, spec says {size}")
                 w = w.view(np.uint8).reshape(-1)
-                fill = lambda chunk, start: np.copyto(chunk, w[start:start + chunk.nbytes])  # noqa: E731
-            digest: TreeDigest | FlatDigest | None = None
-            if check and spec.weights_tree_sha256:  # its chunks hash on several cores behind the reads
-                digest = TreeDigest(spec.weights_tree_sha256, spec.weights_tree_chunk, size,
-                                    available_cores())
-            elif check and spec.weights_sha256:
-                digest = FlatDigest(spec.weights_sha256, WEIGHTS_CHUNK)
-            if digest is not None:
-                stack.enter_context(digest)
-            step = WEIGHTS_CHUNK if digest is None else digest.step
-            for start in range(0, size, step):
-                chunk = dst[start:start + step]
+                fill = lambda piece, start: np.copyto(piece, w[start:start + piece.nbytes])  # noqa: E731
+            if check and spec.weights_tree_sha256:  # read and hashed on every core at once
+                check_tree(spec.weights_tree_sha256, spec.weights_tree_chunk, dst, available_cores(), fill)
+                return
+            digest = stack.enter_context(FlatDigest(spec.weights_sha256, WEIGHTS_CHUNK)) \
+                if check and spec.weights_sha256 else None
+            for start in range(0, size, WEIGHTS_CHUNK):
+                chunk = dst[start:start + WEIGHTS_CHUNK]
                 fill(chunk, start)
                 if digest is not None:
                     digest.update(chunk)
@@ -406,10 +401,11 @@ class WasmModel:
         self.close()
 
 
-def _read_exactly(f: Any, buf: np.ndarray) -> None:
+def _read_exactly(fd: int, buf: np.ndarray, offset: int) -> None:
+    """Fill ``buf`` from ``offset`` of the file (positioned: several threads read one file at once)."""
     got = 0
-    while got < buf.nbytes:  # a raw read may return less than asked
-        n = f.readinto(buf[got:])
+    while got < buf.nbytes:  # a read may return less than asked
+        n = os.preadv(fd, [buf[got:]], offset + got)
         if not n:
             raise SpecError("weights file shrank while it was being read")
         got += n

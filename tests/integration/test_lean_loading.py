@@ -28,6 +28,8 @@ from runtime_wasm.digest import TREE_CHUNK, TREE_CHUNK_MIN, weights_tree_sha256
 from runtime_wasm.engine import EngineConfig, engine_for
 from runtime_wasm.instance import _shared_memory_type, _SharedMemory
 from runtime_wasm.loader import SPEC_FILE, WEIGHTS_FILE, load_model_dir, read_model_dir
+from runtime_wasm.spec import EXPORT_WEIGHTS
+from tests.support.procfs import vm_flags
 
 pytestmark = pytest.mark.integration
 NO_CACHE = BuildCache(BuildCacheConfig(enabled=False))
@@ -212,6 +214,14 @@ def test_instantiating_a_threaded_module_touches_none_of_its_weights(big, module
     wasmtime.Instance(wasmtime.Store(engine_for(config)), module, [memory])
     grown = _rss() - before
     assert grown < spec.weights_size / 10, f"instantiation faulted in {grown / 1e6:.0f} MB"
+
+
+def test_the_weights_are_loaded_onto_huge_pages(big, modules):
+    """Advised before they are read (one fault per 2 MiB instead of per 4 KiB: a fifth of a 46.5 MB load)."""
+    with load_model_dir(big, cache=modules) as m:
+        base = m._exports[EXPORT_WEIGHTS](m._store)
+        middle = m._view(base + m.spec.weights_size // 2, np.dtype(np.uint8), (1,)).ctypes.data
+        assert "hg" in vm_flags(middle)
 
 
 def test_peak_rss_holds_the_weights_once(big, tmp_path):

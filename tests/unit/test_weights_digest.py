@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from runtime_wasm import SpecError
-from runtime_wasm.digest import TREE_CHUNK_MIN, TREE_TAG, TreeDigest, weights_tree_sha256
+from runtime_wasm.digest import PIECE, TREE_CHUNK_MIN, TREE_TAG, check_tree, weights_tree_sha256
 from runtime_wasm.spec import ModelSpec, TensorSpec
 
 CHUNK = TREE_CHUNK_MIN
@@ -33,6 +33,24 @@ def test_the_root_is_the_documented_construction(size, threads):
     assert weights_tree_sha256(DATA[:size], CHUNK, threads) == by_hand(DATA[:size], CHUNK)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_chunks_of_many_pieces_filled_on_several_threads(threads):
+    """Chunks larger than a piece are filled and hashed piece by piece, each thread taking whole chunks:
+    the view ends up holding the source and the root is the documented one."""
+    chunk = 4 * PIECE
+    src = np.random.default_rng(1).integers(0, 256, 3 * chunk + PIECE + 7, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    seen: list[int] = []
+
+    def fill(piece: np.ndarray, start: int) -> None:
+        seen.append(start)
+        np.copyto(piece, src[start:start + piece.nbytes])
+
+    check_tree(by_hand(src.tobytes(), chunk), chunk, dst, threads, fill)
+    np.testing.assert_array_equal(dst, src)
+    assert sorted(seen) == list(range(0, src.nbytes, PIECE))
+
+
 def test_any_change_to_the_bytes_changes_the_root():
     root = weights_tree_sha256(DATA, CHUNK)
     flipped = bytearray(DATA)
@@ -50,14 +68,15 @@ def test_any_change_to_the_bytes_changes_the_root():
 def test_a_mismatch_is_refused_and_the_threads_end():
     view = np.frombuffer(DATA, np.uint8)
     with pytest.raises(SpecError, match="tree sha256"):
-        with TreeDigest("0" * 64, CHUNK, view.nbytes, 4) as tree:
-            for i in range(0, view.nbytes, CHUNK):
-                tree.update(view[i:i + CHUNK])
-            tree.check()
-    with pytest.raises(RuntimeError, match="read failed"):  # a read that fails part way
-        with TreeDigest("0" * 64, CHUNK, view.nbytes, 4) as tree:
-            tree.update(view[:CHUNK])
+        check_tree("0" * 64, CHUNK, view, 4)
+
+    def fill(piece: np.ndarray, start: int) -> None:  # a read that fails part way
+        if start >= 2 * CHUNK:
             raise RuntimeError("read failed")
+        piece[:] = view[start:start + piece.nbytes]
+
+    with pytest.raises(RuntimeError, match="read failed"):
+        check_tree(weights_tree_sha256(DATA, CHUNK), CHUNK, np.zeros_like(view), 4, fill)
     assert not [t for t in threading.enumerate() if t.name.startswith("cuvil-weights-sha256")]
 
 
