@@ -22,6 +22,8 @@
     shows ready, first result and swap with their ratios to onnxruntime's.
 
 (a) and (b) run every start in its own process (``python -c``); runs of different engines interleave;
+the device-side children of (a) and (c), ours and onnxruntime's, keep numpy's OpenBLAS to one thread as the
+agent does (``DEVICE_ENV``);
 medians of ``--repeat`` runs are printed with ratios. Peak RSS is VmHWM from ``/proc/self/status`` in the
 child.
 
@@ -70,6 +72,9 @@ READY_TARGET, FIRST_TARGET = 0.5, 0.8
 HW, FLEET = "bench-device", "startup"
 #: the agent serves on one thread like onnxruntime here, with a deadline no busy box reaches
 POLICY = RuntimePolicy(threads=1, deadline_ms=30_000.0)
+#: device-side children, ours and onnxruntime's, run as the agent runs its workers (``cuvil_agent.launch``):
+#: numpy's OpenBLAS on one thread, whose other threads would spin ~120 ms after import on a core of this box
+DEVICE_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 
 _CHILD = """
 import json, sys, time
@@ -274,7 +279,7 @@ def measure_swap(wd: Path, rel: Releases, run: int) -> Swap:
     child process (``_SWAP_CHILD``)."""
     proc = subprocess.run([sys.executable, "-c", _SWAP_CHILD, str(Path(__file__).resolve().parent), str(wd),
                            str(rel.template), str(rel.bundles[2]), str(rel.feeds), str(rel.keys), str(run)],
-                          stdout=subprocess.PIPE, text=True)
+                          stdout=subprocess.PIPE, text=True, env={**os.environ, **DEVICE_ENV})
     if proc.returncode:
         raise SystemExit(f"swap run {run} failed (rc {proc.returncode})")
     return Swap(**json.loads(proc.stdout.splitlines()[-1]))
@@ -340,10 +345,10 @@ def device_path(cases: list[Case], repeat: int) -> dict[str, tuple[Start, Start]
           f"{'ORT fp32 MB':>11s} {'vs fp32':>7s} {'target':>7s}")
     got = {}
     for c in cases:
-        runs = {"ours": lambda c=c: run_child(["device", str(c.model_dir), str(c.feeds)]),
-                "ort": lambda c=c: run_child(["ort", str(c.ort_model), str(c.feeds)])}
+        runs = {"ours": lambda c=c: run_child(["device", str(c.model_dir), str(c.feeds)], DEVICE_ENV),
+                "ort": lambda c=c: run_child(["ort", str(c.ort_model), str(c.feeds)], DEVICE_ENV)}
         if c.ort_model != c.onnx_path:  # the issue's memory targets compare with ORT fp32
-            runs["ort-fp32"] = lambda c=c: run_child(["ort", str(c.onnx_path), str(c.feeds)])
+            runs["ort-fp32"] = lambda c=c: run_child(["ort", str(c.onnx_path), str(c.feeds)], DEVICE_ENV)
         r = interleave(runs, repeat)
         us, ort = got[c.name] = r["ours"], r["ort"]
         fp32 = r.get("ort-fp32", ort).peak
@@ -391,7 +396,7 @@ def swaps(wd: Path, cases: list[Case], repeat: int, starts: dict[str, tuple[Star
         ort: list[Start] = []
         for i in range(repeat):
             got.append(measure_swap(wd / "swap", rel, n * repeat + i))
-            ort.append(run_child(["ort-update", str(c.ort_model), str(c.feeds)]))
+            ort.append(run_child(["ort-update", str(c.ort_model), str(c.feeds)], DEVICE_ENV))
         timed = ("swap", "first2", "gap", "steady")
         us = Swap(*(statistics.median(getattr(s, f) for s in got) for f in timed), sum(s.failed for s in got))
         session, run = median_start(ort).steps
