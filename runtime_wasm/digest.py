@@ -114,11 +114,17 @@ def chunk_digests(view: np.ndarray, chunk: int, threads: int, fill: Fill | None 
 
     helpers = [threading.Thread(target=work, daemon=True, name=f"cuvil-weights-sha256-{k}")
                for k in range(min(threads, MAX_HASH_THREADS, count) - 1)]
-    for t in helpers:
-        t.start()
-    work()
-    for t in helpers:
-        t.join()
+    try:
+        for t in helpers:
+            t.start()
+        work()
+    except BaseException as exc:  # a thread that would not start, an interrupt: the helpers stop too
+        errors.append(exc)
+        raise
+    finally:  # however the caller leaves, no helper still writes into the view after it returns
+        for t in helpers:
+            if t.ident is not None:
+                t.join()
     if errors:
         raise errors[0]
     return digests
