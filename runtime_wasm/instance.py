@@ -46,7 +46,7 @@ from .spec import (
     to_storage,
 )
 
-#: bytes read (and hashed) per step when weights come from a file: hashed while still in cache
+#: bytes filled per step where no tree hash is checked (a spec without one, or weights not checked)
 WEIGHTS_CHUNK = 4 << 20
 #: epoch ticks a parked thread may wait: it must never be interrupted (only the caller's run has a deadline)
 _NO_DEADLINE = 1 << 40
