@@ -54,6 +54,7 @@ def check_with_reference(nodes: list[onnx.NodeProto], feeds: dict[str, np.ndarra
 
 # -- Mod -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.filterwarnings("ignore:invalid value encountered in remainder:RuntimeWarning")  # its nan
 def test_mod_fmod0_on_floats_takes_the_divisor_sign(dtype) -> None:
     """numpy.mod (opset 28): mixed signs, zeros of both signs, infinite divisors, nan for an inf dividend
     or a zero divisor."""

@@ -64,7 +64,8 @@ def run(model, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], set
 def assert_same(got: np.ndarray, want: np.ndarray) -> None:
     """Same dtype and shape, the same numbers (NaN where NaN) and the same signs of zero."""
     assert (got.dtype, got.shape) == (want.dtype, want.shape)
-    a, b = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # NaN widens to NaN; numpy warns on the narrow types' NaN
+        a, b = got.astype(np.float64), want.astype(np.float64)
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(np.signbit(a[a == 0]), np.signbit(b[a == 0]))
 
@@ -93,7 +94,9 @@ def test_bfloat16_ops_round_after_each_op() -> None:
     assert "f32-vroundbf16" in used
     step = lambda v: v.astype(ml_dtypes.bfloat16).astype(np.float32)  # noqa: E731
     b = step(x)
-    np.testing.assert_array_equal(got["y"], step(step(b * b) + b))
+    with np.errstate(over="ignore", invalid="ignore"):  # squares past bfloat16's range are inf, as ours
+        want = step(step(b * b) + b)
+    np.testing.assert_array_equal(got["y"], want)
 
 
 # -- graph edges, against ONNX's reference --------------------------------------------------------------
