@@ -220,6 +220,30 @@ def test_conv_fused_activation(c: int, w: list[int], group: int, kernel: str, ac
     assert list(cm.compiled.program.kernels_used.values()) == [kernel]
 
 
+PADDED_DW_ACTS = {"none": None, "relu": ("Relu", {}), "clip": ("Clip", {}), "silu": "silu",
+                  "leakyrelu": ("LeakyRelu", {"alpha": 0.1}), "hardswish": ("HardSwish", {})}
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("act", list(PADDED_DW_ACTS))
+def test_padded_depthwise_under_every_activation_path(stride: int, act: str) -> None:
+    """The padded 3x3 depthwise kernels run a copy per common activation (none, ReLU, clip, SiLU: its kind
+    a constant, ACT_SPECIALIZED) and the rest through the general switch; each is fused and matches."""
+    attrs = dict(group=6, pads=[1, 1, 1, 1], strides=[stride, stride])
+    if act == "silu":
+        rng = np.random.default_rng(11)
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs),
+                 helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+        model = build(nodes, {"x": (1, 6, 11, 13)}, {"w": rand(rng, 6, 1, 3, 3), "b": rand(rng, 6)})
+    else:
+        model = conv_model("Conv", [1, 6, 11, 13], [6, 1, 3, 3], act=PADDED_DW_ACTS[act], **attrs)
+    cm = compile_and_check(model)
+    (node,) = cm.graph.nodes
+    assert node.attrs.get("act", ("none",))[0] == act
+    assert conv_op.dw_padded_plane(conv_geometry(node)) is not None
+    assert list(cm.compiled.program.kernels_used.values()) == [f"f32-dwconv-3x3s{stride}"]
+
+
 DECONV_CASES = {
     "2d-s2-pads-outpad": ([1, 6, 5, 7], [6, 4, 3, 3], dict(strides=[2, 2], pads=[1, 1, 1, 1],
                                                            output_padding=[1, 1])),
