@@ -5,7 +5,9 @@ page (11,000 for a 46.5 MB int8 encoder), about a fifth of its load. Advising th
 range for huge pages (``MADV_HUGEPAGE``, which Linux honours when transparent huge pages are set to
 ``madvise`` or ``always``) makes it one fault per huge page (2 MiB on x86-64). Only whole huge pages
 inside the range are advised, so memory the model never writes is not rounded up into residence.
-Elsewhere, or where the kernel refuses, nothing changes: it is advice, never a condition of loading.
+Elsewhere, or where the kernel refuses, nothing changes: it is advice, never a condition of loading. Under
+a hypervisor that takes freed pages back (free page reporting) a fresh huge page may fault on the host too:
+measured here once as a tripled p90, once not at all (docs/BENCHMARKS.md#start-up).
 """
 
 from __future__ import annotations
