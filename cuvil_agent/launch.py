@@ -10,7 +10,8 @@ worker. The CLI loads only when ``main`` runs, which a worker never does.
 ``main`` also keeps numpy's OpenBLAS to one thread (unless the environment says otherwise) before anything
 imports numpy: its other threads start at import and spin ~120 ms waiting for work the agent never gives
 (its compute is the models' wasm), on a 2-core device a whole core taken from every worker's model load
-and first answer (measured: a 46.5 MB model loaded in 38 ms beside the spinning thread, 22 ms without).
+and first answer (measured: a 46.5 MB model loaded in 37 ms beside the spinning thread, 24 ms without,
+medians of 10 fresh processes).
 Workers inherit the setting with the environment.
 """
 

@@ -278,7 +278,7 @@ class WasmModel:
         spec = self.spec
         size = spec.weights_size
         dst = self._view(base, np.dtype(np.uint8), (size,)) if size else np.empty(0, np.uint8)
-        advise_huge_pages(dst.ctypes.data, size)  # written in full below: one fault per 2 MiB
+        advise_huge_pages(dst.ctypes.data, size)  # written in full below: one fault per huge page
         with contextlib.ExitStack() as stack:
             if isinstance(weights, (str, os.PathLike)) or hasattr(weights, "fileno"):
                 fd = stack.enter_context(open(weights, "rb", buffering=0)).fileno() \
